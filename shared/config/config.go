@@ -1,0 +1,687 @@
+// Package config loads and validates the job configuration file: the jobs, their
+// sources, feed options, outputs and the names of the AWS resources they use.
+//
+// The file is JSON with snake_case keys. Line (//) and block (/* */) comments are
+// allowed so that a sample can explain itself; they are stripped before decoding.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Source types.
+const (
+	SourceCouchDB     = "couchdb"
+	SourceSyncGateway = "sync_gateway"
+	SourceAppServices = "app_services"
+	SourceEdgeServer  = "edge_server"
+)
+
+// Output types.
+const (
+	OutputPostgres = "postgres"
+	OutputHTTP     = "http"
+	OutputS3       = "s3"
+)
+
+// Orderings.
+const (
+	OrderingPerDocument = "per_document"
+	OrderingNone        = "none"
+)
+
+// Fetch modes.
+const (
+	FetchIncludeDocs = "include_docs"
+	FetchBulkGet     = "bulk_get"
+)
+
+// Defaults.
+const (
+	DefaultPrefix          = "changes-worker"
+	DefaultLimit           = 500
+	DefaultFeedTimeout     = 10 * time.Second
+	DefaultLeaseTTL        = 10 * time.Second
+	DefaultMaxReceiveCount = 5
+	DefaultMaxMessageBytes = 256 * 1024
+	DefaultSchedule        = time.Minute
+	DefaultLatencyObjective = 60 * time.Second
+)
+
+// File is the whole configuration file.
+type File struct {
+	// Stack names the AWS resources shared by every job.
+	Stack Stack `json:"stack"`
+	// Jobs are the pipelines, one source each.
+	Jobs []*Job `json:"jobs"`
+}
+
+// Stack holds the settings shared by every job.
+type Stack struct {
+	// Prefix starts the name of every resource (table, queues, bucket).
+	Prefix string `json:"prefix"`
+	// Bucket holds claim-check payloads and S3 outputs that name no bucket.
+	// Default: "<prefix>-data".
+	Bucket string `json:"bucket"`
+	// MaxMessageBytes is the largest message body put on a queue; a larger
+	// envelope travels as an S3 pointer (claim check). Default 262144.
+	MaxMessageBytes int `json:"max_message_bytes"`
+	// AlarmEmail, when set, is subscribed to the alarm topic.
+	AlarmEmail string `json:"alarm_email"`
+}
+
+// Job is one pipeline: one source feed fanned out to one or more outputs.
+type Job struct {
+	ID         string     `json:"id"`
+	Source     Source     `json:"source"`
+	Feed       Feed       `json:"feed"`
+	Processing Processing `json:"processing"`
+	Lease      Lease      `json:"lease"`
+	// Schedule is how often the poller is invoked. Default 1m.
+	Schedule Duration `json:"schedule"`
+	// LatencyObjective is how old a queued change may get before an alarm fires.
+	LatencyObjective Duration  `json:"latency_objective"`
+	Outputs          []*Output `json:"outputs"`
+}
+
+// Source is the database whose _changes feed is followed.
+type Source struct {
+	// Type is one of couchdb, sync_gateway, app_services, edge_server.
+	Type string `json:"type"`
+	// URL is the database (CouchDB) or keyspace (Sync Gateway: db or db.scope.collection).
+	URL  string `json:"url"`
+	Auth *Auth  `json:"auth,omitempty"`
+}
+
+// Auth is basic or bearer authentication. Secrets are given by reference only.
+type Auth struct {
+	// Type is basic or bearer.
+	Type     string     `json:"type"`
+	Username string     `json:"username,omitempty"`
+	Password *SecretRef `json:"password,omitempty"`
+	Token    *SecretRef `json:"token,omitempty"`
+}
+
+// SecretRef names where a secret lives: an environment variable or a Secrets
+// Manager secret (name or ARN, optionally a key of its JSON value). Exactly one
+// of Env and Secret is set.
+type SecretRef struct {
+	Env     string `json:"env,omitempty"`
+	Secret  string `json:"secret,omitempty"`
+	JSONKey string `json:"json_key,omitempty"`
+}
+
+// Feed sets how the _changes feed is read.
+type Feed struct {
+	// Limit bounds the rows of one _changes request. Default 500.
+	Limit int `json:"limit"`
+	// Timeout is the long-poll timeout sent to the source. Default 10s.
+	Timeout Duration `json:"timeout"`
+	// Fetch is include_docs (default) or bulk_get.
+	Fetch string `json:"fetch"`
+	// ActiveOnly skips deleted and removed documents at the source (Sync Gateway
+	// family) or in the poller (CouchDB).
+	ActiveOnly bool `json:"active_only"`
+	// Channels restricts the feed to these channels (Sync Gateway family only).
+	Channels []string `json:"channels,omitempty"`
+}
+
+// Processing filters changes before they are queued.
+type Processing struct {
+	IgnoreDelete bool `json:"ignore_delete"`
+	IgnoreRemove bool `json:"ignore_remove"`
+}
+
+// Lease sets the job lease.
+type Lease struct {
+	// TTL is how long a lease lasts without renewal. Default 10s.
+	TTL Duration `json:"ttl"`
+}
+
+// Output is one destination of a job's changes.
+type Output struct {
+	ID   string `json:"id"`
+	Type string `json:"type"`
+	// Ordering is per_document (FIFO queue) or none (standard queue).
+	// Default: per_document for http, none for postgres and s3.
+	Ordering string `json:"ordering"`
+	// MaxReceiveCount is how many deliveries a message gets before it moves
+	// to the DLQ. Default 5.
+	MaxReceiveCount int `json:"max_receive_count"`
+	// BatchSize is how many messages the writer takes at once. Default 10.
+	BatchSize int `json:"batch_size"`
+	// MaxConcurrency bounds concurrent writer invocations for this output.
+	MaxConcurrency int `json:"max_concurrency"`
+
+	Postgres *PostgresOutput `json:"postgres,omitempty"`
+	HTTP     *HTTPOutput     `json:"http,omitempty"`
+	S3       *S3Output       `json:"s3,omitempty"`
+}
+
+// PostgresOutput writes documents to PostgreSQL.
+type PostgresOutput struct {
+	// DSN is the connection string, by reference.
+	DSN SecretRef `json:"dsn"`
+	// Table receives documents in document mode. Default: the output id.
+	Table string `json:"table"`
+	// Schema is the PostgreSQL schema. Default public.
+	Schema string `json:"schema"`
+	// CreateTables creates missing tables when the writer starts.
+	CreateTables bool `json:"create_tables"`
+	// MaxConns bounds the pool per writer instance. Default 4.
+	MaxConns int `json:"max_conns"`
+	// Mapping, when set, maps documents to relational tables instead of document mode.
+	Mapping *Mapping `json:"mapping,omitempty"`
+}
+
+// HTTPOutput sends documents to a REST endpoint.
+type HTTPOutput struct {
+	// URL is a template; {doc_id} is replaced by the path-escaped document id.
+	URL string `json:"url"`
+	// Method is PUT (default), POST or PATCH; tombstones use DELETE.
+	Method          string            `json:"method"`
+	Headers         map[string]string `json:"headers,omitempty"`
+	Auth            *Auth             `json:"auth,omitempty"`
+	Timeout         Duration          `json:"timeout"`
+	FollowRedirects bool              `json:"follow_redirects"`
+}
+
+// S3Output writes one JSON object per document.
+type S3Output struct {
+	// Bucket defaults to the stack bucket.
+	Bucket string `json:"bucket"`
+	// Prefix is prepended to every key; no key can leave it.
+	Prefix string `json:"prefix"`
+	// KeyTemplate builds the key below the prefix; {doc_id} is the escaped id.
+	// Default "{doc_id}.json".
+	KeyTemplate string `json:"key_template"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("10s") or a
+// number of seconds.
+type Duration time.Duration
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("parse duration %q: %w", s, err)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var n float64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("duration must be a string like \"10s\" or a number of seconds, got %s", b)
+	}
+	*d = Duration(n * float64(time.Second))
+	return nil
+}
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Load reads, decodes, defaults and validates the file at path.
+func Load(path string) (*File, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	f, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// Parse decodes, defaults and validates a configuration document.
+// Unknown keys are errors, so a misspelt setting is never silently ignored.
+func Parse(b []byte) (*File, error) {
+	dec := json.NewDecoder(bytes.NewReader(StripComments(b)))
+	dec.DisallowUnknownFields()
+	var f File
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	f.SetDefaults()
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// SetDefaults fills every unset setting with its default.
+func (f *File) SetDefaults() {
+	if f.Stack.Prefix == "" {
+		f.Stack.Prefix = DefaultPrefix
+	}
+	if f.Stack.Bucket == "" {
+		f.Stack.Bucket = f.Stack.Prefix + "-data"
+	}
+	if f.Stack.MaxMessageBytes == 0 {
+		f.Stack.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	for _, j := range f.Jobs {
+		if j == nil {
+			continue
+		}
+		if j.Feed.Limit == 0 {
+			j.Feed.Limit = DefaultLimit
+		}
+		if j.Feed.Timeout == 0 {
+			j.Feed.Timeout = Duration(DefaultFeedTimeout)
+		}
+		if j.Feed.Fetch == "" {
+			j.Feed.Fetch = FetchIncludeDocs
+		}
+		if j.Lease.TTL == 0 {
+			j.Lease.TTL = Duration(DefaultLeaseTTL)
+		}
+		if j.Schedule == 0 {
+			j.Schedule = Duration(DefaultSchedule)
+		}
+		if j.LatencyObjective == 0 {
+			j.LatencyObjective = Duration(DefaultLatencyObjective)
+		}
+		for _, o := range j.Outputs {
+			if o == nil {
+				continue
+			}
+			if o.Ordering == "" {
+				o.Ordering = OrderingNone
+				if o.Type == OutputHTTP {
+					o.Ordering = OrderingPerDocument
+				}
+			}
+			if o.MaxReceiveCount == 0 {
+				o.MaxReceiveCount = DefaultMaxReceiveCount
+			}
+			if o.BatchSize == 0 {
+				o.BatchSize = 10
+			}
+			if o.MaxConcurrency == 0 {
+				o.MaxConcurrency = 2
+			}
+			switch {
+			case o.Postgres != nil:
+				if o.Postgres.Table == "" {
+					o.Postgres.Table = strings.ReplaceAll(o.ID, "-", "_")
+				}
+				if o.Postgres.Schema == "" {
+					o.Postgres.Schema = "public"
+				}
+				if o.Postgres.MaxConns == 0 {
+					o.Postgres.MaxConns = 4
+				}
+			case o.HTTP != nil:
+				if o.HTTP.Method == "" {
+					o.HTTP.Method = "PUT"
+				}
+				if o.HTTP.Timeout == 0 {
+					o.HTTP.Timeout = Duration(10 * time.Second)
+				}
+			case o.S3 != nil:
+				if o.S3.Bucket == "" {
+					o.S3.Bucket = f.Stack.Bucket
+				}
+				if o.S3.KeyTemplate == "" {
+					o.S3.KeyTemplate = "{doc_id}.json"
+				}
+			}
+		}
+	}
+}
+
+var (
+	idPattern     = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+	prefixPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,29}$`)
+	identPattern  = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+)
+
+// Validate reports every problem in the file at once, each naming its field.
+func (f *File) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if !prefixPattern.MatchString(f.Stack.Prefix) {
+		bad("stack.prefix", "%q must be 1-30 lowercase letters, digits or '-'", f.Stack.Prefix)
+	}
+	if f.Stack.MaxMessageBytes < 1024 || f.Stack.MaxMessageBytes > 1024*1024 {
+		bad("stack.max_message_bytes", "%d must be between 1024 and 1048576", f.Stack.MaxMessageBytes)
+	}
+	if len(f.Jobs) == 0 {
+		bad("jobs", "at least one job is required")
+	}
+	seen := map[string]bool{}
+	for i, j := range f.Jobs {
+		p := fmt.Sprintf("jobs[%d]", i)
+		if j == nil {
+			bad(p, "must be an object")
+			continue
+		}
+		if j.ID != "" {
+			p = fmt.Sprintf("jobs[%s]", j.ID)
+		}
+		if !idPattern.MatchString(j.ID) {
+			bad(p+".id", "%q must be 1-32 lowercase letters, digits or '-', starting with a letter or digit", j.ID)
+		}
+		if seen[j.ID] {
+			bad(p+".id", "%q is used by another job", j.ID)
+		}
+		seen[j.ID] = true
+		errs = append(errs, j.validate(p)...)
+	}
+	return errors.Join(errs...)
+}
+
+func (j *Job) validate(p string) []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: %s", p, field, fmt.Sprintf(format, args...)))
+	}
+	s := j.Source
+	switch s.Type {
+	case SourceCouchDB, SourceSyncGateway, SourceAppServices, SourceEdgeServer:
+	case "":
+		bad("source.type", "is required (couchdb, sync_gateway, app_services or edge_server)")
+	default:
+		bad("source.type", "%q is not one of couchdb, sync_gateway, app_services, edge_server", s.Type)
+	}
+	if err := checkURL(s.URL); err != nil {
+		bad("source.url", "%v", err)
+	}
+	if s.Auth != nil {
+		errs = append(errs, s.Auth.validate(p+".source.auth")...)
+	}
+	if j.Feed.Limit < 1 || j.Feed.Limit > 10000 {
+		bad("feed.limit", "%d must be between 1 and 10000", j.Feed.Limit)
+	}
+	if t := j.Feed.Timeout.D(); t < 0 || t > 5*time.Minute {
+		bad("feed.timeout", "%s must be between 0 and 5m", t)
+	}
+	if j.Feed.Fetch != FetchIncludeDocs && j.Feed.Fetch != FetchBulkGet {
+		bad("feed.fetch", "%q is not include_docs or bulk_get", j.Feed.Fetch)
+	}
+	if len(j.Feed.Channels) > 0 && s.Type == SourceCouchDB {
+		bad("feed.channels", "channels need a Sync Gateway, App Services or Edge Server source")
+	}
+	for i, c := range j.Feed.Channels {
+		if c == "" || strings.Contains(c, ",") {
+			bad(fmt.Sprintf("feed.channels[%d]", i), "%q must be non-empty and contain no comma", c)
+		}
+	}
+	if ttl := j.Lease.TTL.D(); ttl < 2*time.Second || ttl > 10*time.Minute {
+		bad("lease.ttl", "%s must be between 2s and 10m", ttl)
+	}
+	if d := j.Schedule.D(); d < time.Minute || d%time.Minute != 0 {
+		bad("schedule", "%s must be a whole number of minutes, at least 1m", d)
+	}
+	if j.LatencyObjective.D() < time.Second {
+		bad("latency_objective", "%s must be at least 1s", j.LatencyObjective.D())
+	}
+	if len(j.Outputs) == 0 {
+		bad("outputs", "at least one output is required")
+	}
+	seen := map[string]bool{}
+	for i, o := range j.Outputs {
+		op := fmt.Sprintf("%s.outputs[%d]", p, i)
+		if o == nil {
+			errs = append(errs, fmt.Errorf("%s: must be an object", op))
+			continue
+		}
+		if o.ID != "" {
+			op = fmt.Sprintf("%s.outputs[%s]", p, o.ID)
+		}
+		if !idPattern.MatchString(o.ID) {
+			errs = append(errs, fmt.Errorf("%s.id: %q must be 1-32 lowercase letters, digits or '-'", op, o.ID))
+		}
+		if seen[o.ID] {
+			errs = append(errs, fmt.Errorf("%s.id: %q is used by another output of this job", op, o.ID))
+		}
+		seen[o.ID] = true
+		errs = append(errs, o.validate(op)...)
+	}
+	return errs
+}
+
+func (o *Output) validate(p string) []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: %s", p, field, fmt.Sprintf(format, args...)))
+	}
+	settings := 0
+	for _, set := range []bool{o.Postgres != nil, o.HTTP != nil, o.S3 != nil} {
+		if set {
+			settings++
+		}
+	}
+	if settings > 1 {
+		bad("type", "only the settings block of the output's own type may be given")
+	}
+	switch o.Type {
+	case OutputPostgres:
+		if o.Postgres == nil {
+			bad("postgres", "is required for a postgres output")
+		} else {
+			errs = append(errs, o.Postgres.validate(p+".postgres")...)
+		}
+	case OutputHTTP:
+		if o.HTTP == nil {
+			bad("http", "is required for an http output")
+		} else {
+			errs = append(errs, o.HTTP.validate(p+".http")...)
+		}
+	case OutputS3:
+		if o.S3 == nil {
+			bad("s3", "is required for an s3 output")
+		} else {
+			errs = append(errs, o.S3.validate(p+".s3")...)
+		}
+	case "":
+		bad("type", "is required (postgres, http or s3)")
+	default:
+		bad("type", "%q is not one of postgres, http, s3", o.Type)
+	}
+	if o.Ordering != OrderingPerDocument && o.Ordering != OrderingNone {
+		bad("ordering", "%q is not per_document or none", o.Ordering)
+	}
+	if o.MaxReceiveCount < 1 || o.MaxReceiveCount > 1000 {
+		bad("max_receive_count", "%d must be between 1 and 1000", o.MaxReceiveCount)
+	}
+	if o.BatchSize < 1 || o.BatchSize > 10 {
+		bad("batch_size", "%d must be between 1 and 10", o.BatchSize)
+	}
+	if o.MaxConcurrency < 2 || o.MaxConcurrency > 1000 {
+		bad("max_concurrency", "%d must be between 2 and 1000", o.MaxConcurrency)
+	}
+	return errs
+}
+
+func (pg *PostgresOutput) validate(p string) []error {
+	var errs []error
+	if err := pg.DSN.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%s.dsn: %w", p, err))
+	}
+	if !identPattern.MatchString(pg.Table) {
+		errs = append(errs, fmt.Errorf("%s.table: %q must be a lowercase SQL identifier", p, pg.Table))
+	}
+	if !identPattern.MatchString(pg.Schema) {
+		errs = append(errs, fmt.Errorf("%s.schema: %q must be a lowercase SQL identifier", p, pg.Schema))
+	}
+	if pg.MaxConns < 1 || pg.MaxConns > 100 {
+		errs = append(errs, fmt.Errorf("%s.max_conns: %d must be between 1 and 100", p, pg.MaxConns))
+	}
+	if pg.Mapping != nil {
+		errs = append(errs, pg.Mapping.validate(p+".mapping")...)
+	}
+	return errs
+}
+
+func (h *HTTPOutput) validate(p string) []error {
+	var errs []error
+	if err := checkURL(strings.ReplaceAll(h.URL, "{doc_id}", "x")); err != nil {
+		errs = append(errs, fmt.Errorf("%s.url: %w", p, err))
+	}
+	switch h.Method {
+	case "PUT", "POST", "PATCH":
+	default:
+		errs = append(errs, fmt.Errorf("%s.method: %q is not PUT, POST or PATCH", p, h.Method))
+	}
+	if h.Auth != nil {
+		errs = append(errs, h.Auth.validate(p+".auth")...)
+	}
+	if t := h.Timeout.D(); t <= 0 || t > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("%s.timeout: %s must be between 0 and 5m", p, t))
+	}
+	for k := range h.Headers {
+		if strings.EqualFold(k, "authorization") {
+			errs = append(errs, fmt.Errorf("%s.headers: Authorization must be set through auth, by reference", p))
+		}
+	}
+	return errs
+}
+
+func (s *S3Output) validate(p string) []error {
+	var errs []error
+	if s.Bucket == "" {
+		errs = append(errs, fmt.Errorf("%s.bucket: is required", p))
+	}
+	if !strings.Contains(s.KeyTemplate, "{doc_id}") {
+		errs = append(errs, fmt.Errorf("%s.key_template: %q must contain {doc_id}", p, s.KeyTemplate))
+	}
+	if strings.Contains(s.Prefix, "..") || strings.HasPrefix(s.Prefix, "/") {
+		errs = append(errs, fmt.Errorf("%s.prefix: %q must not start with '/' or contain '..'", p, s.Prefix))
+	}
+	if strings.Contains(s.KeyTemplate, "..") || strings.HasPrefix(s.KeyTemplate, "/") {
+		errs = append(errs, fmt.Errorf("%s.key_template: %q must not start with '/' or contain '..'", p, s.KeyTemplate))
+	}
+	return errs
+}
+
+func (a *Auth) validate(p string) []error {
+	var errs []error
+	switch a.Type {
+	case "basic":
+		if a.Username == "" {
+			errs = append(errs, fmt.Errorf("%s.username: is required for basic auth", p))
+		}
+		if a.Password == nil {
+			errs = append(errs, fmt.Errorf("%s.password: is required for basic auth", p))
+		} else if err := a.Password.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s.password: %w", p, err))
+		}
+	case "bearer":
+		if a.Token == nil {
+			errs = append(errs, fmt.Errorf("%s.token: is required for bearer auth", p))
+		} else if err := a.Token.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s.token: %w", p, err))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("%s.type: %q is not basic or bearer", p, a.Type))
+	}
+	return errs
+}
+
+func (r SecretRef) validate() error {
+	switch {
+	case r.Env == "" && r.Secret == "":
+		return errors.New("give env (an environment variable) or secret (a Secrets Manager name or ARN); the value itself never goes in this file")
+	case r.Env != "" && r.Secret != "":
+		return errors.New("give env or secret, not both")
+	case r.JSONKey != "" && r.Secret == "":
+		return errors.New("json_key only applies to secret")
+	}
+	return nil
+}
+
+func checkURL(s string) error {
+	if s == "" {
+		return errors.New("is required")
+	}
+	if !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") {
+		return fmt.Errorf("%q must start with http:// or https://", s)
+	}
+	if strings.Contains(s, "@") {
+		return errors.New("must not contain credentials; use auth with a secret reference")
+	}
+	return nil
+}
+
+// StripComments removes // and /* */ comments that are outside JSON strings.
+func StripComments(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	inString, escaped := false, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			out = append(out, c)
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		if c == '"' {
+			inString = true
+			out = append(out, c)
+			continue
+		}
+		if c == '/' && i+1 < len(b) && b[i+1] == '/' {
+			for i < len(b) && b[i] != '\n' {
+				i++
+			}
+			out = append(out, '\n')
+			continue
+		}
+		if c == '/' && i+1 < len(b) && b[i+1] == '*' {
+			i += 2
+			for i+1 < len(b) && !(b[i] == '*' && b[i+1] == '/') {
+				i++
+			}
+			i++
+			out = append(out, ' ')
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// Job returns the job with the given id, or nil.
+func (f *File) Job(id string) *Job {
+	for _, j := range f.Jobs {
+		if j.ID == id {
+			return j
+		}
+	}
+	return nil
+}
+
+// Output returns the output with the given id, or nil.
+func (j *Job) Output(id string) *Output {
+	for _, o := range j.Outputs {
+		if o.ID == id {
+			return o
+		}
+	}
+	return nil
+}

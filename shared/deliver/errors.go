@@ -1,0 +1,87 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Class says whether retrying a failed delivery can help.
+type Class string
+
+const (
+	// Transient failures (connection errors, timeouts, 5xx, 408, 429,
+	// deadlocks, serialization failures) are retried by SQS.
+	Transient Class = "transient"
+	// Permanent failures (other 4xx, constraint and type errors, undecodable
+	// envelopes) go to the DLQ at once with their reason.
+	Permanent Class = "permanent"
+)
+
+// Error is a classified delivery failure. Reason is short and stable
+// ("http_status", "sql_error", "decode", ...) so operators can group by it;
+// Err carries the detail. Neither may contain secrets or document bodies.
+type Error struct {
+	Class      Class
+	Reason     string
+	HTTPStatus int
+	SQLState   string
+	Err        error
+}
+
+func (e *Error) Error() string {
+	s := string(e.Class) + " " + e.Reason
+	if e.HTTPStatus != 0 {
+		s += fmt.Sprintf(" (http %d)", e.HTTPStatus)
+	}
+	if e.SQLState != "" {
+		s += " (sqlstate " + e.SQLState + ")"
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// TransientError returns a transient failure with the given reason.
+func TransientError(reason string, err error) *Error {
+	return &Error{Class: Transient, Reason: reason, Err: err}
+}
+
+// PermanentError returns a permanent failure with the given reason.
+func PermanentError(reason string, err error) *Error {
+	return &Error{Class: Permanent, Reason: reason, Err: err}
+}
+
+// Classify returns err as a classified *Error. An unclassified error is
+// transient: a failure we do not understand is retried, and reaches the DLQ
+// only when its receive count runs out, never silently dropped.
+func Classify(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return TransientError("timeout", err)
+	}
+	return TransientError("unclassified", err)
+}
+
+// HTTPStatusClass classifies an HTTP response status as in the reference
+// failure tables: 408, 425, 429 and 5xx are transient; 3xx (redirects not
+// followed) and other 4xx are permanent. 2xx is not a failure and returns "".
+func HTTPStatusClass(status int) Class {
+	switch {
+	case status >= 200 && status < 300:
+		return ""
+	case status == 408 || status == 425 || status == 429 || status >= 500:
+		return Transient
+	default:
+		return Permanent
+	}
+}

@@ -1,0 +1,25 @@
+// Package deliver is the writer's core: it turns an SQS batch into changes,
+// applies them to an output through a Sink, and answers with the messages that
+// failed, following the Lambda SQS event source contract.
+package deliver
+
+import (
+	"context"
+
+	"github.com/changes-worker/changes-worker/shared/change"
+)
+
+// Sink applies changes to one output.
+//
+// Apply receives changes with their bodies resolved (claim checks already
+// fetched) and returns a slice of the same length: nil where the change was
+// applied or was not newer than what the output already holds, an error
+// (preferably a classified *Error) where it failed. A batch never holds two
+// changes of the same document when the output is ordered per document.
+//
+// Implementations apply changes monotonically by Version: a change whose
+// version is not higher than the stored one changes nothing. Apply is
+// idempotent, safe for concurrent use, and returns promptly when ctx ends.
+type Sink interface {
+	Apply(ctx context.Context, changes []*change.Envelope) []error
+}

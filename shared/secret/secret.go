@@ -1,0 +1,89 @@
+// Package secret resolves secret references (environment variables or Secrets
+// Manager secrets) to their values. Values are never logged or put in errors.
+package secret
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+)
+
+// SecretsManager is the part of the Secrets Manager client the resolver calls.
+type SecretsManager interface {
+	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, optFns ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
+}
+
+// ErrNotSet is returned when a referenced environment variable or secret is empty.
+var ErrNotSet = errors.New("secret not set")
+
+// Resolver resolves references. It caches Secrets Manager values for the life
+// of the process (one Lambda instance). Safe for concurrent use.
+type Resolver struct {
+	Lookup func(string) (string, bool) // environment lookup, os.LookupEnv in production
+	SM     SecretsManager              // may be nil when no reference names a secret
+
+	mu    sync.Mutex
+	cache map[string]string
+}
+
+// Resolve returns the value a reference points at.
+func (r *Resolver) Resolve(ctx context.Context, ref config.SecretRef) (string, error) {
+	if ref.Env != "" {
+		v, ok := r.Lookup(ref.Env)
+		if !ok || v == "" {
+			return "", fmt.Errorf("resolve env %s: %w", ref.Env, ErrNotSet)
+		}
+		return v, nil
+	}
+	raw, err := r.secret(ctx, ref.Secret)
+	if err != nil {
+		return "", err
+	}
+	if ref.JSONKey == "" {
+		return raw, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		return "", fmt.Errorf("resolve secret %s: value is not a JSON object", ref.Secret)
+	}
+	v, ok := m[ref.JSONKey]
+	if !ok {
+		return "", fmt.Errorf("resolve secret %s key %s: %w", ref.Secret, ref.JSONKey, ErrNotSet)
+	}
+	if s, ok := v.(string); ok {
+		return s, nil
+	}
+	return fmt.Sprint(v), nil
+}
+
+func (r *Resolver) secret(ctx context.Context, id string) (string, error) {
+	r.mu.Lock()
+	v, ok := r.cache[id]
+	r.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	if r.SM == nil {
+		return "", fmt.Errorf("resolve secret %s: no Secrets Manager client", id)
+	}
+	out, err := r.SM.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: &id})
+	if err != nil {
+		return "", fmt.Errorf("resolve secret %s: %w", id, err)
+	}
+	if out.SecretString == nil || *out.SecretString == "" {
+		return "", fmt.Errorf("resolve secret %s: %w", id, ErrNotSet)
+	}
+	r.mu.Lock()
+	if r.cache == nil {
+		r.cache = map[string]string{}
+	}
+	r.cache[id] = *out.SecretString
+	r.mu.Unlock()
+	return *out.SecretString, nil
+}

@@ -45,13 +45,13 @@ const (
 
 // Defaults.
 const (
-	DefaultPrefix          = "changes-worker"
-	DefaultLimit           = 500
-	DefaultFeedTimeout     = 10 * time.Second
-	DefaultLeaseTTL        = 10 * time.Second
-	DefaultMaxReceiveCount = 5
-	DefaultMaxMessageBytes = 256 * 1024
-	DefaultSchedule        = time.Minute
+	DefaultPrefix           = "changes-worker"
+	DefaultLimit            = 500
+	DefaultFeedTimeout      = 10 * time.Second
+	DefaultLeaseTTL         = 10 * time.Second
+	DefaultMaxReceiveCount  = 5
+	DefaultMaxMessageBytes  = 256 * 1024
+	DefaultSchedule         = time.Minute
 	DefaultLatencyObjective = 60 * time.Second
 )
 
@@ -75,6 +75,25 @@ type Stack struct {
 	MaxMessageBytes int `json:"max_message_bytes"`
 	// AlarmEmail, when set, is subscribed to the alarm topic.
 	AlarmEmail string `json:"alarm_email"`
+	// PollerTimeout is the poller function's timeout, its time budget per
+	// invocation. Default 60s.
+	PollerTimeout Duration `json:"poller_timeout"`
+	// WriterTimeout is the writer function's timeout. Default 30s.
+	WriterTimeout Duration `json:"writer_timeout"`
+	// LogRetentionDays for the functions' log groups. Default 30.
+	LogRetentionDays int `json:"log_retention_days"`
+	// Retain keeps the table and bucket when the stack is deleted, and turns
+	// on the table's deletion protection. Default true.
+	Retain *bool `json:"retain,omitempty"`
+	// VPC places the functions in a VPC (to reach a private database).
+	VPC *VPC `json:"vpc,omitempty"`
+}
+
+// VPC names an existing VPC and where in it the functions run.
+type VPC struct {
+	ID               string   `json:"id"`
+	SubnetIDs        []string `json:"subnet_ids"`
+	SecurityGroupIDs []string `json:"security_group_ids"`
 }
 
 // Job is one pipeline: one source feed fanned out to one or more outputs.
@@ -275,6 +294,19 @@ func (f *File) SetDefaults() {
 	if f.Stack.MaxMessageBytes == 0 {
 		f.Stack.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	if f.Stack.PollerTimeout == 0 {
+		f.Stack.PollerTimeout = Duration(time.Minute)
+	}
+	if f.Stack.WriterTimeout == 0 {
+		f.Stack.WriterTimeout = Duration(30 * time.Second)
+	}
+	if f.Stack.LogRetentionDays == 0 {
+		f.Stack.LogRetentionDays = 30
+	}
+	if f.Stack.Retain == nil {
+		t := true
+		f.Stack.Retain = &t
+	}
 	for _, j := range f.Jobs {
 		if j == nil {
 			continue
@@ -363,6 +395,15 @@ func (f *File) Validate() error {
 	}
 	if f.Stack.MaxMessageBytes < 1024 || f.Stack.MaxMessageBytes > 1024*1024 {
 		bad("stack.max_message_bytes", "%d must be between 1024 and 1048576", f.Stack.MaxMessageBytes)
+	}
+	if t := f.Stack.PollerTimeout.D(); t < 10*time.Second || t > 15*time.Minute {
+		bad("stack.poller_timeout", "%s must be between 10s and 15m", t)
+	}
+	if t := f.Stack.WriterTimeout.D(); t < time.Second || t > 15*time.Minute {
+		bad("stack.writer_timeout", "%s must be between 1s and 15m", t)
+	}
+	if v := f.Stack.VPC; v != nil && (v.ID == "" || len(v.SubnetIDs) == 0 || len(v.SecurityGroupIDs) == 0) {
+		bad("stack.vpc", "id, subnet_ids and security_group_ids are all required")
 	}
 	if len(f.Jobs) == 0 {
 		bad("jobs", "at least one job is required")

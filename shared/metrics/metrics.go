@@ -1,0 +1,164 @@
+// Package metrics writes CloudWatch Embedded Metric Format (EMF) records: one
+// JSON line on standard output per flush, which CloudWatch Logs turns into
+// metrics. No PutMetricData calls are made.
+package metrics
+
+import (
+	"encoding/json"
+	"io"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Namespace of every metric the functions emit.
+const Namespace = "ChangesWorker"
+
+// Metric names. The CDK stack builds its alarms and dashboard from these.
+const (
+	// Poller, dimension Job.
+	ChangesRead          = "ChangesRead"
+	DocumentsEnqueued    = "DocumentsEnqueued"
+	BytesEnqueued        = "BytesEnqueued"
+	BatchSize            = "BatchSize"
+	PendingChanges       = "PendingChanges"
+	LagSeconds           = "LagSeconds"
+	CheckpointAgeSeconds = "CheckpointAgeSeconds"
+	Checkpoints          = "Checkpoints"
+	LeaseAcquired        = "LeaseAcquired"
+	LeaseRenewed         = "LeaseRenewed"
+	LeaseLost            = "LeaseLost"
+	Failovers            = "Failovers"
+	Handoffs             = "Handoffs"
+	Role                 = "Role" // 1 active, 0 standby (high resolution)
+	HeartbeatAgeSeconds  = "HeartbeatAgeSeconds"
+	PollerErrors         = "PollerErrors"
+
+	// Writer, dimensions Job and Output.
+	Delivered           = "Delivered"
+	Superseded          = "Superseded"
+	FailedTransient     = "FailedTransient"
+	FailedPermanent     = "FailedPermanent"
+	EndToEndLatencyMs   = "EndToEndLatency"
+	WriterBatchFailures = "WriterBatchFailures"
+)
+
+// Unit of a value.
+type Unit string
+
+const (
+	Count        Unit = "Count"
+	Seconds      Unit = "Seconds"
+	Milliseconds Unit = "Milliseconds"
+	Bytes        Unit = "Bytes"
+	None         Unit = "None"
+)
+
+type value struct {
+	unit    Unit
+	highRes bool
+	values  []float64
+}
+
+// Recorder accumulates values for one set of dimensions and writes them as one
+// EMF record on Flush. Safe for concurrent use.
+type Recorder struct {
+	w    io.Writer
+	dims map[string]string
+	now  func() time.Time
+
+	mu     sync.Mutex
+	values map[string]*value
+}
+
+// New returns a recorder writing to w with the given dimensions (for example
+// {"Job": "orders"}).
+func New(w io.Writer, dims map[string]string) *Recorder {
+	return &Recorder{w: w, dims: dims, now: time.Now, values: map[string]*value{}}
+}
+
+// Add records one value of a metric.
+func (r *Recorder) Add(name string, v float64, unit Unit) { r.add(name, v, unit, false) }
+
+// AddHighRes records one value of a metric stored at 1-second resolution.
+func (r *Recorder) AddHighRes(name string, v float64, unit Unit) { r.add(name, v, unit, true) }
+
+func (r *Recorder) add(name string, v float64, unit Unit, highRes bool) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.values[name]
+	if m == nil {
+		m = &value{unit: unit, highRes: highRes}
+		r.values[name] = m
+	}
+	m.values = append(m.values, v)
+}
+
+// Flush writes the accumulated values as one EMF record and clears them. It
+// writes nothing when no value was recorded.
+func (r *Recorder) Flush() error {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	vals := r.values
+	r.values = map[string]*value{}
+	r.mu.Unlock()
+	if len(vals) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(vals))
+	for n := range vals {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	dimKeys := make([]string, 0, len(r.dims))
+	for k := range r.dims {
+		dimKeys = append(dimKeys, k)
+	}
+	sort.Strings(dimKeys)
+
+	type def struct {
+		Name              string `json:"Name"`
+		Unit              Unit   `json:"Unit"`
+		StorageResolution int    `json:"StorageResolution,omitempty"`
+	}
+	defs := make([]def, 0, len(names))
+	rec := map[string]any{}
+	for k, v := range r.dims {
+		rec[k] = v
+	}
+	for _, n := range names {
+		v := vals[n]
+		d := def{Name: n, Unit: v.unit}
+		if v.highRes {
+			d.StorageResolution = 1
+		}
+		defs = append(defs, d)
+		if len(v.values) == 1 {
+			rec[n] = v.values[0]
+		} else {
+			rec[n] = v.values
+		}
+	}
+	rec["_aws"] = map[string]any{
+		"Timestamp": r.now().UnixMilli(),
+		"CloudWatchMetrics": []any{map[string]any{
+			"Namespace":  Namespace,
+			"Dimensions": [][]string{dimKeys},
+			"Metrics":    defs,
+		}},
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, err = r.w.Write(b)
+	return err
+}

@@ -27,6 +27,10 @@ var ErrNotSet = errors.New("secret not set")
 type Resolver struct {
 	Lookup func(string) (string, bool) // environment lookup, os.LookupEnv in production
 	SM     SecretsManager              // may be nil when no reference names a secret
+	// EnvSecretPrefix, when set, resolves an env reference whose variable is
+	// unset from the secret named prefix+NAME. A deployed stack sets it, so
+	// the same configuration file serves local runs and AWS.
+	EnvSecretPrefix string
 
 	mu    sync.Mutex
 	cache map[string]string
@@ -36,10 +40,13 @@ type Resolver struct {
 func (r *Resolver) Resolve(ctx context.Context, ref config.SecretRef) (string, error) {
 	if ref.Env != "" {
 		v, ok := r.Lookup(ref.Env)
-		if !ok || v == "" {
+		if ok && v != "" {
+			return v, nil
+		}
+		if r.EnvSecretPrefix == "" {
 			return "", fmt.Errorf("resolve env %s: %w", ref.Env, ErrNotSet)
 		}
-		return v, nil
+		return r.secret(ctx, r.EnvSecretPrefix+ref.Env)
 	}
 	raw, err := r.secret(ctx, ref.Secret)
 	if err != nil {

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/changes-worker/changes-worker/shared/awsconf"
+	"github.com/changes-worker/changes-worker/shared/localrun"
+	"github.com/changes-worker/changes-worker/shared/pipeline"
+	"github.com/changes-worker/changes-worker/shared/provision"
+)
+
+// load reads the configuration and builds the shared dependencies.
+func load(ctx context.Context, env *cliEnv, path string, logOut io.Writer, verbose bool) (*pipeline.Deps, error) {
+	if path == "" {
+		return nil, fmt.Errorf("--config is required")
+	}
+	lookup := func(k string) (string, bool) {
+		if k == pipeline.EnvConfigFile {
+			return path, true
+		}
+		return env.lookup(k)
+	}
+	cfg, err := pipeline.LoadConfig(lookup)
+	if err != nil {
+		return nil, err
+	}
+	awsCfg, err := awsconf.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.New(cfg, awsCfg, env.lookup, newLogger(logOut, verbose), io.Discard), nil
+}
+
+func cmdBootstrap(ctx context.Context, env *cliEnv, args []string) error {
+	fs := flag.NewFlagSet("bootstrap", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	path := fs.String("config", "", "job configuration file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	deps, err := load(ctx, env, *path, env.stderr, false)
+	if err != nil {
+		return err
+	}
+	rep, err := provision.Apply(ctx, provision.Clients{DynamoDB: deps.DynamoDB, SQS: deps.SQS, S3: deps.S3}, deps.Config)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "table   %s\nbucket  %s\n", rep.Table, rep.Bucket)
+	for _, q := range rep.Queues {
+		kind := "standard"
+		if q.FIFO {
+			kind = "fifo"
+		}
+		fmt.Fprintf(env.stdout, "queue   %s/%s (%s, max receives %d)\n        %s\n  dlq   %s\n", q.Job, q.Output, kind, q.MaxReceives, q.Queue, q.DLQ)
+	}
+	return nil
+}
+
+func cmdRun(ctx context.Context, env *cliEnv, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	path := fs.String("config", "", "job configuration file")
+	jobs := fs.String("jobs", "", "comma-separated job ids (default: every job)")
+	untilIdle := fs.Bool("until-idle", false, "exit 0 once every job is caught up and every queue is drained")
+	tick := fs.Duration("tick", 0, "schedule interval (default: each job's schedule)")
+	pollerTimeout := fs.Duration("poller-timeout", 0, "poller invocation deadline (default: stack.poller_timeout)")
+	noPoller := fs.Bool("no-poller", false, "run only the writers")
+	noWriter := fs.Bool("no-writer", false, "run only the pollers")
+	timeout := fs.Duration("timeout", 0, "stop after this long, with an error (0: never)")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	deps, err := load(ctx, env, *path, env.stderr, *verbose)
+	if err != nil {
+		return err
+	}
+	defer deps.Close()
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
+	opts := localrun.Options{
+		Tick: *tick, PollerTimeout: *pollerTimeout, UntilIdle: *untilIdle,
+		NoPoller: *noPoller, NoWriter: *noWriter,
+	}
+	if *jobs != "" {
+		opts.Jobs = strings.Split(*jobs, ",")
+	}
+	rt := &localrun.Runtime{Deps: deps, Opts: opts, Log: deps.Log}
+	start := time.Now()
+	err = rt.Run(ctx)
+	if err != nil {
+		if ctx.Err() != nil && !*untilIdle {
+			return nil // stopped by signal
+		}
+		return err
+	}
+	if *untilIdle {
+		sum := rt.Summary()
+		fmt.Fprintf(env.stdout, "idle after %s: %d changes read, %d queued\n", time.Since(start).Round(time.Millisecond), sum.Read, sum.Enqueued)
+		keys := make([]string, 0, len(sum.Outputs))
+		for k := range sum.Outputs {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			st := sum.Outputs[k]
+			fmt.Fprintf(env.stdout, "  %-30s delivered %d, dead-lettered %d, retried %d\n", k, st.Delivered, st.DeadLettered, st.Retried)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestLoadSample(t *testing.T) {
+	t.Parallel()
+	f, err := Load("../../localstack/jobs.json")
+	if err != nil {
+		t.Fatalf("load sample: %v", err)
+	}
+	j := f.Job("orders")
+	if j == nil {
+		t.Fatal("sample has no job orders")
+	}
+	got := map[string]string{}
+	for _, o := range j.Outputs {
+		got[o.ID] = f.QueueName(j, o) + " " + f.DLQName(j, o)
+	}
+	want := map[string]string{
+		"pg":      "changes-worker-orders-pg changes-worker-orders-pg-dlq",
+		"rest":    "changes-worker-orders-rest.fifo changes-worker-orders-rest-dlq.fifo",
+		"archive": "changes-worker-orders-archive changes-worker-orders-archive-dlq",
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("queue names (-want +got):\n%s", d)
+	}
+	if j.Lease.TTL.D() != 10*time.Second || j.Feed.Limit != 500 {
+		t.Errorf("defaults: ttl %s limit %d", j.Lease.TTL.D(), j.Feed.Limit)
+	}
+	if r, ok := f.RouteByQueueName("changes-worker-orders-rest.fifo"); !ok || r.Output.ID != "rest" {
+		t.Errorf("route by queue name: %v %v", r, ok)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	f, err := Parse([]byte(`{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[
+		{"id":"h","type":"http","http":{"url":"http://x/{doc_id}"}},
+		{"id":"p","type":"postgres","postgres":{"dsn":{"env":"D"}}},
+		{"id":"s","type":"s3","s3":{}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := f.Jobs[0].Outputs
+	got := []string{o[0].Ordering, o[1].Ordering, o[2].Ordering, o[0].HTTP.Method, o[1].Postgres.Table, o[2].S3.Bucket, o[2].S3.KeyTemplate}
+	want := []string{"per_document", "none", "none", "PUT", "p", "changes-worker-data", "{doc_id}.json"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("defaults (-want +got):\n%s", d)
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		in   string
+		want []string // substrings, each must appear
+	}{
+		{
+			name: "many problems at once",
+			in: `{"jobs":[{"id":"Bad_ID","source":{"type":"mysql","url":"ftp://x"},"feed":{"limit":0,"fetch":"all"},
+				"lease":{"ttl":"1s"},"outputs":[{"id":"o","type":"kafka"},{"id":"o","type":"http","http":{"url":"http://x/{doc_id}","method":"GET"}}]}]}`,
+			want: []string{
+				`jobs[Bad_ID].id:`, `jobs[Bad_ID].source.type: "mysql"`, `jobs[Bad_ID].source.url:`,
+				`jobs[Bad_ID].feed.fetch: "all"`, `jobs[Bad_ID].lease.ttl: 1s`,
+				`jobs[Bad_ID].outputs[o].type: "kafka"`, `jobs[Bad_ID].outputs[o].id: "o" is used by another output`,
+				`jobs[Bad_ID].outputs[o].http.method: "GET"`,
+			},
+		},
+		{
+			name: "secret given inline is refused",
+			in:   `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://u:p@h/db"},"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{}}}]}]}`,
+			want: []string{"source.url: must not contain credentials", "outputs[p].postgres.dsn: give env"},
+		},
+		{
+			name: "channels need sync gateway",
+			in:   `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"feed":{"channels":["x"]},"outputs":[{"id":"s","type":"s3","s3":{"key_template":"../{doc_id}"}}]}]}`,
+			want: []string{"feed.channels: channels need", "s3.key_template: \"../{doc_id}\" must not"},
+		},
+		{
+			name: "unknown key",
+			in:   `{"jobs":[], "jobz": 1}`,
+			want: []string{`unknown field "jobz"`},
+		},
+		{
+			name: "no jobs",
+			in:   `{"jobs":[]}`,
+			want: []string{"jobs: at least one job is required"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(tt.in))
+			if err == nil {
+				t.Fatal("Parse succeeded, want errors")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestStripComments(t *testing.T) {
+	t.Parallel()
+	in := "{\"a\": \"http://x//y\", // comment\n /* block */ \"b\": \"/* not */\"}"
+	got := string(StripComments([]byte(in)))
+	want := "{\"a\": \"http://x//y\", \n   \"b\": \"/* not */\"}"
+	if got != want {
+		t.Errorf("got %q want %q", got, want)
+	}
+}

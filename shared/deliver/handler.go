@@ -1,0 +1,487 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/metrics"
+)
+
+// SQS is the part of the SQS client the handler calls: moving failures to the
+// DLQ and pacing transient retries.
+type SQS interface {
+	GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
+	SendMessage(ctx context.Context, in *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+}
+
+// S3 is the part of the S3 client the handler calls to read claim checks.
+type S3 interface {
+	GetObject(ctx context.Context, in *s3.GetObjectInput, optFns ...func(*s3.Options)) (*s3.GetObjectOutput, error)
+}
+
+// SinkFactory returns the sink of a route; it is called once per route and
+// the result reused for the life of the process.
+type SinkFactory func(ctx context.Context, r config.Route) (Sink, error)
+
+// Failure message attributes on DLQ messages, readable in the SQS console.
+const (
+	AttrClass          = "failure_class"
+	AttrReason         = "failure_reason"
+	AttrError          = "failure_error"
+	AttrHTTPStatus     = "failure_http_status"
+	AttrSQLState       = "failure_sql_state"
+	AttrAttempts       = "failure_attempts"
+	AttrFirstFailureAt = "failure_first_at"
+	AttrLastFailureAt  = "failure_last_at"
+	AttrOutput         = "failure_output"
+	AttrJob            = "failure_job"
+	AttrDocID          = "doc_id"
+)
+
+// Handler is the writer: it handles SQS batches from the work queues of every
+// configured output. Safe for concurrent use.
+type Handler struct {
+	Config  *config.File
+	Sinks   SinkFactory
+	SQS     SQS
+	S3      S3
+	Log     *slog.Logger
+	Metrics io.Writer // EMF destination
+	Now     func() time.Time
+
+	mu    sync.Mutex
+	sinks map[string]Sink
+	urls  map[string]string
+	stats map[string]*Stats
+}
+
+// Stats counts what the handler did for one output since the process started.
+type Stats struct {
+	Delivered    int64 // applied, or already superseded by a newer change
+	DeadLettered int64 // moved to the DLQ
+	Retried      int64 // returned to the queue for another attempt
+}
+
+// Stats returns a copy of the counters, keyed "job/output".
+func (h *Handler) Stats() map[string]Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]Stats, len(h.stats))
+	for k, v := range h.stats {
+		out[k] = *v
+	}
+	return out
+}
+
+func (h *Handler) count(r config.Route, delivered, dead, retried int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stats == nil {
+		h.stats = map[string]*Stats{}
+	}
+	k := r.Job.ID + "/" + r.Output.ID
+	st := h.stats[k]
+	if st == nil {
+		st = &Stats{}
+		h.stats[k] = st
+	}
+	st.Delivered += int64(delivered)
+	st.DeadLettered += int64(dead)
+	st.Retried += int64(retried)
+}
+
+func (h *Handler) now() time.Time {
+	if h.Now != nil {
+		return h.Now()
+	}
+	return time.Now()
+}
+
+// item is one record on its way through the handler.
+type item struct {
+	rec   events.SQSMessage
+	env   *change.Envelope
+	group string
+	err   *Error
+	done  bool
+}
+
+// Handle processes one batch and returns the messages to retry
+// (ReportBatchItemFailures). Permanent failures, and transient ones on their
+// last allowed receive, are moved to the DLQ with their reason and count as
+// handled. On FIFO queues, once a message of a group fails, later messages of
+// that group in the batch are not applied and are returned as failed too.
+func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	var resp events.SQSEventResponse
+	byQueue := map[string][]*item{}
+	var order []string
+	for _, rec := range ev.Records {
+		q := queueName(rec.EventSourceARN)
+		if _, ok := byQueue[q]; !ok {
+			order = append(order, q)
+		}
+		byQueue[q] = append(byQueue[q], &item{rec: rec, group: rec.Attributes["MessageGroupId"]})
+	}
+	for _, q := range order {
+		failed, err := h.handleQueue(ctx, q, byQueue[q])
+		if err != nil {
+			return resp, err
+		}
+		for _, id := range failed {
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: id})
+		}
+	}
+	return resp, nil
+}
+
+func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) ([]string, error) {
+	route, ok := h.Config.RouteByQueueName(queue)
+	if !ok {
+		// Not ours: a configuration mismatch. Fail the whole batch so nothing
+		// is lost; the messages reach the DLQ through the redrive policy.
+		return nil, fmt.Errorf("handle batch: queue %q belongs to no configured output", queue)
+	}
+	log := h.Log.With("job", route.Job.ID, "output", route.Output.ID)
+	rec := metrics.New(h.metricsOut(), map[string]string{"Job": route.Job.ID, "Output": route.Output.ID})
+	defer func() {
+		if err := rec.Flush(); err != nil {
+			log.Warn("flush metrics", "error", err)
+		}
+	}()
+
+	for _, it := range items {
+		env, err := change.Decode([]byte(it.rec.Body))
+		if err != nil {
+			it.err = PermanentError("decode", err)
+			continue
+		}
+		if env.Job != route.Job.ID || env.Output != route.Output.ID {
+			it.err = PermanentError("misrouted", fmt.Errorf("envelope for %s/%s on queue of %s/%s", env.Job, env.Output, route.Job.ID, route.Output.ID))
+			continue
+		}
+		it.env = env
+		if env.DocRef != nil && !env.Tombstone() {
+			if err := h.resolve(ctx, env); err != nil {
+				it.err = err
+			}
+		}
+	}
+
+	sink, err := h.sink(ctx, route)
+	if err != nil {
+		// The output cannot be reached at all (bad DSN, missing secret):
+		// every message is retried and the error surfaces as a function error.
+		for _, it := range items {
+			if it.err == nil {
+				it.err = TransientError("sink_unavailable", err)
+			}
+		}
+		log.ErrorContext(ctx, "open output", "error", err)
+	} else {
+		h.apply(ctx, sink, route.Output.FIFO(), items)
+	}
+
+	var failed []string
+	delivered, dead := 0, 0
+	for _, it := range items {
+		docID := ""
+		if it.env != nil {
+			docID = it.env.DocID
+		}
+		if it.err == nil {
+			if it.done {
+				delivered++
+				rec.Add(metrics.Delivered, 1, metrics.Count)
+				if it.env != nil && !it.env.EnqueuedAt.IsZero() {
+					rec.Add(metrics.EndToEndLatencyMs, float64(h.now().Sub(it.env.EnqueuedAt).Milliseconds()), metrics.Milliseconds)
+				}
+			}
+			continue
+		}
+		attempts := receiveCount(it.rec)
+		last := attempts >= route.Output.MaxReceiveCount
+		lg := log.With("doc_id", docID, "message_id", it.rec.MessageId, "attempts", attempts, "class", it.err.Class, "reason", it.err.Reason)
+		if it.err.Class == Permanent || last {
+			rec.Add(metrics.FailedPermanent, 1, metrics.Count)
+			if err := h.toDLQ(ctx, route, it, attempts); err != nil {
+				lg.ErrorContext(ctx, "move to dlq failed; message will be retried", "error", err)
+				failed = append(failed, it.rec.MessageId)
+				continue
+			}
+			lg.WarnContext(ctx, "moved to dlq", "error", it.err.Error())
+			dead++
+			continue
+		}
+		rec.Add(metrics.FailedTransient, 1, metrics.Count)
+		lg.WarnContext(ctx, "delivery failed; will retry", "error", it.err.Error())
+		h.pace(ctx, route, it, attempts)
+		failed = append(failed, it.rec.MessageId)
+	}
+	h.count(route, delivered, dead, len(failed))
+	if len(failed) > 0 {
+		rec.Add(metrics.WriterBatchFailures, float64(len(failed)), metrics.Count)
+	}
+	return failed, nil
+}
+
+// apply sends the decodable items to the sink. On FIFO queues it goes in
+// rounds, the k-th message of every group in round k, and drops a group from
+// later rounds once one of its messages failed.
+func (h *Handler) apply(ctx context.Context, sink Sink, fifo bool, items []*item) {
+	if !fifo {
+		var batch []*item
+		for _, it := range items {
+			if it.err == nil {
+				batch = append(batch, it)
+			}
+		}
+		h.applyRound(ctx, sink, batch)
+		return
+	}
+	var groups []string
+	byGroup := map[string][]*item{}
+	for _, it := range items {
+		if _, ok := byGroup[it.group]; !ok {
+			groups = append(groups, it.group)
+		}
+		byGroup[it.group] = append(byGroup[it.group], it)
+	}
+	broken := map[string]*item{}
+	for round := 0; ; round++ {
+		var batch []*item
+		more := false
+		for _, g := range groups {
+			its := byGroup[g]
+			if round >= len(its) {
+				continue
+			}
+			more = true
+			it := its[round]
+			if first := broken[g]; first != nil {
+				it.err = TransientError("group_blocked", fmt.Errorf("an earlier message of group %s failed (%s)", g, first.rec.MessageId))
+				continue
+			}
+			if it.err != nil {
+				if it.err.Class == Transient {
+					broken[g] = it
+				}
+				continue
+			}
+			batch = append(batch, it)
+		}
+		if !more {
+			return
+		}
+		h.applyRound(ctx, sink, batch)
+		for _, it := range batch {
+			if it.err != nil && it.err.Class == Transient {
+				broken[it.group] = it
+			}
+		}
+	}
+}
+
+func (h *Handler) applyRound(ctx context.Context, sink Sink, batch []*item) {
+	if len(batch) == 0 {
+		return
+	}
+	envs := make([]*change.Envelope, len(batch))
+	for i, it := range batch {
+		envs[i] = it.env
+	}
+	errs := sink.Apply(ctx, envs)
+	for i, it := range batch {
+		var err error
+		if i < len(errs) {
+			err = errs[i]
+		} else {
+			err = TransientError("sink_contract", errors.New("sink returned fewer results than changes"))
+		}
+		if err != nil {
+			it.err = Classify(err)
+			continue
+		}
+		it.done = true
+	}
+}
+
+// resolve fetches a claim-checked body from S3.
+func (h *Handler) resolve(ctx context.Context, env *change.Envelope) *Error {
+	out, err := h.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: &env.DocRef.Bucket, Key: &env.DocRef.Key})
+	if err != nil {
+		var nsk *s3types.NoSuchKey
+		if errors.As(err, &nsk) {
+			return PermanentError("claim_check_missing", fmt.Errorf("get claim check %s: %w", env.DocRef.Key, err))
+		}
+		return TransientError("claim_check", fmt.Errorf("get claim check %s: %w", env.DocRef.Key, err))
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		return TransientError("claim_check", fmt.Errorf("read claim check %s: %w", env.DocRef.Key, err))
+	}
+	env.Doc = b
+	return nil
+}
+
+func (h *Handler) sink(ctx context.Context, r config.Route) (Sink, error) {
+	key := r.Job.ID + "/" + r.Output.ID
+	h.mu.Lock()
+	s, ok := h.sinks[key]
+	h.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	s, err := h.Sinks(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("open output %s: %w", key, err)
+	}
+	h.mu.Lock()
+	if h.sinks == nil {
+		h.sinks = map[string]Sink{}
+	}
+	if prev, ok := h.sinks[key]; ok {
+		s = prev
+	} else {
+		h.sinks[key] = s
+	}
+	h.mu.Unlock()
+	return s, nil
+}
+
+// toDLQ sends the original body to the route's DLQ with the failure reason in
+// message attributes. The work-queue message is deleted only after this
+// succeeded (the caller reports it handled).
+func (h *Handler) toDLQ(ctx context.Context, r config.Route, it *item, attempts int) error {
+	url, err := h.queueURL(ctx, h.Config.DLQName(r.Job, r.Output))
+	if err != nil {
+		return err
+	}
+	now := h.now().UTC()
+	first := now
+	if ms, err := strconv.ParseInt(it.rec.Attributes["ApproximateFirstReceiveTimestamp"], 10, 64); err == nil {
+		first = time.UnixMilli(ms).UTC()
+	}
+	msg := it.err.Error()
+	if len(msg) > 1024 {
+		msg = msg[:1024]
+	}
+	attrs := map[string]sqstypes.MessageAttributeValue{
+		AttrClass:          strAttr(string(it.err.Class)),
+		AttrReason:         strAttr(it.err.Reason),
+		AttrError:          strAttr(msg),
+		AttrAttempts:       numAttr(attempts),
+		AttrFirstFailureAt: strAttr(first.Format(time.RFC3339Nano)),
+		AttrLastFailureAt:  strAttr(now.Format(time.RFC3339Nano)),
+		AttrOutput:         strAttr(r.Output.ID),
+		AttrJob:            strAttr(r.Job.ID),
+	}
+	if it.err.HTTPStatus != 0 {
+		attrs[AttrHTTPStatus] = numAttr(it.err.HTTPStatus)
+	}
+	if it.err.SQLState != "" {
+		attrs[AttrSQLState] = strAttr(it.err.SQLState)
+	}
+	if it.env != nil {
+		attrs[AttrDocID] = strAttr(it.env.DocID)
+	}
+	in := &sqs.SendMessageInput{QueueUrl: &url, MessageBody: aws.String(it.rec.Body), MessageAttributes: attrs}
+	if r.Output.FIFO() {
+		group := it.group
+		if group == "" {
+			group = "unknown"
+		}
+		in.MessageGroupId = aws.String(group)
+		in.MessageDeduplicationId = aws.String(it.rec.MessageId)
+	}
+	if _, err := h.SQS.SendMessage(ctx, in); err != nil {
+		return fmt.Errorf("send to dlq: %w", err)
+	}
+	return nil
+}
+
+// queueURL resolves a queue name to its URL once per process.
+func (h *Handler) queueURL(ctx context.Context, name string) (string, error) {
+	h.mu.Lock()
+	u, ok := h.urls[name]
+	h.mu.Unlock()
+	if ok {
+		return u, nil
+	}
+	out, err := h.SQS.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name})
+	if err != nil {
+		return "", fmt.Errorf("get queue url %s: %w", name, err)
+	}
+	h.mu.Lock()
+	if h.urls == nil {
+		h.urls = map[string]string{}
+	}
+	h.urls[name] = aws.ToString(out.QueueUrl)
+	h.mu.Unlock()
+	return aws.ToString(out.QueueUrl), nil
+}
+
+// pace sets the visibility of a transiently failed message to an exponential
+// backoff of its receive count, so retries neither hammer a struggling output
+// nor wait a whole visibility timeout. Best effort.
+func (h *Handler) pace(ctx context.Context, r config.Route, it *item, attempts int) {
+	if it.rec.ReceiptHandle == "" {
+		return
+	}
+	q, err := h.queueURL(ctx, h.Config.QueueName(r.Job, r.Output))
+	if err != nil {
+		return
+	}
+	delay := int32(math.Min(math.Pow(2, float64(attempts)), 300))
+	_, _ = h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: &q, ReceiptHandle: &it.rec.ReceiptHandle, VisibilityTimeout: delay,
+	})
+}
+
+func (h *Handler) metricsOut() io.Writer {
+	if h.Metrics == nil {
+		return io.Discard
+	}
+	return h.Metrics
+}
+
+func receiveCount(m events.SQSMessage) int {
+	n, err := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+func queueName(arn string) string {
+	if i := strings.LastIndexByte(arn, ':'); i >= 0 {
+		return arn[i+1:]
+	}
+	return arn
+}
+
+func strAttr(s string) sqstypes.MessageAttributeValue {
+	return sqstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(s)}
+}
+
+func numAttr(n int) sqstypes.MessageAttributeValue {
+	return sqstypes.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(n))}
+}

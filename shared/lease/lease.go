@@ -1,0 +1,399 @@
+// Package lease keeps each job's lease and checkpoint in one DynamoDB item, so
+// that one conditional write both renews the lease and advances the checkpoint.
+//
+// The item's generation is the fencing token: every takeover increments it, and
+// every later write of the holder is conditioned on owner AND generation. A
+// refused write means the lease was taken; the holder must stop at once.
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// DynamoDB is the part of the DynamoDB client the store calls.
+type DynamoDB interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+}
+
+var (
+	// ErrLeaseHeld is returned by Acquire when another owner holds an unexpired lease.
+	ErrLeaseHeld = errors.New("lease held by another owner")
+	// ErrLeaseLost is returned when a write conditioned on owner and generation
+	// is refused: another poller took the lease (or it was force-taken).
+	ErrLeaseLost = errors.New("lease lost")
+)
+
+// Item attribute names.
+const (
+	attrJob          = "job_id"
+	attrOwner        = "owner"
+	attrHost         = "owner_host"
+	attrGeneration   = "generation"
+	attrExpiresMS    = "lease_expires_ms"
+	attrAcquiredAt   = "acquired_at"
+	attrHeartbeatAt  = "heartbeat_at"
+	attrReleased     = "released"
+	attrCheckpoint   = "checkpoint_seq"
+	attrCheckpointAt = "checkpoint_at"
+	attrPending      = "pending"
+	attrFailovers    = "failovers"
+	attrHandoffs     = "handoffs"
+	attrCheckpoints  = "checkpoints"
+	attrTakeoverKind = "takeover_kind"
+)
+
+// Takeover says how a lease was acquired.
+type Takeover string
+
+const (
+	// First: the job had no holder before.
+	First Takeover = "first"
+	// Handoff: the previous holder released the lease.
+	Handoff Takeover = "handoff"
+	// Failover: the previous holder's lease expired without release.
+	Failover Takeover = "failover"
+	// Forced: an operator took the lease (changesctl checkpoint --force).
+	Forced Takeover = "forced"
+)
+
+// State is what the job item holds.
+type State struct {
+	JobID        string
+	Exists       bool
+	Owner        string
+	Host         string
+	Generation   int64
+	ExpiresAt    time.Time
+	AcquiredAt   time.Time
+	HeartbeatAt  time.Time
+	Released     bool
+	Checkpoint   json.RawMessage // nil: from the beginning
+	CheckpointAt time.Time
+	Pending      int64 // -1 when unknown
+	Failovers    int64
+	Handoffs     int64
+	Checkpoints  int64
+	TakeoverKind Takeover
+}
+
+// Held reports whether, by the clock value now, someone holds the lease.
+func (s *State) Held(now time.Time) bool {
+	return s.Exists && s.Owner != "" && !s.Released && now.Before(s.ExpiresAt)
+}
+
+// Lease is a held lease. Its methods are not safe for concurrent use.
+type Lease struct {
+	JobID      string
+	Owner      string
+	Generation int64
+	Kind       Takeover
+	// Checkpoint is the stored checkpoint when the lease was taken.
+	Checkpoint json.RawMessage
+	// RenewedAt is the local time at which the last successful write was sent;
+	// the lease is valid until RenewedAt + TTL by the holder's clock.
+	RenewedAt time.Time
+	TTL       time.Duration
+	// Previous is the item before the takeover.
+	Previous State
+}
+
+// Remaining is how long the lease is still valid by the local clock.
+func (l *Lease) Remaining(now time.Time) time.Duration { return l.RenewedAt.Add(l.TTL).Sub(now) }
+
+// Store reads and writes job items. Safe for concurrent use.
+type Store struct {
+	DB    DynamoDB
+	Table string
+	Now   func() time.Time
+}
+
+// New returns a store on the given table.
+func New(db DynamoDB, table string) *Store { return &Store{DB: db, Table: table, Now: time.Now} }
+
+func (s *Store) key(job string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrJob: &types.AttributeValueMemberS{Value: job}}
+}
+
+// Get reads the job item with a strongly consistent read. A missing item
+// returns a State with Exists false.
+func (s *Store) Get(ctx context.Context, job string) (*State, error) {
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      &s.Table,
+		Key:            s.key(job),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get job item %s: %w", job, err)
+	}
+	st := decode(out.Item)
+	st.JobID = job
+	return st, nil
+}
+
+// Acquire takes the lease when the job has no holder, the holder released it,
+// or its lease expired by this process's clock. The generation is incremented.
+// When another owner holds it, Acquire returns ErrLeaseHeld and that holder's
+// state.
+func (s *Store) Acquire(ctx context.Context, job, owner, host string, ttl time.Duration) (*Lease, *State, error) {
+	return s.take(ctx, job, owner, host, ttl, false)
+}
+
+// ForceTake takes the lease whatever its state, incrementing the generation
+// so any running holder is fenced out at its next write.
+func (s *Store) ForceTake(ctx context.Context, job, owner, host string, ttl time.Duration) (*Lease, error) {
+	l, _, err := s.take(ctx, job, owner, host, ttl, true)
+	return l, err
+}
+
+func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Duration, force bool) (*Lease, *State, error) {
+	now := s.Now()
+	kindExpr := ":first"
+	cond := "attribute_not_exists(#owner) OR #released = :true OR #exp < :now"
+	if force {
+		cond = ""
+	}
+	in := &dynamodb.UpdateItemInput{
+		TableName: &s.Table,
+		Key:       s.key(job),
+		UpdateExpression: aws.String("SET #owner = :owner, #host = :host, #exp = :exp, #acq = :nowiso, #hb = :nowiso, #released = :false, " +
+			"#gen = if_not_exists(#gen, :zero) + :one, #kind = " + kindExpr),
+		ExpressionAttributeNames: map[string]string{
+			"#owner": attrOwner, "#host": attrHost, "#exp": attrExpiresMS, "#acq": attrAcquiredAt,
+			"#hb": attrHeartbeatAt, "#released": attrReleased, "#gen": attrGeneration, "#kind": attrTakeoverKind,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":owner":  &types.AttributeValueMemberS{Value: owner},
+			":host":   &types.AttributeValueMemberS{Value: host},
+			":exp":    num(now.Add(ttl).UnixMilli()),
+			":nowiso": &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339Nano)},
+			":false":  &types.AttributeValueMemberBOOL{Value: false},
+			":zero":   num(0),
+			":one":    num(1),
+			":first":  &types.AttributeValueMemberS{Value: string(First)},
+		},
+		ReturnValues:                        types.ReturnValueAllOld,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	if !force {
+		in.ConditionExpression = aws.String(cond)
+		in.ExpressionAttributeValues[":true"] = &types.AttributeValueMemberBOOL{Value: true}
+		in.ExpressionAttributeValues[":now"] = num(now.UnixMilli())
+	}
+	out, err := s.DB.UpdateItem(ctx, in)
+	if err != nil {
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) {
+			st := decode(ccf.Item)
+			if ccf.Item == nil {
+				// Some emulators omit the item; read it.
+				if got, gerr := s.Get(ctx, job); gerr == nil {
+					st = got
+				}
+			}
+			st.JobID = job
+			return nil, st, ErrLeaseHeld
+		}
+		return nil, nil, fmt.Errorf("acquire lease %s: %w", job, err)
+	}
+	prev := decode(out.Attributes)
+	prev.JobID = job
+	kind := First
+	switch {
+	case force:
+		kind = Forced
+	case prev.Exists && prev.Owner != "" && prev.Released:
+		kind = Handoff
+	case prev.Exists && prev.Owner != "":
+		kind = Failover
+	}
+	l := &Lease{
+		JobID: job, Owner: owner, Generation: prev.Generation + 1, Kind: kind,
+		Checkpoint: prev.Checkpoint, RenewedAt: now, TTL: ttl, Previous: *prev,
+	}
+	if kind != First {
+		// Record how this lease was taken (and count it) for status and metrics;
+		// best effort, the lease is already ours.
+		counter := map[Takeover]string{Handoff: attrHandoffs, Failover: attrFailovers}[kind]
+		expr := "SET #kind = :kind"
+		names := map[string]string{"#kind": attrTakeoverKind, "#owner": attrOwner, "#gen": attrGeneration}
+		vals := map[string]types.AttributeValue{
+			":kind": &types.AttributeValueMemberS{Value: string(kind)}, ":owner": &types.AttributeValueMemberS{Value: owner},
+			":gen": num(l.Generation),
+		}
+		if counter != "" {
+			expr += " ADD #c :one"
+			names["#c"] = counter
+			vals[":one"] = num(1)
+		}
+		_, _ = s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: &s.Table, Key: s.key(job), UpdateExpression: &expr,
+			ConditionExpression:       aws.String("#owner = :owner AND #gen = :gen"),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: vals,
+		})
+	}
+	return l, prev, nil
+}
+
+// Checkpoint stores seq as the job's checkpoint and renews the lease, in one
+// write conditioned on the lease's owner and generation. It returns
+// ErrLeaseLost when that condition fails. pending < 0 means unknown.
+func (s *Store) Checkpoint(ctx context.Context, l *Lease, seq json.RawMessage, pending int64) error {
+	now := s.Now()
+	vals := map[string]types.AttributeValue{
+		":seq":    &types.AttributeValueMemberS{Value: string(seq)},
+		":nowiso": &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339Nano)},
+		":p":      num(pending),
+		":one":    num(1),
+	}
+	err := s.write(ctx, l, now, "#cp = :seq, #cpat = :nowiso, #pending = :p", "ADD #cps :one",
+		map[string]string{"#cp": attrCheckpoint, "#cpat": attrCheckpointAt, "#pending": attrPending, "#cps": attrCheckpoints}, vals)
+	if err != nil {
+		return fmt.Errorf("write checkpoint %s: %w", l.JobID, err)
+	}
+	l.Checkpoint = seq
+	return nil
+}
+
+// Renew extends the lease (the heartbeat) and records the pending count,
+// conditioned on owner and generation. It returns ErrLeaseLost when refused.
+func (s *Store) Renew(ctx context.Context, l *Lease, pending int64) error {
+	now := s.Now()
+	err := s.write(ctx, l, now, "#pending = :p", "", map[string]string{"#pending": attrPending},
+		map[string]types.AttributeValue{":p": num(pending)})
+	if err != nil {
+		return fmt.Errorf("renew lease %s: %w", l.JobID, err)
+	}
+	return nil
+}
+
+// write applies sets (SET assignments) and tail (an ADD or REMOVE clause, or
+// "") together with the lease renewal, conditioned on owner and generation.
+func (s *Store) write(ctx context.Context, l *Lease, now time.Time, sets, tail string, names map[string]string, vals map[string]types.AttributeValue) error {
+	names["#owner"], names["#gen"], names["#exp"], names["#hb"] = attrOwner, attrGeneration, attrExpiresMS, attrHeartbeatAt
+	vals[":owner"] = &types.AttributeValueMemberS{Value: l.Owner}
+	vals[":gen"] = num(l.Generation)
+	vals[":exp"] = num(now.Add(l.TTL).UnixMilli())
+	vals[":hb"] = &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339Nano)}
+	expr := "SET " + sets + ", #exp = :exp, #hb = :hb " + tail
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.Table,
+		Key:                       s.key(l.JobID),
+		UpdateExpression:          &expr,
+		ConditionExpression:       aws.String("#owner = :owner AND #gen = :gen"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: vals,
+	})
+	if err != nil {
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) {
+			return ErrLeaseLost
+		}
+		return err
+	}
+	l.RenewedAt = now
+	return nil
+}
+
+// Release ends the lease so the next poller takes over without waiting for it
+// to expire. It returns ErrLeaseLost when the lease was already taken.
+func (s *Store) Release(ctx context.Context, l *Lease) error {
+	now := s.Now()
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                &s.Table,
+		Key:                      s.key(l.JobID),
+		UpdateExpression:         aws.String("SET #released = :true, #exp = :now"),
+		ConditionExpression:      aws.String("#owner = :owner AND #gen = :gen"),
+		ExpressionAttributeNames: map[string]string{"#released": attrReleased, "#exp": attrExpiresMS, "#owner": attrOwner, "#gen": attrGeneration},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":true": &types.AttributeValueMemberBOOL{Value: true}, ":now": num(now.UnixMilli()),
+			":owner": &types.AttributeValueMemberS{Value: l.Owner}, ":gen": num(l.Generation),
+		},
+	})
+	if err != nil {
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) {
+			return fmt.Errorf("release lease %s: %w", l.JobID, ErrLeaseLost)
+		}
+		return fmt.Errorf("release lease %s: %w", l.JobID, err)
+	}
+	return nil
+}
+
+// SetCheckpoint overwrites the checkpoint of a job whose lease is held by l
+// (typically taken with ForceTake or Acquire by an operator). A nil seq resets
+// to the beginning of the feed.
+func (s *Store) SetCheckpoint(ctx context.Context, l *Lease, seq json.RawMessage) error {
+	if seq == nil {
+		now := s.Now()
+		err := s.write(ctx, l, now, "#cpat = :nowiso", "REMOVE #cp",
+			map[string]string{"#cp": attrCheckpoint, "#cpat": attrCheckpointAt},
+			map[string]types.AttributeValue{":nowiso": &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339Nano)}})
+		if err != nil {
+			return fmt.Errorf("reset checkpoint %s: %w", l.JobID, err)
+		}
+		l.Checkpoint = nil
+		return nil
+	}
+	return s.Checkpoint(ctx, l, seq, -1)
+}
+
+func num(n int64) *types.AttributeValueMemberN {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+
+func decode(item map[string]types.AttributeValue) *State {
+	st := &State{Pending: -1}
+	if len(item) == 0 {
+		return st
+	}
+	st.Exists = true
+	str := func(k string) string {
+		if v, ok := item[k].(*types.AttributeValueMemberS); ok {
+			return v.Value
+		}
+		return ""
+	}
+	n := func(k string) int64 {
+		if v, ok := item[k].(*types.AttributeValueMemberN); ok {
+			i, _ := strconv.ParseInt(v.Value, 10, 64)
+			return i
+		}
+		return 0
+	}
+	t := func(k string) time.Time {
+		tm, _ := time.Parse(time.RFC3339Nano, str(k))
+		return tm
+	}
+	st.Owner = str(attrOwner)
+	st.Host = str(attrHost)
+	st.Generation = n(attrGeneration)
+	st.ExpiresAt = time.UnixMilli(n(attrExpiresMS))
+	st.AcquiredAt = t(attrAcquiredAt)
+	st.HeartbeatAt = t(attrHeartbeatAt)
+	if v, ok := item[attrReleased].(*types.AttributeValueMemberBOOL); ok {
+		st.Released = v.Value
+	}
+	if cp := str(attrCheckpoint); cp != "" {
+		st.Checkpoint = json.RawMessage(cp)
+	}
+	st.CheckpointAt = t(attrCheckpointAt)
+	if _, ok := item[attrPending]; ok {
+		st.Pending = n(attrPending)
+	}
+	st.Failovers = n(attrFailovers)
+	st.Handoffs = n(attrHandoffs)
+	st.Checkpoints = n(attrCheckpoints)
+	st.TakeoverKind = Takeover(str(attrTakeoverKind))
+	return st
+}

@@ -1,0 +1,176 @@
+package lease_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/testenv"
+)
+
+func newStore(t *testing.T) *lease.Store {
+	t.Helper()
+	db := dynamodb.NewFromConfig(testenv.AWS(t))
+	name := testenv.Name(t)
+	ctx := context.Background()
+	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            &name,
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("job_id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("job_id"), KeyType: types.KeyTypeHash}},
+	})
+	if err != nil {
+		t.Fatalf("create table: %v", err)
+	}
+	t.Cleanup(func() { db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name}) })
+	return lease.New(db, name)
+}
+
+func TestAcquireRenewCheckpointRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	ttl := 10 * time.Second
+
+	a, _, err := s.Acquire(ctx, "job", "a", "host-a", ttl)
+	if err != nil {
+		t.Fatalf("acquire a: %v", err)
+	}
+	if a.Generation != 1 || a.Kind != lease.First {
+		t.Errorf("first acquire: generation %d kind %s, want 1 first", a.Generation, a.Kind)
+	}
+	_, held, err := s.Acquire(ctx, "job", "b", "host-b", ttl)
+	if !errors.Is(err, lease.ErrLeaseHeld) {
+		t.Fatalf("acquire b while a holds: %v, want ErrLeaseHeld", err)
+	}
+	if held.Owner != "a" {
+		t.Errorf("held by %q, want a", held.Owner)
+	}
+	seq := json.RawMessage(`"12-g1AAAA"`)
+	if err := s.Checkpoint(ctx, a, seq, 7); err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	st, err := s.Get(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(st.Checkpoint) != string(seq) || st.Pending != 7 || st.Checkpoints != 1 {
+		t.Errorf("stored checkpoint %s pending %d count %d", st.Checkpoint, st.Pending, st.Checkpoints)
+	}
+	if err := s.Release(ctx, a); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	b, _, err := s.Acquire(ctx, "job", "b", "host-b", ttl)
+	if err != nil {
+		t.Fatalf("acquire b after release: %v", err)
+	}
+	if b.Generation != 2 || b.Kind != lease.Handoff || string(b.Checkpoint) != string(seq) {
+		t.Errorf("handoff: generation %d kind %s checkpoint %s", b.Generation, b.Kind, b.Checkpoint)
+	}
+	// The old holder is fenced: every write is refused.
+	if err := s.Checkpoint(ctx, a, json.RawMessage(`99`), 0); !errors.Is(err, lease.ErrLeaseLost) {
+		t.Errorf("zombie checkpoint: %v, want ErrLeaseLost", err)
+	}
+	if err := s.Renew(ctx, a, 0); !errors.Is(err, lease.ErrLeaseLost) {
+		t.Errorf("zombie renew: %v, want ErrLeaseLost", err)
+	}
+	if err := s.Release(ctx, a); !errors.Is(err, lease.ErrLeaseLost) {
+		t.Errorf("zombie release: %v, want ErrLeaseLost", err)
+	}
+	st, _ = s.Get(ctx, "job")
+	if string(st.Checkpoint) != string(seq) || st.Handoffs != 1 {
+		t.Errorf("after zombie writes: checkpoint %s handoffs %d", st.Checkpoint, st.Handoffs)
+	}
+}
+
+func TestExpiredLeaseIsTakenOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	clock := time.Now()
+	s.Now = func() time.Time { return clock }
+	a, _, err := s.Acquire(ctx, "job", "a", "h", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(6 * time.Second)
+	b, _, err := s.Acquire(ctx, "job", "b", "h", 5*time.Second)
+	if err != nil {
+		t.Fatalf("take over expired lease: %v", err)
+	}
+	if b.Kind != lease.Failover || b.Generation != a.Generation+1 {
+		t.Errorf("takeover kind %s generation %d", b.Kind, b.Generation)
+	}
+	if err := s.Checkpoint(ctx, a, json.RawMessage(`5`), 0); !errors.Is(err, lease.ErrLeaseLost) {
+		t.Errorf("expired holder's checkpoint: %v, want ErrLeaseLost", err)
+	}
+	st, _ := s.Get(ctx, "job")
+	if st.Failovers != 1 {
+		t.Errorf("failovers %d, want 1", st.Failovers)
+	}
+}
+
+func TestForceTakeFencesHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	a, _, err := s.Acquire(ctx, "job", "a", "h", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := s.ForceTake(ctx, "job", "operator", "h", time.Minute)
+	if err != nil {
+		t.Fatalf("force take: %v", err)
+	}
+	if err := s.SetCheckpoint(ctx, op, nil); err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+	if err := s.Checkpoint(ctx, a, json.RawMessage(`1`), 0); !errors.Is(err, lease.ErrLeaseLost) {
+		t.Errorf("fenced holder's checkpoint: %v, want ErrLeaseLost", err)
+	}
+	st, _ := s.Get(ctx, "job")
+	if st.Checkpoint != nil || st.Generation != 2 {
+		t.Errorf("after forced reset: checkpoint %s generation %d", st.Checkpoint, st.Generation)
+	}
+}
+
+// Many contenders at once: exactly one wins each round.
+func TestOneWinnerAmongContenders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	for round := 0; round < 3; round++ {
+		var mu sync.Mutex
+		var winners []*lease.Lease
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, _, err := s.Acquire(ctx, "job", "c"+string(rune('a'+i))+string(rune('0'+round)), "h", time.Minute)
+				if err == nil {
+					mu.Lock()
+					winners = append(winners, l)
+					mu.Unlock()
+				} else if !errors.Is(err, lease.ErrLeaseHeld) {
+					t.Errorf("acquire: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		if len(winners) != 1 {
+			t.Fatalf("round %d: %d winners, want 1", round, len(winners))
+		}
+		if err := s.Release(ctx, winners[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,395 @@
+// Package localrun hosts the poller and writer handlers on one machine with
+// the contracts Lambda gives them: the poller runs on a schedule tick with a
+// deadline (so a new invocation overlaps the previous one and stands by), and
+// the writer is fed by an SQS long-poll loop that hands it batches, deletes
+// only the messages it did not report failed, and leaves the rest to the
+// queue's visibility timeout, receive count and redrive policy.
+package localrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/pipeline"
+	"github.com/changes-worker/changes-worker/shared/poll"
+)
+
+// Options control a run.
+type Options struct {
+	// Jobs restricts the run to these job ids; empty means every job.
+	Jobs []string
+	// Tick is the schedule interval. Default: each job's schedule.
+	Tick time.Duration
+	// PollerTimeout is each poller invocation's deadline. Default: the stack's.
+	PollerTimeout time.Duration
+	// WriterTimeout is each writer invocation's deadline. Default: the stack's.
+	WriterTimeout time.Duration
+	// NoPoller / NoWriter run only one side (fault tests run pollers as
+	// separate processes).
+	NoPoller, NoWriter bool
+	// UntilIdle stops the run, successfully, once every job is caught up and
+	// every work queue is drained.
+	UntilIdle bool
+	// Concurrency is the number of writer loops per queue. Default 2.
+	Concurrency int
+}
+
+// Runtime runs pipelines locally.
+type Runtime struct {
+	Deps *pipeline.Deps
+	Opts Options
+	Log  *slog.Logger
+
+	invocations atomic.Int64
+	inflight    atomic.Int64
+	read        atomic.Int64
+	enqueued    atomic.Int64
+	writer      *deliver.Handler
+	mu          sync.Mutex
+	caughtUp    map[string]bool
+}
+
+// Run runs until ctx ends or, with UntilIdle, until the pipelines are idle.
+func (r *Runtime) Run(ctx context.Context) error {
+	f := r.Deps.Config
+	var jobs []*config.Job
+	for _, j := range f.Jobs {
+		if len(r.Opts.Jobs) == 0 || contains(r.Opts.Jobs, j.ID) {
+			jobs = append(jobs, j)
+		}
+	}
+	if len(jobs) == 0 {
+		return errors.New("run: no job matches")
+	}
+	r.caughtUp = map[string]bool{}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 64)
+	var wg sync.WaitGroup
+
+	var queues []queue
+	if !r.Opts.NoWriter {
+		h := r.Deps.Writer()
+		r.writer = h
+		for _, j := range jobs {
+			for _, o := range j.Outputs {
+				q, err := r.queue(ctx, f.QueueName(j, o), o)
+				if err != nil {
+					return err
+				}
+				queues = append(queues, q)
+				n := r.Opts.Concurrency
+				if n == 0 {
+					n = 2
+				}
+				for i := 0; i < n; i++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						r.writerLoop(ctx, h, q)
+					}()
+				}
+			}
+		}
+	}
+	if !r.Opts.NoPoller {
+		for _, j := range jobs {
+			p, err := r.Deps.Poller(ctx, j.ID)
+			if err != nil {
+				return err
+			}
+			id := j.ID
+			p.OnBatch = func(caughtUp bool) {
+				r.mu.Lock()
+				r.caughtUp[id] = caughtUp
+				r.mu.Unlock()
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.schedule(ctx, j, p, errc)
+			}()
+		}
+	}
+	var err error
+	if r.Opts.UntilIdle {
+		err = r.waitIdle(ctx, jobs, queues, errc)
+		cancel()
+	} else {
+		select {
+		case <-ctx.Done():
+		case err = <-errc:
+			cancel()
+		}
+	}
+	wg.Wait()
+	return err
+}
+
+// Summary is what a run did.
+type Summary struct {
+	Read, Enqueued int64
+	Outputs        map[string]deliver.Stats // by "job/output"
+}
+
+// Summary returns the counters of the run so far.
+func (r *Runtime) Summary() Summary {
+	s := Summary{Read: r.read.Load(), Enqueued: r.enqueued.Load()}
+	if r.writer != nil {
+		s.Outputs = r.writer.Stats()
+	}
+	return s
+}
+
+// schedule starts a poller invocation at every tick, as EventBridge does.
+func (r *Runtime) schedule(ctx context.Context, j *config.Job, p *poll.Poller, errc chan<- error) {
+	tick := r.Opts.Tick
+	if tick == 0 {
+		tick = j.Schedule.D()
+	}
+	timeout := r.Opts.PollerTimeout
+	if timeout == 0 {
+		timeout = r.Deps.Config.Stack.PollerTimeout.D()
+	}
+	host := pipeline.Hostname()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		n := r.invocations.Add(1)
+		owner := fmt.Sprintf("local-%s-%d-%d", host, os.Getpid(), n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ictx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			deadline, _ := ictx.Deadline()
+			res, err := p.Run(ictx, poll.Invocation{Owner: owner, Host: host, Deadline: deadline})
+			r.read.Add(int64(res.Read))
+			r.enqueued.Add(int64(res.Enqueued))
+			if err != nil && ctx.Err() == nil {
+				r.Log.Error("poller invocation failed", "job", j.ID, "owner", owner, "error", err)
+				if !r.Opts.UntilIdle {
+					return // as on Lambda: the next tick tries again
+				}
+				select {
+				case errc <- fmt.Errorf("poller %s: %w", j.ID, err):
+				default:
+				}
+				return
+			}
+			r.Log.Debug("poller invocation ended", "job", j.ID, "owner", owner, "role", res.Role, "read", res.Read, "enqueued", res.Enqueued)
+		}()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+type queue struct {
+	name, url, arn string
+	out            *config.Output
+}
+
+func (r *Runtime) queue(ctx context.Context, name string, o *config.Output) (queue, error) {
+	c := r.Deps.SQS
+	u, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name})
+	if err != nil {
+		return queue{}, fmt.Errorf("get queue url %s (run changesctl bootstrap first): %w", name, err)
+	}
+	a, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: u.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		return queue{}, fmt.Errorf("get queue arn %s: %w", name, err)
+	}
+	return queue{name: name, url: aws.ToString(u.QueueUrl), arn: a.Attributes["QueueArn"], out: o}, nil
+}
+
+// writerLoop is the Lambda SQS event source: receive a batch, invoke the
+// handler with a deadline, delete what it did not report as failed.
+func (r *Runtime) writerLoop(ctx context.Context, h *deliver.Handler, q queue) {
+	c := r.Deps.SQS
+	timeout := r.Opts.WriterTimeout
+	if timeout == 0 {
+		timeout = r.Deps.Config.Stack.WriterTimeout.D()
+	}
+	for ctx.Err() == nil {
+		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl:                    &q.url,
+			MaxNumberOfMessages:         int32(q.out.BatchSize),
+			WaitTimeSeconds:             1,
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+			MessageAttributeNames:       []string{"All"},
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				r.Log.Warn("receive messages", "queue", q.name, "error", err)
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		if len(out.Messages) == 0 {
+			continue
+		}
+		r.inflight.Add(1)
+		r.invoke(ctx, h, q, out.Messages, timeout)
+		r.inflight.Add(-1)
+	}
+}
+
+func (r *Runtime) invoke(ctx context.Context, h *deliver.Handler, q queue, msgs []sqstypes.Message, timeout time.Duration) {
+	ev := events.SQSEvent{Records: make([]events.SQSMessage, len(msgs))}
+	for i, m := range msgs {
+		ev.Records[i] = events.SQSMessage{
+			MessageId:      aws.ToString(m.MessageId),
+			ReceiptHandle:  aws.ToString(m.ReceiptHandle),
+			Body:           aws.ToString(m.Body),
+			Md5OfBody:      aws.ToString(m.MD5OfBody),
+			Attributes:     m.Attributes,
+			EventSource:    "aws:sqs",
+			EventSourceARN: q.arn,
+			AWSRegion:      r.Deps.AWS.Region,
+		}
+	}
+	// The messages stay with us even if the run is stopping: finish the batch.
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	resp, err := h.Handle(ictx, ev)
+	if err != nil {
+		r.Log.Error("writer invocation failed; batch will be retried", "queue", q.name, "error", err)
+		return
+	}
+	failed := map[string]bool{}
+	for _, f := range resp.BatchItemFailures {
+		failed[f.ItemIdentifier] = true
+	}
+	var del []sqstypes.DeleteMessageBatchRequestEntry
+	for i, m := range msgs {
+		if !failed[aws.ToString(m.MessageId)] {
+			del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+		}
+	}
+	if len(del) == 0 {
+		return
+	}
+	d, err := r.Deps.SQS.DeleteMessageBatch(ictx, &sqs.DeleteMessageBatchInput{QueueUrl: &q.url, Entries: del})
+	if err != nil {
+		r.Log.Warn("delete messages", "queue", q.name, "error", err)
+		return
+	}
+	for _, f := range d.Failed {
+		r.Log.Warn("delete message", "queue", q.name, "code", aws.ToString(f.Code))
+	}
+}
+
+// waitIdle returns nil when, twice in a row, every job is caught up, no
+// writer batch is in flight and every work queue is empty.
+func (r *Runtime) waitIdle(ctx context.Context, jobs []*config.Job, queues []queue, errc <-chan error) error {
+	streak := 0
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errc:
+			return err
+		case <-t.C:
+		}
+		idle, err := r.idle(ctx, jobs, queues)
+		if err != nil {
+			return err
+		}
+		if idle {
+			streak++
+		} else {
+			streak = 0
+		}
+		if streak >= 3 {
+			return nil
+		}
+	}
+}
+
+func (r *Runtime) idle(ctx context.Context, jobs []*config.Job, queues []queue) (bool, error) {
+	if !r.Opts.NoPoller {
+		r.mu.Lock()
+		for _, j := range jobs {
+			if !r.caughtUp[j.ID] {
+				r.mu.Unlock()
+				return false, nil
+			}
+		}
+		r.mu.Unlock()
+	}
+	if r.inflight.Load() > 0 {
+		return false, nil
+	}
+	for _, q := range queues {
+		n, err := Depth(ctx, r.Deps.SQS, q.url)
+		if err != nil {
+			return false, err
+		}
+		if n > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// Depth is the number of messages in a queue: visible, in flight and delayed.
+func Depth(ctx context.Context, c *sqs.Client, url string) (int, error) {
+	a, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: &url,
+		AttributeNames: []sqstypes.QueueAttributeName{
+			sqstypes.QueueAttributeNameApproximateNumberOfMessages,
+			sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+			sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed,
+		},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("get queue depth: %w", err)
+	}
+	total := 0
+	for _, v := range a.Attributes {
+		n, _ := strconv.Atoi(v)
+		total += n
+	}
+	return total, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,252 @@
+// Package pipeline wires the poller and the writer from a configuration file
+// and an AWS configuration. The Lambda mains and the local runtime both call
+// it, so they run the same code with the same contracts.
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/changes-worker/changes-worker/shared/awsconf"
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/fanout"
+	"github.com/changes-worker/changes-worker/shared/feed"
+	"github.com/changes-worker/changes-worker/shared/httpsink"
+	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/metrics"
+	"github.com/changes-worker/changes-worker/shared/pgsink"
+	"github.com/changes-worker/changes-worker/shared/poll"
+	"github.com/changes-worker/changes-worker/shared/s3sink"
+	"github.com/changes-worker/changes-worker/shared/secret"
+)
+
+// Deps are the process-wide dependencies, built once (at cold start).
+type Deps struct {
+	Config  *config.File
+	AWS     aws.Config
+	Log     *slog.Logger
+	Metrics io.Writer // EMF destination, standard output in Lambda
+	Secrets *secret.Resolver
+
+	DynamoDB *dynamodb.Client
+	SQS      *sqs.Client
+	S3       *s3.Client
+
+	mu      sync.Mutex
+	pools   map[string]*pgxpool.Pool
+	pollers map[string]*poll.Poller
+}
+
+// Lookup reads the process environment; tests pass a map instead.
+type Lookup func(string) (string, bool)
+
+// Environment variables the functions read.
+const (
+	EnvConfigFile      = "CHANGES_CONFIG_FILE"
+	EnvBucket          = "CHANGES_BUCKET"
+	EnvEnvSecretPrefix = "CHANGES_ENV_SECRET_PREFIX"
+)
+
+// LoadConfig reads the configuration named by CHANGES_CONFIG_FILE (default
+// jobs.json beside the binary's working directory) and applies CHANGES_BUCKET.
+func LoadConfig(lookup Lookup) (*config.File, error) {
+	path, ok := lookup(EnvConfigFile)
+	if !ok || path == "" {
+		path = "jobs.json"
+	}
+	f, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	if b, ok := lookup(EnvBucket); ok && b != "" {
+		OverrideBucket(f, b)
+	}
+	return f, nil
+}
+
+// OverrideBucket points the stack bucket, and every S3 output that used it,
+// at bucket (the deployed stack's generated bucket name).
+func OverrideBucket(f *config.File, bucket string) {
+	old := f.Stack.Bucket
+	f.Stack.Bucket = bucket
+	for _, j := range f.Jobs {
+		for _, o := range j.Outputs {
+			if o.S3 != nil && o.S3.Bucket == old {
+				o.S3.Bucket = bucket
+			}
+		}
+	}
+}
+
+// New builds the shared dependencies.
+func New(f *config.File, awsCfg aws.Config, lookup Lookup, log *slog.Logger, metricsOut io.Writer) *Deps {
+	prefix, _ := lookup(EnvEnvSecretPrefix)
+	return &Deps{
+		Config:   f,
+		AWS:      awsCfg,
+		Log:      log,
+		Metrics:  metricsOut,
+		Secrets:  &secret.Resolver{Lookup: lookup, SM: secretsmanager.NewFromConfig(awsCfg), EnvSecretPrefix: prefix},
+		DynamoDB: dynamodb.NewFromConfig(awsCfg),
+		SQS:      sqs.NewFromConfig(awsCfg),
+		S3:       s3.NewFromConfig(awsCfg, awsconf.S3Options),
+	}
+}
+
+// Poller builds the poller of one job.
+func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
+	j := d.Config.Job(jobID)
+	if j == nil {
+		return nil, fmt.Errorf("build poller: no job %q in the configuration", jobID)
+	}
+	opts := feed.Options{
+		SourceType: j.Source.Type, URL: j.Source.URL, Limit: j.Feed.Limit, Fetch: j.Feed.Fetch,
+		ActiveOnly: j.Feed.ActiveOnly, Channels: j.Feed.Channels,
+	}
+	if a := j.Source.Auth; a != nil {
+		var err error
+		if opts.Username, opts.Password, opts.Token, err = d.credentials(ctx, a); err != nil {
+			return nil, fmt.Errorf("build poller %s: source auth: %w", j.ID, err)
+		}
+	}
+	fc, err := feed.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("build poller %s: %w", j.ID, err)
+	}
+	targets := make([]fanout.Target, 0, len(j.Outputs))
+	for _, o := range j.Outputs {
+		name := d.Config.QueueName(j, o)
+		out, err := d.SQS.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name})
+		if err != nil {
+			return nil, fmt.Errorf("build poller %s: get queue url %s: %w", j.ID, name, err)
+		}
+		targets = append(targets, fanout.Target{Output: o.ID, QueueURL: aws.ToString(out.QueueUrl), FIFO: o.FIFO()})
+	}
+	return &poll.Poller{
+		Job:     j,
+		Feed:    fc,
+		Leases:  lease.New(d.DynamoDB, d.Config.TableName()),
+		Sender:  &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
+		Targets: targets,
+		Log:     d.Log,
+		Metrics: metrics.New(d.Metrics, map[string]string{"Job": j.ID}),
+	}, nil
+}
+
+// Writer builds the writer handler for every output of the configuration.
+func (d *Deps) Writer() *deliver.Handler {
+	return &deliver.Handler{
+		Config:  d.Config,
+		Sinks:   d.Sink,
+		SQS:     d.SQS,
+		S3:      d.S3,
+		Log:     d.Log,
+		Metrics: d.Metrics,
+	}
+}
+
+// Sink opens the sink of one route.
+func (d *Deps) Sink(ctx context.Context, r config.Route) (deliver.Sink, error) {
+	o := r.Output
+	switch {
+	case o.Postgres != nil:
+		pool, err := d.pool(ctx, o.Postgres)
+		if err != nil {
+			return nil, err
+		}
+		s, err := pgsink.New(pool, *o.Postgres, o.ID)
+		if err != nil {
+			return nil, err
+		}
+		if o.Postgres.CreateTables {
+			if err := s.CreateTables(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return s, nil
+	case o.HTTP != nil:
+		var creds httpsink.Credentials
+		if a := o.HTTP.Auth; a != nil {
+			var err error
+			if creds.Username, creds.Password, creds.Token, err = d.credentials(ctx, a); err != nil {
+				return nil, fmt.Errorf("http auth: %w", err)
+			}
+		}
+		return httpsink.New(*o.HTTP, creds, &http.Client{})
+	case o.S3 != nil:
+		return s3sink.New(d.S3, *o.S3)
+	}
+	return nil, fmt.Errorf("output %s has no settings", o.ID)
+}
+
+// pool returns one pgx pool per DSN for the life of the process.
+func (d *Deps) pool(ctx context.Context, pg *config.PostgresOutput) (*pgxpool.Pool, error) {
+	dsn, err := d.Secrets.Resolve(ctx, pg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("postgres dsn: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p, ok := d.pools[dsn]; ok {
+		return p, nil
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// The parse error can echo the DSN, password included: never wrap it.
+		return nil, fmt.Errorf("parse postgres dsn: malformed connection string")
+	}
+	cfg.MaxConns = int32(pg.MaxConns)
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres pool: %w", err)
+	}
+	if d.pools == nil {
+		d.pools = map[string]*pgxpool.Pool{}
+	}
+	d.pools[dsn] = p
+	return p, nil
+}
+
+// Close releases pools.
+func (d *Deps) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range d.pools {
+		p.Close()
+	}
+	d.pools = nil
+}
+
+func (d *Deps) credentials(ctx context.Context, a *config.Auth) (user, pass, token string, err error) {
+	switch a.Type {
+	case "basic":
+		pass, err = d.Secrets.Resolve(ctx, *a.Password)
+		return a.Username, pass, "", err
+	case "bearer":
+		token, err = d.Secrets.Resolve(ctx, *a.Token)
+		return "", "", token, err
+	}
+	return "", "", "", fmt.Errorf("auth type %q", a.Type)
+}
+
+// Hostname for lease owner records.
+func Hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "unknown"
+	}
+	return h
+}

@@ -1,0 +1,127 @@
+// Package receiver is a reference receiver for HTTP outputs: it stores each
+// document it is sent as a JSON file and, like any receiver should, applies a
+// change only when its X-Changes-Version is newer than the one it holds. The
+// demo and the tests use it as the REST endpoint.
+package receiver
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/changes-worker/changes-worker/shared/change"
+)
+
+// Server stores documents under Dir. Safe for concurrent use.
+type Server struct {
+	Dir string
+
+	mu       sync.Mutex
+	versions map[string]change.Version
+	puts     int
+	deletes  int
+	stale    int
+	// Fail, when set, answers instead of storing (fault injection).
+	fail func(r *http.Request) int
+}
+
+// New returns a server storing into dir, which is created.
+func New(dir string) (*Server, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create receiver dir: %w", err)
+	}
+	return &Server{Dir: dir, versions: map[string]change.Version{}}, nil
+}
+
+// FailWith makes the server answer status (when f returns non-zero) instead
+// of storing.
+func (s *Server) FailWith(f func(r *http.Request) int) {
+	s.mu.Lock()
+	s.fail = f
+	s.mu.Unlock()
+}
+
+// Counts returns how many writes, deletes and stale (ignored) changes arrived.
+func (s *Server) Counts() (puts, deletes, stale int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.puts, s.deletes, s.stale
+}
+
+// ServeHTTP handles PUT/POST/PATCH and DELETE on /docs/{id}.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	raw := strings.TrimPrefix(r.URL.EscapedPath(), "/docs/")
+	id, err := url.PathUnescape(raw)
+	if err != nil || raw == r.URL.EscapedPath() || id == "" {
+		http.Error(w, "want /docs/{id}", http.StatusNotFound)
+		return
+	}
+	v, err := parseVersion(r.Header.Get("X-Changes-Version"))
+	if err != nil {
+		http.Error(w, "bad X-Changes-Version", http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		if code := s.fail(r); code != 0 {
+			w.WriteHeader(code)
+			return
+		}
+	}
+	if cur, ok := s.versions[id]; ok && v.Compare(cur) <= 0 {
+		s.stale++
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	path := filepath.Join(s.Dir, FileName(id))
+	switch r.Method {
+	case http.MethodPut, http.MethodPost, http.MethodPatch:
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "read body", http.StatusBadRequest)
+			return
+		}
+		if err := os.WriteFile(path, body, 0o644); err != nil {
+			http.Error(w, "store", http.StatusInternalServerError)
+			return
+		}
+		s.puts++
+	case http.MethodDelete:
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			http.Error(w, "delete", http.StatusInternalServerError)
+			return
+		}
+		s.deletes++
+	default:
+		http.Error(w, "method", http.StatusMethodNotAllowed)
+		return
+	}
+	s.versions[id] = v
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// FileName is the file a document is stored in: its path-escaped id, which
+// never contains a separator.
+func FileName(id string) string {
+	return strings.ReplaceAll(url.PathEscape(id), ".", "%2E") + ".json"
+}
+
+func parseVersion(s string) (change.Version, error) {
+	g, c, ok := strings.Cut(s, ".")
+	if !ok {
+		return change.Version{}, fmt.Errorf("version %q", s)
+	}
+	gen, err1 := strconv.ParseInt(g, 10, 64)
+	cnt, err2 := strconv.ParseInt(c, 10, 64)
+	if err1 != nil || err2 != nil {
+		return change.Version{}, fmt.Errorf("version %q", s)
+	}
+	return change.Version{Generation: gen, Counter: cnt}, nil
+}

@@ -8,8 +8,12 @@ CTL       := $(LOCAL)/bin/changesctl
 CONFIG    ?= localstack/jobs.json
 ENV       := source localstack/env.sh &&
 FUNCTIONS := poller writer
+CDK_CONFIG       ?= $(CONFIG)
+CDK              := infra/node_modules/.bin/cdk
+CDKLOCAL         := infra/node_modules/.bin/cdklocal
+CFN_LINT_VERSION := 1.51.0
 
-.PHONY: help up down build ctl test test-unit demo bench lint synth diff deploy destroy localstack-up localstack-deploy tidy
+.PHONY: help up down build ctl test test-infra demo bench lint cdk-deps synth diff deploy destroy localstack-up localstack-deploy
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -30,7 +34,12 @@ build: ## build the Lambda bootstraps for linux/arm64 into build/<function>/boot
 	done
 
 test: up ## run every test (unit, integration, end-to-end, infra) against the local services
-	@$(ENV) $(GO) test -count=1 -timeout 40m ./...
+	@command -v cfn-lint >/dev/null 2>&1 || pip install --quiet "cfn-lint==$(CFN_LINT_VERSION)"
+	@$(ENV) $(GO) test -count=1 -timeout 45m ./...
+
+test-infra: up ## only the CDK stack tests: assertions, IAM, cdk-nag, cfn-lint, deploy to the local emulator
+	@command -v cfn-lint >/dev/null 2>&1 || pip install --quiet "cfn-lint==$(CFN_LINT_VERSION)"
+	@$(ENV) $(GO) test -count=1 ./infra/...
 
 demo: up ctl ## run the pipeline end to end on the local services and print a summary
 	@$(ENV) bash localstack/demo.sh $(CTL) $(CONFIG)
@@ -43,3 +52,27 @@ lint: ## gofmt, go vet, and go mod tidy leaves no diff
 	@$(GO) vet ./...
 	@cp go.mod $(LOCAL)/go.mod.bak && cp go.sum $(LOCAL)/go.sum.bak && $(GO) mod tidy && \
 		{ diff -q go.mod $(LOCAL)/go.mod.bak >/dev/null && diff -q go.sum $(LOCAL)/go.sum.bak >/dev/null || { echo "go mod tidy changes go.mod/go.sum"; exit 1; }; }
+
+infra/node_modules/.package-lock.json: infra/package.json infra/package-lock.json
+	npm ci --prefix infra --no-audit --no-fund
+
+cdk-deps: infra/node_modules/.package-lock.json ## install the pinned CDK CLI and cdklocal into infra/node_modules
+
+synth: build cdk-deps ## synthesize the stack into cdk.out (CDK_CONFIG=path/to/jobs.json)
+	$(CDK) synth --quiet -c config=$(CDK_CONFIG)
+
+diff: build cdk-deps ## show what deploy would change
+	$(CDK) diff -c config=$(CDK_CONFIG)
+
+deploy: build cdk-deps ## deploy the stack to AWS (see infra/README.md)
+	$(CDK) deploy -c config=$(CDK_CONFIG) --require-approval broadening
+
+destroy: build cdk-deps ## delete the stack (retained table and bucket stay)
+	$(CDK) destroy -c config=$(CDK_CONFIG)
+
+localstack-up: ## start LocalStack, CouchDB and PostgreSQL with Docker (where a Docker engine runs)
+	docker compose -f localstack/docker-compose.yml up -d --wait
+
+localstack-deploy: build cdk-deps ## bootstrap LocalStack and deploy the stack with cdklocal
+	env -u AWS_ENDPOINT_URL $(CDKLOCAL) bootstrap -c config=$(CDK_CONFIG)
+	env -u AWS_ENDPOINT_URL $(CDKLOCAL) deploy -c config=$(CDK_CONFIG) --require-approval never

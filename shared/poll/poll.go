@@ -92,6 +92,9 @@ func (p *Poller) now() time.Time {
 	return time.Now()
 }
 
+// chunkRows is how many feed rows are queued between two checkpoints.
+const chunkRows = 100
+
 // budgetMargin is kept free before the deadline to release the lease.
 func budgetMargin(total time.Duration) time.Duration {
 	m := total / 10
@@ -108,7 +111,6 @@ func budgetMargin(total time.Duration) time.Duration {
 // the lease is lost, or the source fails permanently. The checkpoint never
 // moves past a change that SQS did not accept.
 func (p *Poller) Run(ctx context.Context, inv Invocation) (Result, error) {
-	ttl := p.Job.Lease.TTL.D()
 	end := inv.Deadline.Add(-budgetMargin(inv.Deadline.Sub(p.now())))
 	log := p.Log.With("job", p.Job.ID, "owner", inv.Owner)
 
@@ -200,6 +202,8 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 	var counter int64 // observation order within this generation
 	checkpointAt := l.Previous.CheckpointAt
 	caughtUpAt := p.now()
+	var lastErr error         // the source's last failure, reported if the budget ends on it
+	var slowest time.Duration // the longest chunk so far, to plan the budget
 
 	// keepAlive renews the lease when a third of the TTL has passed since the
 	// last successful write (the heartbeat).
@@ -227,13 +231,18 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 		if err := keepAlive(); err != nil {
 			return err
 		}
+		// Start another batch only if the slowest one so far would still fit.
 		remaining := end.Sub(p.now())
-		if remaining < 500*time.Millisecond {
-			return nil
+		if remaining < 500*time.Millisecond+slowest {
+			return lastErr
 		}
-		// Long-poll no longer than the heartbeat interval, so renewals keep
-		// their pace, and never past the budget.
-		timeout := min(p.Job.Feed.Timeout.D(), ttl/3, remaining-250*time.Millisecond)
+		// Long-poll no longer than the heartbeat interval (minus the time the
+		// client allows a source past its timeout), so renewals keep their
+		// pace, and never past the budget.
+		timeout := min(p.Job.Feed.Timeout.D(), ttl/3-feed.DefaultSlack, remaining-feed.DefaultSlack)
+		if timeout < 250*time.Millisecond {
+			timeout = 250 * time.Millisecond
+		}
 		batch, err := p.Feed.Changes(ctx, since, timeout)
 		if err == nil && len(batch.Rows) > 0 {
 			err = p.Feed.FetchDocs(ctx, batch.Rows)
@@ -247,6 +256,7 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 				log.Error("source failed; checkpoint unchanged", "error", err, "checkpoint", string(since))
 				return err
 			}
+			lastErr = err
 			backoff = nextBackoff(backoff)
 			log.Warn("source unavailable; retrying", "error", err, "backoff", backoff.String(), "checkpoint", string(since))
 			if p.now().Add(backoff).After(end) {
@@ -257,7 +267,7 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 			}
 			continue
 		}
-		backoff = 0
+		backoff, lastErr = 0, nil
 		pending = batch.Pending
 		p.count(metrics.ChangesRead, float64(len(batch.Rows)))
 		res.Read += len(batch.Rows)
@@ -265,44 +275,72 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 			p.Metrics.Add(metrics.PendingChanges, float64(batch.Pending), metrics.Count)
 		}
 
-		changes := p.envelopes(l, batch.Rows, &counter)
-		if len(changes) > 0 {
-			if err := keepAlive(); err != nil {
-				return err
+		// Queue the batch in chunks of rows and checkpoint after each: every
+		// row's seq is a valid place to resume, so a slow output or the end
+		// of the budget costs at most one chunk, never the whole batch.
+		for start := 0; start < len(batch.Rows); start += chunkRows {
+			stop := min(start+chunkRows, len(batch.Rows))
+			rows := batch.Rows[start:stop]
+			if start > 0 && end.Sub(p.now()) < 500*time.Millisecond+slowest {
+				return nil
 			}
-			st, err := p.Sender.Send(ctx, p.Targets, changes, fence)
-			for errors.Is(err, ErrFenced) {
-				// Renew, then send the whole batch again: duplicates are
-				// harmless, a gap is not.
-				if rerr := p.Leases.Renew(ctx, l, pending); rerr != nil {
-					return rerr
+			chunkStart := p.now()
+			changes := p.envelopes(l, rows, &counter)
+			if len(changes) > 0 {
+				if err := keepAlive(); err != nil {
+					return err
 				}
-				st, err = p.Sender.Send(ctx, p.Targets, changes, fence)
+				st, err := p.Sender.Send(ctx, p.Targets, changes, fence)
+				for errors.Is(err, ErrFenced) {
+					// Renew, then send the whole chunk again: duplicates are
+					// harmless, a gap is not.
+					if rerr := p.Leases.Renew(ctx, l, pending); rerr != nil {
+						return rerr
+					}
+					st, err = p.Sender.Send(ctx, p.Targets, changes, fence)
+				}
+				if err != nil {
+					if ctx.Err() != nil {
+						// Out of time mid-chunk: the next holder sends it again.
+						log.Warn("deadline reached while queueing; checkpoint unchanged", "checkpoint", string(since))
+						return nil
+					}
+					p.count(metrics.PollerErrors, 1)
+					log.Error("queue changes; checkpoint unchanged", "error", err, "checkpoint", string(since))
+					return fmt.Errorf("queue changes: %w", err)
+				}
+				res.Enqueued += len(changes)
+				p.count(metrics.DocumentsEnqueued, float64(st.Messages))
+				p.count(metrics.BytesEnqueued, float64(st.Bytes))
+				p.Metrics.Add(metrics.BatchSize, float64(len(changes)), metrics.Count)
+				if p.AfterSend != nil {
+					p.AfterSend()
+				}
 			}
-			if err != nil {
-				p.count(metrics.PollerErrors, 1)
-				log.Error("queue changes; checkpoint unchanged", "error", err, "checkpoint", string(since))
-				return fmt.Errorf("queue changes: %w", err)
+			seq := rows[len(rows)-1].Seq
+			if stop == len(batch.Rows) && len(batch.LastSeq) > 0 {
+				seq = batch.LastSeq
 			}
-			res.Enqueued += len(changes)
-			p.count(metrics.DocumentsEnqueued, float64(st.Messages))
-			p.count(metrics.BytesEnqueued, float64(st.Bytes))
-			p.Metrics.Add(metrics.BatchSize, float64(len(changes)), metrics.Count)
-			if p.AfterSend != nil {
-				p.AfterSend()
+			left := batch.Pending
+			if left >= 0 {
+				left += int64(len(batch.Rows) - stop)
 			}
+			if len(seq) > 0 {
+				if err := p.Leases.Checkpoint(ctx, l, seq, left); err != nil {
+					return err
+				}
+				p.count(metrics.Checkpoints, 1)
+				checkpointAt, since, res.Checkpoint = p.now(), seq, seq
+			}
+			slowest = max(slowest, p.now().Sub(chunkStart))
 		}
-
-		moved := string(batch.LastSeq) != string(since) && len(batch.LastSeq) > 0
-		if moved {
+		if len(batch.Rows) == 0 && len(batch.LastSeq) > 0 && string(batch.LastSeq) != string(since) {
+			// Nothing to queue, but the feed moved (filtered or local docs).
 			if err := p.Leases.Checkpoint(ctx, l, batch.LastSeq, batch.Pending); err != nil {
 				return err
 			}
 			p.count(metrics.Checkpoints, 1)
-			checkpointAt = p.now()
-			since = batch.LastSeq
-			res.Checkpoint = since
-			log.Debug("checkpoint", "seq", string(since), "changes", len(batch.Rows), "queued", len(changes))
+			checkpointAt, since, res.Checkpoint = p.now(), batch.LastSeq, batch.LastSeq
 		}
 		caughtUp := len(batch.Rows) == 0 || batch.Pending == 0
 		res.CaughtUp = caughtUp

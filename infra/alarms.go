@@ -1,0 +1,230 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssnssubscriptions"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/metrics"
+)
+
+const (
+	// rolePeriod is the period of the lease-holder alarm; Role is stored at
+	// 1-second resolution, and 10 s is the shortest period such an alarm takes.
+	rolePeriod = 10 * time.Second
+	// progressPeriod is the window in which a job with pending changes must
+	// checkpoint at least once.
+	progressPeriod = 5 * time.Minute
+	// errorPeriod is the period of the error and throttle alarms.
+	errorPeriod = 5 * time.Minute
+)
+
+// keyAdminActions are what the account (and through its IAM policies, its
+// administrators and CloudFormation) may do with the alarm topic's key:
+// manage it, and publish test notifications. Listed one by one: no wildcard.
+var keyAdminActions = []string{
+	"kms:DescribeKey",
+	"kms:GetKeyPolicy",
+	"kms:PutKeyPolicy",
+	"kms:GetKeyRotationStatus",
+	"kms:EnableKeyRotation",
+	"kms:DisableKeyRotation",
+	"kms:ListKeyRotations",
+	"kms:RotateKeyOnDemand",
+	"kms:EnableKey",
+	"kms:DisableKey",
+	"kms:UpdateKeyDescription",
+	"kms:ListResourceTags",
+	"kms:TagResource",
+	"kms:UntagResource",
+	"kms:ListGrants",
+	"kms:RevokeGrant",
+	"kms:ScheduleKeyDeletion",
+	"kms:CancelKeyDeletion",
+	"kms:Encrypt",
+	"kms:Decrypt",
+	"kms:GenerateDataKey",
+}
+
+// addAlarms creates the alarm topic and every alarm. Each alarm notifies the
+// topic when it goes into ALARM.
+func (s *changesStack) addAlarms() {
+	s.addAlarmTopic()
+	for _, j := range s.cfg.Jobs {
+		s.addJobAlarms(j)
+	}
+	for _, r := range s.routes {
+		s.addRouteAlarms(r)
+	}
+	s.alarm("PollerFunctionErrors", "poller-errors", "The poller function failed (error or timeout). See its log group.", &awscloudwatch.AlarmProps{
+		Metric:             s.poller.fn.MetricErrors(&awscloudwatch.MetricOptions{Period: seconds(errorPeriod), Statistic: jsii.String("Sum")}),
+		Threshold:          jsii.Number(0),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+	s.alarm("WriterFunctionErrors", "writer-errors", "The writer function failed a whole batch (error or timeout). See its log group.", &awscloudwatch.AlarmProps{
+		Metric:             s.writer.fn.MetricErrors(&awscloudwatch.MetricOptions{Period: seconds(errorPeriod), Statistic: jsii.String("Sum")}),
+		Threshold:          jsii.Number(0),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+	s.alarm("WriterFunctionThrottles", "writer-throttles", "The writer function was throttled: the account's concurrency is exhausted.", &awscloudwatch.AlarmProps{
+		Metric:             s.writer.fn.MetricThrottles(&awscloudwatch.MetricOptions{Period: seconds(errorPeriod), Statistic: jsii.String("Sum")}),
+		Threshold:          jsii.Number(0),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+}
+
+// addAlarmTopic creates the encrypted, TLS-only topic the alarms notify. The
+// key is a customer managed key: CloudWatch cannot publish to a topic
+// encrypted with the AWS managed SNS key.
+func (s *changesStack) addAlarmTopic() {
+	policy := awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &[]awsiam.PolicyStatement{
+		awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:        jsii.String("AccountAdministersKey"),
+			Principals: &[]awsiam.IPrincipal{awsiam.NewAccountRootPrincipal()},
+			Actions:    jsii.Strings(keyAdminActions...),
+			// In a key policy, "*" means this key.
+			Resources: jsii.Strings("*"),
+		}),
+		awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:        jsii.String("CloudWatchAlarmsPublish"),
+			Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("cloudwatch.amazonaws.com"), nil)},
+			Actions:    jsii.Strings("kms:Decrypt", "kms:GenerateDataKey"),
+			Resources:  jsii.Strings("*"),
+		}),
+	}})
+	key := awskms.NewKey(s.stack, jsii.String("AlarmTopicKey"), &awskms.KeyProps{
+		Description:       jsii.String("Encrypts the alarm notifications of changes-worker " + s.cfg.Stack.Prefix),
+		EnableKeyRotation: jsii.Bool(true),
+		Policy:            policy,
+		// The key protects notifications in flight only: nothing is lost
+		// when it goes with the stack.
+		PendingWindow: awscdk.Duration_Days(jsii.Number(7)),
+		RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
+	})
+	s.alarmTopic = awssns.NewTopic(s.stack, jsii.String("AlarmTopic"), &awssns.TopicProps{
+		TopicName:   s.name("alarms"),
+		DisplayName: jsii.String("changes-worker " + s.cfg.Stack.Prefix + " alarms"),
+		MasterKey:   key,
+		EnforceSSL:  jsii.Bool(true),
+	})
+	s.alarmTopic.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("CloudWatchAlarmsPublish"),
+		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("cloudwatch.amazonaws.com"), nil)},
+		Actions:    jsii.Strings("sns:Publish"),
+		Resources:  &[]*string{s.alarmTopic.TopicArn()},
+		Conditions: &map[string]any{
+			"StringEquals": map[string]any{"aws:SourceAccount": s.stack.Account()},
+		},
+	}))
+	if email := s.cfg.Stack.AlarmEmail; email != "" {
+		s.alarmTopic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(email), nil))
+	}
+}
+
+// addJobAlarms creates the alarms of one job's poller.
+func (s *changesStack) addJobAlarms(j *config.Job) {
+	s.alarm("PollerErrors-"+j.ID, j.ID+"-poller-errors", fmt.Sprintf("The poller of job %s reported errors (PollerErrors).", j.ID), &awscloudwatch.AlarmProps{
+		Metric:             s.jobMetric(metrics.PollerErrors, j, "Sum", errorPeriod),
+		Threshold:          jsii.Number(0),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+
+	// No checkpoint in a whole window while the source reports pending changes.
+	stalled := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+		Expression: jsii.String("IF(pending > 0 AND FILL(checkpoints, 0) == 0, 1, 0)"),
+		UsingMetrics: &map[string]awscloudwatch.IMetric{
+			"pending":     s.jobMetric(metrics.PendingChanges, j, "Maximum", progressPeriod),
+			"checkpoints": s.jobMetric(metrics.Checkpoints, j, "Sum", progressPeriod),
+		},
+		Period: seconds(progressPeriod),
+		Label:  jsii.String("stalled (1) while changes are pending"),
+	})
+	s.alarm("NoProgress-"+j.ID, j.ID+"-no-progress", fmt.Sprintf("Job %s has pending changes at its source but made no checkpoint in %s.", j.ID, progressPeriod), &awscloudwatch.AlarmProps{
+		Metric:             stalled,
+		Threshold:          jsii.Number(1),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+
+	// The active poller reports Role=1 every few seconds. No 1 for twice the
+	// lease TTL means nobody holds the lease; no data at all means no poller
+	// runs, which is just as bad.
+	periods := math.Ceil(float64(2*j.Lease.TTL.D()) / float64(rolePeriod))
+	s.alarm("NoLeaseHolder-"+j.ID, j.ID+"-no-lease-holder", fmt.Sprintf("No poller has held the lease of job %s for %s (twice the lease TTL).", j.ID, 2*j.Lease.TTL.D()), &awscloudwatch.AlarmProps{
+		Metric:             s.jobMetric(metrics.Role, j, "Maximum", rolePeriod),
+		Threshold:          jsii.Number(1),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_LESS_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(max(1, periods)),
+		TreatMissingData:   awscloudwatch.TreatMissingData_BREACHING,
+	})
+}
+
+// addRouteAlarms creates the alarms of one (job, output).
+func (s *changesStack) addRouteAlarms(r *route) {
+	id := r.job.ID + "-" + r.out.ID
+	s.alarm("DLQNotEmpty-"+id, id+"-dlq-not-empty", fmt.Sprintf("Messages of job %s output %s failed permanently or too often and wait in the DLQ %s. Fix the cause, then redrive them from the SQS console.", r.job.ID, r.out.ID, s.cfg.DLQName(r.job, r.out)), &awscloudwatch.AlarmProps{
+		Metric:             r.dlq.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: awscdk.Duration_Minutes(jsii.Number(1)), Statistic: jsii.String("Maximum")}),
+		Threshold:          jsii.Number(0),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+	objective := r.job.LatencyObjective.D()
+	s.alarm("QueueAge-"+id, id+"-latency", fmt.Sprintf("The oldest change queued for job %s output %s is older than the job's latency objective (%s).", r.job.ID, r.out.ID, objective), &awscloudwatch.AlarmProps{
+		Metric:             r.queue.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{Period: awscdk.Duration_Minutes(jsii.Number(1)), Statistic: jsii.String("Maximum")}),
+		Threshold:          jsii.Number(objective.Seconds()),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+}
+
+// alarm creates an alarm named <prefix>-<suffix> that notifies the topic.
+func (s *changesStack) alarm(id, suffix, description string, props *awscloudwatch.AlarmProps) {
+	props.AlarmName = s.name(suffix)
+	props.AlarmDescription = jsii.String(description)
+	a := awscloudwatch.NewAlarm(s.stack, jsii.String(id), props)
+	a.AddAlarmAction(awscloudwatchactions.NewSnsAction(s.alarmTopic))
+}
+
+// jobMetric is one of the poller's metrics for job j.
+func (s *changesStack) jobMetric(name string, j *config.Job, stat string, period time.Duration) awscloudwatch.Metric {
+	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace:     jsii.String(metrics.Namespace),
+		MetricName:    jsii.String(name),
+		DimensionsMap: &map[string]*string{"Job": jsii.String(j.ID)},
+		Statistic:     jsii.String(stat),
+		Period:        seconds(period),
+	})
+}
+
+// outputMetric is one of the writer's metrics for output o of job j.
+func (s *changesStack) outputMetric(name string, j *config.Job, o *config.Output, stat string, period time.Duration) awscloudwatch.Metric {
+	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace:     jsii.String(metrics.Namespace),
+		MetricName:    jsii.String(name),
+		DimensionsMap: &map[string]*string{"Job": jsii.String(j.ID), "Output": jsii.String(o.ID)},
+		Statistic:     jsii.String(stat),
+		Period:        seconds(period),
+		Label:         jsii.String(o.ID + " " + name),
+	})
+}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+)
+
+// testConfig is the job configuration every test synthesizes.
+const testConfig = "testdata/jobs.json"
+
+// Synthesis through jsii takes seconds, so one synthesis of the test
+// configuration is shared by every test of this package.
+var shared struct {
+	once sync.Once
+	syn  *synthesis
+	err  error
+	root string
+}
+
+// synthesis is the outcome of synthesizing testConfig.
+type synthesis struct {
+	cfg          *config.File
+	raw          []byte         // the configuration file as it is
+	templatePath string         // the CloudFormation template in the cloud assembly
+	outdir       string         // the cloud assembly directory
+	tmpl         map[string]any // the template, decoded
+	template     assertions.Template
+	messages     []synthMessage
+}
+
+type synthMessage struct {
+	level, path, text string
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.root != "" {
+		os.RemoveAll(shared.root)
+	}
+	jsii.Close()
+	os.Exit(code)
+}
+
+// synthesized returns the shared synthesis, making it on first use.
+func synthesized(t *testing.T) *synthesis {
+	t.Helper()
+	shared.once.Do(func() { shared.syn, shared.err = synthesize() })
+	if shared.err != nil {
+		t.Fatalf("synthesize %s: %v", testConfig, shared.err)
+	}
+	return shared.syn
+}
+
+func synthesize() (*synthesis, error) {
+	root, err := os.MkdirTemp("", "changes-worker-infra-test-")
+	if err != nil {
+		return nil, err
+	}
+	shared.root = root
+	// Stand-ins for `make build`: the stack only packages the files.
+	buildDir := filepath.Join(root, "build")
+	for _, fn := range []string{fnPoller, fnWriter} {
+		if err := os.MkdirAll(filepath.Join(buildDir, fn), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(buildDir, fn, "bootstrap"), []byte("#!/bin/sh\n# "+fn+"\n"), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	ctx, err := cdkContext()
+	if err != nil {
+		return nil, err
+	}
+	outdir := filepath.Join(root, "cdk.out")
+	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx, Outdir: jsii.String(outdir)})
+	stack, err := buildApp(app, appOptions{
+		configPath: testConfig,
+		buildDir:   buildDir,
+		stageDir:   filepath.Join(root, "staging"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	art := app.Synth(nil).GetStackArtifact(stack.stack.ArtifactId())
+	syn := &synthesis{cfg: stack.cfg, templatePath: *art.TemplateFullPath(), outdir: outdir}
+	if syn.raw, err = os.ReadFile(testConfig); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(syn.templatePath)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &syn.tmpl); err != nil {
+		return nil, err
+	}
+	syn.template = assertions.Template_FromJSON(&syn.tmpl, nil)
+	for _, m := range *art.Messages() {
+		text := fmt.Sprint(m.Entry.Data)
+		if s, ok := m.Entry.Data.(string); ok {
+			text = s
+		}
+		syn.messages = append(syn.messages, synthMessage{level: string(m.Level), path: *m.Id, text: text})
+	}
+	return syn, nil
+}
+
+// cdkContext is the context of cdk.json (feature flags included), so tests
+// synthesize what `cdk deploy` would.
+func cdkContext() (map[string]any, error) {
+	b, err := os.ReadFile(filepath.Join("..", "cdk.json"))
+	if err != nil {
+		return nil, fmt.Errorf("read cdk.json: %w", err)
+	}
+	var doc struct {
+		Context map[string]any `json:"context"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("decode cdk.json: %w", err)
+	}
+	return doc.Context, nil
+}
+
+// assert runs a CDK assertion, turning its panic into a test error.
+func assert(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("%s: %v", what, r)
+		}
+	}()
+	f()
+}
+
+// resources returns the template's resources of type typ by logical id.
+func (s *synthesis) resources(typ string) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for id, r := range s.tmpl["Resources"].(map[string]any) {
+		r := r.(map[string]any)
+		if r["Type"] == typ {
+			out[id] = r
+		}
+	}
+	return out
+}
+
+// resource returns the resource of type typ whose property key equals value.
+func (s *synthesis) resource(t *testing.T, typ, key string, value any) (string, map[string]any) {
+	t.Helper()
+	for id, r := range s.resources(typ) {
+		if props(r)[key] == value {
+			return id, r
+		}
+	}
+	t.Fatalf("no %s with %s = %v", typ, key, value)
+	return "", nil
+}
+
+func props(r map[string]any) map[string]any {
+	p, _ := r["Properties"].(map[string]any)
+	return p
+}
+
+// getAtt returns the logical id a {"Fn::GetAtt": [id, attr]} or {"Ref": id} names.
+func refID(v any) string {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return ""
+	}
+	if r, ok := m["Ref"].(string); ok {
+		return r
+	}
+	if g, ok := m["Fn::GetAtt"].([]any); ok && len(g) > 0 {
+		s, _ := g[0].(string)
+		return s
+	}
+	return ""
+}
+
+// strs flattens a string or a list of strings.
+func strs(v any) []string {
+	switch v := v.(type) {
+	case string:
+		return []string{v}
+	case []any:
+		var out []string
+		for _, e := range v {
+			if s, ok := e.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// compact renders v as one line of JSON for messages and substring checks.
+func compact(v any) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func contains(list []string, s string) bool {
+	for _, e := range list {
+		if e == s {
+			return true
+		}
+	}
+	return false
+}
+
+func hasPrefixAny(s string, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}

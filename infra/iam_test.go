@@ -1,0 +1,169 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// policyLocations says where each resource type keeps its policy documents.
+var policyLocations = map[string][]string{
+	"AWS::IAM::Policy":                    {"PolicyDocument"},
+	"AWS::IAM::ManagedPolicy":             {"PolicyDocument"},
+	"AWS::IAM::Role":                      {"AssumeRolePolicyDocument", "Policies[].PolicyDocument"},
+	"AWS::SQS::QueuePolicy":               {"PolicyDocument"},
+	"AWS::S3::BucketPolicy":               {"PolicyDocument"},
+	"AWS::SNS::TopicPolicy":               {"PolicyDocument"},
+	"AWS::KMS::Key":                       {"KeyPolicy"},
+	"AWS::SecretsManager::ResourcePolicy": {"ResourcePolicy"},
+}
+
+// vpcNetworkActions are the EC2 actions Lambda needs in the execution role of
+// a function in a VPC. Lambda's check of the role and the actions themselves
+// take no resource scope: ec2:DescribeNetworkInterfaces and
+// ec2:DescribeSubnets support no resource-level permissions at all.
+var vpcNetworkActions = map[string]bool{
+	"ec2:CreateNetworkInterface":     true,
+	"ec2:DescribeNetworkInterfaces":  true,
+	"ec2:DescribeSubnets":            true,
+	"ec2:DeleteNetworkInterface":     true,
+	"ec2:AssignPrivateIpAddresses":   true,
+	"ec2:UnassignPrivateIpAddresses": true,
+}
+
+// TestIAMNoWildcards walks every policy statement of the template.
+//
+//   - No Allow statement has a "*" in an action, and none uses NotAction.
+//   - Deny statements may use "service:*" only to refuse every request made
+//     without TLS (aws:SecureTransport false) or with TLS older than 1.2
+//     (s3:TlsVersion): a deny can only take access
+//     away, and listing actions one by one would let any new action through.
+//     cdk-nag's TLS rules (S10, SQS4, SNS3) require that form.
+//   - Resource "*" appears only where AWS requires it: in a KMS key policy,
+//     where "*" means the key itself, and for the EC2 network-interface
+//     actions of a function in a VPC (vpcNetworkActions).
+//   - No managed policy whose name ends in FullAccess is attached.
+func TestIAMNoWildcards(t *testing.T) {
+	syn := synthesized(t)
+	checked := 0
+	for typ, locations := range policyLocations {
+		for id, r := range syn.resources(typ) {
+			for _, loc := range locations {
+				for _, doc := range policyDocs(props(r), loc) {
+					for _, st := range statements(doc) {
+						checked++
+						checkStatement(t, typ, id, st)
+					}
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no policy statement found")
+	}
+	for id, r := range syn.resources("AWS::IAM::Role") {
+		arns, _ := props(r)["ManagedPolicyArns"].([]any)
+		for _, arn := range arns {
+			if strings.Contains(compact(arn), "FullAccess") {
+				t.Errorf("role %s has managed policy %s", id, compact(arn))
+			}
+		}
+	}
+	for id, r := range syn.resources("AWS::Lambda::Permission") {
+		if a, _ := props(r)["Action"].(string); strings.Contains(a, "*") {
+			t.Errorf("lambda permission %s allows %s", id, a)
+		}
+	}
+	t.Logf("checked %d policy statements", checked)
+}
+
+func checkStatement(t *testing.T, typ, id string, st map[string]any) {
+	t.Helper()
+	where := typ + " " + id + " statement " + compact(st["Sid"])
+	if _, ok := st["NotAction"]; ok {
+		t.Errorf("%s uses NotAction", where)
+	}
+	if _, ok := st["NotResource"]; ok {
+		t.Errorf("%s uses NotResource", where)
+	}
+	actions := strs(st["Action"])
+	if st["Effect"] == "Deny" {
+		cond := compact(st["Condition"])
+		tlsOnly := strings.Contains(cond, `"aws:SecureTransport":"false"`) || strings.Contains(cond, `{"NumericLessThan":{"s3:TlsVersion":`)
+		for _, a := range actions {
+			if strings.Contains(a, "*") && !tlsOnly {
+				t.Errorf("%s denies wildcard action %s other than for non-TLS requests", where, a)
+			}
+		}
+		return
+	}
+	for _, a := range actions {
+		if strings.Contains(a, "*") {
+			t.Errorf("%s allows wildcard action %s", where, a)
+		}
+	}
+	if !contains(strs(st["Resource"]), "*") {
+		return
+	}
+	switch {
+	case typ == "AWS::KMS::Key":
+		// In a key policy the resource is always "*": this key.
+	case allIn(actions, vpcNetworkActions):
+	default:
+		t.Errorf("%s allows %v on Resource \"*\"", where, actions)
+	}
+}
+
+func allIn(actions []string, set map[string]bool) bool {
+	for _, a := range actions {
+		if !set[a] {
+			return false
+		}
+	}
+	return len(actions) > 0
+}
+
+// policyDocs returns the documents at loc ("Key" or "List[].Key") in p.
+func policyDocs(p map[string]any, loc string) []map[string]any {
+	if list, key, ok := strings.Cut(loc, "[]."); ok {
+		var docs []map[string]any
+		items, _ := p[list].([]any)
+		for _, it := range items {
+			if m, ok := it.(map[string]any); ok {
+				if d, ok := m[key].(map[string]any); ok {
+					docs = append(docs, d)
+				}
+			}
+		}
+		return docs
+	}
+	if d, ok := p[loc].(map[string]any); ok {
+		return []map[string]any{d}
+	}
+	return nil
+}
+
+// statements returns the statements of a policy document.
+func statements(doc map[string]any) []map[string]any {
+	var out []map[string]any
+	switch s := doc["Statement"].(type) {
+	case []any:
+		for _, e := range s {
+			if m, ok := e.(map[string]any); ok {
+				out = append(out, m)
+			}
+		}
+	case map[string]any:
+		out = append(out, s)
+	}
+	return out
+}
+
+// statementsOf decodes a policy document given as JSON.
+func statementsOf(doc string) []map[string]any {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(doc), &m); err != nil {
+		return nil
+	}
+	return statements(m)
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+)
+
+// Function names: each is built by `make build` into <build dir>/<name>/bootstrap.
+const (
+	fnPoller = "poller"
+	fnWriter = "writer"
+)
+
+// bundledConfigName is the file name of the job configuration inside each
+// function's code; the functions find it through CHANGES_CONFIG_FILE.
+const bundledConfigName = "jobs.json"
+
+// input is everything the stack is built from, read once before any construct
+// is created, so that a bad configuration fails synth with one clear message.
+type input struct {
+	// cfg is the loaded, defaulted and validated job configuration.
+	cfg *config.File
+	// bucketGiven reports whether stack.bucket was set in the file (an existing
+	// bucket to import) rather than defaulted (a bucket the stack creates).
+	bucketGiven bool
+	// code maps a function name to the directory holding its Lambda code: the
+	// built bootstrap plus the configuration file as jobs.json.
+	code map[string]string
+	// sourceSecrets and outputSecrets are the secret references the poller
+	// (sources) and the writer (outputs) resolve.
+	sourceSecrets, outputSecrets []config.SecretRef
+}
+
+// loadInput reads the configuration at configPath and stages each function's
+// code from buildDir into stageDir.
+func loadInput(configPath, buildDir, stageDir string) (*input, error) {
+	raw, err := os.ReadFile(configPath)
+	if err != nil {
+		return nil, fmt.Errorf("read job configuration (pass another with -c config=PATH): %w", err)
+	}
+	cfg, err := config.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
+	}
+	given, err := bucketGiven(raw)
+	if err != nil {
+		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
+	}
+	if err := checkRetention(cfg.Stack.LogRetentionDays); err != nil {
+		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
+	}
+	in := &input{cfg: cfg, bucketGiven: given, code: map[string]string{}}
+	in.sourceSecrets, in.outputSecrets = secretRefs(cfg)
+	var errs []error
+	for _, r := range append(append([]config.SecretRef{}, in.sourceSecrets...), in.outputSecrets...) {
+		if r.Secret == "" {
+			continue
+		}
+		if _, err := classifySecret(r.Secret); err != nil {
+			errs = append(errs, fmt.Errorf("secret %q: %w", r.Secret, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
+	}
+	for _, fn := range []string{fnPoller, fnWriter} {
+		dir, err := stageCode(filepath.Join(buildDir, fn), raw, filepath.Join(stageDir, fn))
+		if err != nil {
+			return nil, err
+		}
+		in.code[fn] = dir
+	}
+	return in, nil
+}
+
+// bucketGiven reports whether the raw file sets stack.bucket. Defaults fill the
+// field in, so the loaded File cannot tell.
+func bucketGiven(raw []byte) (bool, error) {
+	var doc struct {
+		Stack struct {
+			Bucket string `json:"bucket"`
+		} `json:"stack"`
+	}
+	if err := json.Unmarshal(config.StripComments(raw), &doc); err != nil {
+		return false, fmt.Errorf("decode stack.bucket: %w", err)
+	}
+	return doc.Stack.Bucket != "", nil
+}
+
+// stageCode copies the built function in src and the configuration (as it is,
+// comments included) into dst, replacing whatever dst held.
+func stageCode(src string, rawConfig []byte, dst string) (string, error) {
+	bootstrap := filepath.Join(src, "bootstrap")
+	if st, err := os.Stat(bootstrap); err != nil || st.IsDir() {
+		return "", fmt.Errorf("stage %s code: %s is missing: run make build first", filepath.Base(src), bootstrap)
+	}
+	if err := os.RemoveAll(dst); err != nil {
+		return "", fmt.Errorf("stage %s code: %w", filepath.Base(src), err)
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return "", fmt.Errorf("stage %s code: %w", filepath.Base(src), err)
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return "", fmt.Errorf("stage %s code: %w", filepath.Base(src), err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || e.Name() == bundledConfigName {
+			continue
+		}
+		if err := copyFile(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
+			return "", fmt.Errorf("stage %s code: %w", filepath.Base(src), err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dst, bundledConfigName), rawConfig, 0o644); err != nil {
+		return "", fmt.Errorf("stage %s code: %w", filepath.Base(src), err)
+	}
+	return dst, nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, st.Mode().Perm()|0o444)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// secretRefs collects the distinct secret references of the sources (read by
+// the poller) and of the outputs (read by the writer), in a stable order.
+func secretRefs(cfg *config.File) (sources, outputs []config.SecretRef) {
+	var src, out refSet
+	for _, j := range cfg.Jobs {
+		src.addAuth(j.Source.Auth)
+		for _, o := range j.Outputs {
+			switch {
+			case o.Postgres != nil:
+				out.add(&o.Postgres.DSN)
+			case o.HTTP != nil:
+				out.addAuth(o.HTTP.Auth)
+			}
+		}
+	}
+	return src.sorted(), out.sorted()
+}
+
+type refSet map[config.SecretRef]bool
+
+func (s *refSet) addAuth(a *config.Auth) {
+	if a == nil {
+		return
+	}
+	s.add(a.Password)
+	s.add(a.Token)
+}
+
+func (s *refSet) add(r *config.SecretRef) {
+	if r == nil || (r.Env == "" && r.Secret == "") {
+		return
+	}
+	if *s == nil {
+		*s = refSet{}
+	}
+	// The JSON key selects part of a value; access is granted on the whole secret.
+	(*s)[config.SecretRef{Env: r.Env, Secret: r.Secret}] = true
+}
+
+func (s refSet) sorted() []config.SecretRef {
+	refs := make([]config.SecretRef, 0, len(s))
+	for r := range s {
+		refs = append(refs, r)
+	}
+	sort.Slice(refs, func(i, j int) bool {
+		if refs[i].Env != refs[j].Env {
+			return refs[i].Env < refs[j].Env
+		}
+		return refs[i].Secret < refs[j].Secret
+	})
+	return refs
+}
+
+// envSecretNames returns the distinct environment-variable names referenced by refs.
+func envSecretNames(refs ...[]config.SecretRef) []string {
+	seen := map[string]bool{}
+	var names []string
+	for _, list := range refs {
+		for _, r := range list {
+			if r.Env != "" && !seen[r.Env] {
+				seen[r.Env] = true
+				names = append(names, r.Env)
+			}
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// secretKind says how a {"secret": ...} reference names its secret.
+type secretKind int
+
+const (
+	secretByName        secretKind = iota // a plain name
+	secretByCompleteARN                   // an ARN with the 6-character suffix Secrets Manager adds
+	secretByPartialARN                    // an ARN without that suffix
+)
+
+var completeSecretARN = regexp.MustCompile(`^arn:[a-z0-9-]+:secretsmanager:[a-z0-9-]+:\d{12}:secret:.+-[A-Za-z0-9]{6}$`)
+
+// classifySecret tells how ref names its secret. An ARN that is neither a
+// complete nor a well-formed partial Secrets Manager ARN is an error.
+func classifySecret(ref string) (secretKind, error) {
+	if !strings.HasPrefix(ref, "arn:") {
+		return secretByName, nil
+	}
+	if completeSecretARN.MatchString(ref) {
+		return secretByCompleteARN, nil
+	}
+	parts := strings.SplitN(ref, ":", 7)
+	if len(parts) == 7 && parts[2] == "secretsmanager" && parts[5] == "secret" && parts[6] != "" {
+		return secretByPartialARN, nil
+	}
+	return 0, errors.New("not a Secrets Manager secret ARN (arn:PARTITION:secretsmanager:REGION:ACCOUNT:secret:NAME)")
+}
+
+// retentionDays are the values CloudWatch Logs accepts for a log group's retention.
+var retentionDays = []int{1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}
+
+func checkRetention(days int) error {
+	for _, d := range retentionDays {
+		if d == days {
+			return nil
+		}
+	}
+	return fmt.Errorf("stack.log_retention_days: %d is not one of %v", days, retentionDays)
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/cxapi"
+	"github.com/aws/jsii-runtime-go"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+)
+
+func TestClassifySecret(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		ref     string
+		want    secretKind
+		wantErr bool
+	}{
+		{name: "name", ref: "orders/pg-dsn", want: secretByName},
+		{name: "complete ARN", ref: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:orders/pg-dsn-AbC123", want: secretByCompleteARN},
+		{name: "partial ARN", ref: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:orders/pg-dsn", want: secretByPartialARN},
+		{name: "other partition", ref: "arn:aws-us-gov:secretsmanager:us-gov-west-1:123456789012:secret:x-AbC123", want: secretByCompleteARN},
+		{name: "not a secret ARN", ref: "arn:aws:ssm:eu-west-1:123456789012:parameter/x", wantErr: true},
+		{name: "ARN without name", ref: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := classifySecret(tt.ref)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("classifySecret(%q) error = %v, want error %v", tt.ref, err, tt.wantErr)
+			}
+			if err == nil && got != tt.want {
+				t.Errorf("classifySecret(%q) = %v, want %v", tt.ref, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSecretRefs(t *testing.T) {
+	t.Parallel()
+	f, err := config.Load(testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, out := secretRefs(f)
+	wantSrc := []config.SecretRef{{Secret: "orders/sgw-password"}, {Env: "CATALOG_SOURCE_TOKEN"}}
+	wantOut := []config.SecretRef{{Secret: "arn:aws:secretsmanager:us-east-1:123456789012:secret:orders/pg-dsn-AbCdEf"}, {Env: "CRM_TOKEN"}}
+	if diff := cmp.Diff(wantSrc, src); diff != "" {
+		t.Errorf("source refs (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantOut, out); diff != "" {
+		t.Errorf("output refs (-want +got):\n%s", diff)
+	}
+	if got, want := envSecretNames(src, out), []string{"CATALOG_SOURCE_TOKEN", "CRM_TOKEN"}; !cmp.Equal(got, want) {
+		t.Errorf("envSecretNames = %v, want %v", got, want)
+	}
+}
+
+func TestLoadInputErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	valid, err := os.ReadFile(testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		configPath string
+		buildDir   string
+		want       string
+	}{
+		{name: "missing config", configPath: filepath.Join(dir, "nope.json"), buildDir: dir, want: "-c config=PATH"},
+		{name: "missing bootstrap", configPath: testConfig, buildDir: filepath.Join(dir, "empty"), want: "run make build first"},
+		{name: "bad retention", configPath: write("retention.json", strings.Replace(string(valid), `"log_retention_days": 14`, `"log_retention_days": 15`, 1)), buildDir: dir, want: "stack.log_retention_days: 15"},
+		{name: "bad secret ARN", configPath: write("arn.json", strings.Replace(string(valid), `"orders/sgw-password"`, `"arn:aws:ssm:us-east-1:123456789012:parameter/x"`, 1)), buildDir: dir, want: "not a Secrets Manager secret ARN"},
+		{name: "invalid config", configPath: write("invalid.json", `{"jobs": []}`), buildDir: dir, want: "at least one job"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := loadInput(tt.configPath, tt.buildDir, t.TempDir())
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("loadInput error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestBucketGiven(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		raw  string
+		want bool
+	}{
+		{`{"stack": {"prefix": "x"}}`, false},
+		{`{"stack": {"bucket": ""}}`, false},
+		{"// comment\n{\"stack\": {\"bucket\": \"existing\" /* here */}}", true},
+	}
+	for _, tt := range tests {
+		got, err := bucketGiven([]byte(tt.raw))
+		if err != nil || got != tt.want {
+			t.Errorf("bucketGiven(%s) = %v, %v; want %v", tt.raw, got, err, tt.want)
+		}
+	}
+}
+
+// TestExistingBucketNoRetain synthesizes a second configuration: an existing
+// bucket named in stack.bucket, retain off, no VPC and no alarm e-mail.
+func TestExistingBucketNoRetain(t *testing.T) {
+	synthesized(t) // share the jsii runtime; make sure the main synthesis works first
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "jobs.json")
+	if err := os.WriteFile(cfgPath, []byte(`{
+  "stack": {"prefix": "cwalt", "bucket": "existing-data", "retain": false},
+  "jobs": [{
+    "id": "one",
+    "source": {"type": "couchdb", "url": "http://couch.internal:5984/db"},
+    "outputs": [{"id": "files", "type": "s3", "s3": {"prefix": "docs/"}}]
+  }]
+}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	build := filepath.Join(dir, "build")
+	for _, fn := range []string{fnPoller, fnWriter} {
+		os.MkdirAll(filepath.Join(build, fn), 0o755)
+		os.WriteFile(filepath.Join(build, fn, "bootstrap"), []byte(fn), 0o755)
+	}
+	ctx, err := cdkContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx, Outdir: jsii.String(filepath.Join(dir, "cdk.out"))})
+	stack, err := buildApp(app, appOptions{configPath: cfgPath, buildDir: build})
+	if err != nil {
+		t.Fatal(err)
+	}
+	art := app.Synth(nil).GetStackArtifact(stack.stack.ArtifactId())
+	for _, m := range *art.Messages() {
+		if m.Level == cxapi.SynthesisMessageLevel_ERROR {
+			t.Errorf("synth error at %s: %v", *m.Id, m.Entry.Data)
+		}
+	}
+	b, err := os.ReadFile(*art.TemplateFullPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tmpl map[string]any
+	if err := json.Unmarshal(b, &tmpl); err != nil {
+		t.Fatal(err)
+	}
+	syn := &synthesis{tmpl: tmpl}
+
+	if n := len(syn.resources("AWS::S3::Bucket")); n != 0 {
+		t.Errorf("%d buckets created, want none: stack.bucket names an existing one", n)
+	}
+	_, table := syn.resource(t, "AWS::DynamoDB::Table", "TableName", "cwalt-state")
+	if table["DeletionPolicy"] != "Delete" || props(table)["DeletionProtectionEnabled"] != false {
+		t.Errorf("table DeletionPolicy %v, DeletionProtectionEnabled %v; want Delete, false", table["DeletionPolicy"], props(table)["DeletionProtectionEnabled"])
+	}
+	for _, fn := range []string{fnPoller, fnWriter} {
+		_, f := syn.resource(t, "AWS::Lambda::Function", "FunctionName", "cwalt-"+fn)
+		vars := props(f)["Environment"].(map[string]any)["Variables"].(map[string]any)
+		if vars[envBucket] != "existing-data" {
+			t.Errorf("%s %s = %v, want existing-data", fn, envBucket, vars[envBucket])
+		}
+		if _, ok := props(f)["VpcConfig"]; ok {
+			t.Errorf("%s is in a VPC without stack.vpc", fn)
+		}
+	}
+	writer := rolePolicy(t, syn, "cwalt-writer")
+	for _, want := range []string{":s3:::existing-data/claim-check/*", ":s3:::existing-data/docs/*"} {
+		if !strings.Contains(writer, want) {
+			t.Errorf("writer policy lacks %s: %s", want, writer)
+		}
+	}
+	if strings.Contains(writer, "ec2:") {
+		t.Errorf("writer has EC2 permissions without stack.vpc")
+	}
+	if n := len(syn.resources("AWS::SNS::Subscription")); n != 0 {
+		t.Errorf("%d subscriptions without stack.alarm_email", n)
+	}
+	if n := len(syn.resources("AWS::SecretsManager::Secret")); n != 0 {
+		t.Errorf("%d secrets created without env references", n)
+	}
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/cxapi"
+)
+
+// TestNagAwsSolutions requires cdk-nag's AwsSolutions pack (applied to the
+// app by buildApp, as in every deploy) to report no unsuppressed error.
+// Every suppression carries its reason in the template metadata.
+func TestNagAwsSolutions(t *testing.T) {
+	syn := synthesized(t)
+	for _, m := range syn.messages {
+		if !strings.HasPrefix(m.text, "AwsSolutions-") {
+			continue
+		}
+		switch m.level {
+		case string(cxapi.SynthesisMessageLevel_ERROR):
+			t.Errorf("%s: %s", m.path, firstLine(m.text))
+		default:
+			t.Logf("%s %s: %s", m.level, m.path, firstLine(m.text))
+		}
+	}
+	suppressed := 0
+	for id, r := range syn.tmpl["Resources"].(map[string]any) {
+		md, _ := r.(map[string]any)["Metadata"].(map[string]any)
+		nag, _ := md["cdk_nag"].(map[string]any)
+		rules, _ := nag["rules_to_suppress"].([]any)
+		for _, rule := range rules {
+			rule := rule.(map[string]any)
+			suppressed++
+			if reason, _ := rule["reason"].(string); len(reason) < 40 {
+				t.Errorf("%s: suppression of %v has no real reason: %q", id, rule["id"], reason)
+			}
+		}
+	}
+	if suppressed == 0 {
+		t.Errorf("no cdk-nag suppression metadata found: were the checks applied?")
+	}
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}

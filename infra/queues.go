@@ -1,0 +1,81 @@
+package main
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+)
+
+const (
+	// maxMessageBytes is the largest message SQS accepts (1 MiB); envelopes
+	// above stack.max_message_bytes travel as claim checks anyway.
+	maxMessageBytes = 1024 * 1024
+	// queueRetentionDays is how long a message waits in a work queue or a DLQ: the
+	// SQS maximum, so that a long outage of an output loses nothing.
+	queueRetentionDays = 14
+	// visibilityFactor multiplies the writer's timeout to give the work
+	// queues' visibility timeout, as the Lambda SQS event source requires.
+	visibilityFactor = 6
+)
+
+// addQueues creates the work queue and DLQ of every (job, output), named as
+// the functions expect.
+func (s *changesStack) addQueues() {
+	visibility := seconds(visibilityFactor * s.cfg.Stack.WriterTimeout.D())
+	for _, j := range s.cfg.Jobs {
+		for _, o := range j.Outputs {
+			s.routes = append(s.routes, s.addRoute(j, o, visibility))
+		}
+	}
+}
+
+func (s *changesStack) addRoute(j *config.Job, o *config.Output, visibility awscdk.Duration) *route {
+	id := j.ID + "-" + o.ID
+	queueName := s.cfg.QueueName(j, o)
+
+	// The DLQ's redrive-allow policy names its source queue, which itself
+	// refers to the DLQ: built from the queue's known name, the ARN breaks
+	// that cycle.
+	queueARN := s.stack.FormatArn(&awscdk.ArnComponents{Service: jsii.String("sqs"), Resource: jsii.String(queueName)})
+	dlqProps := &awssqs.QueueProps{
+		QueueName:           jsii.String(s.cfg.DLQName(j, o)),
+		RetentionPeriod:     awscdk.Duration_Days(jsii.Number(queueRetentionDays)),
+		MaxMessageSizeBytes: jsii.Number(maxMessageBytes),
+		Encryption:          awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:          jsii.Bool(true),
+		RedriveAllowPolicy: &awssqs.RedriveAllowPolicy{
+			RedrivePermission: awssqs.RedrivePermission_BY_QUEUE,
+			SourceQueues:      &[]awssqs.IQueue{awssqs.Queue_FromQueueArn(s.stack, jsii.String("SourceOf-"+id), queueARN)},
+		},
+	}
+	queueProps := &awssqs.QueueProps{
+		QueueName:           jsii.String(queueName),
+		VisibilityTimeout:   visibility,
+		RetentionPeriod:     awscdk.Duration_Days(jsii.Number(queueRetentionDays)),
+		MaxMessageSizeBytes: jsii.Number(maxMessageBytes),
+		Encryption:          awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:          jsii.Bool(true),
+	}
+	if o.FIFO() {
+		// The poller sends an explicit deduplication id per (job, output, doc,
+		// seq), so content-based deduplication stays off; one message group per
+		// document, so throughput is counted per group (high-throughput FIFO).
+		queueProps.Fifo = jsii.Bool(true)
+		queueProps.ContentBasedDeduplication = jsii.Bool(false)
+		queueProps.DeduplicationScope = awssqs.DeduplicationScope_MESSAGE_GROUP
+		queueProps.FifoThroughputLimit = awssqs.FifoThroughputLimit_PER_MESSAGE_GROUP_ID
+		// The writer also moves permanent failures to the DLQ itself: content-
+		// based deduplication there makes a send without an explicit id valid
+		// and collapses a repeated move of the same message.
+		dlqProps.Fifo = jsii.Bool(true)
+		dlqProps.ContentBasedDeduplication = jsii.Bool(true)
+		dlqProps.DeduplicationScope = awssqs.DeduplicationScope_MESSAGE_GROUP
+		dlqProps.FifoThroughputLimit = awssqs.FifoThroughputLimit_PER_MESSAGE_GROUP_ID
+	}
+	dlq := awssqs.NewQueue(s.stack, jsii.String("DLQ-"+id), dlqProps)
+	queueProps.DeadLetterQueue = &awssqs.DeadLetterQueue{Queue: dlq, MaxReceiveCount: jsii.Number(float64(o.MaxReceiveCount))}
+	queue := awssqs.NewQueue(s.stack, jsii.String("Queue-"+id), queueProps)
+	return &route{job: j, out: o, queue: queue, dlq: dlq}
+}

@@ -1,0 +1,576 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/metrics"
+)
+
+func TestQueues(t *testing.T) {
+	syn := synthesized(t)
+	cfg := syn.cfg
+	visibilityMin := 6 * cfg.Stack.WriterTimeout.D().Seconds()
+	n := 0
+	for _, j := range cfg.Jobs {
+		for _, o := range j.Outputs {
+			n++
+			t.Run(j.ID+"/"+o.ID, func(t *testing.T) {
+				queueID, queue := syn.resource(t, "AWS::SQS::Queue", "QueueName", cfg.QueueName(j, o))
+				dlqID, dlq := syn.resource(t, "AWS::SQS::Queue", "QueueName", cfg.DLQName(j, o))
+				q, d := props(queue), props(dlq)
+
+				for name, p := range map[string]map[string]any{"queue": q, "dlq": d} {
+					if got := p["FifoQueue"] == true; got != o.FIFO() {
+						t.Errorf("%s FifoQueue = %v, want %v", name, p["FifoQueue"], o.FIFO())
+					}
+					if got := p["MaximumMessageSize"]; got != float64(1048576) {
+						t.Errorf("%s MaximumMessageSize = %v, want 1048576", name, got)
+					}
+					if got := p["SqsManagedSseEnabled"]; got != true {
+						t.Errorf("%s SqsManagedSseEnabled = %v, want true", name, got)
+					}
+					if got := p["MessageRetentionPeriod"]; got != float64(14*24*3600) {
+						t.Errorf("%s MessageRetentionPeriod = %v, want 14 days", name, got)
+					}
+					if o.FIFO() {
+						if p["DeduplicationScope"] != "messageGroup" || p["FifoThroughputLimit"] != "perMessageGroupId" {
+							t.Errorf("%s is not high-throughput FIFO: %s", name, compact(p))
+						}
+					}
+				}
+				if o.FIFO() && q["ContentBasedDeduplication"] != false {
+					t.Errorf("work queue ContentBasedDeduplication = %v, want false (the poller sends explicit ids)", q["ContentBasedDeduplication"])
+				}
+				if !o.FIFO() && q["ContentBasedDeduplication"] != nil {
+					t.Errorf("standard queue has ContentBasedDeduplication %v", q["ContentBasedDeduplication"])
+				}
+				if vt, _ := q["VisibilityTimeout"].(float64); vt < visibilityMin {
+					t.Errorf("VisibilityTimeout = %v, want >= %v (6 x writer timeout)", q["VisibilityTimeout"], visibilityMin)
+				}
+
+				redrive, _ := q["RedrivePolicy"].(map[string]any)
+				if refID(redrive["deadLetterTargetArn"]) != dlqID {
+					t.Errorf("redrive target = %s, want the DLQ %s", compact(redrive["deadLetterTargetArn"]), dlqID)
+				}
+				if redrive["maxReceiveCount"] != float64(o.MaxReceiveCount) {
+					t.Errorf("maxReceiveCount = %v, want %d", redrive["maxReceiveCount"], o.MaxReceiveCount)
+				}
+				allow, _ := d["RedriveAllowPolicy"].(map[string]any)
+				if allow["redrivePermission"] != "byQueue" {
+					t.Errorf("DLQ redrivePermission = %v, want byQueue", allow["redrivePermission"])
+				}
+				sources, _ := allow["sourceQueueArns"].([]any)
+				if len(sources) != 1 || !strings.HasSuffix(compact(sources[0]), ":"+cfg.QueueName(j, o)+`"]]}`) {
+					t.Errorf("DLQ sourceQueueArns = %s, want the ARN of %s", compact(sources), cfg.QueueName(j, o))
+				}
+				if _, ok := q["RedriveAllowPolicy"]; ok {
+					t.Errorf("work queue has a redrive-allow policy")
+				}
+				_ = queueID
+			})
+		}
+	}
+	assert(t, "queue count", func() {
+		syn.template.ResourceCountIs(jsii.String("AWS::SQS::Queue"), jsii.Number(float64(2*n)))
+	})
+}
+
+// TestTLSOnly checks every queue, bucket and topic has a policy that denies
+// requests not made over TLS.
+func TestTLSOnly(t *testing.T) {
+	syn := synthesized(t)
+	denied := map[string]bool{}
+	for _, c := range []struct{ policyType, targetKey string }{
+		{"AWS::SQS::QueuePolicy", "Queues"},
+		{"AWS::S3::BucketPolicy", "Bucket"},
+		{"AWS::SNS::TopicPolicy", "Topics"},
+	} {
+		for _, r := range syn.resources(c.policyType) {
+			p := props(r)
+			doc, _ := p["PolicyDocument"].(map[string]any)
+			tlsOnly := false
+			for _, st := range statements(doc) {
+				cond := compact(st["Condition"])
+				principal := compact(st["Principal"])
+				if st["Effect"] == "Deny" && strings.Contains(cond, `"aws:SecureTransport":"false"`) && (principal == `{"AWS":"*"}` || principal == `"*"`) {
+					tlsOnly = true
+				}
+			}
+			if !tlsOnly {
+				continue
+			}
+			targets := p[c.targetKey]
+			if list, ok := targets.([]any); ok {
+				for _, e := range list {
+					denied[refID(e)] = true
+				}
+			} else {
+				denied[refID(targets)] = true
+			}
+		}
+	}
+	for _, typ := range []string{"AWS::SQS::Queue", "AWS::S3::Bucket", "AWS::SNS::Topic"} {
+		for id := range syn.resources(typ) {
+			if !denied[id] {
+				t.Errorf("%s %s has no TLS-only policy", typ, id)
+			}
+		}
+	}
+}
+
+func TestEventSourceMappings(t *testing.T) {
+	syn := synthesized(t)
+	writerID, _ := syn.resource(t, "AWS::Lambda::Function", "FunctionName", "cwtest-writer")
+	byQueue := map[string]map[string]any{}
+	for _, r := range syn.resources("AWS::Lambda::EventSourceMapping") {
+		p := props(r)
+		if refID(p["FunctionName"]) != writerID {
+			t.Errorf("event source mapping for %s, want the writer", compact(p["FunctionName"]))
+		}
+		byQueue[refID(p["EventSourceArn"])] = p
+	}
+	for _, j := range syn.cfg.Jobs {
+		for _, o := range j.Outputs {
+			queueID, _ := syn.resource(t, "AWS::SQS::Queue", "QueueName", syn.cfg.QueueName(j, o))
+			p, ok := byQueue[queueID]
+			if !ok {
+				t.Errorf("%s/%s: no event source mapping on its queue", j.ID, o.ID)
+				continue
+			}
+			if got := strs(p["FunctionResponseTypes"]); !contains(got, "ReportBatchItemFailures") {
+				t.Errorf("%s/%s: FunctionResponseTypes = %v", j.ID, o.ID, got)
+			}
+			if p["BatchSize"] != float64(o.BatchSize) {
+				t.Errorf("%s/%s: BatchSize = %v, want %d", j.ID, o.ID, p["BatchSize"], o.BatchSize)
+			}
+			scaling, _ := p["ScalingConfig"].(map[string]any)
+			if want := float64(max(2, o.MaxConcurrency)); scaling["MaximumConcurrency"] != want {
+				t.Errorf("%s/%s: MaximumConcurrency = %v, want %v", j.ID, o.ID, scaling["MaximumConcurrency"], want)
+			}
+			window, hasWindow := p["MaximumBatchingWindowInSeconds"]
+			if o.FIFO() && hasWindow {
+				t.Errorf("%s/%s: FIFO queue has a batching window %v", j.ID, o.ID, window)
+			}
+			if !o.FIFO() && window != float64(1) {
+				t.Errorf("%s/%s: MaximumBatchingWindowInSeconds = %v, want 1", j.ID, o.ID, window)
+			}
+		}
+	}
+}
+
+func TestSchedules(t *testing.T) {
+	syn := synthesized(t)
+	pollerID, _ := syn.resource(t, "AWS::Lambda::Function", "FunctionName", "cwtest-poller")
+	want := map[string]string{"orders": "rate(1 minute)", "catalog": "rate(2 minutes)"}
+	for _, j := range syn.cfg.Jobs {
+		_, rule := syn.resource(t, "AWS::Events::Rule", "Name", "cwtest-"+j.ID+"-schedule")
+		p := props(rule)
+		if p["ScheduleExpression"] != want[j.ID] {
+			t.Errorf("%s: ScheduleExpression = %v, want %s", j.ID, p["ScheduleExpression"], want[j.ID])
+		}
+		if p["State"] != "ENABLED" {
+			t.Errorf("%s: State = %v", j.ID, p["State"])
+		}
+		targets, _ := p["Targets"].([]any)
+		if len(targets) != 1 {
+			t.Fatalf("%s: %d targets", j.ID, len(targets))
+		}
+		target := targets[0].(map[string]any)
+		if refID(target["Arn"]) != pollerID {
+			t.Errorf("%s: target %s, want the poller", j.ID, compact(target["Arn"]))
+		}
+		if target["Input"] != fmt.Sprintf(`{"job":"%s"}`, j.ID) {
+			t.Errorf("%s: Input = %v", j.ID, target["Input"])
+		}
+	}
+	assert(t, "the poller may be invoked by each rule", func() {
+		syn.template.ResourcePropertiesCountIs(jsii.String("AWS::Lambda::Permission"), &map[string]any{
+			"Action":    "lambda:InvokeFunction",
+			"Principal": "events.amazonaws.com",
+		}, jsii.Number(float64(len(syn.cfg.Jobs))))
+	})
+}
+
+func TestFunctions(t *testing.T) {
+	syn := synthesized(t)
+	cfg := syn.cfg
+	for _, c := range []struct {
+		name     string
+		timeout  float64
+		reserved any
+	}{
+		{"poller", cfg.Stack.PollerTimeout.D().Seconds(), float64(2 * len(cfg.Jobs))},
+		{"writer", cfg.Stack.WriterTimeout.D().Seconds(), nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, fn := syn.resource(t, "AWS::Lambda::Function", "FunctionName", "cwtest-"+c.name)
+			p := props(fn)
+			if p["Runtime"] != "provided.al2023" || p["Handler"] != "bootstrap" || compact(p["Architectures"]) != `["arm64"]` {
+				t.Errorf("runtime %v handler %v architectures %v", p["Runtime"], p["Handler"], p["Architectures"])
+			}
+			if p["Timeout"] != c.timeout {
+				t.Errorf("Timeout = %v, want %v", p["Timeout"], c.timeout)
+			}
+			if p["ReservedConcurrentExecutions"] != c.reserved {
+				t.Errorf("ReservedConcurrentExecutions = %v, want %v", p["ReservedConcurrentExecutions"], c.reserved)
+			}
+			env, _ := p["Environment"].(map[string]any)
+			vars, _ := env["Variables"].(map[string]any)
+			if vars[envConfigFile] != "/var/task/jobs.json" || vars[envSecretPrefix] != "cwtest/" {
+				t.Errorf("environment = %s", compact(vars))
+			}
+			if _, ok := syn.resources("AWS::S3::Bucket")[refID(vars[envBucket])]; !ok {
+				t.Errorf("%s = %s, want the stack bucket", envBucket, compact(vars[envBucket]))
+			}
+			logging, _ := p["LoggingConfig"].(map[string]any)
+			group, ok := syn.resources("AWS::Logs::LogGroup")[refID(logging["LogGroup"])]
+			if !ok {
+				t.Fatalf("LoggingConfig = %s, want the function's log group", compact(logging))
+			}
+			if lp := props(group); lp["RetentionInDays"] != float64(cfg.Stack.LogRetentionDays) || lp["LogGroupName"] != "/aws/lambda/cwtest-"+c.name {
+				t.Errorf("log group = %s", compact(lp))
+			}
+			vpc, _ := p["VpcConfig"].(map[string]any)
+			if compact(vpc["SubnetIds"]) != compact(cfg.Stack.VPC.SubnetIDs) || compact(vpc["SecurityGroupIds"]) != compact(cfg.Stack.VPC.SecurityGroupIDs) {
+				t.Errorf("VpcConfig = %s", compact(vpc))
+			}
+		})
+	}
+	assert(t, "log groups", func() {
+		syn.template.ResourceCountIs(jsii.String("AWS::Logs::LogGroup"), jsii.Number(2))
+	})
+}
+
+// TestFunctionCode checks the staged code of each function: the built
+// bootstrap plus the configuration file, byte for byte, as jobs.json.
+func TestFunctionCode(t *testing.T) {
+	syn := synthesized(t)
+	entries, err := os.ReadDir(syn.outdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "asset.") {
+			continue
+		}
+		n++
+		dir := filepath.Join(syn.outdir, e.Name())
+		got, err := os.ReadFile(filepath.Join(dir, bundledConfigName))
+		if err != nil {
+			t.Fatalf("asset %s: %v", e.Name(), err)
+		}
+		if string(got) != string(syn.raw) {
+			t.Errorf("asset %s: jobs.json differs from %s", e.Name(), testConfig)
+		}
+		st, err := os.Stat(filepath.Join(dir, "bootstrap"))
+		if err != nil || st.Mode().Perm()&0o111 == 0 {
+			t.Errorf("asset %s: bootstrap missing or not executable: %v", e.Name(), err)
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d function assets, want 2 (poller, writer)", n)
+	}
+}
+
+func TestStateTable(t *testing.T) {
+	syn := synthesized(t)
+	assert(t, "state table", func() {
+		syn.template.HasResource(jsii.String("AWS::DynamoDB::Table"), &map[string]any{
+			"DeletionPolicy":      "Retain",
+			"UpdateReplacePolicy": "Retain",
+			"Properties": &map[string]any{
+				"TableName":                        syn.cfg.TableName(),
+				"KeySchema":                        []any{map[string]any{"AttributeName": "job_id", "KeyType": "HASH"}},
+				"AttributeDefinitions":             []any{map[string]any{"AttributeName": "job_id", "AttributeType": "S"}},
+				"BillingMode":                      "PAY_PER_REQUEST",
+				"PointInTimeRecoverySpecification": map[string]any{"PointInTimeRecoveryEnabled": true},
+				"SSESpecification":                 map[string]any{"SSEEnabled": true},
+				"DeletionProtectionEnabled":        true,
+			},
+		})
+	})
+	assert(t, "one table", func() {
+		syn.template.ResourceCountIs(jsii.String("AWS::DynamoDB::Table"), jsii.Number(1))
+	})
+}
+
+func TestBucket(t *testing.T) {
+	syn := synthesized(t)
+	blocked := map[string]any{"BlockPublicAcls": true, "BlockPublicPolicy": true, "IgnorePublicAcls": true, "RestrictPublicBuckets": true}
+	sse := map[string]any{"ServerSideEncryptionConfiguration": []any{
+		map[string]any{"ServerSideEncryptionByDefault": map[string]any{"SSEAlgorithm": "AES256"}},
+	}}
+	assert(t, "data bucket", func() {
+		syn.template.HasResource(jsii.String("AWS::S3::Bucket"), &map[string]any{
+			"DeletionPolicy": "Retain",
+			"Properties": &map[string]any{
+				"PublicAccessBlockConfiguration": blocked,
+				"BucketEncryption":               sse,
+				"VersioningConfiguration":        assertions.Match_Absent(),
+				"LoggingConfiguration":           assertions.Match_ObjectLike(&map[string]any{"LogFilePrefix": "data-bucket/"}),
+				"LifecycleConfiguration": map[string]any{"Rules": assertions.Match_ArrayWith(&[]any{
+					map[string]any{"Id": "expire-claim-checks", "Prefix": config.ClaimCheckPrefix, "ExpirationInDays": claimCheckExpiryDays, "Status": "Enabled"},
+				})},
+			},
+		})
+	})
+	assert(t, "every bucket blocks public access and is encrypted", func() {
+		syn.template.AllResourcesProperties(jsii.String("AWS::S3::Bucket"), &map[string]any{
+			"PublicAccessBlockConfiguration": blocked,
+			"BucketEncryption":               sse,
+		})
+	})
+	for id, r := range syn.resources("AWS::S3::Bucket") {
+		if _, ok := props(r)["BucketName"]; ok {
+			t.Errorf("bucket %s has an explicit name; created buckets get generated names", id)
+		}
+	}
+}
+
+func TestSecrets(t *testing.T) {
+	syn := synthesized(t)
+	for _, name := range []string{"CRM_TOKEN", "CATALOG_SOURCE_TOKEN"} {
+		_, r := syn.resource(t, "AWS::SecretsManager::Secret", "Name", "cwtest/"+name)
+		p := props(r)
+		if _, ok := p["GenerateSecretString"]; !ok {
+			t.Errorf("secret %s has no generated placeholder", name)
+		}
+		if _, ok := p["SecretString"]; ok {
+			t.Errorf("secret %s has a value in the template", name)
+		}
+	}
+	assert(t, "one secret per distinct env reference", func() {
+		syn.template.ResourceCountIs(jsii.String("AWS::SecretsManager::Secret"), jsii.Number(2))
+	})
+
+	poller, writer := rolePolicy(t, syn, "cwtest-poller"), rolePolicy(t, syn, "cwtest-writer")
+	read := func(doc string, secret string) bool {
+		for _, st := range statementsOf(doc) {
+			if contains(strs(st["Action"]), "secretsmanager:GetSecretValue") && strings.Contains(compact(st["Resource"]), secret) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range []struct {
+		who, doc, secret string
+		want             bool
+	}{
+		{"poller", poller, "EnvSecretCATALOGSOURCETOKEN", true},
+		{"poller", poller, ":secret:orders/sgw-password-??????", true},
+		{"poller", poller, "EnvSecretCRMTOKEN", false},
+		{"poller", poller, "orders/pg-dsn", false},
+		{"writer", writer, "EnvSecretCRMTOKEN", true},
+		{"writer", writer, "arn:aws:secretsmanager:us-east-1:123456789012:secret:orders/pg-dsn-AbCdEf", true},
+		{"writer", writer, "EnvSecretCATALOGSOURCETOKEN", false},
+		{"writer", writer, "sgw-password", false},
+	} {
+		if got := read(c.doc, c.secret); got != c.want {
+			t.Errorf("%s reads %s = %v, want %v", c.who, c.secret, got, c.want)
+		}
+	}
+}
+
+// TestGrants checks each function's policy statement by statement: exactly
+// these actions, on these resources.
+func TestGrants(t *testing.T) {
+	syn := synthesized(t)
+	tableID, _ := syn.resource(t, "AWS::DynamoDB::Table", "TableName", "cwtest-state")
+
+	poller := statementsOf(rolePolicy(t, syn, "cwtest-poller"))
+	wantActions(t, "poller", poller, "dynamodb:", []string{"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"})
+	for _, st := range poller {
+		if hasPrefixAny(strs(st["Action"])[0], "dynamodb:") && compact(st["Resource"]) != compact(map[string]any{"Fn::GetAtt": []any{tableID, "Arn"}}) {
+			t.Errorf("poller dynamodb resource = %s, want the table only", compact(st["Resource"]))
+		}
+	}
+	wantActions(t, "poller", poller, "sqs:", []string{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"})
+	wantActions(t, "poller", poller, "s3:", []string{"s3:PutObject"})
+	wantResources(t, syn, "poller", poller, "sqs:SendMessage", func(q map[string]any) bool { return !strings.Contains(q["QueueName"].(string), "-dlq") })
+
+	writer := statementsOf(rolePolicy(t, syn, "cwtest-writer"))
+	wantActions(t, "writer", writer, "dynamodb:", nil)
+	wantActions(t, "writer", writer, "sqs:", []string{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"})
+	wantActions(t, "writer", writer, "s3:", []string{"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"})
+	wantResources(t, syn, "writer", writer, "sqs:SendMessage", func(q map[string]any) bool { return strings.Contains(q["QueueName"].(string), "-dlq") })
+	wantResources(t, syn, "writer", writer, "sqs:ReceiveMessage", func(q map[string]any) bool { return !strings.Contains(q["QueueName"].(string), "-dlq") })
+
+	// Object grants are confined to the claim-check prefix and the outputs' prefixes.
+	objects := map[string][]string{}
+	for who, sts := range map[string][]map[string]any{"poller": poller, "writer": writer} {
+		for _, st := range sts {
+			for _, a := range strs(st["Action"]) {
+				if a == "s3:GetObject" || a == "s3:PutObject" || a == "s3:DeleteObject" {
+					objects[who] = append(objects[who], compact(st["Resource"]))
+				}
+			}
+		}
+	}
+	for _, res := range objects["poller"] {
+		if !strings.Contains(res, "/claim-check/*") {
+			t.Errorf("poller object grant on %s", res)
+		}
+	}
+	for _, res := range objects["writer"] {
+		if !strings.Contains(res, "/claim-check/*") && !strings.Contains(res, "/archive/orders/*") && !strings.Contains(res, "partner-exports/catalog/*") {
+			t.Errorf("writer object grant on %s", res)
+		}
+	}
+	if !strings.Contains(strings.Join(objects["writer"], " "), "arn:\",{\"Ref\":\"AWS::Partition\"},\":s3:::partner-exports/catalog/*") {
+		t.Errorf("writer has no grant on the other bucket's prefix: %v", objects["writer"])
+	}
+}
+
+func TestAlarms(t *testing.T) {
+	syn := synthesized(t)
+	topicID, topic := syn.resource(t, "AWS::SNS::Topic", "TopicName", "cwtest-alarms")
+	if props(topic)["KmsMasterKeyId"] == nil {
+		t.Errorf("alarm topic is not encrypted")
+	}
+	assert(t, "e-mail subscription", func() {
+		syn.template.HasResourceProperties(jsii.String("AWS::SNS::Subscription"), &map[string]any{
+			"Protocol": "email", "Endpoint": syn.cfg.Stack.AlarmEmail, "TopicArn": map[string]any{"Ref": topicID},
+		})
+	})
+	alarms := map[string]map[string]any{}
+	for id, r := range syn.resources("AWS::CloudWatch::Alarm") {
+		p := props(r)
+		name, _ := p["AlarmName"].(string)
+		alarms[name] = p
+		if actions := p["AlarmActions"].([]any); len(actions) != 1 || refID(actions[0]) != topicID {
+			t.Errorf("alarm %s (%s) actions = %s, want the topic", name, id, compact(actions))
+		}
+	}
+	var want []string
+	for _, j := range syn.cfg.Jobs {
+		want = append(want, j.ID+"-poller-errors", j.ID+"-no-progress", j.ID+"-no-lease-holder")
+		for _, o := range j.Outputs {
+			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-latency")
+		}
+	}
+	want = append(want, "poller-errors", "writer-errors", "writer-throttles")
+	for _, w := range want {
+		if _, ok := alarms["cwtest-"+w]; !ok {
+			t.Errorf("no alarm cwtest-%s", w)
+		}
+	}
+	if len(alarms) != len(want) {
+		t.Errorf("%d alarms, want %d: %v", len(alarms), len(want), sortedKeys(alarms))
+	}
+
+	for _, j := range syn.cfg.Jobs {
+		lease := alarms["cwtest-"+j.ID+"-no-lease-holder"]
+		wantPeriods := math.Ceil(2 * j.Lease.TTL.D().Seconds() / 10)
+		if lease["Period"] != float64(10) || lease["EvaluationPeriods"] != wantPeriods || lease["TreatMissingData"] != "breaching" ||
+			lease["MetricName"] != metrics.Role || lease["Statistic"] != "Maximum" || lease["ComparisonOperator"] != "LessThanThreshold" || lease["Threshold"] != float64(1) {
+			t.Errorf("%s no-lease-holder alarm = %s, want Role max < 1 over %v x 10 s, missing data breaching", j.ID, compact(lease), wantPeriods)
+		}
+		progress := compact(alarms["cwtest-"+j.ID+"-no-progress"]["Metrics"])
+		for _, m := range []string{metrics.Checkpoints, metrics.PendingChanges, "IF(pending > 0 AND FILL(checkpoints, 0) == 0, 1, 0)"} {
+			if !strings.Contains(progress, m) {
+				t.Errorf("%s no-progress alarm lacks %q: %s", j.ID, m, progress)
+			}
+		}
+		for _, o := range j.Outputs {
+			age := alarms["cwtest-"+j.ID+"-"+o.ID+"-latency"]
+			if age["MetricName"] != "ApproximateAgeOfOldestMessage" || age["Threshold"] != j.LatencyObjective.D().Seconds() {
+				t.Errorf("%s/%s latency alarm = %s", j.ID, o.ID, compact(age))
+			}
+			dlq := alarms["cwtest-"+j.ID+"-"+o.ID+"-dlq-not-empty"]
+			dlqID, _ := syn.resource(t, "AWS::SQS::Queue", "QueueName", syn.cfg.DLQName(j, o))
+			if dlq["MetricName"] != "ApproximateNumberOfMessagesVisible" || dlq["Threshold"] != float64(0) ||
+				!strings.Contains(compact(dlq["Dimensions"]), dlqID) {
+				t.Errorf("%s/%s DLQ alarm = %s", j.ID, o.ID, compact(dlq))
+			}
+		}
+	}
+}
+
+func TestDashboard(t *testing.T) {
+	syn := synthesized(t)
+	_, d := syn.resource(t, "AWS::CloudWatch::Dashboard", "DashboardName", "cwtest")
+	body := compact(props(d)["DashboardBody"])
+	for _, want := range []string{
+		"## job orders", "## job catalog",
+		metrics.PendingChanges, metrics.LagSeconds, metrics.DocumentsEnqueued, metrics.Delivered,
+		metrics.EndToEndLatencyMs, "ApproximateNumberOfMessagesVisible", metrics.Role,
+		metrics.CheckpointAgeSeconds, "lease acquired",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("dashboard lacks %q", want)
+		}
+	}
+	assert(t, "one dashboard", func() {
+		syn.template.ResourceCountIs(jsii.String("AWS::CloudWatch::Dashboard"), jsii.Number(1))
+	})
+}
+
+// rolePolicy returns, as JSON, the policy document attached to the role of
+// the named function.
+func rolePolicy(t *testing.T, syn *synthesis, function string) string {
+	t.Helper()
+	_, fn := syn.resource(t, "AWS::Lambda::Function", "FunctionName", function)
+	roleID := refID(props(fn)["Role"])
+	for _, r := range syn.resources("AWS::IAM::Policy") {
+		for _, role := range props(r)["Roles"].([]any) {
+			if refID(role) == roleID {
+				return compact(props(r)["PolicyDocument"])
+			}
+		}
+	}
+	t.Fatalf("no policy on the role of %s", function)
+	return ""
+}
+
+func wantActions(t *testing.T, who string, sts []map[string]any, prefix string, want []string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, st := range sts {
+		for _, a := range strs(st["Action"]) {
+			if strings.HasPrefix(a, prefix) {
+				seen[a] = true
+			}
+		}
+	}
+	if got := sortedKeys(seen); compact(got) != compact(want) && !(len(got) == 0 && len(want) == 0) {
+		t.Errorf("%s %s* actions = %v, want %v", who, prefix, got, want)
+	}
+}
+
+// wantResources checks that the statements granting action cover exactly
+// the queues for which match is true.
+func wantResources(t *testing.T, syn *synthesis, who string, sts []map[string]any, action string, match func(q map[string]any) bool) {
+	t.Helper()
+	got := map[string]bool{}
+	for _, st := range sts {
+		if !contains(strs(st["Action"]), action) {
+			continue
+		}
+		res, ok := st["Resource"].([]any)
+		if !ok {
+			res = []any{st["Resource"]}
+		}
+		for _, r := range res {
+			got[refID(r)] = true
+		}
+	}
+	for id, q := range syn.resources("AWS::SQS::Queue") {
+		if want := match(props(q)); got[id] != want {
+			t.Errorf("%s %s on %s = %v, want %v", who, action, props(q)["QueueName"], got[id], want)
+		}
+		delete(got, id)
+	}
+	for id := range got {
+		t.Errorf("%s %s on %s, which is no queue of the stack", who, action, id)
+	}
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+)
+
+const (
+	// claimCheckExpiryDays bounds how long a claim-check payload is kept. A
+	// message can wait up to 14 days in its work queue and, on a FIFO queue
+	// (whose DLQ restarts the retention clock), 14 more in the DLQ; the
+	// payload must outlive both or a redriven message would point at nothing.
+	claimCheckExpiryDays = 30
+	// accessLogExpiryDays bounds how long S3 server access logs are kept.
+	accessLogExpiryDays = 90
+)
+
+// addStorage imports the bucket named by stack.bucket, or creates one (with a
+// generated name) together with a bucket for its server access logs.
+func (s *changesStack) addStorage() {
+	if s.in.bucketGiven {
+		s.bucket = awss3.Bucket_FromBucketName(s.stack, jsii.String("DataBucket"), jsii.String(s.cfg.Stack.Bucket))
+		return
+	}
+	accessLogs := awss3.NewBucket(s.stack, jsii.String("AccessLogs"), &awss3.BucketProps{
+		BlockPublicAccess: awss3.BlockPublicAccess_BLOCK_ALL(),
+		// Server access log delivery supports SSE-S3 only.
+		Encryption:        awss3.BucketEncryption_S3_MANAGED,
+		EnforceSSL:        jsii.Bool(true),
+		MinimumTLSVersion: jsii.Number(1.2),
+		LifecycleRules: &[]*awss3.LifecycleRule{{
+			Id:         jsii.String("expire-access-logs"),
+			Expiration: awscdk.Duration_Days(jsii.Number(accessLogExpiryDays)),
+		}},
+		RemovalPolicy: s.removalPolicy(),
+	})
+
+	s.bucket = awss3.NewBucket(s.stack, jsii.String("DataBucket"), &awss3.BucketProps{
+		BlockPublicAccess:      awss3.BlockPublicAccess_BLOCK_ALL(),
+		Encryption:             awss3.BucketEncryption_S3_MANAGED,
+		EnforceSSL:             jsii.Bool(true),
+		MinimumTLSVersion:      jsii.Number(1.2),
+		Versioned:              jsii.Bool(false),
+		ServerAccessLogsBucket: accessLogs,
+		ServerAccessLogsPrefix: jsii.String("data-bucket/"),
+		LifecycleRules: &[]*awss3.LifecycleRule{
+			{
+				Id:         jsii.String("expire-claim-checks"),
+				Prefix:     jsii.String(config.ClaimCheckPrefix),
+				Expiration: awscdk.Duration_Days(jsii.Number(claimCheckExpiryDays)),
+			},
+			{
+				Id:                                  jsii.String("abort-incomplete-uploads"),
+				AbortIncompleteMultipartUploadAfter: awscdk.Duration_Days(jsii.Number(7)),
+			},
+		},
+		RemovalPolicy: s.removalPolicy(),
+	})
+}
+
+// outputBucket returns the bucket an S3 output writes to: the stack bucket
+// when the output names none (or names the stack bucket), otherwise the named
+// bucket, imported by name.
+func (s *changesStack) outputBucket(o *config.Output) awss3.IBucket {
+	if o.S3.Bucket == "" || o.S3.Bucket == s.cfg.Stack.Bucket {
+		return s.bucket
+	}
+	if b, ok := s.outputBuckets[o.S3.Bucket]; ok {
+		return b
+	}
+	if s.outputBuckets == nil {
+		s.outputBuckets = map[string]awss3.IBucket{}
+	}
+	b := awss3.Bucket_FromBucketName(s.stack, jsii.String("OutputBucket-"+o.S3.Bucket), jsii.String(o.S3.Bucket))
+	s.outputBuckets[o.S3.Bucket] = b
+	return b
+}

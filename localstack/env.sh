@@ -1,0 +1,19 @@
+# shellcheck shell=sh
+# Source this file (`. localstack/env.sh`) to point the AWS SDK, the tools and
+# the tests at the local services started by localstack/up.sh, or by
+# localstack/docker-compose.yml. A variable that is already set is left as it
+# is (even when empty), so exporting e.g. AWS_ENDPOINT_URL first points
+# everything elsewhere, and AWS_ENDPOINT_URL= (empty) means real AWS.
+#
+# pouchdb-server runs in "admin party" mode: COUCH_URL carries no credentials
+# on purpose (see localstack/README.md). For the CouchDB container, put the
+# admin credentials in the URL: http://admin:PASSWORD@127.0.0.1:5984.
+
+: "${AWS_ENDPOINT_URL=http://127.0.0.1:4566}"
+: "${AWS_REGION=us-east-1}"
+: "${AWS_ACCESS_KEY_ID=test}"
+: "${AWS_SECRET_ACCESS_KEY=test}"
+: "${S3_USE_PATH_STYLE=true}"
+: "${PG_DSN=postgres://changes:changes@127.0.0.1:5432/changes?sslmode=disable}"
+: "${COUCH_URL=http://127.0.0.1:5984}"
+export AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY S3_USE_PATH_STYLE PG_DSN COUCH_URL

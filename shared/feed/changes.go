@@ -1,0 +1,198 @@
+package feed
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+)
+
+// Changes issues one _changes request from since and returns what the source
+// answered:
+//
+//	GET {url}/_changes?feed=longpoll&since=S&limit=L&timeout=MS
+//	    [&include_docs=true]                                  Fetch is include_docs
+//	    [&active_only=true]                                   ActiveOnly, Sync Gateway family
+//	    [&filter=sync_gateway/bychannel&channels=a,b]         Channels, Sync Gateway family
+//
+// since is the opaque sequence exactly as the source sent it: a JSON string
+// is sent as its content, any other value as its JSON text; nil (or JSON
+// null) starts from the beginning. A timeout of zero or less asks for
+// feed=normal, which answers at once. The request is abandoned, with a
+// transient error, when ctx ends or timeout+Options.Slack has passed.
+//
+// A source that ignores the long-poll timeout (pouchdb-server) is cut off at
+// timeout+Slack; if it had sent no row by then, the answer is an empty batch
+// whose LastSeq is since (nil when since was nil): nothing new was seen.
+//
+// With ActiveOnly, deleted and removed rows are dropped from Rows (the Sync
+// Gateway family drops them at the source); LastSeq still covers them. Rows
+// that name no document revision (Sync Gateway's "_user/" rows) are dropped
+// the same way. Doc is set only for live rows when the source included it.
+//
+// Errors are *StatusError, ErrMalformed (wrapped) or transport errors; see
+// Transient. Changes is safe for concurrent use and has no side effects.
+func (c *Client) Changes(ctx context.Context, since json.RawMessage, timeout time.Duration) (*Batch, error) {
+	q := url.Values{}
+	if timeout > 0 {
+		q.Set("feed", "longpoll")
+		q.Set("timeout", strconv.FormatInt(max(timeout.Milliseconds(), 1), 10))
+	} else {
+		q.Set("feed", "normal")
+		timeout = 0
+	}
+	s, err := sinceParam(since)
+	if err != nil {
+		return nil, fmt.Errorf("changes: %w", err)
+	}
+	if s != "" {
+		q.Set("since", s)
+	}
+	q.Set("limit", strconv.Itoa(c.o.Limit))
+	if c.o.Fetch == config.FetchIncludeDocs {
+		q.Set("include_docs", "true")
+	}
+	if syncGatewayFamily(c.o.SourceType) {
+		if c.o.ActiveOnly {
+			q.Set("active_only", "true")
+		}
+		if len(c.o.Channels) > 0 {
+			q.Set("filter", "sync_gateway/bychannel")
+			q.Set("channels", strings.Join(c.o.Channels, ","))
+		}
+	}
+	resp, err := c.roundTrip(ctx, "changes", http.MethodGet, c.endpoint("_changes", q), nil, timeout+c.o.Slack)
+	if timeout > 0 && idle(err) {
+		return &Batch{Rows: []Row{}, LastSeq: slices.Clone(since), Pending: -1}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parseChanges(resp.body, c.o.ActiveOnly)
+}
+
+// idle reports whether a long-poll ended by our deadline had begun a 200
+// answer and sent no row: nothing, or `{"results":[` and heartbeat newlines.
+// That is a source with nothing new that ignores the timeout parameter
+// (pouchdb-server holds a long-poll open until the next change), so the
+// answer is an empty batch at the same position, not an error. Nothing is
+// lost either way: the position does not move. (Nothing at all arrives when
+// the source compresses the answer and does not flush the opening.)
+func idle(err error) bool {
+	var te *transportError
+	if !errors.As(err, &te) || !te.deadline || te.status != http.StatusOK {
+		return false
+	}
+	switch string(bytes.Join(bytes.Fields(te.partial), nil)) {
+	case "", `{"results":[`:
+		return true
+	}
+	return false
+}
+
+// sinceParam turns an opaque sequence into the since query value.
+func sinceParam(seq json.RawMessage) (string, error) {
+	t := bytes.TrimSpace(seq)
+	if len(t) == 0 || string(t) == "null" {
+		return "", nil
+	}
+	if !json.Valid(t) {
+		return "", errors.New("since is not a JSON value")
+	}
+	if t[0] == '"' {
+		var s string
+		if err := json.Unmarshal(t, &s); err != nil {
+			return "", fmt.Errorf("decode since: %w", err)
+		}
+		return s, nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, t); err != nil {
+		return "", fmt.Errorf("compact since: %w", err)
+	}
+	return b.String(), nil
+}
+
+type changesAnswer struct {
+	Results []changeRow     `json:"results"`
+	LastSeq json.RawMessage `json:"last_seq"`
+	Pending *int64          `json:"pending"`
+}
+
+type changeRow struct {
+	Seq     json.RawMessage `json:"seq"`
+	ID      string          `json:"id"`
+	Changes []struct {
+		Rev string `json:"rev"`
+	} `json:"changes"`
+	Deleted bool            `json:"deleted"`
+	Removed json.RawMessage `json:"removed"`
+	Doc     json.RawMessage `json:"doc"`
+}
+
+func parseChanges(body []byte, activeOnly bool) (*Batch, error) {
+	var a changesAnswer
+	if err := json.Unmarshal(body, &a); err != nil {
+		return nil, malformed("changes", "%v", err)
+	}
+	if a.Results == nil {
+		return nil, malformed("changes", "no results")
+	}
+	if isNull(a.LastSeq) {
+		return nil, malformed("changes", "no last_seq")
+	}
+	b := &Batch{Rows: make([]Row, 0, len(a.Results)), LastSeq: a.LastSeq, Pending: -1}
+	if a.Pending != nil {
+		b.Pending = *a.Pending
+	}
+	for i, r := range a.Results {
+		if isNull(r.Seq) {
+			return nil, malformed("changes", "row %d has no seq", i)
+		}
+		if r.ID == "" {
+			return nil, malformed("changes", "row %d (seq %s) has no id", i, r.Seq)
+		}
+		if len(r.Changes) == 0 || r.Changes[0].Rev == "" {
+			if strings.HasPrefix(r.ID, "_user/") {
+				continue // a Sync Gateway principal change, not a document
+			}
+			return nil, malformed("changes", "row %d (seq %s) has no rev", i, r.Seq)
+		}
+		row := Row{Seq: r.Seq, ID: r.ID, Rev: r.Changes[0].Rev, Deleted: r.Deleted, Removed: present(r.Removed)}
+		if activeOnly && (row.Deleted || row.Removed) {
+			continue
+		}
+		if !row.Deleted && !row.Removed && !isNull(r.Doc) {
+			row.Doc = r.Doc
+		}
+		b.Rows = append(b.Rows, row)
+	}
+	return b, nil
+}
+
+// isNull reports whether a raw value is absent or JSON null.
+func isNull(v json.RawMessage) bool {
+	t := bytes.TrimSpace(v)
+	return len(t) == 0 || string(t) == "null"
+}
+
+// present reports whether a raw list is there and not empty.
+func present(v json.RawMessage) bool {
+	if isNull(v) {
+		return false
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(v, &list); err == nil {
+		return len(list) > 0
+	}
+	return true // not a list, but something: treat as set
+}

@@ -1,0 +1,249 @@
+// Package feed reads the _changes feed of a CouchDB-compatible source (Apache
+// CouchDB, Couchbase Sync Gateway, Capella App Services, Couchbase Edge Server)
+// and fetches the documents the feed names.
+//
+// The client keeps no position: the caller passes the opaque since value it
+// checkpointed and gets back the source's last_seq, both exactly as the source
+// wrote them. Nothing here retries; every error says whether a retry can help
+// (see Transient), and the caller decides when to retry.
+package feed
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultSlack          = 2 * time.Second
+	DefaultRequestTimeout = 30 * time.Second
+	DefaultConcurrency    = 8
+)
+
+// Options configure a Client. Credentials are already resolved; they are sent
+// only in the Authorization header and never appear in errors or String.
+type Options struct {
+	// SourceType is config.SourceCouchDB, SourceSyncGateway, SourceAppServices
+	// or SourceEdgeServer.
+	SourceType string
+	// URL is the database (CouchDB) or keyspace (Sync Gateway family:
+	// http://host:4984/db or http://host:4984/db.scope.collection), used as given.
+	URL string
+	// Username and Password select basic authentication when Username is set.
+	Username, Password string
+	// Token selects bearer authentication when set.
+	Token string
+	// Limit bounds the rows of one _changes request. Default config.DefaultLimit.
+	Limit int
+	// Fetch is config.FetchIncludeDocs (default) or config.FetchBulkGet.
+	Fetch string
+	// ActiveOnly drops deleted and removed rows: at the source for the Sync
+	// Gateway family (active_only=true), in the client for CouchDB.
+	ActiveOnly bool
+	// Channels restricts the feed to these channels (Sync Gateway family only).
+	Channels []string
+	// HTTPClient sends the requests. Nil means a client with dial and TLS
+	// timeouts that does not follow redirects (a 3xx is reported as a permanent
+	// StatusError). Per-request deadlines come from Slack and RequestTimeout
+	// either way, so the client should not set its own Timeout below them.
+	HTTPClient *http.Client
+	// Slack is how long a long-poll may run past its timeout before it is
+	// abandoned. Default DefaultSlack.
+	Slack time.Duration
+	// RequestTimeout bounds every request other than _changes. Default
+	// DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// Concurrency bounds the per-document GETs of FetchDocs. Default
+	// DefaultConcurrency.
+	Concurrency int
+}
+
+// String describes the options without their secrets.
+func (o Options) String() string {
+	auth := "none"
+	switch {
+	case o.Token != "":
+		auth = "bearer [redacted]"
+	case o.Username != "":
+		auth = fmt.Sprintf("basic %s:[redacted]", o.Username)
+	}
+	u := "[invalid]"
+	if p, err := url.Parse(o.URL); err == nil {
+		u = p.Redacted()
+	}
+	return fmt.Sprintf("feed.Options{source=%s url=%s auth=%s limit=%d fetch=%s active_only=%t channels=%v}",
+		o.SourceType, u, auth, o.Limit, o.Fetch, o.ActiveOnly, o.Channels)
+}
+
+// GoString is String, so that %#v does not print the secrets either.
+func (o Options) GoString() string { return o.String() }
+
+// Validate reports every problem with the options at once, each naming its field.
+func (o Options) Validate() error {
+	var errs []error
+	switch o.SourceType {
+	case config.SourceCouchDB, config.SourceSyncGateway, config.SourceAppServices, config.SourceEdgeServer:
+	default:
+		errs = append(errs, fmt.Errorf("source_type: %q is not one of %s, %s, %s, %s", o.SourceType,
+			config.SourceCouchDB, config.SourceSyncGateway, config.SourceAppServices, config.SourceEdgeServer))
+	}
+	if err := validateURL(o.URL); err != nil {
+		errs = append(errs, fmt.Errorf("url: %w", err))
+	}
+	if o.Token != "" && o.Username != "" {
+		errs = append(errs, errors.New("auth: set either username/password or token, not both"))
+	}
+	if o.Username == "" && o.Password != "" {
+		errs = append(errs, errors.New("username: required when a password is set"))
+	}
+	if o.Limit < 0 {
+		errs = append(errs, fmt.Errorf("limit: %d is negative", o.Limit))
+	}
+	switch o.Fetch {
+	case "", config.FetchIncludeDocs, config.FetchBulkGet:
+	default:
+		errs = append(errs, fmt.Errorf("fetch: %q is not one of %s, %s", o.Fetch, config.FetchIncludeDocs, config.FetchBulkGet))
+	}
+	if len(o.Channels) > 0 && !syncGatewayFamily(o.SourceType) {
+		errs = append(errs, fmt.Errorf("channels: only a Sync Gateway family source has channels, not %q", o.SourceType))
+	}
+	if slices.Contains(o.Channels, "") {
+		errs = append(errs, errors.New("channels: empty channel name"))
+	}
+	if o.Slack < 0 {
+		errs = append(errs, fmt.Errorf("slack: %s is negative", o.Slack))
+	}
+	if o.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("request_timeout: %s is negative", o.RequestTimeout))
+	}
+	if o.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("concurrency: %d is negative", o.Concurrency))
+	}
+	return errors.Join(errs...)
+}
+
+func validateURL(raw string) error {
+	if raw == "" {
+		return errors.New("required")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Parse quotes the input; it has no credentials (checked below
+		// only once parsed), so report the problem without echoing it.
+		return errors.New("not a valid URL")
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("scheme %q is not http or https", u.Scheme)
+	case u.User != nil:
+		return errors.New("must not carry credentials; use the auth settings")
+	case u.Host == "":
+		return errors.New("has no host")
+	case u.RawQuery != "" || u.Fragment != "":
+		return errors.New("must not have a query or fragment")
+	case strings.Trim(u.Path, "/") == "":
+		return errors.New("names no database or keyspace")
+	}
+	return nil
+}
+
+func syncGatewayFamily(sourceType string) bool {
+	switch sourceType {
+	case config.SourceSyncGateway, config.SourceAppServices, config.SourceEdgeServer:
+		return true
+	}
+	return false
+}
+
+// Client reads one source. It is safe for concurrent use.
+type Client struct {
+	o    Options
+	base string // the URL without a trailing slash
+	hc   *http.Client
+}
+
+// New validates the options, fills in defaults and returns a Client.
+func New(o Options) (*Client, error) {
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("feed options: %w", err)
+	}
+	if o.Limit == 0 {
+		o.Limit = config.DefaultLimit
+	}
+	if o.Fetch == "" {
+		o.Fetch = config.FetchIncludeDocs
+	}
+	if o.Slack == 0 {
+		o.Slack = DefaultSlack
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	o.Channels = slices.Clone(o.Channels)
+	hc := o.HTTPClient
+	if hc == nil {
+		hc = defaultHTTPClient(o.Concurrency)
+	}
+	return &Client{o: o, base: strings.TrimRight(o.URL, "/"), hc: hc}, nil
+}
+
+func defaultHTTPClient(concurrency int) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = 10 * time.Second
+	t.MaxIdleConnsPerHost = concurrency + 2 // the fetchers plus the feed
+	return &http.Client{
+		Transport: t,
+		// A redirect means the URL is wrong (or a proxy wants a login): report
+		// it rather than follow it with our credentials.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// Row is one change from the feed.
+type Row struct {
+	// Seq is the row's sequence exactly as the source sent it (number or string).
+	Seq json.RawMessage
+	ID  string
+	// Rev is the winning revision (changes[0].rev), or the current winner that
+	// FetchDocs found when the feed's revision was gone.
+	Rev     string
+	Deleted bool
+	// Removed is set when Sync Gateway reports that the document left the
+	// reader's channels ("removed": [...]).
+	Removed bool
+	// Doc is the body once fetched; nil for tombstones and removals.
+	Doc json.RawMessage
+}
+
+// needsBody reports whether FetchDocs has a body to fetch for the row.
+func (r *Row) needsBody() bool { return !r.Deleted && !r.Removed && len(r.Doc) == 0 }
+
+// Batch is the answer to one _changes request.
+type Batch struct {
+	Rows []Row
+	// LastSeq is the source's last_seq exactly as sent; the next request
+	// starts from it. It covers rows the client dropped (ActiveOnly on
+	// CouchDB, Sync Gateway's _user/ rows).
+	LastSeq json.RawMessage
+	// Pending is the number of changes after LastSeq, or -1 when the source
+	// does not report it.
+	Pending int64
+}
+
+// DocRev is a live document and its winning revision.
+type DocRev struct {
+	ID, Rev string
+}

@@ -1,0 +1,445 @@
+// Package httpsink delivers document changes to a REST endpoint: the document
+// JSON with PUT (default), POST or PATCH for a live document, DELETE for a
+// tombstone, to a URL built from a template holding {doc_id}.
+//
+// HTTP cannot enforce monotonic application by itself: the sink cannot ask an
+// arbitrary endpoint which version it holds. It sends every change's
+// observation version instead (X-Changes-Version: generation.counter) with an
+// Idempotency-Key, so a receiver can drop what is not newer than what it has.
+// That is also why HTTP outputs default to ordering per_document: a FIFO
+// queue grouped by document delivers each document's changes in the order
+// they were observed, so even a receiver that ignores the headers ends at the
+// newest state. With ordering none (a standard queue) changes can arrive
+// duplicated and out of order, and the endpoint must be idempotent and
+// compare versions itself.
+package httpsink
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deliver"
+)
+
+var _ deliver.Sink = (*Sink)(nil)
+
+// Headers the sink sets on every request.
+const (
+	HeaderRev            = "X-Changes-Rev"
+	HeaderSeq            = "X-Changes-Seq"
+	HeaderVersion        = "X-Changes-Version"
+	HeaderJob            = "X-Changes-Job"
+	HeaderOutput         = "X-Changes-Output"
+	HeaderIdempotencyKey = "Idempotency-Key"
+)
+
+const (
+	// DefaultTimeout bounds one request when the output sets no timeout.
+	DefaultTimeout = 10 * time.Second
+	// Parallelism is how many requests one Apply has in flight at most.
+	Parallelism = 8
+	// maxRedirects bounds followed redirects (FollowRedirects).
+	maxRedirects = 10
+	// drainLimit is how much of a response body is read to reuse the connection.
+	drainLimit = 64 << 10
+)
+
+// Credentials are the resolved secrets of the output's auth: Username and
+// Password for basic auth (Username defaults to the configured one), Token
+// for bearer auth. They never appear in logs, errors or formatted output.
+type Credentials struct {
+	Username string
+	Password string
+	Token    string
+}
+
+// String redacts the credentials, so %v and %+v never print them.
+func (Credentials) String() string { return "httpsink.Credentials{redacted}" }
+
+// GoString redacts the credentials for %#v.
+func (c Credentials) GoString() string { return c.String() }
+
+// LogValue redacts the credentials in slog output.
+func (Credentials) LogValue() slog.Value { return slog.StringValue("redacted") }
+
+// Sink sends changes to one HTTP output. It is safe for concurrent use.
+type Sink struct {
+	client  *http.Client
+	method  string
+	base    url.URL // scheme and host of the template
+	path    string  // escaped path template, may hold {doc_id}
+	query   string  // raw query template, may hold {doc_id}
+	headers http.Header
+	auth    func(*http.Request)
+	timeout time.Duration
+}
+
+// reserved are headers the sink owns; configuration may not set them.
+var reserved = []string{
+	"Authorization", "Host", "Content-Length", "Transfer-Encoding",
+	HeaderRev, HeaderSeq, HeaderVersion, HeaderJob, HeaderOutput, HeaderIdempotencyKey,
+}
+
+// New returns a sink for out. creds are the already resolved secrets of
+// out.Auth (zero when out.Auth is nil). client may be nil for a default
+// client; New does not modify it but uses a copy whose redirect policy
+// follows out.FollowRedirects.
+func New(out config.HTTPOutput, creds Credentials, client *http.Client) (*Sink, error) {
+	s := &Sink{
+		method:  strings.ToUpper(out.Method),
+		headers: http.Header{},
+		timeout: out.Timeout.D(),
+	}
+	if s.method == "" {
+		s.method = http.MethodPut
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
+	}
+	var errs []error
+	switch s.method {
+	case http.MethodPut, http.MethodPost, http.MethodPatch:
+	default:
+		errs = append(errs, fmt.Errorf("method %q is not PUT, POST or PATCH", out.Method))
+	}
+	if err := s.parseTemplate(out.URL); err != nil {
+		errs = append(errs, err)
+	}
+	for k, val := range out.Headers {
+		if slices.ContainsFunc(reserved, func(r string) bool { return strings.EqualFold(r, k) }) {
+			errs = append(errs, fmt.Errorf("header %s is set by the sink and cannot be configured", k))
+			continue
+		}
+		s.headers.Set(k, val)
+	}
+	auth, err := authFunc(out.Auth, creds)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	s.auth = auth
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("new http sink: %w", err)
+	}
+
+	if client == nil {
+		client = &http.Client{}
+	}
+	c := *client
+	c.CheckRedirect = checkRedirect(out.FollowRedirects)
+	s.client = &c
+	return s, nil
+}
+
+// parseTemplate splits the URL template into scheme and host, an escaped path
+// and a raw query, and checks that {doc_id} only occurs in path and query.
+func (s *Sink) parseTemplate(tmpl string) error {
+	if tmpl == "" {
+		return errors.New("url is empty")
+	}
+	rest, frag, hasFrag := strings.Cut(tmpl, "#")
+	if hasFrag {
+		return fmt.Errorf("url template %q must not have a fragment (#%s)", tmpl, frag)
+	}
+	rest, s.query, _ = strings.Cut(rest, "?")
+	scheme, afterScheme, ok := strings.Cut(rest, "://")
+	if !ok || (scheme != "http" && scheme != "https") {
+		return fmt.Errorf("url template %q must start with http:// or https://", tmpl)
+	}
+	host, path, _ := strings.Cut(afterScheme, "/")
+	s.path = "/" + path
+	switch {
+	case host == "" || strings.Contains(host, "{doc_id}"):
+		return fmt.Errorf("url template %q must name a host, and {doc_id} may only appear in the path or query", tmpl)
+	case strings.Contains(host, "@"):
+		return errors.New("url template must not contain credentials; use auth with a secret reference")
+	}
+	// Check the template parses once an id is in place.
+	u, err := url.Parse(scheme + "://" + host + strings.ReplaceAll(s.path, "{doc_id}", "x") + "?" + strings.ReplaceAll(s.query, "{doc_id}", "x"))
+	if err != nil {
+		return fmt.Errorf("parse url template: %w", err)
+	}
+	if want := strings.ReplaceAll(s.path, "{doc_id}", "x"); u.EscapedPath() != want {
+		return fmt.Errorf("url template path %q must be percent-encoded (as %q)", want, u.EscapedPath())
+	}
+	s.base = url.URL{Scheme: u.Scheme, Host: u.Host}
+	return nil
+}
+
+func authFunc(a *config.Auth, creds Credentials) (func(*http.Request), error) {
+	if a == nil {
+		if creds != (Credentials{}) {
+			return nil, errors.New("credentials given for an output without auth")
+		}
+		return func(*http.Request) {}, nil
+	}
+	switch a.Type {
+	case "basic":
+		user := creds.Username
+		if user == "" {
+			user = a.Username
+		}
+		if user == "" || creds.Password == "" {
+			return nil, errors.New("basic auth needs a username and a resolved password")
+		}
+		return func(r *http.Request) { r.SetBasicAuth(user, creds.Password) }, nil
+	case "bearer":
+		if creds.Token == "" {
+			return nil, errors.New("bearer auth needs a resolved token")
+		}
+		return func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+creds.Token) }, nil
+	default:
+		return nil, fmt.Errorf("auth type %q is not basic or bearer", a.Type)
+	}
+}
+
+// checkRedirect never follows a redirect unless follow is set, so the 3xx
+// comes back as the response (and fails permanently). When following, only
+// 307 and 308 are followed: Go turns a PUT redirected by 301, 302 or 303
+// into a GET, whose 200 would pass for a delivery that never happened.
+func checkRedirect(follow bool) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if !follow || len(via) >= maxRedirects {
+			return http.ErrUseLastResponse
+		}
+		if req.Response != nil && req.Response.StatusCode != http.StatusTemporaryRedirect && req.Response.StatusCode != http.StatusPermanentRedirect {
+			return http.ErrUseLastResponse
+		}
+		return nil
+	}
+}
+
+// EscapeID returns the document id as one URL path segment: url.PathEscape,
+// which escapes '/', '?', '#', '%' and every non-ASCII byte, and in addition
+// "%2E" for each dot of an id made only of dots, so "." and ".." can never be
+// read as relative path segments.
+func EscapeID(id string) string {
+	if strings.Trim(id, ".") == "" {
+		return strings.Repeat("%2E", len(id))
+	}
+	return url.PathEscape(id)
+}
+
+// URL returns the URL a change of docID is sent to. The id is path-escaped
+// in the path (kept escaped on the wire through URL.RawPath) and
+// query-escaped in the query.
+func (s *Sink) URL(docID string) (*url.URL, error) {
+	u := s.base
+	u.RawPath = strings.ReplaceAll(s.path, "{doc_id}", EscapeID(docID))
+	p, err := url.PathUnescape(u.RawPath)
+	if err != nil {
+		return nil, fmt.Errorf("build url: %w", err)
+	}
+	u.Path = p
+	if u.EscapedPath() != u.RawPath {
+		// Cannot happen with a template New accepted; never send to a path
+		// Go re-escaped differently.
+		return nil, fmt.Errorf("build url: path %q does not keep its escaping", u.RawPath)
+	}
+	u.RawQuery = strings.ReplaceAll(s.query, "{doc_id}", url.QueryEscape(docID))
+	return &u, nil
+}
+
+// Apply sends each change as one request and returns one error per change:
+// nil for a 2xx answer (and for 404 or 410 to a DELETE: already gone), a
+// transient *deliver.Error for connection errors, timeouts, 408, 425, 429
+// and 5xx, a permanent one for other statuses including unfollowed 3xx.
+// Errors carry the status, never the response body.
+//
+// Requests run in parallel, at most Parallelism at once; changes of one
+// document (possible only with ordering none) are sent one after another,
+// oldest version first. Apply is safe for concurrent use; it is idempotent
+// only as far as the endpoint is.
+func (s *Sink) Apply(ctx context.Context, changes []*change.Envelope) []error {
+	errs := make([]error, len(changes))
+	groups := map[string][]int{}
+	var order []string
+	for i, c := range changes {
+		if err := check(c); err != nil {
+			errs[i] = err
+			continue
+		}
+		if _, ok := groups[c.DocID]; !ok {
+			order = append(order, c.DocID)
+		}
+		groups[c.DocID] = append(groups[c.DocID], i)
+	}
+
+	sem := make(chan struct{}, Parallelism)
+	var wg sync.WaitGroup
+	for _, id := range order {
+		idx := groups[id]
+		slices.SortStableFunc(idx, func(a, b int) int { return changes[a].Version.Compare(changes[b].Version) })
+		wg.Go(func() {
+			for _, i := range idx {
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					errs[i] = deliver.TransientError("timeout", fmt.Errorf("send change %s: %w", changes[i].DocID, ctx.Err()))
+					continue
+				}
+				errs[i] = s.send(ctx, changes[i])
+				<-sem
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+func check(c *change.Envelope) error {
+	switch {
+	case c == nil:
+		return deliver.PermanentError("invalid_change", errors.New("check change: change is nil"))
+	case c.DocID == "":
+		return deliver.PermanentError("invalid_change", errors.New("check change: doc_id is empty"))
+	case !c.Tombstone() && len(c.Doc) == 0:
+		return deliver.PermanentError("invalid_body", fmt.Errorf("check change %s: live change has no body", c.DocID))
+	}
+	return nil
+}
+
+// send delivers one change.
+func (s *Sink) send(ctx context.Context, c *change.Envelope) error {
+	if err := ctx.Err(); err != nil {
+		return deliver.TransientError("timeout", fmt.Errorf("send change %s: %w", c.DocID, err))
+	}
+	reqCtx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req, err := s.request(reqCtx, c)
+	if err != nil {
+		return deliver.PermanentError("invalid_change", err)
+	}
+	where := req.Method + " " + redact(req.URL)
+
+	resp, err := s.client.Do(req)
+	if err != nil {
+		// *url.Error prints the whole URL; its query may hold an API key.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		err = fmt.Errorf("send change: %s: %w", where, err)
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || reqCtx.Err() != nil {
+			return deliver.TransientError("timeout", err)
+		}
+		return deliver.TransientError("connection", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
+
+	status := resp.StatusCode
+	if req.Method == http.MethodDelete && (status == http.StatusNotFound || status == http.StatusGone) {
+		return nil
+	}
+	class := deliver.HTTPStatusClass(status)
+	if class == "" {
+		return nil
+	}
+	return &deliver.Error{
+		Class:      class,
+		Reason:     "http_status",
+		HTTPStatus: status,
+		Err:        fmt.Errorf("send change: %s: status %d", where, status),
+	}
+}
+
+// request builds the request of one change.
+func (s *Sink) request(ctx context.Context, c *change.Envelope) (*http.Request, error) {
+	u, err := s.URL(c.DocID)
+	if err != nil {
+		return nil, err
+	}
+	method, body := s.method, io.Reader(nil)
+	if c.Tombstone() {
+		method = http.MethodDelete
+	} else {
+		body = bytes.NewReader(c.Doc)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "", body)
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	req.URL = u
+	req.Host = u.Host
+	for k, vals := range s.headers {
+		req.Header[k] = slices.Clone(vals)
+	}
+	if !c.Tombstone() && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set(HeaderRev, headerValue(c.Rev))
+	req.Header.Set(HeaderSeq, headerValue(seqText(c.Seq)))
+	req.Header.Set(HeaderVersion, c.Version.String())
+	req.Header.Set(HeaderJob, headerValue(c.Job))
+	req.Header.Set(HeaderOutput, headerValue(c.Output))
+	req.Header.Set(HeaderIdempotencyKey, IdempotencyKey(c))
+	s.auth(req)
+	return req, nil
+}
+
+// IdempotencyKey identifies one change of one document for one output: the
+// hex SHA-256 of job, output, document id and version. A redelivery carries
+// the same key; any other change of the document a different one.
+func IdempotencyKey(c *change.Envelope) string {
+	h := sha256.New()
+	for _, part := range []string{c.Job, c.Output, c.DocID, strconv.FormatInt(c.Generation, 10), strconv.FormatInt(c.Counter, 10)} {
+		// Length-prefixed, so no two different tuples hash the same input.
+		fmt.Fprintf(h, "%d:%s;", len(part), part)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// seqText returns the seq as compact JSON text.
+func seqText(seq json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, seq); err != nil {
+		return string(seq)
+	}
+	return b.String()
+}
+
+// headerValue makes s safe as a header value: control characters (which
+// could split headers) and non-ASCII are written as \u escapes.
+func headerValue(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r >= 0x7f }) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if r < 0x20 || r >= 0x7f {
+			if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+				fmt.Fprintf(&b, `\u%04x\u%04x`, r1, r2)
+			} else {
+				fmt.Fprintf(&b, `\u%04x`, r)
+			}
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// redact returns the URL for errors: without user info and query, which may
+// carry credentials.
+func redact(u *url.URL) string {
+	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
+	return r.String()
+}

@@ -1,0 +1,305 @@
+package pgsink
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+)
+
+// Mapping mode writes each document as rows of the tables of a
+// config.Mapping, plus, for an output with schema s and table t (the output's
+// table setting, which names no data table in this mode):
+//
+//	s.t_versions      doc_id, generation, counter, rev, deleted, filtered, seq, applied_at
+//	s.t_data_quality  output, doc_id, rev, generation, counter, column_name, path,
+//	                  original (jsonb), stored (text, NULL when nulled), reason, recorded_at
+//
+// (or the mapping's versions_table and quality_table). Every mapped table has
+// a doc_id column; a document's rows in every table are replaced as a whole
+// when a newer version of it arrives, and removed when it is deleted or stops
+// matching the filter. The versions row, the rows and the data-quality
+// records of a document change in one transaction.
+
+// Default suffixes of the mapping mode's own tables.
+const (
+	qualitySuffix = "_data_quality"
+)
+
+// mapper maps documents onto the rows of a mapping's tables and holds the
+// statements that write them. It is immutable and safe for concurrent use.
+type mapper struct {
+	tables []*mappedTable
+	// filter is nil when every document is mapped.
+	filter *docFilter
+
+	versions string // quoted schema.table
+	quality  string
+
+	clearSQL string
+	writeSQL string
+	ddl      []string
+}
+
+// mappedTable is a table with its storage layout: doc_id, then cols.
+type mappedTable struct {
+	*config.ResolvedTable
+	ident string // quoted schema.name
+	// cols are the stored columns after doc_id: the carried parent key
+	// columns, the index column (child tables), then the mapped columns.
+	cols []storedColumn
+	// carriedFrom holds, for each carried column, its position in the
+	// parent's cols.
+	carriedFrom []int
+	// keyPos holds the position in cols of each key column; -1 for doc_id.
+	keyPos []int
+	// mappedAt is the position in cols of the first mapped column.
+	mappedAt int
+}
+
+type storedColumn struct {
+	name, typ string
+	notNull   bool
+}
+
+// docFilter selects the documents to map.
+type docFilter struct {
+	path   config.Path
+	equals any
+}
+
+func (f *docFilter) match(doc any) bool {
+	if f == nil {
+		return true
+	}
+	got, ok := f.path.Lookup(doc, doc)
+	return ok && jsonEqual(got, f.equals)
+}
+
+// newMapper resolves the mapping of out; names are the output's resolved
+// names, whose versions table it replaces with the mapping's own.
+func newMapper(out config.PostgresOutput, names *tableNames) (*mapper, error) {
+	m := out.Mapping
+	tables, err := m.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("mapping: %w", err)
+	}
+	versions, quality := m.VersionsTable, m.QualityTable
+	if versions == "" {
+		versions = names.table + versionsSuffix
+	}
+	if quality == "" {
+		quality = names.table + qualitySuffix
+	}
+	for _, n := range []string{versions, quality} {
+		if len(n) > maxIdentifier {
+			return nil, fmt.Errorf("mapping: table name %q is longer than %d bytes and would be truncated", n, maxIdentifier)
+		}
+	}
+	if versions == quality {
+		return nil, fmt.Errorf("mapping: versions and quality tables are both %q", versions)
+	}
+	mp := &mapper{
+		versions: pgx.Identifier{names.schema, versions}.Sanitize(),
+		quality:  pgx.Identifier{names.schema, quality}.Sanitize(),
+	}
+	names.versions = mp.versions
+	if f := m.Filter; f != nil {
+		path, err := config.ParsePath(f.Path)
+		if err != nil {
+			return nil, fmt.Errorf("mapping filter: %w", err)
+		}
+		equals, err := decodeDoc(f.Equals)
+		if err != nil {
+			return nil, fmt.Errorf("mapping filter equals: %w", err)
+		}
+		mp.filter = &docFilter{path: path, equals: equals}
+	}
+	for _, rt := range tables {
+		if rt.Name == versions || rt.Name == quality {
+			return nil, fmt.Errorf("mapping: table %q is also the versions or quality table", rt.Name)
+		}
+		mp.tables = append(mp.tables, layout(rt, names.schema, mp.tables))
+	}
+	mp.clearSQL = mp.buildClearSQL()
+	mp.writeSQL = mp.buildWriteSQL()
+	mp.ddl = mp.buildDDL()
+	return mp, nil
+}
+
+// layout places the columns of rt; earlier are the tables before it.
+func layout(rt *config.ResolvedTable, schema string, earlier []*mappedTable) *mappedTable {
+	t := &mappedTable{ResolvedTable: rt, ident: pgx.Identifier{schema, rt.Name}.Sanitize()}
+	inKey := map[string]bool{}
+	for _, k := range rt.Key {
+		inKey[k] = true
+	}
+	for _, c := range rt.Carried {
+		t.cols = append(t.cols, storedColumn{name: c.Name, typ: c.Type, notNull: true})
+		t.carriedFrom = append(t.carriedFrom, earlier[rt.Parent].position(c.Name))
+	}
+	if rt.IndexColumn != "" {
+		t.cols = append(t.cols, storedColumn{name: rt.IndexColumn, typ: config.ColumnInteger, notNull: true})
+	}
+	t.mappedAt = len(t.cols)
+	for _, c := range rt.Columns {
+		t.cols = append(t.cols, storedColumn{name: c.Name, typ: c.Type, notNull: c.Required || inKey[c.Name]})
+	}
+	for _, k := range rt.Key {
+		t.keyPos = append(t.keyPos, t.position(k))
+	}
+	return t
+}
+
+// position returns the position of the column name in t.cols, -1 for doc_id.
+func (t *mappedTable) position(name string) int {
+	for i, c := range t.cols {
+		if c.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// The statements of one batch, in one transaction: lockSQL (shared with
+// document mode) locks the versions rows of the batch's documents; clearSQL
+// deletes the rows of every document whose change is newer than its stored
+// version; writeSQL inserts their new rows and data-quality records and
+// records their versions. Each batch holds at most one change per document.
+//
+// Both statements decide "newer" the same way, from the versions rows the
+// transaction has locked, and writeSQL records the versions in its final
+// clause, so every clause of it still sees the old versions. Documents are
+// passed as parallel arrays; every value as text, cast to its column type by
+// the statement: nothing from a document ever becomes SQL text.
+//
+// Parameters of both: $1 doc ids, $2 generations, $3 counters. writeSQL
+// also: $4 revs, $5 deleted, $6 filtered, $7 seqs, $8 the output id,
+// $9-$14 the data-quality records (doc id, column, path, original, stored,
+// reason), then per table its doc ids and one array per stored column.
+
+const appliedCTE = `applied AS (
+    SELECT b.* FROM unnest(%s) AS b(%s)
+    WHERE NOT EXISTS (
+        SELECT FROM %s v WHERE v.doc_id = b.doc_id AND (v.generation, v.counter) >= (b.generation, b.counter))
+)`
+
+func (m *mapper) buildClearSQL() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "WITH "+appliedCTE, "$1::text[], $2::bigint[], $3::bigint[]", "doc_id, generation, counter", m.versions)
+	last := len(m.tables) - 1
+	for i, t := range m.tables[:last] {
+		fmt.Fprintf(&b, ",\nd%d AS (DELETE FROM %s t USING applied a WHERE t.%s = a.doc_id)", i, t.ident, quote(config.DocIDColumn))
+	}
+	fmt.Fprintf(&b, "\nDELETE FROM %s t USING applied a WHERE t.%s = a.doc_id", m.tables[last].ident, quote(config.DocIDColumn))
+	return b.String()
+}
+
+// firstTableParam is the number of the first parameter of the tables' arrays.
+const firstTableParam = 15
+
+func (m *mapper) buildWriteSQL() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "WITH "+appliedCTE,
+		"$1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::boolean[], $6::boolean[], $7::text[]",
+		"doc_id, generation, counter, rev, deleted, filtered, seq", m.versions)
+	param := firstTableParam
+	for i, t := range m.tables {
+		names := []string{quote(config.DocIDColumn)}
+		aliases := []string{"d"}
+		arrays := []string{fmt.Sprintf("$%d::text[]", param)}
+		values := []string{"r.d"}
+		param++
+		for j, c := range t.cols {
+			names = append(names, quote(c.name))
+			aliases = append(aliases, fmt.Sprintf("c%d", j))
+			arrays = append(arrays, fmt.Sprintf("$%d::text[]", param))
+			param++
+			v := fmt.Sprintf("r.c%d", j)
+			if c.typ != config.ColumnText {
+				v += "::" + c.typ
+			}
+			values = append(values, v)
+		}
+		fmt.Fprintf(&b, `,
+t%d AS (
+    INSERT INTO %s (%s)
+    SELECT %s
+    FROM unnest(%s) AS r(%s)
+    WHERE r.d IN (SELECT doc_id FROM applied)
+)`, i, t.ident, strings.Join(names, ", "), strings.Join(values, ", "), strings.Join(arrays, ", "), strings.Join(aliases, ", "))
+	}
+	fmt.Fprintf(&b, `,
+quality AS (
+    INSERT INTO %s (output, doc_id, rev, generation, counter, column_name, path, original, stored, reason)
+    SELECT $8::text, a.doc_id, a.rev, a.generation, a.counter, q.col, q.path, q.original::jsonb, q.stored, q.reason
+    FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[]) AS q(d, col, path, original, stored, reason)
+    JOIN applied a ON a.doc_id = q.d
+)
+INSERT INTO %s AS cur (doc_id, generation, counter, rev, deleted, filtered, seq, applied_at)
+SELECT doc_id, generation, counter, rev, deleted, filtered, seq, now() FROM applied
+ON CONFLICT (doc_id) DO UPDATE
+SET generation = EXCLUDED.generation, counter = EXCLUDED.counter, rev = EXCLUDED.rev, deleted = EXCLUDED.deleted,
+    filtered = EXCLUDED.filtered, seq = EXCLUDED.seq, applied_at = EXCLUDED.applied_at
+WHERE (cur.generation, cur.counter) < (EXCLUDED.generation, EXCLUDED.counter)`, m.quality, m.versions)
+	return b.String()
+}
+
+func (m *mapper) buildDDL() []string {
+	var stmts []string
+	for _, t := range m.tables {
+		cols := append([]storedColumn{{name: config.DocIDColumn, typ: config.ColumnText, notNull: true}}, t.cols...)
+		width := 0
+		for _, c := range cols {
+			width = max(width, len(quote(c.name)))
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s (\n", t.ident)
+		for _, c := range cols {
+			fmt.Fprintf(&b, "    %-*s %s", width, quote(c.name), c.typ)
+			if c.notNull {
+				b.WriteString(" NOT NULL")
+			}
+			b.WriteString(",\n")
+		}
+		key := make([]string, len(t.Key))
+		for i, k := range t.Key {
+			key[i] = quote(k)
+		}
+		fmt.Fprintf(&b, "    PRIMARY KEY (%s)\n)", strings.Join(key, ", "))
+		stmts = append(stmts, b.String())
+		if t.Key[0] != config.DocIDColumn {
+			// Deletes find a document's rows by doc_id.
+			stmts = append(stmts, fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s (%s)",
+				quote(t.Name+"_doc_id_idx"), t.ident, quote(config.DocIDColumn)))
+		}
+	}
+	stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+m.versions+` (
+    doc_id     text PRIMARY KEY,
+    generation bigint NOT NULL,
+    counter    bigint NOT NULL,
+    rev        text NOT NULL,
+    deleted    boolean NOT NULL,
+    filtered   boolean NOT NULL DEFAULT false,
+    seq        text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`, `CREATE TABLE IF NOT EXISTS `+m.quality+` (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    output      text NOT NULL,
+    doc_id      text NOT NULL,
+    rev         text NOT NULL,
+    generation  bigint NOT NULL,
+    counter     bigint NOT NULL,
+    column_name text NOT NULL,
+    path        text NOT NULL,
+    original    jsonb NOT NULL,
+    stored      text,
+    reason      text NOT NULL,
+    recorded_at timestamptz NOT NULL DEFAULT now()
+)`)
+	return stmts
+}
+
+func quote(name string) string { return pgx.Identifier{name}.Sanitize() }

@@ -1,0 +1,159 @@
+package pgsink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/changes-worker/changes-worker/shared/change"
+)
+
+// mappedChange is a checked and mapped change awaiting the database.
+type mappedChange struct {
+	i   int // index in the Apply call
+	c   *change.Envelope
+	doc *mappedDoc
+}
+
+// applyMapped is Apply in mapping mode. Each change is first mapped in
+// memory; a document that cannot be mapped (invalid body, a value that cannot
+// be coerced into a reject column, ...) fails permanently on its own, before
+// the database is involved.
+//
+// The remaining changes go in one batch (one round trip, one transaction):
+// lock the documents' versions rows, clear and write the newer ones. Of
+// several changes of one document in a call only the newest goes in the
+// batch: the older ones are not newer than what the output holds once it is
+// committed. If the batch fails on a statement error, every change is
+// applied again in a transaction of its own, in version order, so a bad
+// document fails alone and its neighbours are applied.
+func (s *Sink) applyMapped(ctx context.Context, changes []*change.Envelope) []error {
+	errs := make([]error, len(changes))
+	var todo []*mappedChange
+	for i, c := range changes {
+		if err := check(c); err != nil {
+			errs[i] = err
+			continue
+		}
+		doc, err := s.mapping.mapDoc(c)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		todo = append(todo, &mappedChange{i: i, c: c, doc: doc})
+	}
+	if len(todo) == 0 {
+		return errs
+	}
+	// One order for every writer: by document, then oldest first.
+	slices.SortStableFunc(todo, func(a, b *mappedChange) int {
+		if c := strings.Compare(a.c.DocID, b.c.DocID); c != 0 {
+			return c
+		}
+		return a.c.Version.Compare(b.c.Version)
+	})
+	newest := make([]*mappedChange, 0, len(todo))
+	for i, mc := range todo {
+		if i+1 == len(todo) || todo[i+1].c.DocID != mc.c.DocID {
+			newest = append(newest, mc)
+		}
+	}
+
+	err := s.writeMapped(ctx, s.pool, newest)
+	if err == nil {
+		return errs
+	}
+	var pgErr *pgconn.PgError
+	if ctx.Err() != nil || !errors.As(err, &pgErr) {
+		for _, mc := range todo {
+			errs[mc.i] = classify(ctx, err)
+		}
+		return errs
+	}
+	slog.WarnContext(ctx, "postgres batch failed, applying changes one by one",
+		"output", s.output, "changes", len(todo), "sqlstate", pgErr.Code)
+	for _, mc := range todo {
+		if err := s.writeMapped(ctx, s.pool, []*mappedChange{mc}); err != nil {
+			errs[mc.i] = classify(ctx, err)
+		}
+	}
+	return errs
+}
+
+// writeMapped applies changes of distinct documents, sorted by document id,
+// as one batch: a single transaction.
+func (s *Sink) writeMapped(ctx context.Context, db batcher, changes []*mappedChange) error {
+	m := s.mapping
+	n := len(changes)
+	var (
+		ids      = make([]string, n)
+		gens     = make([]int64, n)
+		counters = make([]int64, n)
+		revs     = make([]string, n)
+		deleted  = make([]bool, n)
+		filtered = make([]bool, n)
+		seqs     = make([]string, n)
+
+		qDocs, qCols, qPaths, qOriginals, qReasons []string
+		qStored                                    []*string
+	)
+	for i, mc := range changes {
+		c := mc.c
+		ids[i], gens[i], counters[i], revs[i] = c.DocID, c.Generation, c.Counter, c.Rev
+		deleted[i], filtered[i], seqs[i] = c.Tombstone(), mc.doc.filtered, string(c.Seq)
+		for _, r := range mc.doc.records {
+			qDocs = append(qDocs, c.DocID)
+			qCols = append(qCols, r.column)
+			qPaths = append(qPaths, r.path)
+			qOriginals = append(qOriginals, r.original)
+			qStored = append(qStored, r.stored)
+			qReasons = append(qReasons, r.reason)
+		}
+	}
+	args := []any{ids, gens, counters, revs, deleted, filtered, seqs, s.output,
+		nonNil(qDocs), nonNil(qCols), nonNil(qPaths), nonNil(qOriginals), nonNil(qStored), nonNil(qReasons)}
+	for ti, t := range m.tables {
+		var docs []string
+		cols := make([][]*string, len(t.cols))
+		for _, mc := range changes {
+			if mc.doc.rows == nil {
+				continue
+			}
+			for _, r := range mc.doc.rows[ti] {
+				docs = append(docs, mc.c.DocID)
+				for j, v := range r.vals {
+					cols[j] = append(cols[j], v)
+				}
+			}
+		}
+		args = append(args, nonNil(docs))
+		for _, col := range cols {
+			args = append(args, nonNil(col))
+		}
+	}
+
+	b := &pgx.Batch{}
+	b.Queue(s.lockSQL, ids)
+	b.Queue(m.clearSQL, ids, gens, counters)
+	b.Queue(m.writeSQL, args...)
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("apply changes to %s: %w", m.versions, err)
+	}
+	return nil
+}
+
+// nonNil returns an empty slice for nil, which pgx would send as a NULL
+// array, and unnest(NULL) yields no rows either; an empty array says what
+// is meant.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

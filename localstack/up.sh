@@ -4,7 +4,7 @@
 # answers on its port is left alone, whoever started it.
 #
 #   AWS emulator      moto server (moto[server]==5.2.1)  127.0.0.1:4566
-#                     via localstack/moto_server.py (DynamoDB serialized)
+#                     via localstack/moto_server.py (DynamoDB serialized, SQS attributes on demand)
 #   CouchDB source    pouchdb-server 4.2.0, in memory    127.0.0.1:5984
 #   PostgreSQL        Debian cluster "15 main"           127.0.0.1:5432
 #

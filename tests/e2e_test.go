@@ -135,7 +135,6 @@ func TestDuplicatesAndReorderingAreHarmless(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStack(t, stackOptions{outputs: []string{"pg", "archive"}})
-	j := s.cfg.Jobs[0]
 	mk := func(id, rev string, gen, n int64, deleted bool) *change.Envelope {
 		e := &change.Envelope{V: change.EnvelopeVersion, Job: "orders", DocID: id, Rev: rev, Seq: json.RawMessage(fmt.Sprint(n)),
 			Deleted: deleted, Version: change.Version{Generation: gen, Counter: n}, EnqueuedAt: time.Now()}
@@ -162,7 +161,6 @@ func TestDuplicatesAndReorderingAreHarmless(t *testing.T) {
 	if d := cmp.Diff(want, s.s3State(ctx)); d != "" {
 		t.Errorf("s3 (-want +got):\n%s", d)
 	}
-	_ = j
 }
 
 // A conflicted document whose winning branch is deleted ends with the

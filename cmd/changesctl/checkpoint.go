@@ -10,31 +10,57 @@ import (
 	"strings"
 	"time"
 
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 )
 
+const checkpointUsage = `usage: changesctl checkpoint get|set|reset --config FILE [--job J] [flags]
+
+  get     print the job's checkpoint, lease holder and generation
+  set     store --seq SEQ as the checkpoint
+  reset   re-sync: --from beginning (default; every document is sent again)
+          or --from now (the source's current position; earlier changes are skipped)
+
+set and reset take the job's lease first, so no poller runs meanwhile:
+without --force they wait up to --wait for a running poller to hand it over;
+--force takes it at once and bumps the generation, fencing the poller out.
+`
+
 // cmdCheckpoint reads or moves a job's checkpoint.
 //
-//	checkpoint get   --job J
-//	checkpoint set   --job J --seq SEQ [--force] [--yes]
-//	checkpoint reset --job J [--force] [--yes]
+//	checkpoint get   --job J [--json]
+//	checkpoint set   --job J --seq SEQ [--wait D] [--force] [--yes]
+//	checkpoint reset --job J [--from beginning|now] [--wait D] [--force] [--yes]
 //
-// set and reset take the job's lease first: they refuse while a poller holds
-// it, unless --force, which takes it anyway and bumps the generation so the
-// running poller is fenced out at its next write.
+// set and reset take the job's lease first: a poller holding it is given
+// --wait to hand it over (pollers release it at the end of every
+// invocation), unless --force, which takes it at once and bumps the
+// generation so the running poller is fenced out at its next write. The new
+// checkpoint is written under that lease, which is then released: the next
+// poller starts from it.
 func cmdCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprint(env.stderr, checkpointUsage)
 		return errors.New("checkpoint: want get, set or reset")
 	}
 	verb := args[0]
+	switch verb {
+	case "get", "set", "reset":
+	default:
+		fmt.Fprint(env.stderr, checkpointUsage)
+		return fmt.Errorf("checkpoint: unknown action %q (want get, set or reset)", verb)
+	}
 	fs := flag.NewFlagSet("checkpoint "+verb, flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	path := fs.String("config", "", "job configuration file")
-	job := fs.String("job", "", "job id")
-	seq := fs.String("seq", "", "sequence to store, as JSON (a number, or a quoted string)")
+	jobID := fs.String("job", "", "job id (default: the only job)")
+	seq := fs.String("seq", "", "set: sequence to store, as JSON (a number, or a quoted string)")
+	from := fs.String("from", "beginning", "reset: beginning or now")
+	wait := fs.Duration("wait", 0, "wait this long for a running poller to hand the lease over (0: do not wait)")
 	force := fs.Bool("force", false, "take the lease even while a poller holds it (fences the poller out)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	asJSON := fs.Bool("json", false, "get: print JSON")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -42,34 +68,27 @@ func cmdCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	j := deps.Config.Job(*job)
-	if j == nil {
-		return fmt.Errorf("checkpoint: no job %q in the configuration", *job)
+	defer deps.Close()
+	j, err := pickJob(deps.Config, *jobID)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
 	}
 	store := lease.New(deps.DynamoDB, deps.Config.TableName())
 	st, err := store.Get(ctx, j.ID)
 	if err != nil {
 		return err
 	}
-	switch verb {
-	case "get":
-		cp := "(beginning)"
-		if st.Checkpoint != nil {
-			cp = string(st.Checkpoint)
-		}
-		fmt.Fprintf(env.stdout, "%s checkpoint %s generation %d", j.ID, cp, st.Generation)
-		if !st.CheckpointAt.IsZero() {
-			fmt.Fprintf(env.stdout, " written %s ago", time.Since(st.CheckpointAt).Round(time.Second))
-		}
-		fmt.Fprintln(env.stdout)
-		return nil
-	case "set", "reset":
-	default:
-		return fmt.Errorf("checkpoint: unknown action %q (want get, set or reset)", verb)
+	if verb == "get" {
+		return checkpointGet(env, j, st, *asJSON)
 	}
 
+	// What to store: a literal seq, the beginning (nil), or the source's
+	// current position, read once the lease is ours.
 	var target json.RawMessage
-	if verb == "set" {
+	fromNow := false
+	desc := "the beginning of the feed (every document is sent again; outputs ignore what they already hold)"
+	switch {
+	case verb == "set":
 		if *seq == "" {
 			return errors.New("checkpoint set: --seq is required")
 		}
@@ -77,36 +96,133 @@ func cmdCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
 			return fmt.Errorf("checkpoint set: --seq %q is not JSON (quote a string seq: '\"12-abc\"')", *seq)
 		}
 		target = json.RawMessage(*seq)
-	}
-	desc := "the beginning of the feed (every document is sent again)"
-	if target != nil {
 		desc = string(target)
+	case *from == "now":
+		fromNow = true
+		desc = "the source's current position (changes made before it are never sent; use verify --repair to catch up)"
+	case *from != "beginning":
+		return fmt.Errorf("checkpoint reset: --from %q (want beginning or now)", *from)
+	}
+	if st.Held(time.Now()) && !*force && *wait == 0 {
+		return fmt.Errorf("checkpoint %s: a poller holds the lease (%s, generation %d); stop the pipeline, pass --wait 2m to take it at the next handoff, or --force",
+			verb, st.Owner, st.Generation)
 	}
 	if !*yes && !confirm(env, fmt.Sprintf("move job %s's checkpoint from %s to %s?", j.ID, orBeginning(st.Checkpoint), desc)) {
 		return errors.New("checkpoint: not confirmed")
 	}
 	owner := fmt.Sprintf("changesctl-%s-%d", pipeline.Hostname(), time.Now().UnixNano())
-	ttl := j.Lease.TTL.D()
-	var l *lease.Lease
-	if *force {
-		l, err = store.ForceTake(ctx, j.ID, owner, pipeline.Hostname(), ttl)
-	} else {
-		l, _, err = store.Acquire(ctx, j.ID, owner, pipeline.Hostname(), ttl)
-		if errors.Is(err, lease.ErrLeaseHeld) {
-			return fmt.Errorf("checkpoint %s: a poller holds the lease (%s); stop it, wait for it to release, or use --force", verb, st.Owner)
+	l, err := takeLease(ctx, store, j, owner, *wait, *force)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", verb, err)
+	}
+	err = func() error {
+		if fromNow {
+			src, err := sourceClient(ctx, deps, j)
+			if err != nil {
+				return err
+			}
+			if target, err = src.Now(ctx); err != nil {
+				return fmt.Errorf("read the source's position: %w", err)
+			}
 		}
+		return store.SetCheckpoint(ctx, l, target)
+	}()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if rerr := store.Release(rctx, l); rerr != nil && err == nil {
+		err = rerr
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("checkpoint %s: %w", verb, err)
 	}
-	if err := store.SetCheckpoint(ctx, l, target); err != nil {
-		return err
-	}
-	if err := store.Release(ctx, l); err != nil {
-		return err
-	}
-	fmt.Fprintf(env.stdout, "%s checkpoint set to %s (generation %d)\n", j.ID, orBeginning(target), l.Generation)
+	fmt.Fprintf(env.stdout, "%s checkpoint set to %s (lease generation %d, taken as %s); the next poller starts there\n",
+		j.ID, orBeginning(target), l.Generation, l.Kind)
 	return nil
+}
+
+// checkpointState is `checkpoint get --json`.
+type checkpointState struct {
+	Job                string          `json:"job"`
+	Checkpoint         json.RawMessage `json:"checkpoint"`
+	CheckpointAt       *time.Time      `json:"checkpoint_at,omitempty"`
+	Generation         int64           `json:"generation"`
+	Owner              string          `json:"owner,omitempty"`
+	Role               string          `json:"role"`
+	Pending            int64           `json:"pending"`
+	CheckpointsWritten int64           `json:"checkpoints_written"`
+}
+
+func checkpointGet(env *cliEnv, j *config.Job, st *lease.State, asJSON bool) error {
+	now := time.Now()
+	if asJSON {
+		s := checkpointState{Job: j.ID, Checkpoint: st.Checkpoint, Generation: st.Generation, Owner: st.Owner,
+			Role: role(st, now), Pending: st.Pending, CheckpointsWritten: st.Checkpoints}
+		if !st.CheckpointAt.IsZero() {
+			s.CheckpointAt = &st.CheckpointAt
+		}
+		return writeJSON(env.stdout, s)
+	}
+	fmt.Fprintf(env.stdout, "%s checkpoint %s, generation %d", j.ID, orBeginning(st.Checkpoint), st.Generation)
+	if !st.CheckpointAt.IsZero() {
+		fmt.Fprintf(env.stdout, ", written %s", ago(now, st.CheckpointAt))
+	}
+	fmt.Fprintf(env.stdout, "; lease %s", role(st, now))
+	if st.Owner != "" {
+		fmt.Fprintf(env.stdout, " (%s)", st.Owner)
+	}
+	fmt.Fprintln(env.stdout)
+	return nil
+}
+
+// takeLease takes the job's lease for an operator: at once with force
+// (generation bumped, running poller fenced out), else when it is free,
+// watching for up to wait for the holder to hand it over.
+func takeLease(ctx context.Context, store *lease.Store, j *config.Job, owner string, wait time.Duration, force bool) (*lease.Lease, error) {
+	ttl := j.Lease.TTL.D()
+	host := pipeline.Hostname()
+	if force {
+		return store.ForceTake(ctx, j.ID, owner, host, ttl)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		l, st, err := store.Acquire(ctx, j.ID, owner, host, ttl)
+		if err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, lease.ErrLeaseHeld) {
+			return nil, err
+		}
+		for st.Held(time.Now()) {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("a poller holds the lease (%s, generation %d); stop the pipeline, wait longer (--wait), or use --force", st.Owner, st.Generation)
+			}
+			// Standbys look once a second; look more often to win the handoff.
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-t.C:
+			}
+			if st, err = store.Get(ctx, j.ID); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// pickJob finds the job, defaulting to the only one.
+func pickJob(f *config.File, id string) (*config.Job, error) {
+	if id == "" {
+		if len(f.Jobs) == 1 {
+			return f.Jobs[0], nil
+		}
+		return nil, errors.New("--job is required: the configuration has several jobs")
+	}
+	if j := f.Job(id); j != nil {
+		return j, nil
+	}
+	return nil, fmt.Errorf("no job %q in the configuration", id)
 }
 
 func orBeginning(seq json.RawMessage) string {

@@ -23,6 +23,11 @@ Usage:
   changesctl receiver [--addr A]         serve the reference HTTP receiver (demo endpoint)
   changesctl sample --url DB             load the sample order data set into a source
   changesctl checkpoint get|set|reset --job J   read or move a job's checkpoint
+  changesctl schema --config FILE [--job J --output O]  print the PostgreSQL tables' DDL
+  changesctl dlq list|show|redrive|purge --job J --output O
+                                         inspect failed changes, send them back, or drop them
+  changesctl verify --job J --output O [--repair]
+                                         compare an output with the source (exit 2 on drift)
 
 Run "changesctl COMMAND -h" for a command's flags. The AWS endpoint comes from
 the standard AWS_ENDPOINT_URL (unset: AWS itself).
@@ -49,6 +54,9 @@ func commands() []command {
 		{"receiver", cmdReceiver},
 		{"sample", cmdSample},
 		{"checkpoint", cmdCheckpoint},
+		{"schema", cmdSchema},
+		{"dlq", cmdDLQ},
+		{"verify", cmdVerify},
 	}
 }
 

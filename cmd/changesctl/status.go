@@ -3,16 +3,21 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/lease"
-	"github.com/changes-worker/changes-worker/shared/localrun"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 )
 
@@ -23,107 +28,260 @@ type jobStatus struct {
 	Host                string          `json:"host"`
 	Role                string          `json:"role"` // active, released, expired, none
 	Generation          int64           `json:"generation"`
+	Takeover            string          `json:"takeover,omitempty"` // how the lease was last taken
 	HeartbeatAgeSeconds *float64        `json:"heartbeat_age_seconds"`
+	LeaseLeftSeconds    *float64        `json:"lease_left_seconds"`
 	Checkpoint          json.RawMessage `json:"checkpoint"`
 	CheckpointAgeSecs   *float64        `json:"checkpoint_age_seconds"`
-	Pending             int64           `json:"pending"`
+	Pending             int64           `json:"pending"` // -1: unknown
 	Failovers           int64           `json:"failovers"`
 	Handoffs            int64           `json:"handoffs"`
 	Outputs             []outputStatus  `json:"outputs"`
 }
 
 type outputStatus struct {
-	Output   string `json:"output"`
-	Queue    string `json:"queue"`
-	Depth    int    `json:"depth"`
-	DLQDepth int    `json:"dlq_depth"`
+	Output string `json:"output"`
+	Type   string `json:"type"`
+	FIFO   bool   `json:"fifo"`
+	Queue  string `json:"queue"`
+	// Depth is -1 when the queue does not exist (not bootstrapped).
+	Depth      int       `json:"depth"`
+	QueueState dlq.Depth `json:"queue_state"`
+	// OldestAgeSeconds is the age of the oldest of up to 10 messages sampled
+	// with --peek (a lower bound of the queue's oldest), nil without --peek.
+	OldestAgeSeconds *float64 `json:"oldest_age_seconds"`
+	DLQ              string   `json:"dlq"`
+	DLQDepth         int      `json:"dlq_depth"`
+	Error            string   `json:"error,omitempty"`
 }
 
+// cmdStatus shows each job's lease, checkpoint and queues.
+//
+// The age of a queue's oldest message is not readable from SQS without
+// receiving messages (on AWS, CloudWatch's ApproximateAgeOfOldestMessage has
+// it, and the stack's dashboard and alarms use it). --peek samples up to ten
+// messages per work queue and releases them at once: each sampled message
+// counts one receive toward the queue's max_receive_count (a visibility
+// timeout of 0 cannot be asked for: the SDK leaves zero out and the queue's
+// default applies, so the peek uses 1 second and releases right away). That
+// is why --peek is opt-in and refused with --watch, whose repeated peeks
+// could push a message stuck behind a failing output into the DLQ without
+// a recorded reason.
 func cmdStatus(ctx context.Context, env *cliEnv, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	path := fs.String("config", "", "job configuration file")
+	jobID := fs.String("job", "", "only this job")
 	asJSON := fs.Bool("json", false, "print JSON")
+	watch := fs.Bool("watch", false, "redraw until interrupted")
+	interval := fs.Duration("interval", 2*time.Second, "--watch: time between redraws")
+	peek := fs.Bool("peek", false, "sample work queues for the age of their oldest message (counts as a receive; see -h)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *watch && *peek {
+		return errors.New("status: --peek cannot be combined with --watch: every peek counts as a receive toward max_receive_count")
+	}
+	if *interval < 100*time.Millisecond {
+		return fmt.Errorf("status: --interval %s is too short", *interval)
 	}
 	deps, err := load(ctx, env, *path, env.stderr, false)
 	if err != nil {
 		return err
 	}
-	rows, err := collectStatus(ctx, deps, time.Now())
-	if err != nil {
-		return err
+	defer deps.Close()
+	jobs := deps.Config.Jobs
+	if *jobID != "" {
+		j, err := pickJob(deps.Config, *jobID)
+		if err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
+		jobs = []*config.Job{j}
 	}
-	if *asJSON {
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
-	}
-	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tROLE\tOWNER\tGEN\tHEARTBEAT\tCHECKPOINT\tCP AGE\tPENDING\tOUTPUT\tQUEUE\tDLQ")
-	for _, r := range rows {
-		for i, o := range r.Outputs {
-			if i == 0 {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", r.Job, r.Role, dash(r.Owner), r.Generation,
-					age(r.HeartbeatAgeSeconds), dash(string(r.Checkpoint)), age(r.CheckpointAgeSecs), pending(r.Pending), o.Output, o.Depth, o.DLQDepth)
-				continue
+	tty := isTerminal(env.stdout)
+	for {
+		now := time.Now()
+		rows, err := collectStatus(ctx, deps, jobs, now, *peek)
+		if err != nil {
+			if *watch && ctx.Err() != nil {
+				return nil
 			}
-			fmt.Fprintf(tw, "\t\t\t\t\t\t\t\t%s\t%d\t%d\n", o.Output, o.Depth, o.DLQDepth)
+			return err
+		}
+		if *watch {
+			if tty {
+				fmt.Fprint(env.stdout, "\033[H\033[2J")
+			}
+			fmt.Fprintf(env.stdout, "changesctl status, every %s, at %s (Ctrl-C stops)\n\n", *interval, now.Format("15:04:05"))
+		}
+		if *asJSON {
+			err = writeJSON(env.stdout, rows)
+		} else {
+			err = printStatus(env.stdout, rows)
+		}
+		if err != nil || !*watch {
+			return err
+		}
+		if !tty {
+			fmt.Fprintln(env.stdout)
+		}
+		t := time.NewTimer(*interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
 		}
 	}
-	return tw.Flush()
 }
 
-func collectStatus(ctx context.Context, deps *pipeline.Deps, now time.Time) ([]jobStatus, error) {
+func printStatus(w io.Writer, rows []jobStatus) error {
+	var problems []string
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tROLE\tHOLDER\tGEN\tHEARTBEAT\tCHECKPOINT\tCP AGE\tPENDING\tOUTPUT\tQUEUE\tOLDEST\tDLQ")
+	for _, r := range rows {
+		lead := fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", r.Job, r.Role, dash(truncate(r.Owner, 32)), r.Generation,
+			age(r.HeartbeatAgeSeconds), dash(truncate(string(r.Checkpoint), 24)), age(r.CheckpointAgeSecs), pending(r.Pending))
+		if len(r.Outputs) == 0 {
+			fmt.Fprintln(tw, lead+"\t-\t-\t-\t-")
+		}
+		for i, o := range r.Outputs {
+			if i > 0 {
+				lead = "\t\t\t\t\t\t\t"
+			}
+			queue, dlqDepth := strconv.Itoa(o.Depth), strconv.Itoa(o.DLQDepth)
+			if o.Error != "" {
+				problems = append(problems, fmt.Sprintf("%s/%s: %s", r.Job, o.Output, o.Error))
+			}
+			switch {
+			case o.Depth < 0:
+				queue = "?"
+			case o.QueueState.InFlight > 0:
+				queue += fmt.Sprintf(" (%d in flight)", o.QueueState.InFlight)
+			}
+			if o.DLQDepth < 0 {
+				dlqDepth = "?"
+			}
+			oldest := "n/a"
+			if o.OldestAgeSeconds != nil {
+				oldest = "≥" + age(o.OldestAgeSeconds)
+			} else if o.Depth == 0 {
+				oldest = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", lead, o.Output, queue, oldest, dlqDepth)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range problems {
+		fmt.Fprintln(w, p)
+	}
+	return nil
+}
+
+func collectStatus(ctx context.Context, deps *pipeline.Deps, jobs []*config.Job, now time.Time, peek bool) ([]jobStatus, error) {
 	store := lease.New(deps.DynamoDB, deps.Config.TableName())
-	var rows []jobStatus
-	for _, j := range deps.Config.Jobs {
+	rows := []jobStatus{}
+	for _, j := range jobs {
 		st, err := store.Get(ctx, j.ID)
 		if err != nil {
 			return nil, err
 		}
-		r := jobStatus{Job: j.ID, Owner: st.Owner, Host: st.Host, Generation: st.Generation, Checkpoint: st.Checkpoint,
-			Pending: st.Pending, Failovers: st.Failovers, Handoffs: st.Handoffs}
-		switch {
-		case !st.Exists || st.Owner == "":
-			r.Role = "none"
-		case st.Released:
-			r.Role = "released"
-		case st.Held(now):
-			r.Role = "active"
-		default:
-			r.Role = "expired"
-		}
-		if !st.HeartbeatAt.IsZero() {
-			v := now.Sub(st.HeartbeatAt).Seconds()
-			r.HeartbeatAgeSeconds = &v
-		}
-		if !st.CheckpointAt.IsZero() {
-			v := now.Sub(st.CheckpointAt).Seconds()
-			r.CheckpointAgeSecs = &v
+		r := jobStatus{Job: j.ID, Owner: st.Owner, Host: st.Host, Role: role(st, now), Generation: st.Generation,
+			Takeover: string(st.TakeoverKind), Checkpoint: st.Checkpoint, Pending: st.Pending,
+			Failovers: st.Failovers, Handoffs: st.Handoffs, Outputs: []outputStatus{}}
+		r.HeartbeatAgeSeconds = secondsSince(now, st.HeartbeatAt)
+		r.CheckpointAgeSecs = secondsSince(now, st.CheckpointAt)
+		if r.Role == "active" {
+			v := st.ExpiresAt.Sub(now).Seconds()
+			r.LeaseLeftSeconds = &v
 		}
 		for _, o := range j.Outputs {
-			os := outputStatus{Output: o.ID, Queue: deps.Config.QueueName(j, o)}
-			if os.Depth, err = depth(ctx, deps, os.Queue); err != nil {
-				return nil, err
-			}
-			if os.DLQDepth, err = depth(ctx, deps, deps.Config.DLQName(j, o)); err != nil {
-				return nil, err
-			}
-			r.Outputs = append(r.Outputs, os)
+			r.Outputs = append(r.Outputs, outputState(ctx, deps, j, o, now, peek))
 		}
 		rows = append(rows, r)
 	}
 	return rows, nil
 }
 
-func depth(ctx context.Context, deps *pipeline.Deps, name string) (int, error) {
-	u, err := deps.SQS.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name})
+// outputState reads one output's queues; a failure is reported in the row.
+func outputState(ctx context.Context, deps *pipeline.Deps, j *config.Job, o *config.Output, now time.Time, peek bool) outputStatus {
+	s := outputStatus{Output: o.ID, Type: o.Type, FIFO: o.FIFO(), Queue: deps.Config.QueueName(j, o), DLQ: deps.Config.DLQName(j, o), Depth: -1, DLQDepth: -1}
+	q, err := dlq.Resolve(ctx, deps.SQS, deps.Config, j, o)
 	if err != nil {
-		return 0, fmt.Errorf("get queue url %s: %w", name, err)
+		s.Error = err.Error()
+		return s
 	}
-	return localrun.Depth(ctx, deps.SQS, aws.ToString(u.QueueUrl))
+	if s.QueueState, err = dlq.QueueDepth(ctx, deps.SQS, q.WorkURL); err != nil {
+		s.Error = err.Error()
+		return s
+	}
+	s.Depth = s.QueueState.Total()
+	d, err := dlq.QueueDepth(ctx, deps.SQS, q.DLQURL)
+	if err != nil {
+		s.Error = err.Error()
+		return s
+	}
+	s.DLQDepth = d.Total()
+	if peek && s.QueueState.Visible > 0 {
+		if sent, err := oldestSample(ctx, deps.SQS, q.WorkURL); err != nil {
+			s.Error = err.Error()
+		} else if !sent.IsZero() {
+			v := now.Sub(sent).Seconds()
+			s.OldestAgeSeconds = &v
+		}
+	}
+	return s
+}
+
+// oldestSample receives up to 10 messages, releases them at once, and
+// returns the earliest SentTimestamp among them (zero when none came).
+func oldestSample(ctx context.Context, c *sqs.Client, url string) (time.Time, error) {
+	out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl:                    &url,
+		MaxNumberOfMessages:         10,
+		VisibilityTimeout:           1,
+		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameSentTimestamp},
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("peek %s: %w", url, err)
+	}
+	var oldest time.Time
+	var entries []sqstypes.ChangeMessageVisibilityBatchRequestEntry
+	for i, m := range out.Messages {
+		if ms, err := strconv.ParseInt(m.Attributes[string(sqstypes.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
+			if t := time.UnixMilli(ms); oldest.IsZero() || t.Before(oldest) {
+				oldest = t
+			}
+		}
+		entries = append(entries, sqstypes.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+	}
+	if len(entries) > 0 {
+		_, _ = c.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &url, Entries: entries})
+	}
+	return oldest, nil
+}
+
+// role says who holds a job's lease by the clock value now.
+func role(st *lease.State, now time.Time) string {
+	switch {
+	case !st.Exists || st.Owner == "":
+		return "none"
+	case st.Released:
+		return "released"
+	case st.Held(now):
+		return "active"
+	}
+	return "expired"
+}
+
+func secondsSince(now, t time.Time) *float64 {
+	if t.IsZero() {
+		return nil
+	}
+	v := now.Sub(t).Seconds()
+	return &v
 }
 
 func dash(s string) string {
@@ -137,7 +295,11 @@ func age(v *float64) string {
 	if v == nil {
 		return "-"
 	}
-	return (time.Duration(*v * float64(time.Second))).Round(100 * time.Millisecond).String()
+	d := time.Duration(*v * float64(time.Second))
+	if d >= time.Minute {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
 }
 
 func pending(n int64) string {

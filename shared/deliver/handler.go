@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -380,10 +381,18 @@ func (h *Handler) toDLQ(ctx context.Context, r config.Route, it *item, attempts 
 	if ms, err := strconv.ParseInt(it.rec.Attributes["ApproximateFirstReceiveTimestamp"], 10, 64); err == nil {
 		first = time.UnixMilli(ms).UTC()
 	}
-	msg := it.err.Error()
-	if len(msg) > 1024 {
-		msg = msg[:1024]
+	// A message redriven from the DLQ carries its earlier failure history.
+	if prev, ok := it.rec.MessageAttributes[AttrFirstFailureAt]; ok && prev.StringValue != nil {
+		if t, err := time.Parse(time.RFC3339Nano, *prev.StringValue); err == nil && t.Before(first) {
+			first = t
+		}
 	}
+	if prev, ok := it.rec.MessageAttributes[AttrAttempts]; ok && prev.StringValue != nil {
+		if n, err := strconv.Atoi(*prev.StringValue); err == nil {
+			attempts += n
+		}
+	}
+	msg := attrText(it.err.Error(), 1024)
 	attrs := map[string]sqstypes.MessageAttributeValue{
 		AttrClass:          strAttr(string(it.err.Class)),
 		AttrReason:         strAttr(it.err.Reason),
@@ -401,7 +410,7 @@ func (h *Handler) toDLQ(ctx context.Context, r config.Route, it *item, attempts 
 		attrs[AttrSQLState] = strAttr(it.err.SQLState)
 	}
 	if it.env != nil {
-		attrs[AttrDocID] = strAttr(it.env.DocID)
+		attrs[AttrDocID] = strAttr(attrText(it.env.DocID, 1024))
 	}
 	in := &sqs.SendMessageInput{QueueUrl: &url, MessageBody: aws.String(it.rec.Body), MessageAttributes: attrs}
 	if r.Output.FIFO() {
@@ -476,6 +485,25 @@ func queueName(arn string) string {
 		return arn[i+1:]
 	}
 	return arn
+}
+
+// attrText makes s a valid SQS attribute value of at most max bytes: valid
+// UTF-8, no control characters SQS refuses, cut on a character boundary.
+func attrText(s string, max int) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r == 0xFFFE || r == 0xFFFF {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }
 
 func strAttr(s string) sqstypes.MessageAttributeValue {

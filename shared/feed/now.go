@@ -13,8 +13,9 @@ import (
 // poller starting from it reads only later changes) or recorded as the feed
 // position at which a document was observed.
 //
-//   - Apache CouchDB: GET {url}/_changes?descending=true&limit=1, whose
-//     last_seq is the newest sequence (in the form _changes returns it).
+//   - Apache CouchDB: GET {url}/_changes?feed=normal&since=now, which lists
+//     nothing and answers the current last_seq (of every shard, on a
+//     cluster), in the form _changes returns it.
 //   - Sync Gateway family: GET {db}/, whose update_seq is the newest sequence
 //     of the database. Sync Gateway numbers changes across the whole
 //     database, so for a keyspace URL (db.scope.collection) the database's
@@ -26,7 +27,7 @@ func (c *Client) Now(ctx context.Context) (json.RawMessage, error) {
 	if syncGatewayFamily(c.o.SourceType) {
 		return c.updateSeq(ctx)
 	}
-	q := url.Values{"descending": {"true"}, "limit": {"1"}, "feed": {"normal"}}
+	q := url.Values{"feed": {"normal"}, "since": {"now"}}
 	resp, err := c.roundTrip(ctx, "changes", http.MethodGet, c.endpoint("_changes", q), nil, c.o.RequestTimeout)
 	if err != nil {
 		return nil, err

@@ -231,8 +231,12 @@ func (r *Runtime) writerLoop(ctx context.Context, h *deliver.Handler, q queue) {
 	if timeout == 0 {
 		timeout = r.Deps.Config.Stack.WriterTimeout.D()
 	}
+	// A receive is never cancelled midway: SQS may already have handed the
+	// messages out, and a dropped answer would hide them for a whole
+	// visibility timeout. Stopping waits for the current long poll instead.
+	rctx := context.WithoutCancel(ctx)
 	for ctx.Err() == nil {
-		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		out, err := c.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    &q.url,
 			MaxNumberOfMessages:         int32(q.out.BatchSize),
 			WaitTimeSeconds:             1,
@@ -259,14 +263,15 @@ func (r *Runtime) invoke(ctx context.Context, h *deliver.Handler, q queue, msgs 
 	ev := events.SQSEvent{Records: make([]events.SQSMessage, len(msgs))}
 	for i, m := range msgs {
 		ev.Records[i] = events.SQSMessage{
-			MessageId:      aws.ToString(m.MessageId),
-			ReceiptHandle:  aws.ToString(m.ReceiptHandle),
-			Body:           aws.ToString(m.Body),
-			Md5OfBody:      aws.ToString(m.MD5OfBody),
-			Attributes:     m.Attributes,
-			EventSource:    "aws:sqs",
-			EventSourceARN: q.arn,
-			AWSRegion:      r.Deps.AWS.Region,
+			MessageId:         aws.ToString(m.MessageId),
+			ReceiptHandle:     aws.ToString(m.ReceiptHandle),
+			Body:              aws.ToString(m.Body),
+			Md5OfBody:         aws.ToString(m.MD5OfBody),
+			Attributes:        m.Attributes,
+			MessageAttributes: messageAttributes(m.MessageAttributes),
+			EventSource:       "aws:sqs",
+			EventSourceARN:    q.arn,
+			AWSRegion:         r.Deps.AWS.Region,
 		}
 	}
 	// The messages stay with us even if the run is stopping: finish the batch.
@@ -298,6 +303,18 @@ func (r *Runtime) invoke(ctx context.Context, h *deliver.Handler, q queue, msgs 
 	for _, f := range d.Failed {
 		r.Log.Warn("delete message", "queue", q.name, "code", aws.ToString(f.Code))
 	}
+}
+
+// messageAttributes converts SQS message attributes to their Lambda event form.
+func messageAttributes(in map[string]sqstypes.MessageAttributeValue) map[string]events.SQSMessageAttribute {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make(map[string]events.SQSMessageAttribute, len(in))
+	for k, v := range in {
+		out[k] = events.SQSMessageAttribute{StringValue: v.StringValue, BinaryValue: v.BinaryValue, DataType: aws.ToString(v.DataType)}
+	}
+	return out
 }
 
 // waitIdle returns nil when, twice in a row, every job is caught up, no

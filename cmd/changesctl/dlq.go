@@ -1,0 +1,409 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/dlq"
+	"github.com/changes-worker/changes-worker/shared/pipeline"
+)
+
+const dlqUsage = `usage: changesctl dlq list|show|redrive|purge --config FILE [--job J] [--output O] [flags]
+
+  list      count the failed changes by reason, with sample document ids
+  show      decode messages: envelope and failure reason (--id ID, or the first --limit N)
+  redrive   move the messages back to the work queue (SQS message move task, or copy)
+  purge     delete every message of the DLQ (asks first, unless --yes)
+
+--job and --output may be left out when the configuration has only one.
+`
+
+// cmdDLQ inspects and empties the dead-letter queue of one (job, output).
+func cmdDLQ(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprint(env.stderr, dlqUsage)
+		return errors.New("dlq: want list, show, redrive or purge")
+	}
+	verb := args[0]
+	fs := flag.NewFlagSet("dlq "+verb, flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	path := fs.String("config", "", "job configuration file")
+	jobID := fs.String("job", "", "job id (default: the only job)")
+	outputID := fs.String("output", "", "output id (default: the job's only output)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	var (
+		samples, maxMsgs, limit *int
+		id                      *string
+		body, yes               *bool
+		rate, workers           *int
+		mode                    *string
+		visibility              *time.Duration
+	)
+	switch verb {
+	case "list":
+		samples = fs.Int("samples", 5, "sample document ids per reason")
+		maxMsgs = fs.Int("max", dlq.DefaultScanMax, "read at most this many messages")
+	case "show":
+		id = fs.String("id", "", "the message id to show")
+		limit = fs.Int("limit", 1, "show the first N messages (without --id)")
+		body = fs.Bool("body", false, "print the document body too")
+	case "redrive":
+		rate = fs.Int("rate", 0, "at most this many messages per second (0: as fast as possible; a move task caps it at 500)")
+		mode = fs.String("mode", string(dlq.ModeAuto), "auto (a move task where the endpoint supports it, else copy), task or copy")
+		limit = fs.Int("limit", 0, "copy at most this many messages (0: all)")
+		visibility = fs.Duration("visibility", dlq.DefaultVisibility, "copy: how long a received DLQ message stays hidden")
+		workers = fs.Int("workers", dlq.DefaultWorkers, "copy: concurrent copy loops")
+	case "purge":
+		yes = fs.Bool("yes", false, "do not ask for confirmation")
+	default:
+		fmt.Fprint(env.stderr, dlqUsage)
+		return fmt.Errorf("dlq: unknown action %q (want list, show, redrive or purge)", verb)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	var bad []error
+	switch {
+	case verb == "show" && *limit < 1:
+		bad = append(bad, fmt.Errorf("--limit %d must be at least 1", *limit))
+	case limit != nil && *limit < 0:
+		bad = append(bad, fmt.Errorf("--limit %d is negative", *limit))
+	}
+	if rate != nil && *rate < 0 {
+		bad = append(bad, fmt.Errorf("--rate %d is negative", *rate))
+	}
+	if visibility != nil && (*visibility < time.Second || *visibility > 12*time.Hour) {
+		bad = append(bad, fmt.Errorf("--visibility %s must be between 1s and 12h", *visibility))
+	}
+	if workers != nil && *workers < 1 {
+		bad = append(bad, fmt.Errorf("--workers %d must be at least 1", *workers))
+	}
+	if err := errors.Join(bad...); err != nil {
+		return fmt.Errorf("dlq %s: %w", verb, err)
+	}
+	deps, err := load(ctx, env, *path, env.stderr, false)
+	if err != nil {
+		return err
+	}
+	defer deps.Close()
+	j, o, err := route(deps.Config, *jobID, *outputID)
+	if err != nil {
+		return fmt.Errorf("dlq: %w", err)
+	}
+	q, err := dlq.Resolve(ctx, deps.SQS, deps.Config, j, o)
+	if err != nil {
+		return fmt.Errorf("dlq: %w (run changesctl bootstrap first?)", err)
+	}
+	name := j.ID + "/" + o.ID
+	switch verb {
+	case "list":
+		return dlqList(ctx, env, deps, q, name, *samples, *maxMsgs, *asJSON)
+	case "show":
+		return dlqShow(ctx, env, deps, q, *id, *limit, *body, *asJSON)
+	case "redrive":
+		r := &dlq.Redriver{
+			SQS:        deps.SQS,
+			Journal:    &dlq.Journal{DB: deps.DynamoDB, Table: deps.Config.TableName(), Job: j.ID, Output: o.ID},
+			Queues:     q,
+			Mode:       dlq.Mode(*mode),
+			Rate:       *rate,
+			Limit:      *limit,
+			Visibility: *visibility,
+			Workers:    *workers,
+			Log:        deps.Log,
+		}
+		return dlqRedrive(ctx, env, r, name, *asJSON)
+	default: // purge
+		return dlqPurge(ctx, env, deps, q, name, *yes)
+	}
+}
+
+// route finds the job and output, defaulting to the only one of each.
+func route(f *config.File, jobID, outputID string) (*config.Job, *config.Output, error) {
+	j, err := pickJob(f, jobID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if outputID == "" {
+		if len(j.Outputs) != 1 {
+			return nil, nil, fmt.Errorf("--output is required: job %s has %d outputs", j.ID, len(j.Outputs))
+		}
+		return j, j.Outputs[0], nil
+	}
+	for _, o := range j.Outputs {
+		if o.ID == outputID {
+			return j, o, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("job %s has no output %q", j.ID, outputID)
+}
+
+type dlqListing struct {
+	Job     string      `json:"job"`
+	Output  string      `json:"output"`
+	DLQ     string      `json:"dlq"`
+	Depth   dlq.Depth   `json:"depth"`
+	Scanned int         `json:"scanned"`
+	Groups  []dlq.Group `json:"groups"`
+}
+
+func dlqList(ctx context.Context, env *cliEnv, deps *pipeline.Deps, q dlq.Queues, name string, samples, maxMsgs int, asJSON bool) error {
+	depth, err := dlq.QueueDepth(ctx, deps.SQS, q.DLQURL)
+	if err != nil {
+		return err
+	}
+	var msgs []dlq.Message
+	n, err := dlq.Scan(ctx, deps.SQS, q.DLQURL, dlq.ScanOptions{Max: maxMsgs}, func(m dlq.Message) bool {
+		msgs = append(msgs, m)
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	l := dlqListing{Job: q.Job, Output: q.Output, DLQ: q.DLQName, Depth: depth, Scanned: n, Groups: dlq.Summarize(msgs, samples)}
+	if asJSON {
+		return writeJSON(env.stdout, l)
+	}
+	fmt.Fprintf(env.stdout, "%s dead-letter queue %s: %d messages", name, q.DLQName, depth.Total())
+	if depth.InFlight > 0 {
+		fmt.Fprintf(env.stdout, " (%d in flight: held by a redrive or another reader)", depth.InFlight)
+	}
+	fmt.Fprintln(env.stdout)
+	if n == 0 {
+		return nil
+	}
+	if n < depth.Total() {
+		fmt.Fprintf(env.stdout, "read %d of them", n)
+		if q.FIFO {
+			fmt.Fprint(env.stdout, " (a FIFO DLQ shows one message per document at a time)")
+		}
+		fmt.Fprintln(env.stdout)
+	}
+	fmt.Fprintln(env.stdout)
+	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "COUNT\tCLASS\tREASON\tSTATUS\tLAST FAILURE\tSAMPLE DOC IDS\tERROR")
+	now := time.Now()
+	for _, g := range l.Groups {
+		status := "-"
+		switch {
+		case g.HTTPStatus != 0:
+			status = fmt.Sprintf("http %d", g.HTTPStatus)
+		case g.SQLState != "":
+			status = "sqlstate " + g.SQLState
+		}
+		last := "-"
+		if !g.LastAt.IsZero() {
+			last = ago(now, g.LastAt)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Count, dash(g.Class), dash(g.Reason), status, last,
+			truncate(strings.Join(g.Samples, ", "), 60), truncate(g.Error, 100))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "\nshow one:  changesctl dlq show --config ... --job %s --output %s\nredrive:   changesctl dlq redrive --config ... --job %s --output %s\n", q.Job, q.Output, q.Job, q.Output)
+	return nil
+}
+
+// dlqShown is one message as `dlq show --json` prints it.
+type dlqShown struct {
+	dlq.Message
+	Doc json.RawMessage `json:"doc,omitempty"`
+}
+
+func dlqShow(ctx context.Context, env *cliEnv, deps *pipeline.Deps, q dlq.Queues, id string, limit int, body, asJSON bool) error {
+	var found []dlq.Message
+	maxMsgs := limit
+	if id != "" {
+		maxMsgs = 0 // the whole queue, up to the default bound
+	}
+	_, err := dlq.Scan(ctx, deps.SQS, q.DLQURL, dlq.ScanOptions{Max: maxMsgs}, func(m dlq.Message) bool {
+		if id != "" {
+			if m.ID == id {
+				found = append(found, m)
+				return false
+			}
+			return true
+		}
+		found = append(found, m)
+		return len(found) < limit
+	})
+	if err != nil {
+		return err
+	}
+	if id != "" && len(found) == 0 {
+		return fmt.Errorf("dlq show: no message %s in %s (gone, or held by another reader)", id, q.DLQName)
+	}
+	if len(found) == 0 {
+		fmt.Fprintf(env.stdout, "%s is empty\n", q.DLQName)
+		return nil
+	}
+	if asJSON {
+		out := make([]dlqShown, len(found))
+		for i, m := range found {
+			out[i].Message = m
+			if m.Envelope != nil {
+				e := *m.Envelope
+				if body {
+					out[i].Doc = e.Doc
+				}
+				e.Doc = nil
+				out[i].Envelope = &e
+			}
+		}
+		return writeJSON(env.stdout, out)
+	}
+	now := time.Now()
+	for i, m := range found {
+		if i > 0 {
+			fmt.Fprintln(env.stdout)
+		}
+		printMessage(env.stdout, m, now, body)
+	}
+	return nil
+}
+
+func printMessage(w io.Writer, m dlq.Message, now time.Time, body bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintf(tw, "message\t%s\n", m.ID)
+	if !m.SentAt.IsZero() {
+		fmt.Fprintf(tw, "in dlq since\t%s (%s)\n", m.SentAt.Format(time.RFC3339), ago(now, m.SentAt))
+	}
+	if e := m.Envelope; e != nil {
+		fmt.Fprintf(tw, "document\t%q\n", e.DocID)
+		fmt.Fprintf(tw, "change\trev %s, seq %s, version %s", dash(e.Rev), dash(string(e.Seq)), e.Version)
+		switch {
+		case e.Deleted:
+			fmt.Fprint(tw, ", deleted")
+		case e.Removed:
+			fmt.Fprint(tw, ", removed")
+		}
+		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "job/output\t%s/%s\n", e.Job, e.Output)
+		if !e.EnqueuedAt.IsZero() {
+			fmt.Fprintf(tw, "enqueued\t%s (%s)\n", e.EnqueuedAt.Format(time.RFC3339), ago(now, e.EnqueuedAt))
+		}
+		switch {
+		case e.DocRef != nil:
+			fmt.Fprintf(tw, "body\tclaim check s3://%s/%s (%d bytes)\n", e.DocRef.Bucket, e.DocRef.Key, e.DocRef.Size)
+		case len(e.Doc) > 0 && !body:
+			fmt.Fprintf(tw, "body\t%d bytes (--body prints it)\n", len(e.Doc))
+		}
+	}
+	if m.EnvelopeError != "" {
+		fmt.Fprintf(tw, "envelope\tinvalid: %s (%d bytes)\n", m.EnvelopeError, m.BodyBytes)
+	}
+	f := m.Failure
+	if !f.Recorded() {
+		fmt.Fprintf(tw, "failure\tno reason recorded: the queue's redrive policy moved it (the writer failed or timed out on every receive)\n")
+	} else {
+		status := ""
+		switch {
+		case f.HTTPStatus != 0:
+			status = fmt.Sprintf(" (http %d)", f.HTTPStatus)
+		case f.SQLState != "":
+			status = " (sqlstate " + f.SQLState + ")"
+		}
+		fmt.Fprintf(tw, "failure\t%s %s%s after %d attempt(s)\n", f.Class, f.Reason, status, f.Attempts)
+		fmt.Fprintf(tw, "error\t%s\n", f.Error)
+		if !f.FirstAt.IsZero() {
+			fmt.Fprintf(tw, "first failure\t%s (%s)\n", f.FirstAt.Format(time.RFC3339), ago(now, f.FirstAt))
+		}
+		if !f.LastAt.IsZero() {
+			fmt.Fprintf(tw, "last failure\t%s (%s)\n", f.LastAt.Format(time.RFC3339), ago(now, f.LastAt))
+		}
+	}
+	if body && m.Envelope != nil && len(m.Envelope.Doc) > 0 {
+		tw.Flush()
+		fmt.Fprintf(w, "body\n%s\n", m.Envelope.Doc)
+	} else if body && m.Envelope == nil {
+		tw.Flush()
+		fmt.Fprintf(w, "raw message\n%s\n", m.Body())
+	}
+}
+
+func dlqRedrive(ctx context.Context, env *cliEnv, r *dlq.Redriver, name string, asJSON bool) error {
+	bar := newProgress(env.stderr, "redrive "+name, "msgs")
+	r.Progress = bar.Set
+	res, err := r.Redrive(ctx)
+	bar.Finish()
+	if asJSON {
+		if jerr := writeJSON(env.stdout, res); jerr != nil {
+			return jerr
+		}
+		if err != nil {
+			return fmt.Errorf("dlq redrive: %w", err)
+		}
+		return nil
+	}
+	how := string(res.Mode)
+	if res.Fallback != "" {
+		how += ", because " + res.Fallback
+	}
+	if res.TaskHandle != "" {
+		how += ", task " + res.TaskHandle
+	}
+	fmt.Fprintf(env.stdout, "redrive %s (%s): %d messages back on %s", name, how, res.Done(), r.Queues.WorkName)
+	if res.Recovered > 0 || res.Resent > 0 {
+		fmt.Fprintf(env.stdout, " (%d finished for an interrupted redrive, %d re-sent because an interrupted send's outcome was unknown)", res.Recovered, res.Resent)
+	}
+	fmt.Fprintf(env.stdout, "; %d left in the dlq\n", res.Left)
+	if err != nil {
+		return fmt.Errorf("dlq redrive: %w", err)
+	}
+	return nil
+}
+
+func dlqPurge(ctx context.Context, env *cliEnv, deps *pipeline.Deps, q dlq.Queues, name string, yes bool) error {
+	depth, err := dlq.QueueDepth(ctx, deps.SQS, q.DLQURL)
+	if err != nil {
+		return err
+	}
+	if depth.Total() == 0 {
+		fmt.Fprintf(env.stdout, "%s is empty\n", q.DLQName)
+		return nil
+	}
+	if !yes && !confirm(env, fmt.Sprintf("delete all %d failed changes of %s for good (dlq %s)?", depth.Total(), name, q.DLQName)) {
+		return errors.New("dlq purge: not confirmed")
+	}
+	if err := dlq.Purge(ctx, deps.SQS, q.DLQURL); err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "purged %s: %d messages deleted (SQS may take up to a minute to finish)\n", q.DLQName, depth.Total())
+	return nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// ago says how long before now t was, rounded for people.
+func ago(now, t time.Time) string {
+	d := now.Sub(t)
+	switch {
+	case d < time.Second:
+		return "just now"
+	case d < time.Hour:
+		return d.Round(time.Second).String() + " ago"
+	}
+	return d.Round(time.Minute).String() + " ago"
+}
+
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}

@@ -1,0 +1,302 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/dlq"
+)
+
+// TestRedriveKilledMidway redrives 1,000 messages with the changesctl
+// binary, kills it with SIGKILL once it reported a third of them moved, and
+// checks where every message is, right after the kill and after a second
+// redrive finished the job. Messages are told apart by their document id.
+//
+// Right after the kill (once the dead process's hidden messages are
+// visible again):
+//   - no message is lost: every id is on the DLQ or on the work queue;
+//   - an id on both queues is one the journal recorded as Sending or Sent
+//     (the process died between the send and the delete).
+//
+// After the second redrive:
+//   - the DLQ is empty and every id is on the work queue;
+//   - the second redrive deleted the DLQ copies of the ids journaled Sent
+//     without sending them again (Recovered), and sent again exactly the
+//     ids journaled Sending (Resent: their first send may or may not have
+//     reached SQS);
+//   - a standard work queue holds every id exactly once, except possibly
+//     those Resent ids (at most one batch per worker; none in most runs);
+//     a FIFO work queue holds every id exactly once, Resent ones included,
+//     because the deduplication id derives from the DLQ message id.
+func TestRedriveKilledMidway(t *testing.T) {
+	t.Parallel()
+	bin := buildCLI(t)
+	for _, tc := range []struct {
+		name   string
+		output string
+	}{
+		{"standard", outPG},
+		{"fifo", outPGFIFO},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			s := newTestStack(t, tc.output)
+			q := s.queues(tc.output)
+			const n = 1000
+			ids := s.fillDLQ(q, n)
+
+			// Redrive with the binary; kill it once a third is done.
+			// Copy mode, which this process carries out itself (a move
+			// task would go on at SQS after the kill).
+			cmd := exec.CommandContext(ctx, bin, "dlq", "redrive", "--config", s.cfgPath, "--output", tc.output,
+				"--mode", "copy", "--visibility", "4s", "--rate", "150")
+			cmd.Env = os.Environ()
+			stderr, err := cmd.StderrPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			progressLine := regexp.MustCompile(`: (\d+)/(\d+) msgs`)
+			var seen []string
+			killedAt := -1
+			sc := bufio.NewScanner(stderr)
+			for sc.Scan() {
+				seen = append(seen, sc.Text())
+				if m := progressLine.FindStringSubmatch(sc.Text()); m != nil {
+					if done, _ := strconv.Atoi(m[1]); done >= n/3 && killedAt < 0 {
+						killedAt = done
+						if err := cmd.Process.Kill(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+			werr := cmd.Wait()
+			if killedAt < 0 {
+				t.Fatalf("the redrive ended (%v) before it could be killed; stderr:\n%s", werr, strings.Join(seen, "\n"))
+			}
+			t.Logf("killed after %d of %d reported moved", killedAt, n)
+
+			j := &dlq.Journal{DB: s.deps.DynamoDB, Table: s.cfg.TableName(), Job: "orders", Output: tc.output}
+			journal, err := j.Entries(ctx, s.deps.DynamoDB)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The journal is keyed by DLQ message id; map it to documents.
+			time.Sleep(5 * time.Second) // the dead process's hidden messages come back
+			dlqMsgs := s.census(q.DLQURL, false)
+			work := s.census(q.WorkURL, false)
+			sending, sent := map[string]bool{}, map[string]bool{}
+			for _, m := range dlqMsgs {
+				switch journal[m.id].State {
+				case dlq.Sending:
+					sending[m.doc] = true
+				case dlq.Sent:
+					sent[m.doc] = true
+				}
+			}
+			inDLQ, inWork := countByDoc(dlqMsgs), countByDoc(work)
+			both := 0
+			for _, id := range ids {
+				switch {
+				case inDLQ[id] == 0 && inWork[id] == 0:
+					t.Errorf("%s is on neither queue after the kill: lost", id)
+				case inDLQ[id] > 1 || inWork[id] > 1:
+					t.Errorf("%s is %d times on the DLQ and %d times on the work queue after the kill", id, inDLQ[id], inWork[id])
+				case inDLQ[id] == 1 && inWork[id] == 1:
+					both++
+					if !sending[id] && !sent[id] {
+						t.Errorf("%s is on both queues but the journal has no entry for it", id)
+					}
+				}
+			}
+			if len(inWork) == 0 || len(inDLQ) == 0 {
+				t.Fatalf("not killed midway: %d ids on the work queue, %d on the DLQ", len(inWork), len(inDLQ))
+			}
+			t.Logf("after the kill: %d on the DLQ, %d on the work queue, %d on both (%d journaled sent, %d sending)",
+				len(inDLQ), len(inWork), both, len(sent), len(sending))
+
+			// A second redrive finishes the job.
+			out := s.mustCLI(ctx, "dlq", "redrive", "--output", tc.output, "--mode", "copy", "--visibility", "4s", "--json")
+			var res dlq.Result
+			if err := json.Unmarshal([]byte(out), &res); err != nil {
+				t.Fatalf("redrive --json: %v\n%s", err, out)
+			}
+			if res.Recovered != int64(len(sent)) || res.Resent != int64(len(sending)) || res.Done() != int64(len(dlqMsgs)) || res.Left != 0 {
+				t.Errorf("second redrive %+v; want recovered %d, resent %d, done %d, left 0", res, len(sent), len(sending), len(dlqMsgs))
+			}
+			if left := s.census(q.DLQURL, false); len(left) != 0 {
+				t.Errorf("%d messages still on the DLQ after the second redrive", len(left))
+			}
+			final := countByDoc(s.census(q.WorkURL, true))
+			for _, id := range ids {
+				switch c := final[id]; {
+				case c == 0:
+					t.Errorf("%s is not on the work queue after the second redrive: lost", id)
+				case c > 1 && (q.FIFO || !sending[id]):
+					t.Errorf("%s is %d times on the work queue (journaled sending: %t, fifo: %t)", id, c, sending[id], q.FIFO)
+				case c > 1:
+					t.Logf("%s is twice on the work queue: its send was in flight when the process died", id)
+				}
+			}
+			entries, err := j.Entries(ctx, s.deps.DynamoDB)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for id, e := range entries {
+				if e.State != dlq.Sent {
+					t.Errorf("journal entry %s is %q after a complete redrive; only harmless Sent leftovers may stay", id, e.State)
+				}
+			}
+		})
+	}
+}
+
+// fillDLQ puts n failed changes on an output's DLQ, as the writer does,
+// with document ids doc-0000, doc-0001, ...; it returns the ids.
+func (s *testStack) fillDLQ(q dlq.Queues, n int) []string {
+	s.t.Helper()
+	var ids []string
+	var entries []sqstypes.SendMessageBatchRequestEntry
+	flush := func() {
+		if len(entries) == 0 {
+			return
+		}
+		out, err := s.deps.SQS.SendMessageBatch(s.t.Context(), &sqs.SendMessageBatchInput{QueueUrl: &q.DLQURL, Entries: entries})
+		if err != nil || len(out.Failed) > 0 {
+			s.t.Fatalf("fill dlq: %v %+v", err, out)
+		}
+		entries = nil
+	}
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	for i := range n {
+		id := fmt.Sprintf("doc-%04d", i)
+		ids = append(ids, id)
+		body, _ := json.Marshal(envelope(q.Output, id, "1-a", 3, int64(i+1)))
+		e := sqstypes.SendMessageBatchRequestEntry{
+			Id:          aws.String(strconv.Itoa(len(entries))),
+			MessageBody: aws.String(string(body)),
+			MessageAttributes: map[string]sqstypes.MessageAttributeValue{
+				deliver.AttrClass:          {DataType: aws.String("String"), StringValue: aws.String("transient")},
+				deliver.AttrReason:         {DataType: aws.String("String"), StringValue: aws.String("connection")},
+				deliver.AttrError:          {DataType: aws.String("String"), StringValue: aws.String("transient connection: output down")},
+				deliver.AttrAttempts:       {DataType: aws.String("Number"), StringValue: aws.String("3")},
+				deliver.AttrFirstFailureAt: {DataType: aws.String("String"), StringValue: aws.String(now)},
+				deliver.AttrLastFailureAt:  {DataType: aws.String("String"), StringValue: aws.String(now)},
+				deliver.AttrOutput:         {DataType: aws.String("String"), StringValue: aws.String(q.Output)},
+				deliver.AttrJob:            {DataType: aws.String("String"), StringValue: aws.String(q.Job)},
+				deliver.AttrDocID:          {DataType: aws.String("String"), StringValue: aws.String(id)},
+			},
+		}
+		if q.FIFO {
+			e.MessageGroupId = aws.String(id)
+			e.MessageDeduplicationId = aws.String(id)
+		}
+		entries = append(entries, e)
+		if len(entries) == 10 {
+			flush()
+		}
+	}
+	flush()
+	return ids
+}
+
+// queued is one message found on a queue.
+type queued struct{ id, doc string }
+
+// census receives every message of a queue once and returns them. It
+// deletes them when consume is set (the only way to see every message of a
+// FIFO group), else makes them visible again.
+func (s *testStack) census(url string, consume bool) []queued {
+	s.t.Helper()
+	ctx := s.t.Context()
+	seen := map[string]bool{}
+	var out []queued
+	var held []sqstypes.Message
+	for empty := 0; empty < 2; {
+		res, err := s.deps.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: &url, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 120,
+		})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if len(res.Messages) == 0 {
+			empty++
+			continue
+		}
+		empty = 0
+		for _, m := range res.Messages {
+			id := aws.ToString(m.MessageId)
+			if consume {
+				if _, err := s.deps.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: m.ReceiptHandle}); err != nil {
+					s.t.Fatal(err)
+				}
+			} else {
+				held = append(held, m)
+			}
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			var e struct {
+				DocID string `json:"doc_id"`
+			}
+			_ = json.Unmarshal([]byte(aws.ToString(m.Body)), &e)
+			out = append(out, queued{id: id, doc: e.DocID})
+		}
+	}
+	for chunk := range slices.Chunk(held, 10) {
+		var entries []sqstypes.ChangeMessageVisibilityBatchRequestEntry
+		for i, m := range chunk {
+			entries = append(entries, sqstypes.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+		}
+		if _, err := s.deps.SQS.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &url, Entries: entries}); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func countByDoc(msgs []queued) map[string]int {
+	out := map[string]int{}
+	for _, m := range msgs {
+		out[m.doc]++
+	}
+	return out
+}
+
+// buildCLI builds the changesctl binary for tests that run it as a process.
+func buildCLI(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	bin := filepath.Join(t.TempDir(), "changesctl")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goTool, "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build changesctl: %v\n%s", err, out)
+	}
+	return bin
+}

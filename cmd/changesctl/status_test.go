@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/changes-worker/changes-worker/shared/lease"
+)
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newTestStack(t, outPG, outS3)
+	store := lease.New(s.deps.DynamoDB, s.cfg.TableName())
+	l, _, err := store.Acquire(ctx, "orders", "poller-7", "host-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Checkpoint(ctx, l, json.RawMessage(`"12-abc"`), 3); err != nil {
+		t.Fatal(err)
+	}
+	pg := s.queues(outPG)
+	s.enqueue(pg, envelope("pg", "a", "1-a", 1, 1), envelope("pg", "b", "1-b", 1, 2))
+	s3q := s.queues(outS3)
+	s.enqueue(s3q, envelope("s3", "a", "1-a", 1, 1))
+	s.failThroughWriter(s3q, errPermanent)
+
+	var rows []jobStatus
+	if err := json.Unmarshal([]byte(s.mustCLI(ctx, "status", "--json")), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || len(rows[0].Outputs) != 2 {
+		t.Fatalf("status --json: %+v", rows)
+	}
+	r := rows[0]
+	if r.Role != "active" || r.Owner != "poller-7" || r.Generation != l.Generation || string(r.Checkpoint) != `"12-abc"` || r.Pending != 3 ||
+		r.CheckpointAgeSecs == nil || r.HeartbeatAgeSeconds == nil || r.LeaseLeftSeconds == nil {
+		t.Errorf("job row: %+v", r)
+	}
+	if o := r.Outputs[0]; o.Output != "pg" || o.Depth != 2 || o.DLQDepth != 0 || o.OldestAgeSeconds != nil {
+		t.Errorf("pg row: %+v", o)
+	}
+	if o := r.Outputs[1]; o.Output != "s3" || o.Depth != 0 || o.DLQDepth != 1 {
+		t.Errorf("s3 row: %+v", o)
+	}
+
+	table := squeeze(s.mustCLI(ctx, "status"))
+	for _, w := range []string{"JOB ROLE HOLDER GEN HEARTBEAT CHECKPOINT CP AGE PENDING OUTPUT QUEUE OLDEST DLQ",
+		"orders active poller-7", `"12-abc"`, " 3 pg 2 n/a 0", " s3 0 - 1"} {
+		if !strings.Contains(table, w) {
+			t.Errorf("status table lacks %q:\n%s", w, table)
+		}
+	}
+
+	// --peek samples the oldest message and puts it back.
+	time.Sleep(1100 * time.Millisecond)
+	if err := json.Unmarshal([]byte(s.mustCLI(ctx, "status", "--json", "--peek")), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if o := rows[0].Outputs[0]; o.OldestAgeSeconds == nil || *o.OldestAgeSeconds < 1 || o.Depth != 2 {
+		t.Errorf("pg row with --peek: %+v", o)
+	}
+	if _, _, err := s.cli(ctx, "", "status", "--watch", "--peek"); err == nil {
+		t.Error("--watch --peek was accepted")
+	}
+
+	// --watch redraws until interrupted.
+	wctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
+	defer cancel()
+	out, _, err := s.cli(wctx, "", "status", "--watch", "--interval", "500ms")
+	if err != nil {
+		t.Fatalf("status --watch: %v", err)
+	}
+	if n := strings.Count(out, "changesctl status, every 500ms"); n < 2 {
+		t.Errorf("status --watch drew %d times in 2.5s:\n%s", n, out)
+	}
+}

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/dlq"
+	"github.com/changes-worker/changes-worker/shared/fanout"
+	"github.com/changes-worker/changes-worker/shared/feed"
+	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/pipeline"
+	"github.com/changes-worker/changes-worker/shared/verify"
+)
+
+// cmdVerify compares an output with the source and, with --repair,
+// re-enqueues what differs. Exit status 2 when drift was found (or the
+// output cannot be verified), 0 when the output matches the source.
+func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	path := fs.String("config", "", "job configuration file")
+	jobID := fs.String("job", "", "job id (default: the only job)")
+	outputID := fs.String("output", "", "output id (default: the job's only output)")
+	repair := fs.Bool("repair", false, "re-enqueue the missing, stale and unexpected documents with their current source state")
+	sample := fs.Int("sample", 10, "sample documents shown per kind of drift")
+	yes := fs.Bool("yes", false, "repair without asking")
+	wait := fs.Duration("lease-wait", 3*time.Minute, "repair: how long to wait for the running poller to hand the job's lease over")
+	force := fs.Bool("force", false, "repair: take the lease at once, fencing out a running poller")
+	noRecheck := fs.Bool("no-recheck", false, "report first-pass drift without reading drifted documents a second time")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	deps, err := load(ctx, env, *path, env.stderr, false)
+	if err != nil {
+		return err
+	}
+	defer deps.Close()
+	j, o, err := route(deps.Config, *jobID, *outputID)
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	name := j.ID + "/" + o.ID
+	if o.HTTP != nil {
+		fmt.Fprintf(env.stderr, "verify is not supported for http outputs: an HTTP endpoint exposes no state to compare (%s is http; verify reads postgres and s3 outputs)\n", name)
+		return fmt.Errorf("verify %s: not supported for http outputs: %w", name, exitError(2))
+	}
+	src, err := sourceClient(ctx, deps, j)
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	out, closeOut, err := outputReader(ctx, deps, o)
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", name, err)
+	}
+	defer closeOut()
+
+	if j.Processing.IgnoreRemove && !j.Processing.IgnoreDelete && !j.Feed.ActiveOnly {
+		fmt.Fprintf(env.stderr, "warning: job %s keeps documents removed from its channels (ignore_remove); verify cannot tell them from deleted ones and reports them as unexpected (a repair leaves them alone)\n", j.ID)
+	}
+	if len(j.Feed.Channels) > 0 {
+		fmt.Fprintf(env.stderr, "warning: job %s reads only channels %s; verify lists every document the source user can read, so documents of other channels show as missing\n",
+			j.ID, strings.Join(j.Feed.Channels, ","))
+	}
+	q, err := dlq.Resolve(ctx, deps.SQS, deps.Config, j, o)
+	if err != nil {
+		return fmt.Errorf("verify: %w (run changesctl bootstrap first?)", err)
+	}
+	if busy := pipelineBusy(ctx, deps, j, q); busy != "" {
+		fmt.Fprintf(env.stderr, "note: %s; drift may include changes still on their way\n", busy)
+	}
+
+	var bar *progress
+	phase := ""
+	rep, err := verify.Compare(ctx, src, out, verify.Options{
+		PageSize:    j.Feed.Limit,
+		Recheck:     !*noRecheck,
+		KeepDeleted: j.Processing.IgnoreDelete || j.Feed.ActiveOnly,
+		Progress: func(p string, done, total int) {
+			if p != phase {
+				if bar != nil {
+					bar.Finish()
+				}
+				bar, phase = newProgress(env.stderr, "verify "+name+": "+p, "docs"), p
+			}
+			bar.Set(int64(done), int64(total))
+		},
+	})
+	if bar != nil {
+		bar.Finish()
+	}
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", name, err)
+	}
+
+	result := verifyResult{Job: j.ID, Output: o.ID, Report: rep, Samples: map[verify.Kind][]verify.Drift{}}
+	for _, k := range verify.Kinds {
+		if s := rep.Samples(k, *sample); len(s) > 0 {
+			result.Samples[k] = s
+		}
+	}
+	if !*asJSON {
+		printReport(env, name, rep, *sample)
+	}
+	if rep.Clean() {
+		if *asJSON {
+			return writeJSON(env.stdout, result)
+		}
+		return nil
+	}
+	if *repair {
+		ids := rep.IDs()
+		if !*yes && !confirm(env, fmt.Sprintf("re-enqueue %d documents to %s? The repair holds job %s's lease while it enqueues (its poller pauses)", len(ids), name, j.ID)) {
+			return errors.New("verify: repair not confirmed")
+		}
+		rres, err := repairDrift(ctx, env, deps, j, o, q, src, ids, *wait, *force)
+		result.Repair = &rres
+		if err != nil {
+			return fmt.Errorf("verify %s: repair: %w", name, err)
+		}
+		if !*asJSON {
+			fmt.Fprintf(env.stdout, "repair: enqueued %d documents and %d tombstones at generation %d (source position %s)",
+				rres.Live, rres.Tombstones, rres.Generation, rres.Seq)
+			if rres.Skipped > 0 {
+				fmt.Fprintf(env.stdout, "; left %d deleted or removed documents alone (the job keeps them)", rres.Skipped)
+			}
+			fmt.Fprintf(env.stdout, "\nrun verify again once the writer has drained %s\n", q.WorkName)
+		}
+	}
+	if *asJSON {
+		if err := writeJSON(env.stdout, result); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("verify %s: %d documents differ: %w", name, len(rep.Drift), exitError(2))
+}
+
+type verifyResult struct {
+	Job     string                         `json:"job"`
+	Output  string                         `json:"output"`
+	Report  *verify.Report                 `json:"report"`
+	Samples map[verify.Kind][]verify.Drift `json:"samples"`
+	Repair  *verify.RepairResult           `json:"repair,omitempty"`
+}
+
+func printReport(env *cliEnv, name string, rep *verify.Report, n int) {
+	fmt.Fprintf(env.stdout, "verify %s: the source has %d live documents, the output holds %d\n", name, rep.SourceDocs, rep.OutputDocs)
+	if rep.Kept > 0 {
+		fmt.Fprintf(env.stdout, "  %d documents deleted in the source are kept on purpose (ignore_delete or active_only)\n", rep.Kept)
+	}
+	if rep.Recheck.Settled > 0 {
+		fmt.Fprintf(env.stdout, "  %d documents differed at first and matched on a second look (changes in flight)\n", rep.Recheck.Settled)
+	}
+	if rep.Clean() {
+		fmt.Fprintln(env.stdout, "in sync: nothing missing, stale or unexpected")
+		return
+	}
+	for _, k := range verify.Kinds {
+		fmt.Fprintf(env.stdout, "  %-10s %d\n", k, rep.Counts[k])
+		for _, d := range rep.Samples(k, n) {
+			fmt.Fprintf(env.stdout, "    %q", d.DocID)
+			switch k {
+			case verify.Missing:
+				fmt.Fprintf(env.stdout, " source %s", d.SourceRev)
+			case verify.Stale:
+				fmt.Fprintf(env.stdout, " source %s, output %s", d.SourceRev, d.OutputRev)
+			case verify.Unexpected:
+				fmt.Fprintf(env.stdout, " output %s", dash(d.OutputRev))
+			}
+			if d.Problem != "" {
+				fmt.Fprintf(env.stdout, " (%s)", d.Problem)
+			}
+			fmt.Fprintln(env.stdout)
+		}
+		if c := rep.Counts[k]; c > n {
+			fmt.Fprintf(env.stdout, "    … and %d more\n", c-n)
+		}
+	}
+}
+
+func repairDrift(ctx context.Context, env *cliEnv, deps *pipeline.Deps, j *config.Job, o *config.Output, q dlq.Queues,
+	src *feed.Client, ids []string, wait time.Duration, force bool) (verify.RepairResult, error) {
+	host := pipeline.Hostname()
+	bar := newProgress(env.stderr, "repair "+j.ID+"/"+o.ID, "docs")
+	defer bar.Finish()
+	r := &verify.Repairer{
+		Source:      src,
+		Leases:      lease.New(deps.DynamoDB, deps.Config.TableName()),
+		Sender:      &fanout.Sender{SQS: deps.SQS, S3: deps.S3, Bucket: deps.Config.Stack.Bucket, MaxBytes: deps.Config.Stack.MaxMessageBytes},
+		Job:         j,
+		Target:      fanout.Target{Output: o.ID, QueueURL: q.WorkURL, FIFO: o.FIFO()},
+		Owner:       fmt.Sprintf("changesctl-verify-%s-%d", host, time.Now().UnixNano()),
+		Host:        host,
+		SourceType:  j.Source.Type,
+		Wait:        wait,
+		Force:       force,
+		KeepDeleted: j.Processing.IgnoreDelete || j.Feed.ActiveOnly,
+		KeepRemoved: j.Processing.IgnoreRemove || j.Feed.ActiveOnly,
+		Progress:    func(done, total int) { bar.Set(int64(done), int64(total)) },
+		Log:         deps.Log,
+	}
+	return r.Repair(ctx, ids)
+}
+
+// sourceClient builds the feed client of a job, with its credentials.
+func sourceClient(ctx context.Context, deps *pipeline.Deps, j *config.Job) (*feed.Client, error) {
+	opts := feed.Options{
+		SourceType: j.Source.Type, URL: j.Source.URL, Limit: j.Feed.Limit, Fetch: j.Feed.Fetch,
+		ActiveOnly: j.Feed.ActiveOnly, Channels: j.Feed.Channels,
+	}
+	if a := j.Source.Auth; a != nil {
+		var err error
+		switch a.Type {
+		case "basic":
+			opts.Username = a.Username
+			if opts.Password, err = deps.Secrets.Resolve(ctx, *a.Password); err != nil {
+				return nil, fmt.Errorf("source auth of %s: %w", j.ID, err)
+			}
+		case "bearer":
+			if opts.Token, err = deps.Secrets.Resolve(ctx, *a.Token); err != nil {
+				return nil, fmt.Errorf("source auth of %s: %w", j.ID, err)
+			}
+		}
+	}
+	c, err := feed.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("source of %s: %w", j.ID, err)
+	}
+	return c, nil
+}
+
+// outputReader opens the state reader of a postgres or s3 output.
+func outputReader(ctx context.Context, deps *pipeline.Deps, o *config.Output) (verify.Output, func(), error) {
+	switch {
+	case o.Postgres != nil:
+		dsn, err := deps.Secrets.Resolve(ctx, o.Postgres.DSN)
+		if err != nil {
+			return nil, nil, fmt.Errorf("postgres dsn: %w", err)
+		}
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			// The parse error can echo the DSN, password included.
+			return nil, nil, errors.New("parse postgres dsn: malformed connection string")
+		}
+		cfg.MaxConns = 2
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open postgres pool: %w", err)
+		}
+		data, versions := verify.PostgresTables(*o.Postgres, o.ID)
+		return &verify.Postgres{DB: pool, Data: data, Versions: versions}, pool.Close, nil
+	case o.S3 != nil:
+		r, err := verify.NewS3(deps.S3, *o.S3)
+		if err != nil {
+			return nil, nil, err
+		}
+		return r, func() {}, nil
+	}
+	return nil, nil, fmt.Errorf("output %s has no postgres or s3 settings", o.ID)
+}
+
+// pipelineBusy describes why the pipeline may still be delivering, or "".
+func pipelineBusy(ctx context.Context, deps *pipeline.Deps, j *config.Job, q dlq.Queues) string {
+	var why []string
+	if d, err := dlq.QueueDepth(ctx, deps.SQS, q.WorkURL); err == nil && d.Total() > 0 {
+		why = append(why, fmt.Sprintf("%s holds %d messages", q.WorkName, d.Total()))
+	}
+	if st, err := lease.New(deps.DynamoDB, deps.Config.TableName()).Get(ctx, j.ID); err == nil && st.Pending > 0 {
+		why = append(why, fmt.Sprintf("the poller of %s last reported %d pending changes", j.ID, st.Pending))
+	}
+	return strings.Join(why, "; ")
+}

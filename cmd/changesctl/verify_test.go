@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/s3sink"
+	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/verify"
+)
+
+// TestVerifyFindsAndRepairsDrift runs a pipeline to PostgreSQL and S3 until
+// idle, checks that verify finds both outputs in sync, tampers with them
+// (a deleted row, a stale row, a row the source never had; a deleted
+// object, a stale object, an object the source never had), checks that
+// verify reports exactly those, repairs them, lets the writer drain, and
+// checks that verify is clean again and that a later source change still
+// wins over the repair.
+func TestVerifyFindsAndRepairsDrift(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newTestStack(t, outPG, outS3)
+	revs := map[string]string{}
+	for i := range 12 {
+		id := fmt.Sprintf("doc-%02d", i)
+		revs[id] = s.putDoc(id, map[string]any{"n": i}, "")
+	}
+	revs["doc-01"] = s.putDoc("doc-01", map[string]any{"n": 1, "v": 2}, revs["doc-01"])
+	s.deleteDoc("doc-11", revs["doc-11"])
+	delete(revs, "doc-11")
+	s.run(false)
+
+	for _, o := range []string{"pg", "s3"} {
+		out, errOut, err := s.cli(ctx, "", "verify", "--output", o)
+		if err != nil || !strings.Contains(out, "in sync") || !strings.Contains(out, "the source has 11 live documents, the output holds 11") {
+			t.Fatalf("verify %s before tampering: %v\n%s\n%s", o, err, out, errOut)
+		}
+	}
+
+	// Tamper with PostgreSQL behind the sink's back.
+	pool := testenv.Postgres(t)
+	data, versions := pgx.Identifier{s.table}.Sanitize(), pgx.Identifier{s.table + "_versions"}.Sanitize()
+	for _, stmt := range []string{
+		`DELETE FROM ` + data + ` WHERE doc_id = 'doc-03'`,
+		`UPDATE ` + data + ` SET rev = '1-stale', body = '{"stale":true}' WHERE doc_id = 'doc-05'`,
+		`UPDATE ` + versions + ` SET rev = '1-stale', generation = 1, counter = 1 WHERE doc_id = 'doc-05'`,
+		`INSERT INTO ` + data + ` (doc_id, rev, seq, body) VALUES ('ghost', '1-g', '1', '{}')`,
+		`INSERT INTO ` + versions + ` (doc_id, generation, counter, rev, deleted, seq) VALUES ('ghost', 1, 1, '1-g', false, '1')`,
+	} {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Fatalf("tamper: %s: %v", stmt, err)
+		}
+	}
+	// And with S3.
+	out := s.cfg.Jobs[0].Outputs[1].S3
+	sink, err := s3sink.New(s.deps.S3, *out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.deps.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &out.Bucket, Key: aws.String(sink.Key("doc-04"))}); err != nil {
+		t.Fatal(err)
+	}
+	for id, rev := range map[string]string{"doc-06": "1-stale", "ghost-s3": "1-g"} {
+		_, err := s.deps.S3.PutObject(ctx, &s3.PutObjectInput{
+			Bucket: &out.Bucket, Key: aws.String(sink.Key(id)), Body: bytes.NewReader([]byte(`{"_id":"` + id + `"}`)),
+			Metadata: map[string]string{s3sink.MetaRev: rev, s3sink.MetaVersion: "1.1"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	want := map[string][]string{
+		"pg": {"missing 1", `"doc-03" source ` + revs["doc-03"], "stale 1", `"doc-05" source ` + revs["doc-05"] + ", output 1-stale", "unexpected 1", `"ghost" output 1-g`},
+		"s3": {"missing 1", `"doc-04" source ` + revs["doc-04"], "stale 1", `"doc-06" source ` + revs["doc-06"] + ", output 1-stale", "unexpected 1", `"ghost-s3" output 1-g`},
+	}
+	st, err := lease.New(s.deps.DynamoDB, s.cfg.TableName()).Get(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := st.Generation
+	for _, o := range []string{"pg", "s3"} {
+		got, _, err := s.cli(ctx, "", "verify", "--output", o)
+		if exitCode(err) != 2 {
+			t.Fatalf("verify %s after tampering: exit %d (%v), want 2\n%s", o, exitCode(err), err, got)
+		}
+		for _, w := range want[o] {
+			if !strings.Contains(squeeze(got), w) {
+				t.Errorf("verify %s does not report %q:\n%s", o, w, got)
+			}
+		}
+		var res verifyResult
+		jsonOut, _, _ := s.cli(ctx, "", "verify", "--output", o, "--json")
+		if err := json.Unmarshal([]byte(jsonOut), &res); err != nil {
+			t.Fatalf("verify --json: %v\n%s", err, jsonOut)
+		}
+		if c := res.Report.Counts; c[verify.Missing] != 1 || c[verify.Stale] != 1 || c[verify.Unexpected] != 1 || res.Report.SourceDocs != 11 {
+			t.Errorf("verify %s --json: %+v", o, res.Report)
+		}
+
+		// Repair, asked and confirmed on stdin.
+		got, errOut, err := s.cli(ctx, "y\n", "verify", "--output", o, "--repair")
+		if exitCode(err) != 2 || !strings.Contains(got, "repair: enqueued 2 documents and 1 tombstones") {
+			t.Fatalf("verify %s --repair: exit %d (%v)\n%s\n%s", o, exitCode(err), err, got, errOut)
+		}
+		gen++ // each repair takes the lease once
+		if !strings.Contains(got, fmt.Sprintf("at generation %d", gen)) {
+			t.Errorf("verify %s --repair did not repair at generation %d:\n%s", o, gen, got)
+		}
+	}
+	s.run(true)
+	for _, o := range []string{"pg", "s3"} {
+		got, errOut, err := s.cli(ctx, "", "verify", "--output", o)
+		if err != nil || !strings.Contains(got, "in sync") {
+			t.Errorf("verify %s after the repair: exit %d (%v)\n%s\n%s", o, exitCode(err), err, got, errOut)
+		}
+	}
+	if rev, v := s.pgRev(s.table, "doc-05"); rev != revs["doc-05"] || v.Generation != gen-1 {
+		t.Errorf("doc-05 after the repair: %s at %s, want %s at generation %d", rev, v, revs["doc-05"], gen-1)
+	}
+	if rev, _ := s.pgRev(s.table, "ghost"); rev != "" {
+		t.Errorf("ghost still has a data row at %s after the repair", rev)
+	}
+
+	// A change after the repair outranks it: the next poller's generation
+	// is higher than the repair's.
+	revs["doc-05"] = s.putDoc("doc-05", map[string]any{"n": 5, "v": 3}, revs["doc-05"])
+	s.run(false)
+	if rev, v := s.pgRev(s.table, "doc-05"); rev != revs["doc-05"] || v.Generation <= gen {
+		t.Errorf("doc-05 after a later change: %s at %s, want %s at a generation above %d", rev, v, revs["doc-05"], gen)
+	}
+	for _, o := range []string{"pg", "s3"} {
+		if got, _, err := s.cli(ctx, "", "verify", "--output", o); err != nil {
+			t.Errorf("verify %s after a later change: %v\n%s", o, err, got)
+		}
+	}
+}
+
+// TestVerifyHTTPUnsupported: an HTTP output has no state to read.
+func TestVerifyHTTPUnsupported(t *testing.T) {
+	t.Parallel()
+	s := newTestStack(t, outPG, outHTTP)
+	_, errOut, err := s.cli(t.Context(), "", "verify", "--output", "rest")
+	if exitCode(err) != 2 || !strings.Contains(errOut, "verify is not supported for http outputs") {
+		t.Errorf("verify of an http output: exit %d (%v), stderr:\n%s", exitCode(err), err, errOut)
+	}
+}

@@ -1,0 +1,350 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/fanout"
+	"github.com/changes-worker/changes-worker/shared/feed"
+	"github.com/changes-worker/changes-worker/shared/lease"
+)
+
+// RepairSource is what a repair reads from the source.
+type RepairSource interface {
+	// Get returns a document's winning body and revision.
+	Get(ctx context.Context, id string) (json.RawMessage, string, error)
+	// Now returns the feed's current position.
+	Now(ctx context.Context) (json.RawMessage, error)
+}
+
+// Leases is the part of the lease store a repair calls.
+type Leases interface {
+	Get(ctx context.Context, job string) (*lease.State, error)
+	Acquire(ctx context.Context, job, owner, host string, ttl time.Duration) (*lease.Lease, *lease.State, error)
+	ForceTake(ctx context.Context, job, owner, host string, ttl time.Duration) (*lease.Lease, error)
+	Renew(ctx context.Context, l *lease.Lease, pending int64) error
+	Release(ctx context.Context, l *lease.Lease) error
+}
+
+// Sender queues changes (fanout.Sender).
+type Sender interface {
+	Send(ctx context.Context, targets []fanout.Target, changes []*change.Envelope, fence fanout.Fence) (fanout.Stats, error)
+}
+
+// ErrLeaseBusy is returned when the job's lease stayed held for the whole
+// wait and Force was not set.
+var ErrLeaseBusy = errors.New("the job's lease stayed held")
+
+// errFenced stops a send when the repair's lease could have expired.
+var errFenced = errors.New("repair lease may have expired: not sending")
+
+// Repairer re-enqueues documents to one output with their current source
+// state, at an observation version that outranks whatever the output holds
+// and that every later change of the live poller outranks in turn.
+//
+// Why that holds: sinks order changes by (generation, counter), where the
+// generation is the job lease's fencing token. The repair takes the job's
+// lease like a poller taking over (Acquire, which increments the
+// generation to G+1; it waits for a running poller to hand over at the end
+// of its invocation, as a standby does), and while holding it reads each
+// document from the source and enqueues it as (G+1, 1), (G+1, 2), ... It
+// then releases the lease without moving the checkpoint.
+//
+//   - It outranks stale output state: everything in the output was sent
+//     under generation G or lower, and G+1 is higher.
+//   - It never outranks a later change: the next poller takes the lease as
+//     generation G+2 and resumes from the unchanged checkpoint, so every
+//     change made after the repair's reads (all of them after the
+//     checkpoint) is sent again at G+2, which outranks G+1.
+//   - It cannot fight a poller: while the repair holds the lease no poller
+//     sends anything (a previous holder fences itself before its lease can
+//     have expired, exactly as in a failover), so each repaired document is
+//     the newest state observed so far, as DESIGN.md's observation order
+//     requires.
+//
+// The cost is a pause of the job's poller while the repair runs (one
+// handoff), and one extra generation. The alternatives fail: generation G
+// with a high counter would outrank the live poller's later changes of the
+// same generation; G with a low counter would not outrank stale state of
+// generation G; force-taking the lease (Force) fences a running poller at
+// once and is allowed only on request, because a poller fenced mid-send
+// may still queue a change read after the repair's read, at generation G:
+// the repair would outrank it until G+2 sends the change again.
+//
+// A document that is deleted in the source by the time the repair reads it
+// is enqueued as a tombstone; one the Sync Gateway family no longer lets
+// the reader see (403), as a removal. With KeepDeleted (KeepRemoved) such
+// documents are left alone: the job does not delete them from its outputs.
+// Envelopes carry the source's current feed position (Now) as their seq.
+type Repairer struct {
+	Source RepairSource
+	Leases Leases
+	Sender Sender
+	Job    *config.Job
+	Target fanout.Target
+	// Owner and Host name the repair in the job item, like a poller's.
+	Owner, Host string
+	// SourceType selects Sync Gateway's removal semantics for 403.
+	SourceType string
+	// Wait bounds how long Repair waits for the lease. Default 3 minutes.
+	Wait time.Duration
+	// Force takes the lease at once (fencing out a running poller).
+	Force bool
+	// KeepDeleted: do not enqueue tombstones (ignore_delete, active_only).
+	KeepDeleted bool
+	// KeepRemoved: do not enqueue removals (ignore_remove).
+	KeepRemoved bool
+	// Concurrency bounds source reads. Default 8.
+	Concurrency int
+	// Progress, when set, is called after each enqueued batch.
+	Progress func(done, total int)
+	Log      *slog.Logger
+	Now      func() time.Time
+}
+
+// RepairResult is what a repair enqueued.
+type RepairResult struct {
+	Generation int64           `json:"generation"`
+	Takeover   lease.Takeover  `json:"takeover"`
+	Seq        json.RawMessage `json:"seq"`
+	Live       int             `json:"live"`
+	Tombstones int             `json:"tombstones"`
+	Skipped    int             `json:"skipped"` // deleted or removed, left alone (KeepDeleted, KeepRemoved)
+}
+
+func (r *Repairer) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *Repairer) log() *slog.Logger {
+	if r.Log != nil {
+		return r.Log
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// repairBatch is the number of documents read and enqueued at once.
+const repairBatch = 50
+
+// Repair enqueues the current state of each document in ids (see
+// Repairer). Enqueuing is idempotent: running it again only enqueues the
+// same states at a newer version. It returns ErrLeaseBusy when a poller
+// kept the lease for the whole Wait.
+func (r *Repairer) Repair(ctx context.Context, ids []string) (RepairResult, error) {
+	var res RepairResult
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	if len(ids) == 0 {
+		return res, nil
+	}
+	l, err := r.take(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Generation, res.Takeover = l.Generation, l.Kind
+	log := r.log().With("job", r.Job.ID, "output", r.Target.Output, "generation", l.Generation)
+	log.Info("repair lease acquired", "takeover", l.Kind, "previous_owner", l.Previous.Owner)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := r.Leases.Release(rctx, l); err != nil {
+			log.Warn("release repair lease", "error", err)
+		}
+	}()
+
+	ttl := r.Job.Lease.TTL.D()
+	pending := l.Previous.Pending
+	keepAlive := func() error {
+		if r.now().Sub(l.RenewedAt) < ttl/3 {
+			return nil
+		}
+		return r.Leases.Renew(ctx, l, pending)
+	}
+	fence := func() error {
+		if l.Remaining(r.now()) < ttl/2 {
+			return errFenced
+		}
+		return nil
+	}
+
+	if res.Seq, err = r.Source.Now(ctx); err != nil {
+		return res, fmt.Errorf("read source position: %w", err)
+	}
+	var counter int64
+	done := 0
+	for chunk := range slices.Chunk(ids, repairBatch) {
+		if err := keepAlive(); err != nil {
+			return res, fmt.Errorf("renew repair lease: %w", err)
+		}
+		states, err := r.read(ctx, chunk)
+		if err != nil {
+			return res, err
+		}
+		// Number the changes only now, after the reads, in id order.
+		var changes []*change.Envelope
+		now := r.now().UTC()
+		for i, id := range chunk {
+			st := states[i]
+			if (st.deleted && r.KeepDeleted) || (st.removed && r.KeepRemoved) {
+				res.Skipped++
+				continue
+			}
+			counter++
+			e := &change.Envelope{
+				V: change.EnvelopeVersion, Job: r.Job.ID, Output: r.Target.Output, DocID: id, Rev: st.rev,
+				Seq: res.Seq, EnqueuedAt: now, Version: change.Version{Generation: l.Generation, Counter: counter},
+			}
+			switch {
+			case st.removed:
+				e.Removed = true
+				res.Tombstones++
+			case st.deleted:
+				e.Deleted = true
+				res.Tombstones++
+			default:
+				e.Doc = st.body
+				res.Live++
+			}
+			changes = append(changes, e)
+		}
+		if len(changes) > 0 {
+			if err := keepAlive(); err != nil {
+				return res, fmt.Errorf("renew repair lease: %w", err)
+			}
+			_, err = r.Sender.Send(ctx, []fanout.Target{r.Target}, changes, fence)
+			for errors.Is(err, errFenced) {
+				if rerr := r.Leases.Renew(ctx, l, pending); rerr != nil {
+					return res, fmt.Errorf("renew repair lease: %w", rerr)
+				}
+				_, err = r.Sender.Send(ctx, []fanout.Target{r.Target}, changes, fence)
+			}
+			if err != nil {
+				return res, fmt.Errorf("enqueue repairs: %w", err)
+			}
+		}
+		done += len(chunk)
+		if r.Progress != nil {
+			r.Progress(done, len(ids))
+		}
+	}
+	log.Info("repair enqueued", "live", res.Live, "tombstones", res.Tombstones, "seq", string(res.Seq))
+	return res, nil
+}
+
+// take acquires the job's lease, waiting for a holder to hand it over.
+func (r *Repairer) take(ctx context.Context) (*lease.Lease, error) {
+	ttl := r.Job.Lease.TTL.D()
+	if r.Force {
+		l, err := r.Leases.ForceTake(ctx, r.Job.ID, r.Owner, r.Host, ttl)
+		if err != nil {
+			return nil, fmt.Errorf("take repair lease: %w", err)
+		}
+		return l, nil
+	}
+	wait := r.Wait
+	if wait <= 0 {
+		wait = 3 * time.Minute
+	}
+	deadline := r.now().Add(wait)
+	for {
+		l, st, err := r.Leases.Acquire(ctx, r.Job.ID, r.Owner, r.Host, ttl)
+		if err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, lease.ErrLeaseHeld) {
+			return nil, fmt.Errorf("take repair lease: %w", err)
+		}
+		// Watch the item closely: pollers on standby look once a second,
+		// and the repair should get the lease at the next handoff.
+		for {
+			if r.now().After(deadline) {
+				return nil, fmt.Errorf("take repair lease of %s: %w for %s by %s (generation %d); retry, wait longer, or use --force",
+					r.Job.ID, ErrLeaseBusy, wait, st.Owner, st.Generation)
+			}
+			if err := sleep(ctx, 100*time.Millisecond); err != nil {
+				return nil, err
+			}
+			if st, err = r.Leases.Get(ctx, r.Job.ID); err != nil {
+				return nil, fmt.Errorf("take repair lease: %w", err)
+			}
+			if !st.Held(r.now()) {
+				break
+			}
+		}
+	}
+}
+
+// docState is a document as the repair read it.
+type docState struct {
+	body             json.RawMessage
+	rev              string
+	deleted, removed bool
+}
+
+// read fetches the current state of each id, concurrently.
+func (r *Repairer) read(ctx context.Context, ids []string) ([]docState, error) {
+	out := make([]docState, len(ids))
+	n := r.Concurrency
+	if n <= 0 {
+		n = 8
+	}
+	sem := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for i, id := range ids {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return nil, ctx.Err()
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			body, rev, err := r.Source.Get(ctx, id)
+			var se *feed.StatusError
+			switch {
+			case err == nil:
+				out[i] = docState{body: body, rev: rev}
+			case errors.Is(err, feed.ErrNotFound):
+				out[i] = docState{deleted: true}
+			case errors.As(err, &se) && se.Status == http.StatusForbidden && syncGatewayFamily(r.SourceType):
+				out[i] = docState{removed: true}
+			default:
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("read source document %q: %w", id, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return out, firstErr
+}
+
+func syncGatewayFamily(t string) bool {
+	return t == config.SourceSyncGateway || t == config.SourceAppServices || t == config.SourceEdgeServer
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

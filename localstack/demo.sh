@@ -31,10 +31,12 @@ echo "== status"
 
 rows=$(psql "$PG_DSN" -Atc 'select count(*) from demo_orders')
 files=$(find "$out" -name '*.json' | wc -l)
+objects=$(curl -s "$AWS_ENDPOINT_URL/changes-worker-data?list-type=2&prefix=demo-orders/" | grep -o '<Key>' | wc -l)
 echo
 echo "== result"
 echo "  postgres demo_orders rows:  $rows (expected 900 live documents)"
 echo "  http receiver documents:    $files"
+echo "  s3 objects (demo-orders/):  $objects"
 echo
 echo "Look at it yourself:"
 echo "  psql \"$PG_DSN\" -c 'select doc_id, rev, body->>'\"'\"'total'\"'\"' as total from demo_orders order by doc_id limit 5'"

@@ -75,6 +75,7 @@ func cmdRun(ctx context.Context, env *cliEnv, args []string) error {
 	noWriter := fs.Bool("no-writer", false, "run only the pollers")
 	timeout := fs.Duration("timeout", 0, "stop after this long, with an error (0: never)")
 	verbose := fs.Bool("v", false, "debug logging")
+	skew := fs.Duration("clock-skew", 0, "offset this process's poller clock (fault testing)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,6 +84,9 @@ func cmdRun(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer deps.Close()
+	if *skew != 0 {
+		deps.Now = func() time.Time { return time.Now().Add(*skew) }
+	}
 	if *timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, *timeout)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -44,6 +45,10 @@ type Deps struct {
 	DynamoDB *dynamodb.Client
 	SQS      *sqs.Client
 	S3       *s3.Client
+
+	// Now is the clock of the poller and its lease decisions; fault tests
+	// skew it. Default time.Now.
+	Now func() time.Time
 
 	mu      sync.Mutex
 	pools   map[string]*pgxpool.Pool
@@ -138,12 +143,20 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 	return &poll.Poller{
 		Job:     j,
 		Feed:    fc,
-		Leases:  lease.New(d.DynamoDB, d.Config.TableName()),
+		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Now: d.now},
 		Sender:  &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
 		Targets: targets,
 		Log:     d.Log,
 		Metrics: metrics.New(d.Metrics, map[string]string{"Job": j.ID}),
+		Now:     d.now,
 	}, nil
+}
+
+func (d *Deps) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
 }
 
 // Writer builds the writer handler for every output of the configuration.

@@ -36,7 +36,10 @@ type jobStatus struct {
 	Pending             int64           `json:"pending"` // -1: unknown
 	Failovers           int64           `json:"failovers"`
 	Handoffs            int64           `json:"handoffs"`
-	Outputs             []outputStatus  `json:"outputs"`
+	// Standby is the last invocation seen waiting for the lease, if it was
+	// seen within two lease TTLs.
+	Standby string         `json:"standby,omitempty"`
+	Outputs []outputStatus `json:"outputs"`
 }
 
 type outputStatus struct {
@@ -140,7 +143,11 @@ func printStatus(w io.Writer, rows []jobStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tROLE\tHOLDER\tGEN\tHEARTBEAT\tCHECKPOINT\tCP AGE\tPENDING\tOUTPUT\tQUEUE\tOLDEST\tDLQ")
 	for _, r := range rows {
-		lead := fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", r.Job, r.Role, dash(truncate(r.Owner, 32)), r.Generation,
+		roleText := r.Role
+		if r.Standby != "" {
+			roleText += "+standby"
+		}
+		lead := fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", r.Job, roleText, dash(truncate(r.Owner, 32)), r.Generation,
 			age(r.HeartbeatAgeSeconds), dash(truncate(string(r.Checkpoint), 24)), age(r.CheckpointAgeSecs), pending(r.Pending))
 		if len(r.Outputs) == 0 {
 			fmt.Fprintln(tw, lead+"\t-\t-\t-\t-")
@@ -191,6 +198,9 @@ func collectStatus(ctx context.Context, deps *pipeline.Deps, jobs []*config.Job,
 		r := jobStatus{Job: j.ID, Owner: st.Owner, Host: st.Host, Role: role(st, now), Generation: st.Generation,
 			Takeover: string(st.TakeoverKind), Checkpoint: st.Checkpoint, Pending: st.Pending,
 			Failovers: st.Failovers, Handoffs: st.Handoffs, Outputs: []outputStatus{}}
+		if st.Standby != "" && now.Sub(st.StandbySeenAt) < 2*j.Lease.TTL.D() && st.Standby != st.Owner {
+			r.Standby = st.Standby
+		}
 		r.HeartbeatAgeSeconds = secondsSince(now, st.HeartbeatAt)
 		r.CheckpointAgeSecs = secondsSince(now, st.CheckpointAt)
 		if r.Role == "active" {

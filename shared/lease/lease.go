@@ -50,6 +50,15 @@ const (
 	attrHandoffs     = "handoffs"
 	attrCheckpoints  = "checkpoints"
 	attrTakeoverKind = "takeover_kind"
+	attrRole         = "role"
+	attrStandby      = "standby_owner"
+	attrStandbySeen  = "standby_seen_at"
+)
+
+// Roles recorded on the job item.
+const (
+	RoleActive   = "active"
+	RoleReleased = "released"
 )
 
 // Takeover says how a lease was acquired.
@@ -84,6 +93,10 @@ type State struct {
 	Handoffs     int64
 	Checkpoints  int64
 	TakeoverKind Takeover
+	Role         string
+	// Standby is the last invocation seen waiting for the lease, and when.
+	Standby       string
+	StandbySeenAt time.Time
 }
 
 // Held reports whether, by the clock value now, someone holds the lease.
@@ -166,10 +179,11 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 		TableName: &s.Table,
 		Key:       s.key(job),
 		UpdateExpression: aws.String("SET #owner = :owner, #host = :host, #exp = :exp, #acq = :nowiso, #hb = :nowiso, #released = :false, " +
-			"#gen = if_not_exists(#gen, :zero) + :one, #kind = " + kindExpr),
+			"#gen = if_not_exists(#gen, :zero) + :one, #kind = " + kindExpr + ", #role = :active"),
 		ExpressionAttributeNames: map[string]string{
 			"#owner": attrOwner, "#host": attrHost, "#exp": attrExpiresMS, "#acq": attrAcquiredAt,
 			"#hb": attrHeartbeatAt, "#released": attrReleased, "#gen": attrGeneration, "#kind": attrTakeoverKind,
+			"#role": attrRole,
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":owner":  &types.AttributeValueMemberS{Value: owner},
@@ -180,6 +194,7 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 			":zero":   num(0),
 			":one":    num(1),
 			":first":  &types.AttributeValueMemberS{Value: string(First)},
+			":active": &types.AttributeValueMemberS{Value: RoleActive},
 		},
 		ReturnValues:                        types.ReturnValueAllOld,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -312,12 +327,13 @@ func (s *Store) Release(ctx context.Context, l *Lease) error {
 	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                &s.Table,
 		Key:                      s.key(l.JobID),
-		UpdateExpression:         aws.String("SET #released = :true, #exp = :now"),
+		UpdateExpression:         aws.String("SET #released = :true, #exp = :now, #role = :released"),
 		ConditionExpression:      aws.String("#owner = :owner AND #gen = :gen"),
-		ExpressionAttributeNames: map[string]string{"#released": attrReleased, "#exp": attrExpiresMS, "#owner": attrOwner, "#gen": attrGeneration},
+		ExpressionAttributeNames: map[string]string{"#released": attrReleased, "#exp": attrExpiresMS, "#owner": attrOwner, "#gen": attrGeneration, "#role": attrRole},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":true": &types.AttributeValueMemberBOOL{Value: true}, ":now": num(now.UnixMilli()),
-			":owner": &types.AttributeValueMemberS{Value: l.Owner}, ":gen": num(l.Generation),
+			":released": &types.AttributeValueMemberS{Value: RoleReleased},
+			":owner":    &types.AttributeValueMemberS{Value: l.Owner}, ":gen": num(l.Generation),
 		},
 	})
 	if err != nil {
@@ -326,6 +342,25 @@ func (s *Store) Release(ctx context.Context, l *Lease) error {
 			return fmt.Errorf("release lease %s: %w", l.JobID, ErrLeaseLost)
 		}
 		return fmt.Errorf("release lease %s: %w", l.JobID, err)
+	}
+	return nil
+}
+
+// MarkStandby records that owner is waiting for the lease. It touches only
+// the standby attributes, so it never interferes with the holder's writes.
+func (s *Store) MarkStandby(ctx context.Context, job, owner string) error {
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                &s.Table,
+		Key:                      s.key(job),
+		UpdateExpression:         aws.String("SET #sb = :owner, #sbat = :now"),
+		ExpressionAttributeNames: map[string]string{"#sb": attrStandby, "#sbat": attrStandbySeen},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":owner": &types.AttributeValueMemberS{Value: owner},
+			":now":   &types.AttributeValueMemberS{Value: s.Now().UTC().Format(time.RFC3339Nano)},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("mark standby %s: %w", job, err)
 	}
 	return nil
 }
@@ -395,5 +430,8 @@ func decode(item map[string]types.AttributeValue) *State {
 	st.Handoffs = n(attrHandoffs)
 	st.Checkpoints = n(attrCheckpoints)
 	st.TakeoverKind = Takeover(str(attrTakeoverKind))
+	st.Role = str(attrRole)
+	st.Standby = str(attrStandby)
+	st.StandbySeenAt = t(attrStandbySeen)
 	return st
 }

@@ -34,6 +34,7 @@ type Leases interface {
 	Checkpoint(ctx context.Context, l *lease.Lease, seq json.RawMessage, pending int64) error
 	Renew(ctx context.Context, l *lease.Lease, pending int64) error
 	Release(ctx context.Context, l *lease.Lease) error
+	MarkStandby(ctx context.Context, job, owner string) error
 }
 
 // Sender queues changes.
@@ -170,8 +171,16 @@ func (p *Poller) acquire(ctx context.Context, inv Invocation, end time.Time, log
 			log.Info("standing by", "holder", st.Owner, "generation", st.Generation)
 			announced = true
 		}
-		// Watch the item until it looks free, then try again.
+		// Watch the item until it looks free, then try again. Every third
+		// of a TTL, record on the item that a standby is waiting.
+		var marked time.Time
 		for {
+			if p.now().Sub(marked) >= ttl/3 {
+				if err := p.Leases.MarkStandby(ctx, p.Job.ID, inv.Owner); err != nil {
+					log.Warn("mark standby", "error", err)
+				}
+				marked = p.now()
+			}
 			p.Metrics.AddHighRes(metrics.Role, 0, metrics.None)
 			if st != nil && st.Exists && !st.HeartbeatAt.IsZero() {
 				p.Metrics.AddHighRes(metrics.HeartbeatAgeSeconds, p.now().Sub(st.HeartbeatAt).Seconds(), metrics.Seconds)

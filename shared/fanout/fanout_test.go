@@ -1,0 +1,116 @@
+package fanout_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/changes-worker/changes-worker/shared/awsconf"
+	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/fanout"
+	"github.com/changes-worker/changes-worker/shared/testenv"
+)
+
+func TestGroupAndDeduplicationIDs(t *testing.T) {
+	t.Parallel()
+	if got := fanout.GroupID("order/1"); got != "order/1" {
+		t.Errorf("ASCII id group = %q", got)
+	}
+	for _, id := range []string{"commande-été", "has space", strings.Repeat("x", 129)} {
+		g := fanout.GroupID(id)
+		if !strings.HasPrefix(g, "sha256:") || len(g) > 128 {
+			t.Errorf("GroupID(%q) = %q, want a hash within 128 chars", id, g)
+		}
+	}
+	a := fanout.DeduplicationID("j", "o", "d", json.RawMessage(`5`))
+	if a == fanout.DeduplicationID("j", "o", "d", json.RawMessage(`6`)) || a == fanout.DeduplicationID("j", "o2", "d", json.RawMessage(`5`)) {
+		t.Error("dedup ids must differ by seq and output")
+	}
+	if fanout.DeduplicationID("j", "o", "d", json.RawMessage(`5`)) != a {
+		t.Error("dedup id is not deterministic")
+	}
+}
+
+// Against the emulator: every change reaches both a standard and a FIFO
+// queue, and a body too large for a message travels as a claim check.
+func TestSendWithClaimCheck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := testenv.AWS(t)
+	sq, s3c := sqs.NewFromConfig(cfg), s3.NewFromConfig(cfg, awsconf.S3Options)
+	name := testenv.Name(t)
+	if _, err := s3c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &name}); err != nil {
+		t.Fatal(err)
+	}
+	std, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + ".fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd := &fanout.Sender{SQS: sq, S3: s3c, Bucket: name, MaxBytes: 4096}
+	var changes []*change.Envelope
+	for i := 1; i <= 25; i++ {
+		doc := fmt.Sprintf(`{"n":%d}`, i)
+		if i == 7 {
+			doc = fmt.Sprintf(`{"big":%q}`, strings.Repeat("é", 5000))
+		}
+		changes = append(changes, &change.Envelope{V: 1, Job: "j", DocID: fmt.Sprintf("doc-été-%d", i), Rev: "1-a",
+			Seq: json.RawMessage(fmt.Sprint(i)), Version: change.Version{Generation: 1, Counter: int64(i)}, Doc: json.RawMessage(doc)})
+	}
+	targets := []fanout.Target{{Output: "a", QueueURL: *std.QueueUrl}, {Output: "b", QueueURL: *fifo.QueueUrl, FIFO: true}}
+	fenced := 0
+	st, err := snd.Send(ctx, targets, changes, func() error { fenced++; return nil })
+	if err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	if st.Messages != 50 || st.ClaimCheck != 2 || fenced < 6 {
+		t.Errorf("stats %+v, fence calls %d: want 50 messages, 2 claim checks, a fence check per request", st, fenced)
+	}
+	for _, q := range []string{*std.QueueUrl, *fifo.QueueUrl} {
+		seen := map[string]*change.Envelope{}
+		for len(seen) < 25 {
+			out, err := sq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &q, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(out.Messages) == 0 {
+				break
+			}
+			for _, m := range out.Messages {
+				e, err := change.Decode([]byte(*m.Body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen[e.DocID] = e
+				sq.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &q, ReceiptHandle: m.ReceiptHandle})
+			}
+		}
+		if len(seen) != 25 {
+			t.Fatalf("queue %s delivered %d documents, want 25", q, len(seen))
+		}
+		big := seen["doc-été-7"]
+		if big.DocRef == nil || big.Doc != nil {
+			t.Fatalf("large body not claim-checked: %+v", big.DocRef)
+		}
+		obj, err := s3c.GetObject(ctx, &s3.GetObjectInput{Bucket: &big.DocRef.Bucket, Key: &big.DocRef.Key})
+		if err != nil {
+			t.Fatalf("get claim check: %v", err)
+		}
+		obj.Body.Close()
+	}
+	// A fence that refuses stops the send before any request.
+	stop := errors.New("lease expired")
+	if _, err := snd.Send(ctx, targets, changes[:1], func() error { return stop }); !errors.Is(err, stop) {
+		t.Errorf("send with refusing fence: %v", err)
+	}
+}

@@ -95,6 +95,9 @@ func (s *changesStack) newFunction(id, name string, o functionOptions) *function
 		Timeout:      awscdk.Duration_Seconds(jsii.Number(o.timeout)),
 		Role:         role,
 		LogGroup:     logs,
+		// JSON logs: the functions log with slog through lambdacontext, which
+		// adds the request id and follows this format.
+		LoggingFormat: awslambda.LoggingFormat_JSON,
 		Environment: &map[string]*string{
 			envConfigFile:   jsii.String(path.Join("/var/task", bundledConfigName)),
 			envBucket:       s.bucket.BucketName(),

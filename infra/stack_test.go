@@ -236,6 +236,9 @@ func TestFunctions(t *testing.T) {
 			if !ok {
 				t.Fatalf("LoggingConfig = %s, want the function's log group", compact(logging))
 			}
+			if logging["LogFormat"] != "JSON" {
+				t.Errorf("LoggingConfig.LogFormat = %v, want JSON", logging["LogFormat"])
+			}
 			if lp := props(group); lp["RetentionInDays"] != float64(cfg.Stack.LogRetentionDays) || lp["LogGroupName"] != "/aws/lambda/cwtest-"+c.name {
 				t.Errorf("log group = %s", compact(lp))
 			}

@@ -65,10 +65,14 @@ func coerce(v any, typ, epoch string) coercion {
 	case config.ColumnTimestamptz:
 		return toTimestamp(v, epoch)
 	case config.ColumnJSONB:
-		if hasNUL(v) {
+		r, ok := v.(rawJSON)
+		if !ok {
+			r = rawJSON(jsonText(v))
+		}
+		if mayHoldNUL(r) && hasNUL(rawValue(r)) {
 			return coercion{fail: failNUL}
 		}
-		return coercion{text: jsonText(v)}
+		return coercion{text: string(r)}
 	case config.ColumnUUID:
 		return toUUID(v)
 	}
@@ -87,8 +91,10 @@ func toText(v any) coercion {
 		return coercion{text: string(v), reason: reasonNumberAsText}
 	case bool:
 		return coercion{text: strconv.FormatBool(v), reason: reasonBooleanAsText}
+	case rawJSON:
+		// As written; a NUL inside is escaped there.
+		return coercion{text: string(v), reason: reasonJSONAsText}
 	}
-	// Objects and arrays as JSON text; a NUL inside is escaped there.
 	return coercion{text: jsonText(v), reason: reasonJSONAsText}
 }
 
@@ -101,6 +107,10 @@ func toInteger(v any, bits int) coercion {
 		s, reason = strings.TrimSpace(v), reasonParsedString
 	default:
 		return coercion{fail: failNotNumber}
+	}
+	if _, err := strconv.ParseInt(s, 10, bits); err == nil && reason == "" {
+		// A JSON integer in range, the common case: stored as written.
+		return coercion{text: s}
 	}
 	d, ok := parseDecimal(s)
 	if !ok {
@@ -241,8 +251,10 @@ func fromISO(s string) coercion {
 	s = strings.Replace(s, "z", "Z", 1)
 	reason := ""
 	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		t, err = time.Parse("2006-01-02T15:04:05.999999999Z0700", s)
+	for _, layout := range []string{"2006-01-02T15:04:05.999999999Z0700", "2006-01-02T15:04:05.999999999Z07"} {
+		if err != nil {
+			t, err = time.Parse(layout, s)
+		}
 	}
 	if err != nil {
 		reason = reasonAssumedUTC
@@ -265,6 +277,11 @@ func fromISO(s string) coercion {
 	t = rounded.UTC()
 	if t.Before(minTime) || t.After(maxTime) {
 		return coercion{fail: failOutOfRange}
+	}
+	if reason == "" && !strings.ContainsRune(s, ',') {
+		// A time with offset and at most microseconds, its fraction after
+		// a '.': PostgreSQL reads it as it is.
+		return coercion{text: s}
 	}
 	return coercion{text: t.Format(timestampLayout), reason: reason}
 }
@@ -295,12 +312,11 @@ func toUUID(v any) coercion {
 			return coercion{fail: failNotUUID}
 		}
 	}
-	h = strings.ToLower(h)
-	out := coercion{text: h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]}
-	if !canonical {
-		out.reason = reasonNormalizedUUID
+	if canonical {
+		return coercion{text: strings.ToLower(s)} // no copy when already lowercase
 	}
-	return out
+	h = strings.ToLower(h)
+	return coercion{text: h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], reason: reasonNormalizedUUID}
 }
 
 // withReason gives a successful coercion the reason r unless it has one.
@@ -345,13 +361,16 @@ func hasNUL(v any) bool {
 	return false
 }
 
-// recordedJSON is v as JSON for the data-quality table's jsonb column, with
-// U+0000 (which jsonb cannot hold) replaced by U+FFFD.
-func recordedJSON(v any) string {
-	if !hasNUL(v) {
-		return jsonText(v)
+// recordedJSON is a value as written, for the data-quality table's jsonb
+// column, with U+0000 (which jsonb cannot hold) replaced by U+FFFD.
+func recordedJSON(r rawJSON) string {
+	if !mayHoldNUL(r) {
+		return string(r)
 	}
-	return jsonText(replaceNUL(v))
+	if v := rawValue(r); hasNUL(v) {
+		return jsonText(replaceNUL(v))
+	}
+	return string(r)
 }
 
 func replaceNUL(v any) any {
@@ -395,19 +414,20 @@ func parseDecimal(s string) (decimal, bool) {
 		d.neg = s[i] == '-'
 		i++
 	}
-	var mant []byte
-	intDigits, fracDigits := 0, 0
-	for ; i < len(s) && '0' <= s[i] && s[i] <= '9'; i++ {
-		mant = append(mant, s[i])
-		intDigits++
+	intStart := i
+	for i < len(s) && '0' <= s[i] && s[i] <= '9' {
+		i++
 	}
+	intPart, frac := s[intStart:i], ""
 	if i < len(s) && s[i] == '.' {
-		for i++; i < len(s) && '0' <= s[i] && s[i] <= '9'; i++ {
-			mant = append(mant, s[i])
-			fracDigits++
+		i++
+		fracStart := i
+		for i < len(s) && '0' <= s[i] && s[i] <= '9' {
+			i++
 		}
+		frac = s[fracStart:i]
 	}
-	if intDigits+fracDigits == 0 {
+	if len(intPart)+len(frac) == 0 {
 		return decimal{}, false
 	}
 	exp := 0
@@ -434,8 +454,12 @@ func parseDecimal(s string) (decimal, bool) {
 	if i != len(s) {
 		return decimal{}, false
 	}
-	d.digits = strings.TrimLeft(string(mant), "0")
-	d.exp = exp - fracDigits
+	// Only a fraction costs a copy.
+	d.digits = strings.TrimLeft(intPart, "0")
+	if frac != "" {
+		d.digits = strings.TrimLeft(intPart+frac, "0")
+	}
+	d.exp = exp - len(frac)
 	if d.digits == "" {
 		d.neg, d.exp = false, 0
 	}

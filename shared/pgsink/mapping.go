@@ -2,6 +2,7 @@ package pgsink
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -37,10 +38,14 @@ type mapper struct {
 
 	versions string // quoted schema.table
 	quality  string
+	// lockSeed makes the documents' lock keys particular to the versions
+	// table, so outputs do not wait on each other.
+	lockSeed int64
 
-	clearSQL string
-	writeSQL string
-	ddl      []string
+	clearSQL        string
+	writeSQL        string // without data-quality records
+	writeQualitySQL string // with them
+	ddl             []string
 }
 
 // mappedTable is a table with its storage layout: doc_id, then cols.
@@ -57,6 +62,9 @@ type mappedTable struct {
 	keyPos []int
 	// mappedAt is the position in cols of the first mapped column.
 	mappedAt int
+	// uniqueKey is set when the key holds the index column and every carried
+	// column, so no two rows of one document can share it.
+	uniqueKey bool
 }
 
 type storedColumn struct {
@@ -70,12 +78,12 @@ type docFilter struct {
 	equals any
 }
 
-func (f *docFilter) match(doc any) bool {
+func (f *docFilter) match(doc *jsonTape) bool {
 	if f == nil {
 		return true
 	}
-	got, ok := f.path.Lookup(doc, doc)
-	return ok && jsonEqual(got, f.equals)
+	n, ok := doc.lookup(f.path, 0)
+	return ok && jsonEqual(doc.value(n), f.equals)
 }
 
 // newMapper resolves the mapping of out; names are the output's resolved
@@ -106,6 +114,9 @@ func newMapper(out config.PostgresOutput, names *tableNames) (*mapper, error) {
 		quality:  pgx.Identifier{names.schema, quality}.Sanitize(),
 	}
 	names.versions = mp.versions
+	h := fnv.New64a()
+	h.Write([]byte(mp.versions))
+	mp.lockSeed = int64(h.Sum64())
 	if f := m.Filter; f != nil {
 		path, err := config.ParsePath(f.Path)
 		if err != nil {
@@ -124,7 +135,8 @@ func newMapper(out config.PostgresOutput, names *tableNames) (*mapper, error) {
 		mp.tables = append(mp.tables, layout(rt, names.schema, mp.tables))
 	}
 	mp.clearSQL = mp.buildClearSQL()
-	mp.writeSQL = mp.buildWriteSQL()
+	mp.writeSQL = mp.buildWriteSQL(false)
+	mp.writeQualitySQL = mp.buildWriteSQL(true)
 	mp.ddl = mp.buildDDL()
 	return mp, nil
 }
@@ -150,6 +162,10 @@ func layout(rt *config.ResolvedTable, schema string, earlier []*mappedTable) *ma
 	for _, k := range rt.Key {
 		t.keyPos = append(t.keyPos, t.position(k))
 	}
+	t.uniqueKey = rt.IndexColumn != "" && inKey[rt.IndexColumn]
+	for _, c := range rt.Carried {
+		t.uniqueKey = t.uniqueKey && inKey[c.Name]
+	}
 	return t
 }
 
@@ -163,49 +179,82 @@ func (t *mappedTable) position(name string) int {
 	return -1
 }
 
-// The statements of one batch, in one transaction: lockSQL (shared with
-// document mode) locks the versions rows of the batch's documents; clearSQL
-// deletes the rows of every document whose change is newer than its stored
-// version; writeSQL inserts their new rows and data-quality records and
-// records their versions. Each batch holds at most one change per document.
+// The statements of one batch, in one transaction: mappingLockSQL locks the
+// batch's documents; clearSQL deletes the rows of every document whose
+// change is newer than its stored version; writeSQL inserts their new rows
+// and data-quality records and records their versions. Each batch holds at
+// most one change per document.
 //
-// Both statements decide "newer" the same way, from the versions rows the
-// transaction has locked, and writeSQL records the versions in its final
-// clause, so every clause of it still sees the old versions. Documents are
-// passed as parallel arrays; every value as text, cast to its column type by
-// the statement: nothing from a document ever becomes SQL text.
+// Both statements decide "newer" the same way, from the versions rows, which
+// only a holder of the document's lock changes, and writeSQL records the
+// versions in its final clause, so every clause of it still sees the old
+// versions. Documents are passed as parallel arrays; every value as text,
+// cast to its column type by the statement: nothing from a document ever
+// becomes SQL text.
 //
 // Parameters of both: $1 doc ids, $2 generations, $3 counters. writeSQL
-// also: $4 revs, $5 deleted, $6 filtered, $7 seqs, $8 the output id,
-// $9-$14 the data-quality records (doc id, column, path, original, stored,
-// reason), then per table its doc ids and one array per stored column.
+// also: $4 revs, $5 deleted, $6 filtered, $7 seqs, then per table its doc
+// ids and one array per stored column. writeQualitySQL has the output id in
+// $8 and the data-quality records (doc id, rev, generation, counter, column,
+// path, original, stored, reason) in $9-$17, before the tables.
 
-const appliedCTE = `applied AS (
-    SELECT b.* FROM unnest(%s) AS b(%s)
-    WHERE NOT EXISTS (
-        SELECT FROM %s v WHERE v.doc_id = b.doc_id AND (v.generation, v.counter) >= (b.generation, b.counter))
+// mappingLockSQL locks the documents $1 for the rest of the transaction: an
+// advisory lock per document on the key hashtextextended(doc_id, $2), $2
+// the output's lock seed, taken in key order, so two writers never wait on
+// each other in opposite orders. (The subquery's ORDER BY keeps it from
+// being merged into the outer query, which calls the function row by row
+// in that order.)
+//
+// As in document mode, the locks are taken in a statement of their own:
+// under READ COMMITTED each statement reads from a snapshot taken when it
+// starts, so once this one returns every earlier writer of these documents
+// has committed and the statements that follow see its rows: a tombstone
+// that waited for a document's first insert deletes the inserted rows.
+// Unlike document mode's row locks on the versions rows, advisory locks
+// write nothing (no placeholder row for a new document, no WAL), and being
+// transaction-scoped they leave no session state behind.
+const mappingLockSQL = `SELECT pg_advisory_xact_lock(k) FROM (
+    SELECT DISTINCT hashtextextended(id, $2::bigint) AS k FROM unnest($1::text[]) AS id ORDER BY k
+) AS keys`
+
+// newerCTE selects, as one array, the documents among $1 (with versions
+// $2, $3) whose change is newer than the stored version. Every table is
+// reached by doc_id = ANY(array), which PostgreSQL answers from the doc_id
+// indexes whatever its row estimates: a join from the batch to the versions
+// table would, with a cached plan made while the table was small, scan the
+// whole table for every batch.
+const newerCTE = `WITH stored AS MATERIALIZED (
+    SELECT doc_id, generation, counter FROM %s WHERE doc_id = ANY($1::text[])
+), newer AS MATERIALIZED (
+    SELECT coalesce(array_agg(b.doc_id), '{}') AS ids
+    FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS b(doc_id, generation, counter)
+    LEFT JOIN stored s ON s.doc_id = b.doc_id
+    WHERE s.doc_id IS NULL OR (s.generation, s.counter) < (b.generation, b.counter)
 )`
+
+// isNewer is the condition a statement puts on a doc_id column.
+const isNewer = "= ANY((SELECT ids FROM newer)::text[])"
 
 func (m *mapper) buildClearSQL() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "WITH "+appliedCTE, "$1::text[], $2::bigint[], $3::bigint[]", "doc_id, generation, counter", m.versions)
+	fmt.Fprintf(&b, newerCTE, m.versions)
 	last := len(m.tables) - 1
 	for i, t := range m.tables[:last] {
-		fmt.Fprintf(&b, ",\nd%d AS (DELETE FROM %s t USING applied a WHERE t.%s = a.doc_id)", i, t.ident, quote(config.DocIDColumn))
+		fmt.Fprintf(&b, ",\nd%d AS (DELETE FROM %s WHERE %s %s)", i, t.ident, quote(config.DocIDColumn), isNewer)
 	}
-	fmt.Fprintf(&b, "\nDELETE FROM %s t USING applied a WHERE t.%s = a.doc_id", m.tables[last].ident, quote(config.DocIDColumn))
+	fmt.Fprintf(&b, "\nDELETE FROM %s WHERE %s %s", m.tables[last].ident, quote(config.DocIDColumn), isNewer)
 	return b.String()
 }
 
-// firstTableParam is the number of the first parameter of the tables' arrays.
-const firstTableParam = 15
-
-func (m *mapper) buildWriteSQL() string {
+// buildWriteSQL returns writeSQL, with the data-quality records or without
+// (the common case, spared their nine empty arrays).
+func (m *mapper) buildWriteSQL(quality bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "WITH "+appliedCTE,
-		"$1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::boolean[], $6::boolean[], $7::text[]",
-		"doc_id, generation, counter, rev, deleted, filtered, seq", m.versions)
-	param := firstTableParam
+	fmt.Fprintf(&b, newerCTE, m.versions)
+	param := 8
+	if quality {
+		param = 18
+	}
 	for i, t := range m.tables {
 		names := []string{quote(config.DocIDColumn)}
 		aliases := []string{"d"}
@@ -228,22 +277,29 @@ t%d AS (
     INSERT INTO %s (%s)
     SELECT %s
     FROM unnest(%s) AS r(%s)
-    WHERE r.d IN (SELECT doc_id FROM applied)
-)`, i, t.ident, strings.Join(names, ", "), strings.Join(values, ", "), strings.Join(arrays, ", "), strings.Join(aliases, ", "))
+    WHERE r.d %s
+)`, i, t.ident, strings.Join(names, ", "), strings.Join(values, ", "), strings.Join(arrays, ", "), strings.Join(aliases, ", "), isNewer)
 	}
-	fmt.Fprintf(&b, `,
+	if quality {
+		fmt.Fprintf(&b, `,
 quality AS (
     INSERT INTO %s (output, doc_id, rev, generation, counter, column_name, path, original, stored, reason)
-    SELECT $8::text, a.doc_id, a.rev, a.generation, a.counter, q.col, q.path, q.original::jsonb, q.stored, q.reason
-    FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[]) AS q(d, col, path, original, stored, reason)
-    JOIN applied a ON a.doc_id = q.d
-)
+    SELECT $8::text, q.d, q.rev, q.generation, q.counter, q.col, q.path, q.original::jsonb, q.stored, q.reason
+    FROM unnest($9::text[], $10::text[], $11::bigint[], $12::bigint[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[])
+        AS q(d, rev, generation, counter, col, path, original, stored, reason)
+    WHERE q.d %s
+)`, m.quality, isNewer)
+	}
+	fmt.Fprintf(&b, `
 INSERT INTO %s AS cur (doc_id, generation, counter, rev, deleted, filtered, seq, applied_at)
-SELECT doc_id, generation, counter, rev, deleted, filtered, seq, now() FROM applied
+SELECT b.doc_id, b.generation, b.counter, b.rev, b.deleted, b.filtered, b.seq, now()
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::boolean[], $6::boolean[], $7::text[])
+    AS b(doc_id, generation, counter, rev, deleted, filtered, seq)
+WHERE b.doc_id %s
 ON CONFLICT (doc_id) DO UPDATE
 SET generation = EXCLUDED.generation, counter = EXCLUDED.counter, rev = EXCLUDED.rev, deleted = EXCLUDED.deleted,
     filtered = EXCLUDED.filtered, seq = EXCLUDED.seq, applied_at = EXCLUDED.applied_at
-WHERE (cur.generation, cur.counter) < (EXCLUDED.generation, EXCLUDED.counter)`, m.quality, m.versions)
+WHERE (cur.generation, cur.counter) < (EXCLUDED.generation, EXCLUDED.counter)`, m.versions, isNewer)
 	return b.String()
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/changes-worker/changes-worker/shared/change"
 )
@@ -27,7 +28,7 @@ type mappedChange struct {
 // the database is involved.
 //
 // The remaining changes go in one batch (one round trip, one transaction):
-// lock the documents' versions rows, clear and write the newer ones. Of
+// lock the documents, clear and write the newer ones. Of
 // several changes of one document in a call only the newest goes in the
 // batch: the older ones are not newer than what the output holds once it is
 // committed. If the batch fails on a statement error, every change is
@@ -37,7 +38,7 @@ func (s *Sink) applyMapped(ctx context.Context, changes []*change.Envelope) []er
 	errs := make([]error, len(changes))
 	var todo []*mappedChange
 	for i, c := range changes {
-		if err := check(c); err != nil {
+		if err := checkChange(c); err != nil {
 			errs[i] = err
 			continue
 		}
@@ -86,8 +87,8 @@ func (s *Sink) applyMapped(ctx context.Context, changes []*change.Envelope) []er
 	return errs
 }
 
-// writeMapped applies changes of distinct documents, sorted by document id,
-// as one batch: a single transaction.
+// writeMapped applies changes of distinct documents as one batch: a single
+// transaction.
 func (s *Sink) writeMapped(ctx context.Context, db batcher, changes []*mappedChange) error {
 	m := s.mapping
 	n := len(changes)
@@ -99,61 +100,83 @@ func (s *Sink) writeMapped(ctx context.Context, db batcher, changes []*mappedCha
 		deleted  = make([]bool, n)
 		filtered = make([]bool, n)
 		seqs     = make([]string, n)
-
-		qDocs, qCols, qPaths, qOriginals, qReasons []string
-		qStored                                    []*string
+		records  = 0
 	)
 	for i, mc := range changes {
 		c := mc.c
 		ids[i], gens[i], counters[i], revs[i] = c.DocID, c.Generation, c.Counter, c.Rev
 		deleted[i], filtered[i], seqs[i] = c.Tombstone(), mc.doc.filtered, string(c.Seq)
-		for _, r := range mc.doc.records {
-			qDocs = append(qDocs, c.DocID)
-			qCols = append(qCols, r.column)
-			qPaths = append(qPaths, r.path)
-			qOriginals = append(qOriginals, r.original)
-			qStored = append(qStored, r.stored)
-			qReasons = append(qReasons, r.reason)
-		}
+		records += len(mc.doc.records)
 	}
-	args := []any{ids, gens, counters, revs, deleted, filtered, seqs, s.output,
-		nonNil(qDocs), nonNil(qCols), nonNil(qPaths), nonNil(qOriginals), nonNil(qStored), nonNil(qReasons)}
+	args := make([]any, 0, 17+len(m.tables)*8)
+	args = append(args, ids, gens, counters, revs, deleted, filtered, seqs)
+	write := m.writeSQL
+	if records > 0 {
+		write = m.writeQualitySQL
+		args = append(args, s.qualityArgs(changes, records)...)
+	}
 	for ti, t := range m.tables {
-		var docs []string
-		cols := make([][]*string, len(t.cols))
-		for _, mc := range changes {
-			if mc.doc.rows == nil {
-				continue
-			}
-			for _, r := range mc.doc.rows[ti] {
-				docs = append(docs, mc.c.DocID)
-				for j, v := range r.vals {
-					cols[j] = append(cols[j], v)
-				}
-			}
-		}
-		args = append(args, nonNil(docs))
-		for _, col := range cols {
-			args = append(args, nonNil(col))
-		}
+		args = append(args, tableArgs(changes, ti, len(t.cols))...)
 	}
 
 	b := &pgx.Batch{}
-	b.Queue(s.lockSQL, ids)
+	b.Queue(s.lockSQL, ids, m.lockSeed)
 	b.Queue(m.clearSQL, ids, gens, counters)
-	b.Queue(m.writeSQL, args...)
+	b.Queue(write, args...)
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("apply changes to %s: %w", m.versions, err)
 	}
 	return nil
 }
 
-// nonNil returns an empty slice for nil, which pgx would send as a NULL
-// array, and unnest(NULL) yields no rows either; an empty array says what
-// is meant.
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
+// qualityArgs returns the parameters $8-$17 of writeQualitySQL: the output
+// id and the changes' data-quality records, records in all.
+func (s *Sink) qualityArgs(changes []*mappedChange, records int) []any {
+	strs := func() []string { return make([]string, 0, records) }
+	docs, revs, cols, paths, originals, reasons := strs(), strs(), strs(), strs(), strs(), strs()
+	gens, counters := make([]int64, 0, records), make([]int64, 0, records)
+	stored := make(pgtype.FlatArray[pgtype.Text], 0, records)
+	for _, mc := range changes {
+		c := mc.c
+		for _, r := range mc.doc.records {
+			docs, revs = append(docs, c.DocID), append(revs, c.Rev)
+			gens, counters = append(gens, c.Generation), append(counters, c.Counter)
+			cols, paths = append(cols, r.column), append(paths, r.path)
+			originals, stored, reasons = append(originals, r.original), append(stored, r.stored), append(reasons, r.reason)
+		}
 	}
-	return s
+	return []any{s.output, docs, revs, gens, counters, cols, paths, originals, stored, reasons}
+}
+
+// tableArgs returns the parameters of table ti: the doc id of each of its
+// rows, then one array per stored column (of ncols).
+func tableArgs(changes []*mappedChange, ti, ncols int) []any {
+	rows := 0
+	for _, mc := range changes {
+		if mc.doc.rows != nil {
+			rows += len(mc.doc.rows[ti])
+		}
+	}
+	docs := make([]string, 0, rows)
+	cols := make([]pgtype.FlatArray[pgtype.Text], ncols)
+	for j := range cols {
+		cols[j] = make(pgtype.FlatArray[pgtype.Text], 0, rows)
+	}
+	for _, mc := range changes {
+		if mc.doc.rows == nil {
+			continue // a tombstone or a filtered document
+		}
+		for _, r := range mc.doc.rows[ti] {
+			docs = append(docs, mc.c.DocID)
+			for j, v := range r.vals {
+				cols[j] = append(cols[j], v)
+			}
+		}
+	}
+	args := make([]any, 0, 1+ncols)
+	args = append(args, docs)
+	for _, col := range cols {
+		args = append(args, col)
+	}
+	return args
 }

@@ -1,14 +1,15 @@
 package pgsink
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 )
 
@@ -28,12 +29,12 @@ type mappedDoc struct {
 	records  []qualityRecord
 }
 
-// mappedRow is one row's stored values (nil: NULL) in the table's cols
-// order, with the JSON value it was mapped from and that value's path, for
+// mappedRow is one row's stored values (not Valid: NULL) in the table's
+// cols order, with the node it was mapped from and that node's path, for
 // its child tables.
 type mappedRow struct {
-	vals    []*string
-	context any
+	vals    []pgtype.Text
+	context int
 	at      string
 }
 
@@ -42,34 +43,22 @@ type qualityRecord struct {
 	column   string // table.column
 	path     string // where the value was, e.g. items[2].qty
 	original string // JSON
-	stored   *string
+	stored   pgtype.Text
 	reason   string
 }
 
-// decodeDoc decodes a JSON value, keeping numbers as json.Number so that no
-// digit is lost on the way to a numeric or bigint column.
-func decodeDoc(b []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("decode json: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("decode json: more than one value")
-	}
-	return v, nil
-}
-
-// mapDoc maps a checked change. Its errors are permanent *deliver.Error:
-// they name the table, column and path, never the value.
+// mapDoc maps a change checked by checkChange. Its errors are permanent
+// *deliver.Error: they name the table, column and path, never the value.
 func (m *mapper) mapDoc(c *change.Envelope) (*mappedDoc, error) {
 	if c.Tombstone() {
 		return &mappedDoc{}, nil
 	}
-	doc, err := decodeDoc(c.Doc)
+	doc, err := parseTape(c.Doc)
 	if err != nil {
 		return nil, deliver.PermanentError("invalid_body", fmt.Errorf("map document %s: %w", c.DocID, err))
+	}
+	if doc.nodes[0].kind != '{' {
+		return nil, deliver.PermanentError("invalid_body", fmt.Errorf("map document %s: body is %s, not a JSON object", c.DocID, kind(doc.scalar(0))))
 	}
 	if !m.filter.match(doc) {
 		return &mappedDoc{filtered: true}, nil
@@ -77,7 +66,7 @@ func (m *mapper) mapDoc(c *change.Envelope) (*mappedDoc, error) {
 	md := &mappedDoc{rows: make([][]mappedRow, len(m.tables))}
 	for ti, t := range m.tables {
 		if t.Parent < 0 {
-			r, err := t.mapRow(md, doc, doc, "", nil, 0)
+			r, err := t.mapRow(md, doc, 0, "", nil, 0)
 			if err != nil {
 				return nil, inDoc(c.DocID, err)
 			}
@@ -86,17 +75,16 @@ func (m *mapper) mapDoc(c *change.Envelope) (*mappedDoc, error) {
 		}
 		for pi := range md.rows[t.Parent] {
 			parent := &md.rows[t.Parent][pi]
-			v, ok := t.From.Lookup(doc, parent.context)
-			if !ok || v == nil {
+			n, ok := doc.lookup(t.From, parent.context)
+			if !ok || doc.nodes[n].kind == 'n' {
 				continue // no array, no rows
 			}
 			at := t.From.AppendTo(parent.at)
-			elems, ok := v.([]any)
-			if !ok {
+			if doc.nodes[n].kind != '[' {
 				return nil, inDoc(c.DocID, deliver.PermanentError(errReasonNotArray,
-					fmt.Errorf("table %s: %s holds %s, not an array", t.Name, at, kind(v))))
+					fmt.Errorf("table %s: %s holds %s, not an array", t.Name, at, kind(doc.scalar(n)))))
 			}
-			for i, e := range elems {
+			for i, e := range doc.elements(n) {
 				r, err := t.mapRow(md, doc, e, at+"["+strconv.Itoa(i)+"]", parent, i)
 				if err != nil {
 					return nil, inDoc(c.DocID, err)
@@ -117,45 +105,50 @@ func inDoc(docID string, err error) error {
 	return deliver.PermanentError(e.Reason, fmt.Errorf("map document %s: %w", docID, e.Err))
 }
 
-// mapRow maps one row of t from context (found at path at), a child of
-// parent at index i, appending data-quality records to md.
-func (t *mappedTable) mapRow(md *mappedDoc, doc, context any, at string, parent *mappedRow, i int) (mappedRow, error) {
-	r := mappedRow{vals: make([]*string, len(t.cols)), context: context, at: at}
+// mapRow maps one row of t from the node context of doc (found at path at),
+// a child of parent at index i, appending data-quality records to md.
+func (t *mappedTable) mapRow(md *mappedDoc, doc *jsonTape, context int, at string, parent *mappedRow, i int) (mappedRow, error) {
+	r := mappedRow{vals: make([]pgtype.Text, len(t.cols)), context: context, at: at}
 	for k, pos := range t.carriedFrom {
 		r.vals[k] = parent.vals[pos]
 	}
 	if t.IndexColumn != "" {
-		idx := strconv.Itoa(i)
-		r.vals[len(t.carriedFrom)] = &idx
+		r.vals[len(t.carriedFrom)] = pgtype.Text{String: strconv.Itoa(i), Valid: true}
 	}
 	for j := range t.Columns {
 		col := &t.Columns[j]
-		v, ok := col.Path.Lookup(doc, context)
-		if !ok || v == nil {
+		n, ok := doc.lookup(col.Path, context)
+		if !ok || doc.nodes[n].kind == 'n' {
 			if col.Required {
 				return r, deliver.PermanentError(errReasonRequired,
 					fmt.Errorf("%s.%s: no value at %s", t.Name, col.Name, col.Path.AppendTo(at)))
 			}
 			continue
 		}
+		var v any
+		if col.Type == config.ColumnJSONB {
+			v = doc.raw(n) // any JSON value, as written
+		} else {
+			v = doc.scalar(n)
+		}
 		co := coerce(v, col.Type, col.Epoch)
 		if co.fail != "" {
 			if col.Reject {
 				return r, deliver.PermanentError(errReasonCoercion,
-					fmt.Errorf("%s.%s: %s at %s cannot be stored as %s: %s", t.Name, col.Name, kind(v), col.Path.AppendTo(at), col.Type, co.fail))
+					fmt.Errorf("%s.%s: %s at %s cannot be stored as %s: %s", t.Name, col.Name, kind(doc.scalar(n)), col.Path.AppendTo(at), col.Type, co.fail))
 			}
 			md.records = append(md.records, qualityRecord{
 				column: t.Name + "." + col.Name, path: col.Path.AppendTo(at),
-				original: recordedJSON(v), reason: co.fail,
+				original: recordedJSON(doc.raw(n)), reason: co.fail,
 			})
 			continue
 		}
-		text := co.text
-		r.vals[t.mappedAt+j] = &text
+		text := pgtype.Text{String: co.text, Valid: true}
+		r.vals[t.mappedAt+j] = text
 		if co.reason != "" {
 			md.records = append(md.records, qualityRecord{
 				column: t.Name + "." + col.Name, path: col.Path.AppendTo(at),
-				original: recordedJSON(v), stored: &text, reason: co.reason,
+				original: recordedJSON(doc.raw(n)), stored: text, reason: co.reason,
 			})
 		}
 	}
@@ -165,7 +158,7 @@ func (t *mappedTable) mapRow(md *mappedDoc, doc, context any, at string, parent 
 // checkKeys rejects rows of one document sharing a primary key, which the
 // insert would refuse anyway, with a reason naming the table.
 func (t *mappedTable) checkKeys(rows []mappedRow) error {
-	if len(rows) < 2 {
+	if len(rows) < 2 || t.uniqueKey {
 		return nil
 	}
 	seen := make(map[string]int, len(rows))
@@ -173,8 +166,8 @@ func (t *mappedTable) checkKeys(rows []mappedRow) error {
 	for i, r := range rows {
 		b.Reset()
 		for _, pos := range t.keyPos {
-			if pos >= 0 && r.vals[pos] != nil {
-				b.WriteString(strconv.Quote(*r.vals[pos]))
+			if pos >= 0 && r.vals[pos].Valid {
+				b.WriteString(strconv.Quote(r.vals[pos].String))
 			}
 			b.WriteByte(0)
 		}
@@ -189,7 +182,7 @@ func (t *mappedTable) checkKeys(rows []mappedRow) error {
 
 // kind names the JSON type of a decoded value.
 func kind(v any) string {
-	switch v.(type) {
+	switch v := v.(type) {
 	case nil:
 		return "null"
 	case string:
@@ -201,6 +194,11 @@ func kind(v any) string {
 	case []any:
 		return "an array"
 	case map[string]any:
+		return "an object"
+	case rawJSON:
+		if strings.HasPrefix(string(v), "[") {
+			return "an array"
+		}
 		return "an object"
 	}
 	return "a value"

@@ -604,7 +604,7 @@ func TestMappingCoercionRecords(t *testing.T) {
 // that transaction wrote, in every table.
 func TestMappingTombstoneWaitsForConcurrentInsert(t *testing.T) {
 	t.Parallel()
-	s, pool, schema := newMappedSink(t, nil, itemsMapping())
+	s, pool, _ := newMappedSink(t, nil, itemsMapping())
 	ctx := t.Context()
 
 	tx, err := pool.Begin(ctx)
@@ -623,10 +623,12 @@ func TestMappingTombstoneWaitsForConcurrentInsert(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() { done <- s.Apply(ctx, []*change.Envelope{deleted("a", "2-a", v(1, 7))})[0] }()
+	// Wait until the tombstone waits for the document's lock.
 	waitFor(t, func() bool {
 		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`,
-			schema).Scan(&n)
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND classid::bigint = (hashtextextended($1, $2) >> 32) & 4294967295
+			AND objid::bigint = hashtextextended($1, $2) & 4294967295`, "a", s.mapping.lockSeed).Scan(&n)
 		if err != nil {
 			t.Fatalf("query pg_stat_activity: %v", err)
 		}
@@ -696,7 +698,7 @@ func TestMappingNew(t *testing.T) {
 func TestMappingSQLHasNoDocumentContent(t *testing.T) {
 	t.Parallel()
 	s, _, _ := newMappedSink(t, nil, itemsMapping())
-	before := []string{s.lockSQL, s.mapping.clearSQL, s.mapping.writeSQL}
+	before := []string{s.lockSQL, s.mapping.clearSQL, s.mapping.writeSQL, s.mapping.writeQualitySQL}
 	evil := delivertest.Live(`x'); DROP TABLE orders; --`, "1-x", v(1, 1))
 	evil.Doc = json.RawMessage(`{"status":"'; DROP TABLE orders; --","items":[{"sku":"\"; DELETE FROM items; --","parts":["$1"]}]}`)
 	for _, err := range s.Apply(t.Context(), []*change.Envelope{evil}) {
@@ -704,7 +706,7 @@ func TestMappingSQLHasNoDocumentContent(t *testing.T) {
 			t.Fatalf("apply: %v", err)
 		}
 	}
-	after := []string{s.lockSQL, s.mapping.clearSQL, s.mapping.writeSQL}
+	after := []string{s.lockSQL, s.mapping.clearSQL, s.mapping.writeSQL, s.mapping.writeQualitySQL}
 	if diff := cmp.Diff(before, after); diff != "" {
 		t.Errorf("statements changed (-before +after):\n%s", diff)
 	}

@@ -9,7 +9,8 @@
 //
 // Mapping mode (the output has a config.Mapping) maps each document onto the
 // rows of several relational tables, coercing values to the column types and
-// recording every coercion in a data-quality table; see mapping.go.
+// recording every coercion in a data-quality table, all of a document in one
+// transaction; see mapping.go.
 //
 // In both modes the versions row of a deleted document stays, so a change
 // observed before the deletion can never bring the document back.
@@ -51,7 +52,8 @@ type batcher interface {
 // Sink applies changes to one PostgreSQL output, in document or mapping
 // mode. It is safe for concurrent use, also by several processes writing the
 // same tables: a change is applied only if its version is newer than the
-// stored one, under a row lock on the document's versions row.
+// stored one, under a lock on the document (a row lock on its versions row
+// in document mode, a transaction-scoped advisory lock in mapping mode).
 //
 // Its statements hold no session state (no temporary tables, SET or
 // session-level locks), so they also run through RDS Proxy; there, put
@@ -63,7 +65,7 @@ type Sink struct {
 	names  tableNames
 	ddl    []string
 
-	lockSQL string
+	lockSQL string // locks the documents of a batch
 	// Document mode.
 	upsertSQL string
 	deleteSQL string
@@ -105,7 +107,7 @@ func configure(out config.PostgresOutput, outputID string) (*Sink, error) {
 		if s.mapping, err = newMapper(out, &names); err != nil {
 			return nil, err
 		}
-		s.names, s.ddl, s.lockSQL = names, s.mapping.ddl, lockSQL(names)
+		s.names, s.ddl, s.lockSQL = names, s.mapping.ddl, mappingLockSQL
 		return s, nil
 	}
 	s.names, s.ddl = names, ddl(names)
@@ -327,6 +329,21 @@ func (s *Sink) apply(ctx context.Context, db batcher, changes []*change.Envelope
 
 // check rejects a change no retry can apply.
 func check(c *change.Envelope) error {
+	if err := checkChange(c); err != nil || c.Tombstone() {
+		return err
+	}
+	switch {
+	case !json.Valid(c.Doc):
+		return deliver.PermanentError("invalid_body", fmt.Errorf("check change %s: body is not valid JSON", c.DocID))
+	case !bytes.HasPrefix(bytes.TrimLeft(c.Doc, " \t\r\n"), []byte("{")):
+		return deliver.PermanentError("invalid_body", fmt.Errorf("check change %s: body is not a JSON object", c.DocID))
+	}
+	return nil
+}
+
+// checkChange is check without the body's JSON, which mapping mode checks
+// as it decodes it.
+func checkChange(c *change.Envelope) error {
 	switch {
 	case c == nil:
 		return deliver.PermanentError("invalid_change", errors.New("check change: change is nil"))
@@ -334,14 +351,8 @@ func check(c *change.Envelope) error {
 		return deliver.PermanentError("invalid_change", errors.New("check change: doc_id is empty"))
 	case c.Generation < 1 || c.Counter < 1:
 		return deliver.PermanentError("invalid_change", fmt.Errorf("check change %s: version %s must have generation and counter >= 1", c.DocID, c.Version))
-	case c.Tombstone():
-		return nil
-	case len(c.Doc) == 0:
+	case !c.Tombstone() && len(c.Doc) == 0:
 		return deliver.PermanentError("invalid_body", fmt.Errorf("check change %s: live change has no body", c.DocID))
-	case !json.Valid(c.Doc):
-		return deliver.PermanentError("invalid_body", fmt.Errorf("check change %s: body is not valid JSON", c.DocID))
-	case !bytes.HasPrefix(bytes.TrimLeft(c.Doc, " \t\r\n"), []byte("{")):
-		return deliver.PermanentError("invalid_body", fmt.Errorf("check change %s: body is not a JSON object", c.DocID))
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
@@ -266,6 +267,13 @@ func (s *changesStack) grantWriter() {
 // with {"job": "<id>"}.
 func (s *changesStack) addSchedules() {
 	for _, j := range s.cfg.Jobs {
+		if s.cfg.Stack.PollerTimeout.D() < j.Schedule.D()+15*time.Second {
+			// Not an error, but the pipeline pauses every cycle: the next
+			// invocation starts only after this one has released the lease.
+			awscdk.Annotations_Of(s.stack).AddWarningV2(jsii.String("changes-worker:no-standby-"+j.ID), jsii.String(fmt.Sprintf(
+				"stack.poller_timeout (%s) should exceed job %s's schedule (%s) by at least 15s so that a standby is always waiting",
+				s.cfg.Stack.PollerTimeout.D(), j.ID, j.Schedule.D())))
+		}
 		awsevents.NewRule(s.stack, jsii.String("Schedule-"+j.ID), &awsevents.RuleProps{
 			RuleName:    s.name(j.ID + "-schedule"),
 			Description: jsii.String("Starts the changes-worker poller for job " + j.ID),

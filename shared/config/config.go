@@ -76,7 +76,9 @@ type Stack struct {
 	// AlarmEmail, when set, is subscribed to the alarm topic.
 	AlarmEmail string `json:"alarm_email"`
 	// PollerTimeout is the poller function's timeout, its time budget per
-	// invocation. Default 60s.
+	// invocation. Default 90s: longer than the schedule, so each invocation
+	// overlaps the next one, which stands by and takes over the moment the
+	// lease is released.
 	PollerTimeout Duration `json:"poller_timeout"`
 	// WriterTimeout is the writer function's timeout. Default 30s.
 	WriterTimeout Duration `json:"writer_timeout"`
@@ -295,7 +297,7 @@ func (f *File) SetDefaults() {
 		f.Stack.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if f.Stack.PollerTimeout == 0 {
-		f.Stack.PollerTimeout = Duration(time.Minute)
+		f.Stack.PollerTimeout = Duration(90 * time.Second)
 	}
 	if f.Stack.WriterTimeout == 0 {
 		f.Stack.WriterTimeout = Duration(30 * time.Second)

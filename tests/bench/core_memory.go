@@ -1,0 +1,160 @@
+package main
+
+// poller-memory: the poller's peak memory at limit=1000 with 10 KB
+// documents.
+//
+// The poller runs in a process of its own, so the figure is its own:
+// `changesctl run --no-writer --until-idle` (built for the occasion) over a
+// source of memoryDocs documents of about 10 KB, with feed.limit 1000 and
+// the real fan-out to the emulator's SQS. The peak resident set size comes
+// from the kernel when the process ends (wait4 rusage ru_maxrss); the Go
+// heap figures from the runtime's own GC trace (GODEBUG=gctrace=1, one line
+// per collection with the heap size when it started, when it ended, the
+// live heap, and the goal).
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	memoryDocs    = 20000
+	memoryPadding = 10 * 1024
+	memoryLimit   = 1000
+)
+
+func pollerMemory(ctx context.Context, r *results) error {
+	dir, err := os.MkdirTemp("", "bench-poller-memory-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin, err := coreBuildChangesctl(ctx, dir)
+	if err != nil {
+		return err
+	}
+
+	name := coreName("pm")
+	src, err := newCoreSourceDB(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer src.drop()
+	t0 := time.Now()
+	if err := src.load(ctx, memoryDocs, memoryPadding); err != nil {
+		return err
+	}
+	loaded := time.Since(t0)
+	st, err := newCoreStack(ctx, name, coreStackSettings{source: src.url, limit: memoryLimit, pollerTimeout: "5m"})
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	cfgPath := filepath.Join(dir, "jobs.json")
+	if err := os.WriteFile(cfgPath, []byte(st.raw), 0o644); err != nil {
+		return err
+	}
+
+	m, err := coreMeasureProcess(ctx, bin, "run", "--config", cfgPath, "--no-writer", "--until-idle", "--timeout", "4m")
+	if err != nil {
+		return err
+	}
+	r.add("docs", memoryDocs, fmt.Sprintf("~%d KB bodies, limit %d (a batch holds ~%.0f MiB of bodies), loaded in %s",
+		memoryPadding/1024, memoryLimit, float64(memoryLimit*memoryPadding)/(1<<20), loaded.Round(time.Second)))
+	r.add("peak RSS MiB", m.maxRSS, fmt.Sprintf("ru_maxrss of the changesctl process; %s", strings.TrimSpace(m.summary)))
+	r.add("Go heap peak MiB", m.heapPeak, fmt.Sprintf("largest heap at a GC's start or end, %d GCs", m.gcs))
+	r.add("Go live heap max MiB", m.liveMax, "largest live heap a GC left")
+	r.add("Go heap goal max MiB", m.goalMax, "")
+	return nil
+}
+
+// coreBuildChangesctl builds the CLI into dir.
+func coreBuildChangesctl(ctx context.Context, dir string) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	bin := filepath.Join(dir, "changesctl")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/changesctl")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build changesctl: %w: %s", err, b)
+	}
+	return bin, nil
+}
+
+// coreProcessMemory is what one process used.
+type coreProcessMemory struct {
+	maxRSS   float64 // MiB
+	heapPeak float64 // MiB, from the GC trace
+	liveMax  float64
+	goalMax  float64
+	gcs      int
+	summary  string // the process's standard output
+}
+
+// coreGCLine matches the heap part of a gctrace line:
+// "gc 7 @0.5s 2%: ... ms cpu, 12->13->6 MB, 14 MB goal, ...".
+var coreGCLine = regexp.MustCompile(`^gc \d+ .* (\d+)->(\d+)->(\d+) MB, (\d+) MB goal`)
+
+// coreMeasureProcess runs bin with args under GODEBUG=gctrace=1 and returns its
+// peak memory. It fails when the process fails.
+func coreMeasureProcess(ctx context.Context, bin string, args ...string) (coreProcessMemory, error) {
+	var m coreProcessMemory
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return m, err
+	}
+	if err := cmd.Start(); err != nil {
+		return m, fmt.Errorf("start %s: %w", filepath.Base(bin), err)
+	}
+	var tail []string // the last log lines, for an error
+	sc := bufio.NewScanner(stderr)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if g := coreGCLine.FindStringSubmatch(line); g != nil {
+			m.gcs++
+			start, _ := strconv.ParseFloat(g[1], 64)
+			end, _ := strconv.ParseFloat(g[2], 64)
+			live, _ := strconv.ParseFloat(g[3], 64)
+			goal, _ := strconv.ParseFloat(g[4], 64)
+			m.heapPeak = max(m.heapPeak, start, end)
+			m.liveMax = max(m.liveMax, live)
+			m.goalMax = max(m.goalMax, goal)
+			continue
+		}
+		tail = append(tail, line)
+		if len(tail) > 20 {
+			tail = tail[1:]
+		}
+	}
+	_, _ = io.Copy(io.Discard, stderr)
+	err = cmd.Wait()
+	m.summary = stdout.String()
+	if err != nil {
+		return m, fmt.Errorf("%s %s: %w\n%s", filepath.Base(bin), args[0], err, strings.Join(tail, "\n"))
+	}
+	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return m, fmt.Errorf("no resource usage for %s", filepath.Base(bin))
+	}
+	m.maxRSS = float64(ru.Maxrss) / 1024 // KiB on Linux
+	return m, nil
+}

@@ -210,7 +210,7 @@ func (t *mappedTable) position(name string) int {
 // starts, so once this one returns every earlier writer of these documents
 // has committed and the statements that follow see its rows: a tombstone
 // that waited for a document's first insert deletes the inserted rows.
-// Unlike document mode's row locks on the versions rows, advisory locks
+// Document mode takes the same locks. Advisory locks
 // write nothing (no placeholder row for a new document, no WAL), and being
 // transaction-scoped they leave no session state behind.
 const mappingLockSQL = `SELECT pg_advisory_xact_lock(k) FROM (

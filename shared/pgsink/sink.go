@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"slices"
 	"strings"
@@ -52,8 +53,7 @@ type batcher interface {
 // Sink applies changes to one PostgreSQL output, in document or mapping
 // mode. It is safe for concurrent use, also by several processes writing the
 // same tables: a change is applied only if its version is newer than the
-// stored one, under a lock on the document (a row lock on its versions row
-// in document mode, a transaction-scoped advisory lock in mapping mode).
+// stored one, under a transaction-scoped advisory lock on the document.
 //
 // Its statements hold no session state (no temporary tables, SET or
 // session-level locks), so they also run through RDS Proxy; there, put
@@ -67,8 +67,8 @@ type Sink struct {
 
 	lockSQL string // locks the documents of a batch
 	// Document mode.
-	upsertSQL string
-	deleteSQL string
+	lockSeed int64
+	applySQL string
 	// Mapping mode; nil in document mode.
 	mapping *mapper
 }
@@ -111,7 +111,7 @@ func configure(out config.PostgresOutput, outputID string) (*Sink, error) {
 		return s, nil
 	}
 	s.names, s.ddl = names, ddl(names)
-	s.lockSQL, s.upsertSQL, s.deleteSQL = lockSQL(names), upsertSQL(names), deleteSQL(names)
+	s.lockSQL, s.lockSeed, s.applySQL = mappingLockSQL, lockSeed(names.versions), applySQL(names)
 	return s, nil
 }
 
@@ -192,65 +192,76 @@ func (s *Sink) CreateTables(ctx context.Context) error {
 	return nil
 }
 
-// lockSQL locks the versions rows of the documents in $1 (sorted, so two
-// writers never wait on each other in opposite orders), inserting a
-// placeholder row at version (0, 0) for a document never seen; the statement
-// applying the change replaces it in the same transaction. ON CONFLICT DO
-// UPDATE locks the conflicting row even when its WHERE is false, so existing
-// rows are locked without being rewritten.
-//
-// Taking the locks in a statement of its own matters: under READ COMMITTED
-// each statement reads from a snapshot taken when it starts. Were the lock
-// taken inside the applying statement, a tombstone that waited for a
-// concurrent first insert of the document would then run its DELETE on a
-// snapshot without that new data row, and leave a deleted document in the
-// data table. After this statement, the applying statement starts once every
-// earlier writer of these documents has committed, and sees their rows.
-func lockSQL(n tableNames) string {
-	return `INSERT INTO ` + n.versions + ` AS cur (doc_id, generation, counter, rev, deleted, seq)
-SELECT id, 0, 0, '', true, '' FROM unnest($1::text[]) AS id ORDER BY id
-ON CONFLICT (doc_id) DO UPDATE SET generation = cur.generation WHERE false`
+// lockSeed makes the documents' advisory lock keys particular to the
+// versions table (quoted schema.table), so outputs do not wait on each
+// other. It is derived as mapping mode derives its own, so any two sinks
+// sharing a versions table lock the same keys.
+func lockSeed(versions string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(versions))
+	return int64(h.Sum64())
 }
 
-// guardSQL is the common head of the applying statements: it records the
-// change's version only where it is newer than the stored one (a row-value
-// comparison of (generation, counter)) and returns the document id only then.
-// $1 doc_id, $2 generation, $3 counter, $4 rev, $5 seq.
-func guardSQL(n tableNames, deleted bool) string {
+// The statements of one batch, in one transaction, each batch holding at
+// most one change per document:
+//
+//  1. mappingLockSQL (shared with mapping mode) takes a transaction-scoped
+//     advisory lock per document, in key order, so two writers never wait
+//     on each other in opposite orders. The locks write nothing: a new
+//     document costs one insert in each table, no placeholder row.
+//  2. applySQL applies the changes that are newer than the stored versions.
+//
+// The locks are taken in a statement of their own: under READ COMMITTED each
+// statement reads from a snapshot taken when it starts. Were the lock taken
+// inside the applying statement, a tombstone that waited for a concurrent
+// first insert of the document would then run its DELETE on a snapshot
+// without that new data row, and leave a deleted document in the data table.
+// Once the lock statement returns, every earlier writer of these documents
+// has committed, and applySQL, starting after it, sees their rows.
+
+// applySQL records in the versions table the version of every change newer
+// than the stored one (a row-value comparison of (generation, counter), so a
+// change not newer changes nothing), then upserts the data rows of the
+// applied live changes and deletes those of the applied tombstones, reaching
+// the data table through its primary key (ON CONFLICT, doc_id = ANY(array)).
+//
+// The changes come as parallel arrays, every value a parameter, never SQL
+// text: $1 doc ids, $2 generations, $3 counters, $4 revs, $5 deleted, $6
+// seqs, $7 bodies (NULL for tombstones).
+func applySQL(n tableNames) string {
 	return `WITH applied AS (
     INSERT INTO ` + n.versions + ` AS cur (doc_id, generation, counter, rev, deleted, seq, applied_at)
-    VALUES ($1::text, $2::bigint, $3::bigint, $4::text, ` + fmt.Sprint(deleted) + `, $5::text, now())
+    SELECT b.doc_id, b.generation, b.counter, b.rev, b.deleted, b.seq, now()
+    FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::boolean[], $6::text[])
+        AS b(doc_id, generation, counter, rev, deleted, seq)
     ON CONFLICT (doc_id) DO UPDATE
     SET generation = EXCLUDED.generation, counter = EXCLUDED.counter, rev = EXCLUDED.rev,
         deleted = EXCLUDED.deleted, seq = EXCLUDED.seq, applied_at = EXCLUDED.applied_at
     WHERE (cur.generation, cur.counter) < (EXCLUDED.generation, EXCLUDED.counter)
-    RETURNING doc_id
+    RETURNING doc_id, deleted
+), upserted AS (
+    INSERT INTO ` + n.data + ` AS d (doc_id, rev, seq, body, updated_at)
+    SELECT b.doc_id, b.rev, b.seq, b.body::jsonb, now()
+    FROM unnest($1::text[], $4::text[], $6::text[], $7::text[]) AS b(doc_id, rev, seq, body)
+    WHERE b.doc_id = ANY(ARRAY(SELECT doc_id FROM applied WHERE NOT deleted))
+    ON CONFLICT (doc_id) DO UPDATE
+    SET rev = EXCLUDED.rev, seq = EXCLUDED.seq, body = EXCLUDED.body, updated_at = EXCLUDED.updated_at
 )
-`
-}
-
-// upsertSQL applies a live change; $6 is the body.
-func upsertSQL(n tableNames) string {
-	return guardSQL(n, false) + `INSERT INTO ` + n.data + ` AS d (doc_id, rev, seq, body, updated_at)
-SELECT doc_id, $4::text, $5::text, $6::jsonb, now() FROM applied
-ON CONFLICT (doc_id) DO UPDATE
-SET rev = EXCLUDED.rev, seq = EXCLUDED.seq, body = EXCLUDED.body, updated_at = EXCLUDED.updated_at`
-}
-
-// deleteSQL applies a tombstone.
-func deleteSQL(n tableNames) string {
-	return guardSQL(n, true) + `DELETE FROM ` + n.data + ` AS d USING applied WHERE d.doc_id = applied.doc_id`
+DELETE FROM ` + n.data + ` WHERE doc_id = ANY(ARRAY(SELECT doc_id FROM applied WHERE deleted))`
 }
 
 // Apply applies changes in one round trip: a batch, run by PostgreSQL as one
-// implicit transaction, that locks the documents' versions rows and then runs
-// one guarded statement per change. If the batch fails on a statement error,
-// every change is applied again on its own (its own transaction), so one bad
-// document fails alone. Changes not newer than the stored version change
-// nothing and return nil. Errors are *deliver.Error: invalid bodies and data,
-// integrity and syntax errors (SQLSTATE classes 22, 23, 42, 54) are
-// permanent; connection errors, timeouts, deadlocks, serialization failures
-// and everything unknown are transient.
+// implicit transaction, that locks the documents and then applies, with one
+// statement, the newest change of each document where it is newer than the
+// stored version; the older changes of a document in the call are not newer
+// than what the output holds once the batch is committed. If the batch fails
+// on a statement error, every change is applied again on its own (its own
+// transaction), in version order, so one bad document fails alone. Changes
+// not newer than the stored version change nothing and return nil. Errors
+// are *deliver.Error: invalid bodies and data, integrity and syntax errors
+// (SQLSTATE classes 22, 23, 42, 54) are permanent; connection errors,
+// timeouts, deadlocks, serialization failures and everything unknown are
+// transient.
 //
 // In mapping mode, see applyMapped; errors are classified the same way, and
 // a document that cannot be mapped fails permanently with reason coercion,
@@ -280,8 +291,14 @@ func (s *Sink) Apply(ctx context.Context, changes []*change.Envelope) []error {
 		}
 		return changes[a].Version.Compare(changes[b].Version)
 	})
+	newest := make([]*change.Envelope, 0, len(todo))
+	for k, i := range todo {
+		if k+1 == len(todo) || changes[todo[k+1]].DocID != changes[i].DocID {
+			newest = append(newest, changes[i])
+		}
+	}
 
-	err := s.apply(ctx, s.pool, changes, todo)
+	err := s.apply(ctx, s.pool, newest)
 	if err == nil {
 		return errs
 	}
@@ -296,31 +313,37 @@ func (s *Sink) Apply(ctx context.Context, changes []*change.Envelope) []error {
 	slog.WarnContext(ctx, "postgres batch failed, applying changes one by one",
 		"output", s.output, "changes", len(todo), "sqlstate", pgErr.Code)
 	for _, i := range todo {
-		if err := s.apply(ctx, s.pool, changes, []int{i}); err != nil {
+		if err := s.apply(ctx, s.pool, changes[i:i+1]); err != nil {
 			errs[i] = classify(ctx, err)
 		}
 	}
 	return errs
 }
 
-// apply runs the changes at idx (sorted) as one batch.
-func (s *Sink) apply(ctx context.Context, db batcher, changes []*change.Envelope, idx []int) error {
-	ids := make([]string, 0, len(idx))
-	for _, i := range idx {
-		ids = append(ids, changes[i].DocID)
-	}
-	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
-
-	b := &pgx.Batch{}
-	b.Queue(s.lockSQL, ids)
-	for _, i := range idx {
-		c := changes[i]
-		if c.Tombstone() {
-			b.Queue(s.deleteSQL, c.DocID, c.Generation, c.Counter, c.Rev, string(c.Seq))
-		} else {
-			b.Queue(s.upsertSQL, c.DocID, c.Generation, c.Counter, c.Rev, string(c.Seq), []byte(c.Doc))
+// apply applies changes, at most one per document, as one batch: a single
+// transaction.
+func (s *Sink) apply(ctx context.Context, db batcher, changes []*change.Envelope) error {
+	n := len(changes)
+	var (
+		ids      = make([]string, n)
+		gens     = make([]int64, n)
+		counters = make([]int64, n)
+		revs     = make([]string, n)
+		deleted  = make([]bool, n)
+		seqs     = make([]string, n)
+		bodies   = make([]*string, n)
+	)
+	for i, c := range changes {
+		ids[i], gens[i], counters[i], revs[i] = c.DocID, c.Generation, c.Counter, c.Rev
+		deleted[i], seqs[i] = c.Tombstone(), string(c.Seq)
+		if !c.Tombstone() {
+			body := string(c.Doc)
+			bodies[i] = &body
 		}
 	}
+	b := &pgx.Batch{}
+	b.Queue(s.lockSQL, ids, s.lockSeed)
+	b.Queue(s.applySQL, ids, gens, counters, revs, deleted, seqs, bodies)
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("apply changes to %s: %w", s.names.data, err)
 	}

@@ -166,6 +166,19 @@ func TestApply(t *testing.T) {
 			},
 		},
 		{
+			name:    "live and newer tombstone in one batch",
+			batches: [][]*change.Envelope{{deleted("a", "2-x", v(1, 2)), live("a", "1-x", v(1, 1))}},
+			want:    want{version: versionRow{Generation: 1, Counter: 2, Rev: "2-x", Seq: `"1:2"`, Deleted: true}},
+		},
+		{
+			name:    "tombstone and newer live change in one batch",
+			batches: [][]*change.Envelope{{live("a", "3-x", v(1, 3)), deleted("a", "2-x", v(1, 2))}},
+			want: want{
+				doc:     &docRow{Rev: "3-x", Seq: `"1:3"`, Body: body("a", "3-x", v(1, 3))},
+				version: versionRow{Generation: 1, Counter: 3, Rev: "3-x", Seq: `"1:3"`},
+			},
+		},
+		{
 			name: "tombstone then stale update stays deleted",
 			batches: [][]*change.Envelope{
 				{live("a", "1-x", v(1, 1))},
@@ -344,7 +357,7 @@ func TestConcurrentWriters(t *testing.T) {
 }
 
 // TestTombstoneWaitsForConcurrentInsert pins the race that a single
-// statement per change gets wrong: a tombstone that has to wait for another
+// statement per batch gets wrong: a tombstone that has to wait for another
 // transaction's first insert of the document must still delete that row.
 func TestTombstoneWaitsForConcurrentInsert(t *testing.T) {
 	t.Parallel()
@@ -358,21 +371,21 @@ func TestTombstoneWaitsForConcurrentInsert(t *testing.T) {
 		t.Fatalf("begin: %v", err)
 	}
 	defer tx.Rollback(context.Background())
-	first := []*change.Envelope{live("a", "1-a", v(1, 5))}
-	if err := s.apply(ctx, tx, first, []int{0}); err != nil {
+	if err := s.apply(ctx, tx, []*change.Envelope{live("a", "1-a", v(1, 5))}); err != nil {
 		t.Fatalf("apply in open transaction: %v", err)
 	}
 
 	done := make(chan error, 1)
 	go func() { done <- s.Apply(ctx, []*change.Envelope{deleted("a", "2-a", v(1, 7))})[0] }()
 
-	// Wait until the tombstone is blocked on the other writer's row lock.
+	// Wait until the tombstone waits for the document's lock.
 	waitFor(t, func() bool {
 		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`,
-			s.names.table+versionsSuffix).Scan(&n)
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND classid::bigint = (hashtextextended($1, $2) >> 32) & 4294967295
+			AND objid::bigint = hashtextextended($1, $2) & 4294967295`, "a", s.lockSeed).Scan(&n)
 		if err != nil {
-			t.Fatalf("query pg_stat_activity: %v", err)
+			t.Fatalf("query pg_locks: %v", err)
 		}
 		return n > 0
 	})
@@ -388,6 +401,68 @@ func TestTombstoneWaitsForConcurrentInsert(t *testing.T) {
 	}
 	if ver, _ := readVersion(t, pool, s, "a"); !ver.Deleted || ver.Counter != 7 {
 		t.Errorf("versions row = %+v, want deleted at 1.7", ver)
+	}
+}
+
+// TestApplyWritesEachRowOnce checks that a batch writes each row it changes
+// once: a new document is one insert in each table (no placeholder versions
+// row updated afterwards), a newer change one update, a stale one nothing.
+func TestApplyWritesEachRowOnce(t *testing.T) {
+	t.Parallel()
+	s, pool := newSink(t)
+	ctx := t.Context()
+	for i, err := range s.Apply(ctx, []*change.Envelope{live("old", "1-o", v(1, 1)), live("gone", "1-g", v(1, 2))}) {
+		if err != nil {
+			t.Fatalf("seed change %d: %v", i, err)
+		}
+	}
+
+	type counts struct{ Inserted, Updated, Deleted int64 }
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	defer tx.Rollback(context.Background())
+	// pg_stat_xact_user_tables counts the writes of this backend not yet
+	// flushed to the cumulative statistics, which no transaction end flushes
+	// while this one is open: its difference is this transaction's writes.
+	read := func() map[string]counts {
+		got := map[string]counts{}
+		for _, table := range []string{s.names.table, s.names.table + versionsSuffix} {
+			var c counts
+			if err := tx.QueryRow(ctx, `SELECT n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_xact_user_tables WHERE schemaname = 'public' AND relname = $1`,
+				table).Scan(&c.Inserted, &c.Updated, &c.Deleted); err != nil {
+				t.Fatalf("read statistics of %s: %v", table, err)
+			}
+			got[table] = c
+		}
+		return got
+	}
+	before := read()
+	batch := []*change.Envelope{
+		live("new-1", "1-a", v(1, 3)),
+		live("new-2", "1-b", v(1, 4)),
+		live("old", "2-o", v(1, 5)),
+		deleted("gone", "2-g", v(1, 6)),
+	}
+	if err := s.apply(ctx, tx, batch); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	stale := []*change.Envelope{live("old", "1-o", v(1, 1)), deleted("new-1", "2-a", v(1, 2))}
+	if err := s.apply(ctx, tx, stale); err != nil {
+		t.Fatalf("apply stale changes: %v", err)
+	}
+	got := read()
+	for table, c := range got {
+		b := before[table]
+		got[table] = counts{Inserted: c.Inserted - b.Inserted, Updated: c.Updated - b.Updated, Deleted: c.Deleted - b.Deleted}
+	}
+	want := map[string]counts{
+		s.names.table:                  {Inserted: 2, Updated: 1, Deleted: 1},
+		s.names.table + versionsSuffix: {Inserted: 2, Updated: 2},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("rows written (-want +got):\n%s", diff)
 	}
 }
 

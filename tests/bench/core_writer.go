@@ -11,7 +11,7 @@ package main
 //
 //   - raw: one pgx.Batch per batch of INSERT ... ON CONFLICT (doc_id) DO
 //     UPDATE into a table shaped like the sink's data table, no version check;
-//   - sink: pgsink.Sink.Apply in document mode (versions table, row locks,
+//   - sink: pgsink.Sink.Apply in document mode (versions table, advisory locks,
 //     guarded statements);
 //   - handler: deliver.Handler.Handle on synthetic SQS events carrying the
 //     encoded envelopes (decoding and routing included, no SQS network),

@@ -205,27 +205,45 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 		in.ExpressionAttributeValues[":now"] = num(now.UnixMilli())
 	}
 	out, err := s.DB.UpdateItem(ctx, in)
+	var prev *State
+	retried := false
 	if err != nil {
 		var ccf *types.ConditionalCheckFailedException
-		if errors.As(err, &ccf) {
-			st := decode(ccf.Item)
-			if ccf.Item == nil {
-				// Some emulators omit the item; read it.
-				if got, gerr := s.Get(ctx, job); gerr == nil {
-					st = got
-				}
+		if !errors.As(err, &ccf) {
+			return nil, nil, fmt.Errorf("acquire lease %s: %w", job, err)
+		}
+		st := decode(ccf.Item)
+		if ccf.Item == nil {
+			// Some emulators omit the item; read it.
+			if got, gerr := s.Get(ctx, job); gerr == nil {
+				st = got
 			}
-			st.JobID = job
+		}
+		st.JobID = job
+		if st.Owner != owner || !st.AcquiredAt.Equal(now) {
 			return nil, st, ErrLeaseHeld
 		}
-		return nil, nil, fmt.Errorf("acquire lease %s: %w", job, err)
+		// The lease is ours: the SDK sent this write again because the answer
+		// to an earlier attempt was lost, and that attempt took the lease
+		// (owner ids are unique per invocation, and the acquired-at time is
+		// this call's). The lost answer held the item as it was before; what
+		// the takeover did not change (the checkpoint) is still there.
+		retried = true
+		prev = &State{JobID: job, Exists: st.Generation > 1, Generation: st.Generation - 1,
+			Checkpoint: st.Checkpoint, CheckpointAt: st.CheckpointAt, Pending: st.Pending}
+	} else {
+		prev = decode(out.Attributes)
+		prev.JobID = job
 	}
-	prev := decode(out.Attributes)
-	prev.JobID = job
 	kind := First
 	switch {
 	case force:
 		kind = Forced
+	case retried && prev.Exists:
+		// Whether the previous holder had released the lease or let it
+		// expire was in the lost answer: count a failover, the reading that
+		// never hides one.
+		kind = Failover
 	case prev.Exists && prev.Owner != "" && prev.Released:
 		kind = Handoff
 	case prev.Exists && prev.Owner != "":

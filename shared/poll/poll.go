@@ -42,7 +42,8 @@ type Sender interface {
 	Send(ctx context.Context, targets []fanout.Target, changes []*change.Envelope, fence fanout.Fence) (fanout.Stats, error)
 }
 
-// ErrFenced is returned by the fence when the lease could have expired by now.
+// ErrFenced is returned by the fence when the lease could have expired by now
+// and renewing it failed; the error wraps the renewal's.
 var ErrFenced = errors.New("lease may have expired: not sending")
 
 // Poller runs invocations of one job. Its fields are set once; Run may be
@@ -93,7 +94,8 @@ func (p *Poller) now() time.Time {
 	return time.Now()
 }
 
-// chunkRows is how many feed rows are queued between two checkpoints.
+// chunkRows is how many feed rows are queued at a time; the checkpoint can
+// move after each chunk.
 const chunkRows = 100
 
 // budgetMargin is kept free before the deadline to release the lease.
@@ -226,19 +228,83 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 		p.count(metrics.LeaseRenewed, 1)
 		return nil
 	}
-	// fence refuses to send when less than half the TTL remains by our clock:
-	// the margin covers clock skew between instances and the send itself.
+	// fence runs before every SQS request. When less than half the TTL
+	// remains by our clock (the margin covers clock skew between instances
+	// and the request itself), it renews the lease first, and refuses to send
+	// if it cannot. Renewing in place, rather than failing the chunk and
+	// starting it over, lets a chunk that takes longer than TTL/2 to queue
+	// (slow SQS) complete instead of being sent again and again.
 	fence := func() error {
-		if l.Remaining(p.now()) < ttl/2 {
-			return ErrFenced
+		if l.Remaining(p.now()) >= ttl/2 {
+			return nil
 		}
+		if err := p.Leases.Renew(ctx, l, pending); err != nil {
+			return fmt.Errorf("%w: %w", ErrFenced, err)
+		}
+		p.count(metrics.LeaseRenewed, 1)
 		return nil
+	}
+
+	// Checkpoints. The write that ends a batch is left in flight while the
+	// next batch is read: reads have no side effects, so only the order of
+	// writes matters, and every other lease write and every send waits for
+	// it first (settle). Within a batch, a chunk is checkpointed only when a
+	// second has passed since the last checkpoint, so a failover replays at
+	// most about a second of sends or one batch.
+	var inflight chan error
+	var unsaved json.RawMessage // queued but not yet checkpointed
+	var unsavedLeft int64
+	settle := func() error {
+		if inflight == nil {
+			return nil
+		}
+		err := <-inflight
+		inflight = nil
+		return err
+	}
+	defer func() { _ = settle() }()
+	checkpoint := func(seq json.RawMessage, left int64, async bool) error {
+		if err := settle(); err != nil {
+			return err
+		}
+		checkpointAt, since, res.Checkpoint, unsaved = p.now(), seq, seq, nil
+		if !async {
+			if err := p.Leases.Checkpoint(ctx, l, seq, left); err != nil {
+				return err
+			}
+			p.count(metrics.Checkpoints, 1)
+			return nil
+		}
+		ch := make(chan error, 1)
+		inflight = ch
+		// The write outlives a cancelled invocation context: what was
+		// queued should be recorded, and the lease condition still guards it.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl/2)
+		go func() {
+			defer cancel()
+			err := p.Leases.Checkpoint(cctx, l, seq, left)
+			if err == nil {
+				p.count(metrics.Checkpoints, 1)
+			}
+			ch <- err
+		}()
+		return nil
+	}
+	// saveQueued checkpoints what was queued but not yet recorded, before the
+	// invocation stops.
+	saveQueued := func() error {
+		if unsaved == nil {
+			return nil
+		}
+		return checkpoint(unsaved, unsavedLeft, false)
 	}
 
 	for {
 		p.Metrics.AddHighRes(metrics.Role, 1, metrics.None)
-		if err := keepAlive(); err != nil {
-			return err
+		if inflight == nil {
+			if err := keepAlive(); err != nil {
+				return err
+			}
 		}
 		// Start another batch only if the slowest one so far would still fit.
 		remaining := end.Sub(p.now())
@@ -255,6 +321,9 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 		batch, err := p.Feed.Changes(ctx, since, timeout)
 		if err == nil && len(batch.Rows) > 0 {
 			err = p.Feed.FetchDocs(ctx, batch.Rows)
+		}
+		if serr := settle(); serr != nil {
+			return serr
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -284,14 +353,14 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 			p.Metrics.Add(metrics.PendingChanges, float64(batch.Pending), metrics.Count)
 		}
 
-		// Queue the batch in chunks of rows and checkpoint after each: every
-		// row's seq is a valid place to resume, so a slow output or the end
-		// of the budget costs at most one chunk, never the whole batch.
+		// Queue the batch in chunks of rows: every row's seq is a valid place
+		// to resume, so a slow output or the end of the budget costs at most
+		// one chunk, never the whole batch.
 		for start := 0; start < len(batch.Rows); start += chunkRows {
 			stop := min(start+chunkRows, len(batch.Rows))
 			rows := batch.Rows[start:stop]
 			if start > 0 && end.Sub(p.now()) < 500*time.Millisecond+slowest {
-				return nil
+				return saveQueued()
 			}
 			chunkStart := p.now()
 			changes := p.envelopes(l, rows, &counter)
@@ -300,22 +369,20 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 					return err
 				}
 				st, err := p.Sender.Send(ctx, p.Targets, changes, fence)
-				for errors.Is(err, ErrFenced) {
-					// Renew, then send the whole chunk again: duplicates are
-					// harmless, a gap is not.
-					if rerr := p.Leases.Renew(ctx, l, pending); rerr != nil {
-						return rerr
-					}
-					st, err = p.Sender.Send(ctx, p.Targets, changes, fence)
-				}
 				if err != nil {
+					if errors.Is(err, lease.ErrLeaseLost) {
+						return err // refused by the fence's renewal
+					}
 					if ctx.Err() != nil {
 						// Out of time mid-chunk: the next holder sends it again.
-						log.Warn("deadline reached while queueing; checkpoint unchanged", "checkpoint", string(since))
-						return nil
+						log.Warn("deadline reached while queueing", "checkpoint", string(since))
+						return saveQueued()
 					}
 					p.count(metrics.PollerErrors, 1)
-					log.Error("queue changes; checkpoint unchanged", "error", err, "checkpoint", string(since))
+					log.Error("queue changes; checkpoint stays before them", "error", err, "checkpoint", string(since))
+					if serr := saveQueued(); serr != nil {
+						return serr
+					}
 					return fmt.Errorf("queue changes: %w", err)
 				}
 				res.Enqueued += len(changes)
@@ -327,7 +394,8 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 				}
 			}
 			seq := rows[len(rows)-1].Seq
-			if stop == len(batch.Rows) && len(batch.LastSeq) > 0 {
+			last := stop == len(batch.Rows)
+			if last && len(batch.LastSeq) > 0 {
 				seq = batch.LastSeq
 			}
 			left := batch.Pending
@@ -335,21 +403,25 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 				left += int64(len(batch.Rows) - stop)
 			}
 			if len(seq) > 0 {
-				if err := p.Leases.Checkpoint(ctx, l, seq, left); err != nil {
-					return err
+				unsaved, unsavedLeft = seq, left
+				switch {
+				case last:
+					if err := checkpoint(seq, left, true); err != nil {
+						return err
+					}
+				case p.now().Sub(checkpointAt) >= time.Second:
+					if err := checkpoint(seq, left, false); err != nil {
+						return err
+					}
 				}
-				p.count(metrics.Checkpoints, 1)
-				checkpointAt, since, res.Checkpoint = p.now(), seq, seq
 			}
 			slowest = max(slowest, p.now().Sub(chunkStart))
 		}
 		if len(batch.Rows) == 0 && len(batch.LastSeq) > 0 && string(batch.LastSeq) != string(since) {
 			// Nothing to queue, but the feed moved (filtered or local docs).
-			if err := p.Leases.Checkpoint(ctx, l, batch.LastSeq, batch.Pending); err != nil {
+			if err := checkpoint(batch.LastSeq, batch.Pending, true); err != nil {
 				return err
 			}
-			p.count(metrics.Checkpoints, 1)
-			checkpointAt, since, res.Checkpoint = p.now(), batch.LastSeq, batch.LastSeq
 		}
 		caughtUp := len(batch.Rows) == 0 || batch.Pending == 0
 		res.CaughtUp = caughtUp

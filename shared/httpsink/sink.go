@@ -29,7 +29,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -268,40 +267,7 @@ func (s *Sink) URL(docID string) (*url.URL, error) {
 // oldest version first. Apply is safe for concurrent use; it is idempotent
 // only as far as the endpoint is.
 func (s *Sink) Apply(ctx context.Context, changes []*change.Envelope) []error {
-	errs := make([]error, len(changes))
-	groups := map[string][]int{}
-	var order []string
-	for i, c := range changes {
-		if err := check(c); err != nil {
-			errs[i] = err
-			continue
-		}
-		if _, ok := groups[c.DocID]; !ok {
-			order = append(order, c.DocID)
-		}
-		groups[c.DocID] = append(groups[c.DocID], i)
-	}
-
-	sem := make(chan struct{}, Parallelism)
-	var wg sync.WaitGroup
-	for _, id := range order {
-		idx := groups[id]
-		slices.SortStableFunc(idx, func(a, b int) int { return changes[a].Version.Compare(changes[b].Version) })
-		wg.Go(func() {
-			for _, i := range idx {
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
-					errs[i] = deliver.TransientError("timeout", fmt.Errorf("send change %s: %w", changes[i].DocID, ctx.Err()))
-					continue
-				}
-				errs[i] = s.send(ctx, changes[i])
-				<-sem
-			}
-		})
-	}
-	wg.Wait()
-	return errs
+	return deliver.EachDocument(ctx, changes, Parallelism, check, s.send)
 }
 
 func check(c *change.Envelope) error {

@@ -32,10 +32,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf16"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -153,40 +151,7 @@ func (s *Sink) TombstoneKey(docID string) string {
 //
 // Apply is idempotent and safe for concurrent use.
 func (s *Sink) Apply(ctx context.Context, changes []*change.Envelope) []error {
-	errs := make([]error, len(changes))
-	groups := map[string][]int{}
-	var order []string
-	for i, c := range changes {
-		if err := s.check(c); err != nil {
-			errs[i] = err
-			continue
-		}
-		if _, ok := groups[c.DocID]; !ok {
-			order = append(order, c.DocID)
-		}
-		groups[c.DocID] = append(groups[c.DocID], i)
-	}
-
-	sem := make(chan struct{}, Parallelism)
-	var wg sync.WaitGroup
-	for _, id := range order {
-		idx := groups[id]
-		slices.SortStableFunc(idx, func(a, b int) int { return changes[a].Version.Compare(changes[b].Version) })
-		wg.Go(func() {
-			for _, i := range idx {
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
-					errs[i] = deliver.TransientError("timeout", fmt.Errorf("apply change %s: %w", changes[i].DocID, ctx.Err()))
-					continue
-				}
-				errs[i] = s.apply(ctx, changes[i])
-				<-sem
-			}
-		})
-	}
-	wg.Wait()
-	return errs
+	return deliver.EachDocument(ctx, changes, Parallelism, s.check, s.apply)
 }
 
 func (s *Sink) check(c *change.Envelope) error {

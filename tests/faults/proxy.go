@@ -1,0 +1,235 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/changes-worker/changes-worker/shared/testenv"
+)
+
+// Proxy is a TCP proxy between one poller process and an AWS endpoint. It
+// can add latency to every request, black-hole the traffic (connections stay
+// open, nothing gets through in either direction) or cut it (every
+// connection closed at once). Safe for concurrent use.
+type Proxy struct {
+	target  string
+	ln      net.Listener
+	latency atomic.Int64 // time.Duration added before forwarding client bytes
+	holed   atomic.Bool
+
+	waiting atomic.Int64 // request bytes read and not yet forwarded
+	drop    atomic.Int64 // responses still to drop
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	cut   bool
+	held  chan struct{} // closed by Release; nil when not held
+	wg    sync.WaitGroup
+}
+
+// AWSEndpoint is the host:port of the AWS endpoint the stacks use.
+func AWSEndpoint() (string, error) {
+	testenv.SetAWSEnv()
+	u, err := url.Parse(os.Getenv("AWS_ENDPOINT_URL"))
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("AWS_ENDPOINT_URL %q is not a URL with a host", os.Getenv("AWS_ENDPOINT_URL"))
+	}
+	return u.Host, nil
+}
+
+// NewProxy listens on a free local port and forwards to target (host:port).
+func NewProxy(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.serve()
+	return p, nil
+}
+
+// URL is the proxy's address as an endpoint URL.
+func (p *Proxy) URL() string { return "http://" + p.ln.Addr().String() }
+
+// SetLatency delays every chunk of request bytes by d (about d per request).
+func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// Blackhole drops every byte from now on, in both directions, on existing
+// and new connections, which stay open: calls hang until their timeout.
+func (p *Proxy) Blackhole() { p.holed.Store(true) }
+
+// Hold keeps every request from now on in the proxy, including one already
+// read but not yet forwarded, until Release: a send in flight, delivered
+// late.
+func (p *Proxy) Hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held = make(chan struct{})
+	}
+}
+
+// Release forwards the requests Hold kept.
+func (p *Proxy) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
+}
+
+// DropResponses makes the proxy swallow the next n responses: each
+// request reaches the server, which acts on it, but its client sees the
+// connection reset instead of the answer (a response lost on the network).
+func (p *Proxy) DropResponses(n int) { p.drop.Store(int64(n)) }
+
+// Waiting is the number of requests read from clients and not yet
+// forwarded (in their latency, or held).
+func (p *Proxy) Waiting() int { return int(p.waiting.Load()) }
+
+func (p *Proxy) gate() {
+	p.mu.Lock()
+	h := p.held
+	p.mu.Unlock()
+	if h != nil {
+		<-h
+	}
+}
+
+// Cut closes every connection, and every new one as soon as it is
+// accepted: calls fail at once. The listener stays open so that its port
+// cannot be taken by another listener while the process still dials it.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	p.cut = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+}
+
+// Close cuts the proxy, closes its listener and waits for its goroutines.
+func (p *Proxy) Close() {
+	p.Release()
+	p.Cut()
+	p.ln.Close()
+	p.wg.Wait()
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		c.Close()
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+	c.Close()
+}
+
+func (p *Proxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !p.track(c) {
+			continue
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.handle(c)
+		}()
+	}
+}
+
+func (p *Proxy) handle(client net.Conn) {
+	defer p.untrack(client)
+	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		return
+	}
+	if !p.track(up) {
+		return
+	}
+	defer p.untrack(up)
+	done := make(chan struct{}, 2)
+	go func() {
+		p.pipe(up, client, true)
+		done <- struct{}{}
+	}()
+	go func() {
+		p.pipe(client, up, false)
+		done <- struct{}{}
+	}()
+	<-done // either side ended: close both (deferred), which ends the other
+}
+
+func (p *Proxy) pipe(dst, src net.Conn, request bool) {
+	buf := make([]byte, 64*1024)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !request && p.drop.Load() > 0 && p.drop.Add(-1) >= 0 {
+			if tc, ok := dst.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // close with a reset
+			}
+			return
+		}
+		if n > 0 && !p.holed.Load() {
+			if request {
+				p.waiting.Add(1)
+				if d := time.Duration(p.latency.Load()); d > 0 {
+					time.Sleep(d)
+				}
+				p.gate()
+				p.waiting.Add(-1)
+			}
+			if p.holed.Load() {
+				continue
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return // EOF or closed: handle closes both sides
+		}
+	}
+}
+
+// HoldInFlight holds the proxy at a moment when a request is passing
+// through it (read, not yet forwarded), so the request is delivered only
+// after Release. It gives up after timeout.
+func (p *Proxy) HoldInFlight(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		p.Hold()
+		if p.Waiting() > 0 {
+			return nil
+		}
+		p.Release()
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no request passed through the proxy within %s", timeout)
+		}
+		if err := sleep(ctx, time.Millisecond); err != nil {
+			return err
+		}
+	}
+}

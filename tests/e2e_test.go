@@ -223,7 +223,7 @@ func TestSourceFailuresKeepCheckpoint(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := p.Run(ctx, poll.Invocation{Owner: "test", Host: "h", Deadline: time.Now().Add(4 * time.Second)})
+			res, err := p.Run(ctx, poll.Invocation{Owner: "test", Host: "h", Deadline: time.Now().Add(8 * time.Second)})
 			if err == nil || !strings.Contains(strings.ToLower(err.Error()), tt.want) {
 				t.Errorf("run error = %v, want one mentioning %q", err, tt.want)
 			}

@@ -81,10 +81,7 @@ func (s *Sender) Send(ctx context.Context, targets []Target, changes []*change.E
 			return st, err
 		}
 		for _, chunk := range s.chunks(entries) {
-			if err := fence(); err != nil {
-				return st, err
-			}
-			if err := s.sendBatch(ctx, t, chunk); err != nil {
+			if err := s.sendBatch(ctx, t, chunk, fence); err != nil {
 				return st, err
 			}
 			for _, e := range chunk {
@@ -170,13 +167,18 @@ func (s *Sender) chunks(entries []sqstypes.SendMessageBatchRequestEntry) [][]sqs
 	return out
 }
 
-func (s *Sender) sendBatch(ctx context.Context, t Target, entries []sqstypes.SendMessageBatchRequestEntry) error {
+// sendBatch sends one request's entries, retrying the entries SQS did not
+// accept; the fence is asked before every request, retries included.
+func (s *Sender) sendBatch(ctx context.Context, t Target, entries []sqstypes.SendMessageBatchRequestEntry, fence Fence) error {
 	attempts := s.Attempts
 	if attempts == 0 {
 		attempts = 5
 	}
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
+		if err := fence(); err != nil {
+			return err
+		}
 		out, err := s.SQS.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &t.QueueURL, Entries: entries})
 		if err != nil {
 			return fmt.Errorf("send message batch to %s: %w", t.Output, err)

@@ -31,7 +31,8 @@ echo "== status"
 
 rows=$(psql "$PG_DSN" -Atc 'select count(*) from demo_orders')
 files=$(find "$out" -name '*.json' | wc -l)
-objects=$(curl -s "$AWS_ENDPOINT_URL/changes-worker-data?list-type=2&prefix=demo-orders/" | grep -o '<Key>' | wc -l)
+# Documents, not the tombstone markers that remember deletions.
+objects=$(curl -s "$AWS_ENDPOINT_URL/changes-worker-data?list-type=2&prefix=demo-orders/" | grep -o '<Key>[^<]*</Key>' | grep -vc '_tombstones/')
 echo
 echo "== result"
 echo "  postgres demo_orders rows:  $rows (expected 900 live documents)"

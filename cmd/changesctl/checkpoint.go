@@ -117,7 +117,7 @@ func cmdCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	err = func() error {
 		if fromNow {
-			src, err := sourceClient(ctx, deps, j)
+			src, err := deps.Feed(ctx, j)
 			if err != nil {
 				return err
 			}

@@ -8,13 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/pgsink"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 	"github.com/changes-worker/changes-worker/shared/verify"
 )
@@ -52,7 +51,7 @@ func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintf(env.stderr, "verify is not supported for http outputs: an HTTP endpoint exposes no state to compare (%s is http; verify reads postgres and s3 outputs)\n", name)
 		return fmt.Errorf("verify %s: not supported for http outputs: %w", name, exitError(2))
 	}
-	src, err := sourceClient(ctx, deps, j)
+	src, err := deps.Feed(ctx, j)
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
@@ -209,53 +208,19 @@ func repairDrift(ctx context.Context, env *cliEnv, deps *pipeline.Deps, j *confi
 	return r.Repair(ctx, ids)
 }
 
-// sourceClient builds the feed client of a job, with its credentials.
-func sourceClient(ctx context.Context, deps *pipeline.Deps, j *config.Job) (*feed.Client, error) {
-	opts := feed.Options{
-		SourceType: j.Source.Type, URL: j.Source.URL, Limit: j.Feed.Limit, Fetch: j.Feed.Fetch,
-		ActiveOnly: j.Feed.ActiveOnly, Channels: j.Feed.Channels,
-	}
-	if a := j.Source.Auth; a != nil {
-		var err error
-		switch a.Type {
-		case "basic":
-			opts.Username = a.Username
-			if opts.Password, err = deps.Secrets.Resolve(ctx, *a.Password); err != nil {
-				return nil, fmt.Errorf("source auth of %s: %w", j.ID, err)
-			}
-		case "bearer":
-			if opts.Token, err = deps.Secrets.Resolve(ctx, *a.Token); err != nil {
-				return nil, fmt.Errorf("source auth of %s: %w", j.ID, err)
-			}
-		}
-	}
-	c, err := feed.New(opts)
-	if err != nil {
-		return nil, fmt.Errorf("source of %s: %w", j.ID, err)
-	}
-	return c, nil
-}
-
 // outputReader opens the state reader of a postgres or s3 output.
 func outputReader(ctx context.Context, deps *pipeline.Deps, o *config.Output) (verify.Output, func(), error) {
 	switch {
 	case o.Postgres != nil:
-		dsn, err := deps.Secrets.Resolve(ctx, o.Postgres.DSN)
+		pool, err := deps.Pool(ctx, o.Postgres)
 		if err != nil {
-			return nil, nil, fmt.Errorf("postgres dsn: %w", err)
+			return nil, nil, err
 		}
-		cfg, err := pgxpool.ParseConfig(dsn)
+		data, versions, err := pgsink.Tables(*o.Postgres, o.ID)
 		if err != nil {
-			// The parse error can echo the DSN, password included.
-			return nil, nil, errors.New("parse postgres dsn: malformed connection string")
+			return nil, nil, err
 		}
-		cfg.MaxConns = 2
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			return nil, nil, fmt.Errorf("open postgres pool: %w", err)
-		}
-		data, versions := verify.PostgresTables(*o.Postgres, o.ID)
-		return &verify.Postgres{DB: pool, Data: data, Versions: versions}, pool.Close, nil
+		return &verify.Postgres{DB: pool, Data: data, Versions: versions}, func() {}, nil
 	case o.S3 != nil:
 		r, err := verify.NewS3(deps.S3, *o.S3)
 		if err != nil {

@@ -417,3 +417,21 @@ func sqlStateClass(code string) deliver.Class {
 		return deliver.Transient
 	}
 }
+
+// Tables returns the tables of out that hold what an output has applied: the
+// data table (nil in mapping mode, whose documents span several tables) and
+// the versions table. Other packages (verify) read them under these names.
+func Tables(out config.PostgresOutput, outputID string) (data, versions pgx.Identifier, err error) {
+	n, err := resolveNames(out, outputID)
+	if err != nil {
+		return nil, nil, err
+	}
+	versions = pgx.Identifier{n.schema, n.table + versionsSuffix}
+	if out.Mapping != nil {
+		if out.Mapping.VersionsTable != "" {
+			versions = pgx.Identifier{n.schema, out.Mapping.VersionsTable}
+		}
+		return nil, versions, nil
+	}
+	return pgx.Identifier{n.schema, n.table}, versions, nil
+}

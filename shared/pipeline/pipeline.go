@@ -117,17 +117,7 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 	if j == nil {
 		return nil, fmt.Errorf("build poller: no job %q in the configuration", jobID)
 	}
-	opts := feed.Options{
-		SourceType: j.Source.Type, URL: j.Source.URL, Limit: j.Feed.Limit, Fetch: j.Feed.Fetch,
-		ActiveOnly: j.Feed.ActiveOnly, Channels: j.Feed.Channels,
-	}
-	if a := j.Source.Auth; a != nil {
-		var err error
-		if opts.Username, opts.Password, opts.Token, err = d.credentials(ctx, a); err != nil {
-			return nil, fmt.Errorf("build poller %s: source auth: %w", j.ID, err)
-		}
-	}
-	fc, err := feed.New(opts)
+	fc, err := d.Feed(ctx, j)
 	if err != nil {
 		return nil, fmt.Errorf("build poller %s: %w", j.ID, err)
 	}
@@ -159,6 +149,25 @@ func (d *Deps) now() time.Time {
 	return time.Now()
 }
 
+// Feed builds the feed client of a job, with its credentials resolved.
+func (d *Deps) Feed(ctx context.Context, j *config.Job) (*feed.Client, error) {
+	opts := feed.Options{
+		SourceType: j.Source.Type, URL: j.Source.URL, Limit: j.Feed.Limit, Fetch: j.Feed.Fetch,
+		ActiveOnly: j.Feed.ActiveOnly, Channels: j.Feed.Channels,
+	}
+	if a := j.Source.Auth; a != nil {
+		var err error
+		if opts.Username, opts.Password, opts.Token, err = d.credentials(ctx, a); err != nil {
+			return nil, fmt.Errorf("source auth of %s: %w", j.ID, err)
+		}
+	}
+	c, err := feed.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("source of %s: %w", j.ID, err)
+	}
+	return c, nil
+}
+
 // Writer builds the writer handler for every output of the configuration.
 func (d *Deps) Writer() *deliver.Handler {
 	return &deliver.Handler{
@@ -176,7 +185,7 @@ func (d *Deps) Sink(ctx context.Context, r config.Route) (deliver.Sink, error) {
 	o := r.Output
 	switch {
 	case o.Postgres != nil:
-		pool, err := d.pool(ctx, o.Postgres)
+		pool, err := d.Pool(ctx, o.Postgres)
 		if err != nil {
 			return nil, err
 		}
@@ -205,8 +214,9 @@ func (d *Deps) Sink(ctx context.Context, r config.Route) (deliver.Sink, error) {
 	return nil, fmt.Errorf("output %s has no settings", o.ID)
 }
 
-// pool returns one pgx pool per DSN for the life of the process.
-func (d *Deps) pool(ctx context.Context, pg *config.PostgresOutput) (*pgxpool.Pool, error) {
+// Pool returns one pgx pool per DSN for the life of the process (closed by
+// Close).
+func (d *Deps) Pool(ctx context.Context, pg *config.PostgresOutput) (*pgxpool.Pool, error) {
 	dsn, err := d.Secrets.Resolve(ctx, pg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("postgres dsn: %w", err)

@@ -64,9 +64,6 @@ type Poller struct {
 	// caught up (the last read returned nothing new); the local runtime's
 	// --until-idle uses it.
 	OnBatch func(caughtUp bool)
-	// AfterSend, when set, runs after a batch was queued and before its
-	// checkpoint is written (fault tests stop the process here).
-	AfterSend func()
 }
 
 // Invocation identifies one run.
@@ -389,9 +386,6 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 				p.count(metrics.DocumentsEnqueued, float64(st.Messages))
 				p.count(metrics.BytesEnqueued, float64(st.Bytes))
 				p.Metrics.Add(metrics.BatchSize, float64(len(changes)), metrics.Count)
-				if p.AfterSend != nil {
-					p.AfterSend()
-				}
 			}
 			seq := rows[len(rows)-1].Seq
 			last := stop == len(batch.Rows)

@@ -3,11 +3,8 @@ package verify
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/changes-worker/changes-worker/shared/config"
 )
 
 // Querier is the part of a pgx pool the PostgreSQL reader calls.
@@ -32,28 +29,6 @@ type Postgres struct {
 }
 
 var _ Output = (*Postgres)(nil)
-
-// PostgresTables names the tables of a PostgreSQL output the way the sink
-// does (after config defaults): the data table <schema>.<table> in document
-// mode, and the versions table <schema>.<table>_versions, or the mapping's
-// versions_table in mapping mode.
-func PostgresTables(out config.PostgresOutput, outputID string) (data, versions pgx.Identifier) {
-	schema, table := out.Schema, out.Table
-	if schema == "" {
-		schema = "public"
-	}
-	if table == "" {
-		table = strings.ReplaceAll(outputID, "-", "_")
-	}
-	versions = pgx.Identifier{schema, table + "_versions"}
-	if out.Mapping != nil {
-		if out.Mapping.VersionsTable != "" {
-			versions = pgx.Identifier{schema, out.Mapping.VersionsTable}
-		}
-		return nil, versions
-	}
-	return pgx.Identifier{schema, table}, versions
-}
 
 // Scan reads every document the output holds or records inconsistently.
 func (p *Postgres) Scan(ctx context.Context, fn func(Doc) error) error {

@@ -45,7 +45,10 @@ func TestPostgresDocumentMode(t *testing.T) {
 	if err := sink.CreateTables(ctx); err != nil {
 		t.Fatal(err)
 	}
-	data, versions := PostgresTables(out, "out-1")
+	data, versions, err := pgsink.Tables(out, "out-1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -101,7 +104,10 @@ func TestPostgresMappingMode(t *testing.T) {
 	pool := testenv.Postgres(t)
 	name := strings.ReplaceAll(testenv.Name(t), "-", "_") + "_v"
 	out := config.PostgresOutput{Table: "unused", Mapping: &config.Mapping{VersionsTable: name}}
-	data, versions := PostgresTables(out, "out-1")
+	data, versions, err := pgsink.Tables(out, "out-1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if data != nil || versions.Sanitize() != (pgx.Identifier{"public", name}).Sanitize() {
 		t.Fatalf("tables %v %v", data, versions)
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -177,29 +176,6 @@ func TestCompare(t *testing.T) {
 				if rep.Counts[k] != n {
 					t.Errorf("Counts[%s] = %d, want %d", k, rep.Counts[k], n)
 				}
-			}
-		})
-	}
-}
-
-func TestPostgresTables(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name           string
-		out            config.PostgresOutput
-		data, versions pgx.Identifier
-	}{
-		{"document mode", config.PostgresOutput{Schema: "s", Table: "t"}, pgx.Identifier{"s", "t"}, pgx.Identifier{"s", "t_versions"}},
-		{"defaults", config.PostgresOutput{}, pgx.Identifier{"public", "my_out"}, pgx.Identifier{"public", "my_out_versions"}},
-		{"mapping mode", config.PostgresOutput{Schema: "s", Table: "t", Mapping: &config.Mapping{}}, nil, pgx.Identifier{"s", "t_versions"}},
-		{"mapping with its own versions table", config.PostgresOutput{Schema: "s", Table: "t", Mapping: &config.Mapping{VersionsTable: "v"}}, nil, pgx.Identifier{"s", "v"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			data, versions := PostgresTables(tt.out, "my-out")
-			if diff := cmp.Diff([]pgx.Identifier{tt.data, tt.versions}, []pgx.Identifier{data, versions}); diff != "" {
-				t.Errorf("tables (-want +got):\n%s", diff)
 			}
 		})
 	}

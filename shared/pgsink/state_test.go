@@ -87,13 +87,7 @@ func TestStateDocumentMode(t *testing.T) {
 		"no-version":        {ID: "no-version", Rev: "1-no-version", Held: true, Problem: "data row without a versions row"},
 		"deletion-recorded": {ID: "deletion-recorded", Version: v(1, 6), Rev: "1-deletion-recorded", Held: true, Deleted: true, Problem: `versions table records a deletion (rev "1-deletion-recorded")`},
 	}
-	got := map[string]deliver.Stored{}
-	if err := st.Scan(ctx, func(d deliver.Stored) error {
-		got[d.ID] = d
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	got := delivertest.ScanAll(t, st)
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(deliver.Stored{}, "Digest")); diff != "" {
 		t.Errorf("Scan (-want +got):\n%s", diff)
 	}
@@ -217,23 +211,12 @@ func TestStateBody(t *testing.T) {
 
 func TestNewStateErrors(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		db   Querier
-		out  config.PostgresOutput
-		want string
-	}{
-		{"no db", nil, config.PostgresOutput{Table: "t"}, "db is nil"},
-		{"table too long", noQueries{}, config.PostgresOutput{Table: strings.Repeat("t", 60)}, "longer than"},
+	if _, err := NewState(nil, config.PostgresOutput{Table: "t"}, "out-1"); err == nil || !strings.Contains(err.Error(), "db is nil") {
+		t.Errorf("NewState without a db: error %v", err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := NewState(tt.db, tt.out, "out-1")
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("NewState error = %v, want one mentioning %q", err, tt.want)
-			}
-		})
+	long := config.PostgresOutput{Table: strings.Repeat("t", 60)}
+	if _, err := NewState(noQueries{}, long, "out-1"); err == nil || !strings.Contains(err.Error(), "longer than") {
+		t.Errorf("NewState of a table too long: error %v", err)
 	}
 }
 

@@ -88,11 +88,7 @@ func (d *Deps) postgresState(ctx context.Context, o *config.Output) (verify.Outp
 	if err != nil {
 		return nil, err
 	}
-	st, err := pgsink.NewState(pool, *o.Postgres, o.ID)
-	if err != nil {
-		return nil, err
-	}
-	return st, nil
+	return asOutput(pgsink.NewState(pool, *o.Postgres, o.ID))
 }
 
 func (d *Deps) httpSink(ctx context.Context, o *config.Output) (deliver.Sink, error) {
@@ -111,7 +107,12 @@ func (d *Deps) s3Sink(_ context.Context, o *config.Output) (deliver.Sink, error)
 }
 
 func (d *Deps) s3State(_ context.Context, o *config.Output) (verify.Output, error) {
-	st, err := s3sink.NewState(d.S3, *o.S3)
+	return asOutput(s3sink.NewState(d.S3, *o.S3))
+}
+
+// asOutput returns st as a verify.Output, nil on an error (never an
+// interface holding a nil pointer).
+func asOutput[T verify.Output](st T, err error) (verify.Output, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -99,24 +99,24 @@ type place struct {
 // KeyTemplate defaults to "{doc_id}.json". The prefix and template may not
 // start with '/' or contain ".." or "//", so no key can leave the prefix.
 func New(client S3API, out config.S3Output) (*Sink, error) {
-	var errs []error
-	if client == nil {
-		errs = append(errs, errors.New("client is nil"))
-	}
-	p, perrs := newPlace(out)
-	if err := errors.Join(append(errs, perrs...)...); err != nil {
+	p, err := newPlace(out, client != nil)
+	if err != nil {
 		return nil, fmt.Errorf("new s3 sink: %w", err)
 	}
 	return &Sink{client: client, place: p}, nil
 }
 
-// newPlace resolves and checks the place of out, reporting every problem.
-func newPlace(out config.S3Output) (place, []error) {
+// newPlace resolves and checks the place of out, for a reader or writer
+// that has a client or not, reporting every problem at once.
+func newPlace(out config.S3Output, hasClient bool) (place, error) {
 	s := place{bucket: out.Bucket, prefix: out.Prefix, tmpl: out.KeyTemplate}
 	if s.tmpl == "" {
 		s.tmpl = DefaultKeyTemplate
 	}
 	var errs []error
+	if !hasClient {
+		errs = append(errs, errors.New("client is nil"))
+	}
 	if s.bucket == "" {
 		errs = append(errs, errors.New("bucket is empty"))
 	}
@@ -132,7 +132,7 @@ func newPlace(out config.S3Output) (place, []error) {
 	case strings.ContainsFunc(whole, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		errs = append(errs, fmt.Errorf("prefix and key template %q must not contain control characters", whole))
 	}
-	return s, errs
+	return s, errors.Join(errs...)
 }
 
 // EscapeID returns the document id as a key component that holds no '/' and
@@ -272,15 +272,10 @@ func (s *Sink) head(ctx context.Context, key string) (object, error) {
 	return s.headObject(ctx, s.client, key)
 }
 
-// headAPI is the call headObject makes.
-type headAPI interface {
-	HeadObject(ctx context.Context, in *s3.HeadObjectInput, optFns ...func(*s3.Options)) (*s3.HeadObjectOutput, error)
-}
-
 // headObject reads the version stored on key. An object without a readable
 // version (not written by this sink) counts as version zero, older than any
 // change.
-func (s place) headObject(ctx context.Context, client headAPI, key string) (object, error) {
+func (s place) headObject(ctx context.Context, client s3.HeadObjectAPIClient, key string) (object, error) {
 	out, err := client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
 	if err != nil {
 		var nf *types.NotFound

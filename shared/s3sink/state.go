@@ -21,8 +21,8 @@ import (
 
 // StateAPI is the part of the S3 client the state reader calls.
 type StateAPI interface {
-	ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input, optFns ...func(*s3.Options)) (*s3.ListObjectsV2Output, error)
-	HeadObject(ctx context.Context, in *s3.HeadObjectInput, optFns ...func(*s3.Options)) (*s3.HeadObjectOutput, error)
+	s3.HeadObjectAPIClient
+	s3.ListObjectsV2APIClient
 	GetObject(ctx context.Context, in *s3.GetObjectInput, optFns ...func(*s3.Options)) (*s3.GetObjectOutput, error)
 }
 
@@ -50,12 +50,8 @@ type State struct {
 // NewState returns the state reader of out, whose keys are named as New
 // names them.
 func NewState(client StateAPI, out config.S3Output) (*State, error) {
-	var errs []error
-	if client == nil {
-		errs = append(errs, errors.New("client is nil"))
-	}
-	p, perrs := newPlace(out)
-	if err := errors.Join(append(errs, perrs...)...); err != nil {
+	p, err := newPlace(out, client != nil)
+	if err != nil {
 		return nil, fmt.Errorf("new s3 state reader: %w", err)
 	}
 	return &State{client: client, place: p}, nil

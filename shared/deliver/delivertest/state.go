@@ -59,7 +59,7 @@ func RunState(t *testing.T, h StateHarness) {
 			"c":              {ID: "c", Version: V(2, 1), Rev: "2-c", Held: true},
 			"with/slash ünï": {ID: "with/slash ünï", Version: V(1, 5), Rev: "1-s", Held: true},
 		}
-		scanned := scanState(t, st)
+		scanned := ScanAll(t, st)
 		ignoreDigest := cmpopts.IgnoreFields(deliver.Stored{}, "Digest")
 		if diff := cmp.Diff(want, scanned, ignoreDigest); diff != "" {
 			t.Errorf("Scan (-want +got):\n%s", diff)
@@ -103,7 +103,7 @@ func RunState(t *testing.T, h StateHarness) {
 	t.Run("an empty output holds nothing", func(t *testing.T) {
 		t.Parallel()
 		_, st := h.New(t)
-		if got := scanState(t, st); len(got) != 0 {
+		if got := ScanAll(t, st); len(got) != 0 {
 			t.Errorf("Scan of an empty output: %v", got)
 		}
 		got, err := st.Lookup(t.Context(), []string{"a"})
@@ -142,7 +142,9 @@ func RunState(t *testing.T, h StateHarness) {
 	})
 }
 
-func scanState(t *testing.T, st StateReader) map[string]deliver.Stored {
+// ScanAll returns what st.Scan lists, by document id, failing the test on an
+// error or a document listed twice.
+func ScanAll(t *testing.T, st StateReader) map[string]deliver.Stored {
 	t.Helper()
 	got := map[string]deliver.Stored{}
 	err := st.Scan(t.Context(), func(d deliver.Stored) error {

@@ -420,7 +420,8 @@ func sqlStateClass(code string) deliver.Class {
 
 // Tables returns the tables of out that hold what an output has applied: the
 // data table (nil in mapping mode, whose documents span several tables) and
-// the versions table. Other packages (verify) read them under these names.
+// the versions table, for code that must name them (tests that drop or
+// tamper with them). What an output holds is read through State.
 func Tables(out config.PostgresOutput, outputID string) (data, versions pgx.Identifier, err error) {
 	n, err := resolveNames(out, outputID)
 	if err != nil {

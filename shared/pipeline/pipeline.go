@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -25,12 +24,9 @@ import (
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
-	"github.com/changes-worker/changes-worker/shared/httpsink"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/metrics"
-	"github.com/changes-worker/changes-worker/shared/pgsink"
 	"github.com/changes-worker/changes-worker/shared/poll"
-	"github.com/changes-worker/changes-worker/shared/s3sink"
 	"github.com/changes-worker/changes-worker/shared/secret"
 )
 
@@ -182,36 +178,11 @@ func (d *Deps) Writer() *deliver.Handler {
 
 // Sink opens the sink of one route.
 func (d *Deps) Sink(ctx context.Context, r config.Route) (deliver.Sink, error) {
-	o := r.Output
-	switch {
-	case o.Postgres != nil:
-		pool, err := d.Pool(ctx, o.Postgres)
-		if err != nil {
-			return nil, err
-		}
-		s, err := pgsink.New(pool, *o.Postgres, o.ID)
-		if err != nil {
-			return nil, err
-		}
-		if o.Postgres.CreateTables {
-			if err := s.CreateTables(ctx); err != nil {
-				return nil, err
-			}
-		}
-		return s, nil
-	case o.HTTP != nil:
-		var creds httpsink.Credentials
-		if a := o.HTTP.Auth; a != nil {
-			var err error
-			if creds.Username, creds.Password, creds.Token, err = d.credentials(ctx, a); err != nil {
-				return nil, fmt.Errorf("http auth: %w", err)
-			}
-		}
-		return httpsink.New(*o.HTTP, creds, &http.Client{})
-	case o.S3 != nil:
-		return s3sink.New(d.S3, *o.S3)
+	impl, err := d.implementation(r.Output)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("output %s has no settings", o.ID)
+	return impl.sink(ctx, r.Output)
 }
 
 // Pool returns one pgx pool per DSN for the life of the process (closed by

@@ -160,7 +160,7 @@ func Decode(m sqstypes.Message) Message {
 	}
 	out.Receives, _ = strconv.Atoi(m.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
 
-	out.Failure = failure.Parse(failure.Values(m.MessageAttributes))
+	out.Failure = failure.Parse(failure.SQSValues(m.MessageAttributes))
 
 	var env change.Envelope
 	if err := json.Unmarshal([]byte(out.body), &env); err != nil {

@@ -406,11 +406,7 @@ func (c *copyRun) drained(ctx context.Context) (bool, error) {
 // batch moves one received batch (see Redriver for the steps).
 func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time) error {
 	r := c.r
-	ids := make([]string, len(msgs))
-	for i, m := range msgs {
-		ids[i] = m.ID
-	}
-	entries, err := r.Journal.Lookup(ctx, ids)
+	entries, err := r.Journal.Lookup(ctx, messageIDs(msgs))
 	if err != nil {
 		return err
 	}
@@ -448,11 +444,7 @@ func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time)
 
 	var accepted []Message
 	if len(send) > 0 {
-		sendIDs := make([]string, len(send))
-		for i, m := range send {
-			sendIDs[i] = m.ID
-		}
-		if err := r.Journal.Mark(ctx, sendIDs, Sending, nil); err != nil {
+		if err := r.Journal.Mark(ctx, messageIDs(send), Sending, nil); err != nil {
 			return err
 		}
 		var workIDs map[string]string
@@ -461,11 +453,7 @@ func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time)
 			return err
 		}
 		if len(accepted) > 0 {
-			accIDs := make([]string, len(accepted))
-			for i, m := range accepted {
-				accIDs[i] = m.ID
-			}
-			if err := r.Journal.Mark(ctx, accIDs, Sent, workIDs); err != nil {
+			if err := r.Journal.Mark(ctx, messageIDs(accepted), Sent, workIDs); err != nil {
 				return err
 			}
 		}
@@ -515,6 +503,15 @@ func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time)
 		r.Progress(done, max(c.total, done))
 	}
 	return nil
+}
+
+// messageIDs returns the DLQ message ids of msgs.
+func messageIDs(msgs []Message) []string {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return ids
 }
 
 // send sends messages to the work queue and returns those it accepted, with

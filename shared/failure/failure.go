@@ -94,7 +94,7 @@ func (r Record) Attributes() map[string]sqstypes.MessageAttributeValue {
 }
 
 // Parse reads a Record from a message's attribute values by name (see
-// Values). A missing or malformed value leaves its field zero.
+// Values and SQSValues). A missing or malformed value leaves its field zero.
 func Parse(values map[string]string) Record {
 	at := func(k string) time.Time {
 		t, _ := time.Parse(time.RFC3339Nano, values[k])
@@ -110,15 +110,23 @@ func Parse(values map[string]string) Record {
 	return r
 }
 
-// Values returns the string values of SQS message attributes by name.
-func Values(attrs map[string]sqstypes.MessageAttributeValue) map[string]string {
+// Values returns the string values of message attributes by name, whatever
+// their type: the SDK's sqstypes.MessageAttributeValue or the Lambda event's
+// attribute, with stringValue reading the value of one (nil for a binary
+// attribute, which is left out).
+func Values[A any](attrs map[string]A, stringValue func(A) *string) map[string]string {
 	out := make(map[string]string, len(attrs))
-	for k, v := range attrs {
-		if v.StringValue != nil {
-			out[k] = *v.StringValue
+	for k, a := range attrs {
+		if v := stringValue(a); v != nil {
+			out[k] = *v
 		}
 	}
 	return out
+}
+
+// SQSValues is Values of the SDK's message attributes.
+func SQSValues(attrs map[string]sqstypes.MessageAttributeValue) map[string]string {
+	return Values(attrs, func(a sqstypes.MessageAttributeValue) *string { return a.StringValue })
 }
 
 // clip makes s a valid SQS attribute value of at most max bytes: valid

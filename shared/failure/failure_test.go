@@ -33,7 +33,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := Parse(Values(tt.in.Attributes()))
+			got := Parse(SQSValues(tt.in.Attributes()))
 			if d := cmp.Diff(tt.in, got); d != "" {
 				t.Errorf("Parse(Attributes()) (-want +got):\n%s", d)
 			}
@@ -149,13 +149,13 @@ func TestParse(t *testing.T) {
 
 func TestValues(t *testing.T) {
 	t.Parallel()
-	got := Values(map[string]sqstypes.MessageAttributeValue{
+	got := SQSValues(map[string]sqstypes.MessageAttributeValue{
 		"a": {DataType: aws.String("String"), StringValue: aws.String("x")},
 		"n": {DataType: aws.String("Number"), StringValue: aws.String("3")},
 		"b": {DataType: aws.String("Binary"), BinaryValue: []byte{1}},
 	})
 	if d := cmp.Diff(map[string]string{"a": "x", "n": "3"}, got); d != "" {
-		t.Errorf("Values (-want +got):\n%s", d)
+		t.Errorf("SQSValues (-want +got):\n%s", d)
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -270,16 +269,7 @@ func (r *Runtime) invoke(ctx context.Context, h *writer.Handler, q queue, msgs [
 		r.Log.Error("writer invocation failed; batch will be retried", "queue", q.name, "error", err)
 		return
 	}
-	failed := map[string]bool{}
-	for _, f := range resp.BatchItemFailures {
-		failed[f.ItemIdentifier] = true
-	}
-	var del []sqstypes.DeleteMessageBatchRequestEntry
-	for i, m := range msgs {
-		if !failed[aws.ToString(m.MessageId)] {
-			del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
-		}
-	}
+	del := writer.DeleteEntries(msgs, resp)
 	if len(del) == 0 {
 		return
 	}

@@ -1,6 +1,8 @@
 package writer
 
 import (
+	"strconv"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -26,6 +28,25 @@ func Event(queueARN, region string, msgs []sqstypes.Message) events.SQSEvent {
 		}
 	}
 	return ev
+}
+
+// DeleteEntries returns the messages of an invocation that resp does not
+// report failed, as DeleteMessageBatch entries (ids are the messages'
+// positions in msgs): what the event source mapping deletes from the queue
+// once the handler returned resp. The others stay, to be received again
+// after their visibility timeout.
+func DeleteEntries(msgs []sqstypes.Message, resp events.SQSEventResponse) []sqstypes.DeleteMessageBatchRequestEntry {
+	failed := make(map[string]bool, len(resp.BatchItemFailures))
+	for _, f := range resp.BatchItemFailures {
+		failed[f.ItemIdentifier] = true
+	}
+	var del []sqstypes.DeleteMessageBatchRequestEntry
+	for i, m := range msgs {
+		if !failed[aws.ToString(m.MessageId)] {
+			del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+		}
+	}
+	return del
 }
 
 // messageAttributes converts SQS message attributes to their Lambda event form.

@@ -375,7 +375,7 @@ func (h *Handler) toDLQ(ctx context.Context, r config.Route, it *item, attempts 
 		rec.DocID = it.env.DocID
 	}
 	// A message redriven from the DLQ carries its earlier failure history.
-	rec = rec.After(failure.Parse(attributeValues(it.rec.MessageAttributes)))
+	rec = rec.After(failure.Parse(failure.Values(it.rec.MessageAttributes, eventStringValue)))
 	attrs := rec.Attributes()
 	in := &sqs.SendMessageInput{QueueUrl: &url, MessageBody: aws.String(it.rec.Body), MessageAttributes: attrs}
 	if r.Output.FIFO() {
@@ -452,13 +452,4 @@ func queueName(arn string) string {
 	return arn
 }
 
-// attributeValues returns the string values of a record's message attributes.
-func attributeValues(attrs map[string]events.SQSMessageAttribute) map[string]string {
-	out := make(map[string]string, len(attrs))
-	for k, v := range attrs {
-		if v.StringValue != nil {
-			out[k] = *v.StringValue
-		}
-	}
-	return out
-}
+func eventStringValue(a events.SQSMessageAttribute) *string { return a.StringValue }

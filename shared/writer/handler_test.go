@@ -226,7 +226,7 @@ func TestRedrivenFailureKeepsHistory(t *testing.T) {
 	if len(resp.BatchItemFailures) != 0 || len(q.sent) != 1 {
 		t.Fatalf("failures %v, %d sent to the DLQ; want the message dead-lettered", resp.BatchItemFailures, len(q.sent))
 	}
-	got := failure.Parse(failure.Values(q.sent[0].MessageAttributes))
+	got := failure.Parse(failure.SQSValues(q.sent[0].MessageAttributes))
 	want := failure.Record{Class: "permanent", Reason: "http_status", Error: "permanent http_status (http 422): unprocessable",
 		HTTPStatus: 422, Attempts: 2 + 3, FirstAt: firstFailed, LastAt: now, Job: "j", Output: "o", DocID: "a"}
 	if d := cmp.Diff(want, got); d != "" {

@@ -103,16 +103,7 @@ func (c *Collector) deliver(ctx context.Context, msgs []sqstypes.Message) {
 		c.fail("writer: %v", err)
 		return // the messages come back after their visibility timeout
 	}
-	failed := map[string]bool{}
-	for _, f := range resp.BatchItemFailures {
-		failed[f.ItemIdentifier] = true
-	}
-	var del []sqstypes.DeleteMessageBatchRequestEntry
-	for i, m := range msgs {
-		if !failed[aws.ToString(m.MessageId)] {
-			del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
-		}
-	}
+	del := writer.DeleteEntries(msgs, resp)
 	if len(del) == 0 {
 		return
 	}

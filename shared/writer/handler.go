@@ -60,9 +60,9 @@ type Handler struct {
 	Metrics io.Writer   // EMF destination
 	Now     clock.Clock // failure times and end-to-end latency; zero: the system clock
 
+	sinks sync.Map // "job/output" -> deliver.Sink
+	urls  sync.Map // queue name -> URL
 	mu    sync.Mutex
-	sinks map[string]deliver.Sink
-	urls  map[string]string
 	stats map[string]*Stats
 }
 
@@ -330,27 +330,16 @@ func (h *Handler) resolve(ctx context.Context, env *change.Envelope) *deliver.Er
 
 func (h *Handler) sink(ctx context.Context, r config.Route) (deliver.Sink, error) {
 	key := r.Job.ID + "/" + r.Output.ID
-	h.mu.Lock()
-	s, ok := h.sinks[key]
-	h.mu.Unlock()
-	if ok {
-		return s, nil
+	if s, ok := h.sinks.Load(key); ok {
+		return s.(deliver.Sink), nil
 	}
 	s, err := h.Sinks(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("open output %s: %w", key, err)
 	}
-	h.mu.Lock()
-	if h.sinks == nil {
-		h.sinks = map[string]deliver.Sink{}
-	}
-	if prev, ok := h.sinks[key]; ok {
-		s = prev
-	} else {
-		h.sinks[key] = s
-	}
-	h.mu.Unlock()
-	return s, nil
+	// Two batches may open the same output at once: the first one kept wins.
+	kept, _ := h.sinks.LoadOrStore(key, s)
+	return kept.(deliver.Sink), nil
 }
 
 // toDLQ sends the original body to the route's DLQ with the failure reason in
@@ -394,23 +383,16 @@ func (h *Handler) toDLQ(ctx context.Context, r config.Route, it *item, attempts 
 
 // queueURL resolves a queue name to its URL once per process.
 func (h *Handler) queueURL(ctx context.Context, name string) (string, error) {
-	h.mu.Lock()
-	u, ok := h.urls[name]
-	h.mu.Unlock()
-	if ok {
-		return u, nil
+	if u, ok := h.urls.Load(name); ok {
+		return u.(string), nil
 	}
 	out, err := h.SQS.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name})
 	if err != nil {
 		return "", fmt.Errorf("get queue url %s: %w", name, err)
 	}
-	h.mu.Lock()
-	if h.urls == nil {
-		h.urls = map[string]string{}
-	}
-	h.urls[name] = aws.ToString(out.QueueUrl)
-	h.mu.Unlock()
-	return aws.ToString(out.QueueUrl), nil
+	u := aws.ToString(out.QueueUrl)
+	h.urls.Store(name, u)
+	return u, nil
 }
 
 // pace sets the visibility of a transiently failed message to an exponential

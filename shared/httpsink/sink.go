@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -208,10 +209,16 @@ func authFunc(a *config.Auth, creds Credentials) (func(*http.Request), error) {
 	}
 }
 
+// errOffOrigin marks a redirect to another scheme, host or port.
+var errOffOrigin = errors.New("follow_redirects follows only to the same scheme, host and port")
+
 // checkRedirect never follows a redirect unless follow is set, so the 3xx
 // comes back as the response (and fails permanently). When following, only
 // 307 and 308 are followed: Go turns a PUT redirected by 301, 302 or 303
-// into a GET, whose 200 would pass for a delivery that never happened.
+// into a GET, whose 200 would pass for a delivery that never happened. And
+// only to the origin of the first request (same scheme, host and port):
+// Go keeps custom headers and the body on any redirect, and Authorization
+// on a change of scheme or port, so elsewhere would receive them.
 func checkRedirect(follow bool) func(*http.Request, []*http.Request) error {
 	return func(req *http.Request, via []*http.Request) error {
 		if !follow || len(via) >= maxRedirects {
@@ -220,8 +227,22 @@ func checkRedirect(follow bool) func(*http.Request, []*http.Request) error {
 		if req.Response != nil && req.Response.StatusCode != http.StatusTemporaryRedirect && req.Response.StatusCode != http.StatusPermanentRedirect {
 			return http.ErrUseLastResponse
 		}
+		if origin(req.URL) != origin(via[0].URL) {
+			return fmt.Errorf("redirect to %s refused: %w", origin(req.URL), errOffOrigin)
+		}
 		return nil
 	}
+}
+
+// origin returns scheme://host:port of u, lowercase, with the scheme's
+// default port made explicit.
+func origin(u *url.URL) string {
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[scheme]
+	}
+	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
 
 // EscapeID returns the document id as one URL path segment: url.PathEscape,
@@ -283,6 +304,19 @@ func (s *Sink) send(ctx context.Context, c *change.Envelope) error {
 	where := req.Method + " " + redact(req.URL)
 
 	resp, err := s.client.Do(req)
+	if errors.Is(err, errOffOrigin) && resp != nil {
+		resp.Body.Close()
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return &deliver.Error{
+			Class:      deliver.Permanent,
+			Reason:     "redirect_refused",
+			HTTPStatus: resp.StatusCode,
+			Err:        fmt.Errorf("send change: %s: status %d: %w", where, resp.StatusCode, err),
+		}
+	}
 	if err != nil {
 		// *url.Error prints the whole URL; its query may hold an API key.
 		var uerr *url.Error

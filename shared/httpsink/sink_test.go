@@ -706,3 +706,100 @@ func TestHeaderValue(t *testing.T) {
 		}
 	}
 }
+
+// TestRedirectsStayOnOrigin follows a redirect only to the same scheme, host
+// and port: anywhere else the credentials, the custom headers and the body
+// would go to a peer the output never named. Such a change fails for good,
+// with a reason, and the other peer sees nothing.
+func TestRedirectsStayOnOrigin(t *testing.T) {
+	t.Parallel()
+	// hit is what the other peer received; never the values themselves.
+	type hit struct {
+		Authorization, Custom bool
+		BodyBytes             int
+	}
+	// elsewhere records every request it gets.
+	elsewhere := func(t *testing.T) (*httptest.Server, func() []hit) {
+		var mu sync.Mutex
+		var hits []hit
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			hits = append(hits, hit{Authorization: r.Header.Get("Authorization") != "", Custom: r.Header.Get("X-Source") != "", BodyBytes: len(b)})
+			mu.Unlock()
+		}))
+		t.Cleanup(srv.Close)
+		return srv, func() []hit {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]hit(nil), hits...)
+		}
+	}
+	redirector := func(target string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Location", target+r.URL.EscapedPath())
+			w.WriteHeader(http.StatusTemporaryRedirect)
+		})
+	}
+	port := func(srv *httptest.Server) string {
+		u, _ := url.Parse(srv.URL)
+		return u.Port()
+	}
+	tests := []struct {
+		name  string
+		start func(t *testing.T, target *httptest.Server) *httptest.Server
+	}{
+		{
+			name: "https to http on another port",
+			start: func(t *testing.T, target *httptest.Server) *httptest.Server {
+				srv := httptest.NewTLSServer(redirector("http://127.0.0.1:" + port(target)))
+				t.Cleanup(srv.Close)
+				return srv
+			},
+		},
+		{
+			name: "same scheme and host, another port",
+			start: func(t *testing.T, target *httptest.Server) *httptest.Server {
+				srv := httptest.NewServer(redirector("http://127.0.0.1:" + port(target)))
+				t.Cleanup(srv.Close)
+				return srv
+			},
+		},
+		{
+			name: "another host",
+			start: func(t *testing.T, target *httptest.Server) *httptest.Server {
+				srv := httptest.NewServer(redirector("http://localhost:" + port(target)))
+				t.Cleanup(srv.Close)
+				return srv
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			other, hits := elsewhere(t)
+			origin := tt.start(t, other)
+			out := config.HTTPOutput{
+				URL: origin.URL + "/docs/{doc_id}", FollowRedirects: true,
+				Auth:    &config.Auth{Type: "bearer"},
+				Headers: map[string]string{"X-Source": "test"},
+			}
+			s, err := New(out, Credentials{Token: "t0ken"}, origin.Client())
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			c := live("a", "1-a", v(1, 1))
+			err = s.Apply(t.Context(), []*change.Envelope{c})[0]
+			e := deliver.Classify(err)
+			if err == nil || e.Class != deliver.Permanent || e.Reason != "redirect_refused" || e.HTTPStatus != http.StatusTemporaryRedirect {
+				t.Errorf("got %v, want a permanent redirect_refused failure with status 307", err)
+			}
+			if err != nil && !strings.Contains(err.Error(), "same scheme, host and port") {
+				t.Errorf("error %q does not say which redirects are followed", err)
+			}
+			if got := hits(); len(got) > 0 {
+				t.Errorf("the redirect target received %d request(s), first %+v; want none", len(got), got[0])
+			}
+		})
+	}
+}

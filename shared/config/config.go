@@ -10,8 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -204,14 +207,81 @@ type PostgresOutput struct {
 
 // HTTPOutput sends documents to a REST endpoint.
 type HTTPOutput struct {
-	// URL is a template; {doc_id} is replaced by the path-escaped document id.
+	// URL is a template; {doc_id} is replaced by the path-escaped document id,
+	// {secret} (in the path or query) by the value URLSecret points at. Errors
+	// and logs show the template, never the URL built from it.
 	URL string `json:"url"`
+	// URLSecret is the part of the URL that is a credential (a webhook token),
+	// by reference; required exactly when URL holds {secret}.
+	URLSecret *SecretRef `json:"url_secret,omitempty"`
 	// Method is PUT (default), POST or PATCH; tombstones use DELETE.
-	Method          string            `json:"method"`
-	Headers         map[string]string `json:"headers,omitempty"`
-	Auth            *Auth             `json:"auth,omitempty"`
-	Timeout         Duration          `json:"timeout"`
-	FollowRedirects bool              `json:"follow_redirects"`
+	Method string `json:"method"`
+	// Headers are sent with every request. A header whose name looks like a
+	// credential (CredentialName) must be a secret reference.
+	Headers         map[string]HeaderValue `json:"headers,omitempty"`
+	Auth            *Auth                  `json:"auth,omitempty"`
+	Timeout         Duration               `json:"timeout"`
+	FollowRedirects bool                   `json:"follow_redirects"`
+}
+
+// HeaderValue is the value of a configured header: literal text for what is
+// not secret ("X-Source": "demo"), or a secret reference ({"env": ...} or
+// {"secret": ...}) resolved when the writer starts. Exactly one of Value and
+// Ref is set.
+type HeaderValue struct {
+	Value string
+	Ref   *SecretRef
+}
+
+// UnmarshalJSON reads a string or a secret reference object; unknown keys
+// in the object are errors.
+func (h *HeaderValue) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '{' {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		var r SecretRef
+		if err := dec.Decode(&r); err != nil {
+			return fmt.Errorf("decode header reference: %w", err)
+		}
+		*h = HeaderValue{Ref: &r}
+		return nil
+	}
+	var v string
+	if err := json.Unmarshal(b, &v); err != nil {
+		return errors.New(`decode header: a header value is a string or a secret reference ({"env": ...} or {"secret": ...})`)
+	}
+	*h = HeaderValue{Value: v}
+	return nil
+}
+
+// MarshalJSON writes the reference object, or the literal string.
+func (h HeaderValue) MarshalJSON() ([]byte, error) {
+	if h.Ref != nil {
+		return json.Marshal(h.Ref)
+	}
+	return json.Marshal(h.Value)
+}
+
+// credentialWords mark header and query parameter names that carry
+// credentials: "X-Api-Key", "Cookie", "Proxy-Authorization", "X-Auth-Token",
+// "X-Client-Secret", "access_token", ...
+var credentialWords = []string{"auth", "cookie", "token", "secret", "key", "pass", "pwd", "session", "signature", "credential"}
+
+// credentialParams are short query parameter names of well-known signed or
+// keyed URLs (SAS "sig", function "code").
+var credentialParams = []string{"sig", "code"}
+
+// CredentialName reports whether a header or query parameter of this name
+// looks like it carries a credential, so that its value may only be given
+// by reference. The match is deliberately broad (any name containing "auth",
+// "cookie", "token", "secret", "key", "pass", "pwd", "session", "signature"
+// or "credential", case-insensitive): a false positive costs a reference, a
+// false negative a credential in plain text.
+func CredentialName(name string) bool {
+	n := strings.ToLower(name)
+	return slices.ContainsFunc(credentialWords, func(w string) bool { return strings.Contains(n, w) }) ||
+		slices.Contains(credentialParams, n)
 }
 
 // S3Output writes one JSON object per document.
@@ -577,8 +647,10 @@ func (pg *PostgresOutput) validate(p string) []error {
 
 func (h *HTTPOutput) validate(p string) []error {
 	var errs []error
-	if err := checkURL(strings.ReplaceAll(h.URL, "{doc_id}", "x")); err != nil {
+	if err := checkURL(strings.NewReplacer("{doc_id}", "x", "{secret}", "x").Replace(h.URL)); err != nil {
 		errs = append(errs, fmt.Errorf("%s.url: %w", p, err))
+	} else {
+		errs = append(errs, h.validateURLTemplate(p)...)
 	}
 	switch h.Method {
 	case "PUT", "POST", "PATCH":
@@ -591,12 +663,70 @@ func (h *HTTPOutput) validate(p string) []error {
 	if t := h.Timeout.D(); t <= 0 || t > 5*time.Minute {
 		errs = append(errs, fmt.Errorf("%s.timeout: %s must be between 0 and 5m", p, t))
 	}
-	for k := range h.Headers {
-		if strings.EqualFold(k, "authorization") {
-			errs = append(errs, fmt.Errorf("%s.headers: Authorization must be set through auth, by reference", p))
+	names := slices.Sorted(maps.Keys(h.Headers))
+	for _, k := range names {
+		v, hp := h.Headers[k], fmt.Sprintf("%s.headers[%s]", p, k)
+		switch {
+		case !validHeaderName(k):
+			errs = append(errs, fmt.Errorf("%s: the name must be an HTTP token (letters, digits and !#$%%&'*+-.^_`|~)", hp))
+		case strings.EqualFold(k, "authorization"):
+			errs = append(errs, fmt.Errorf("%s: set Authorization through auth (basic or bearer), by reference", hp))
+		case v.Ref != nil:
+			if err := v.Ref.validate(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", hp, err))
+			}
+		case CredentialName(k):
+			errs = append(errs, fmt.Errorf(`%s: looks like a credential: give it as a secret reference ({"env": ...} or {"secret": ...}), never the value`, hp))
+		case strings.ContainsFunc(v.Value, func(r rune) bool { return (r < 0x20 && r != '\t') || r == 0x7f }):
+			errs = append(errs, fmt.Errorf("%s: the value holds control characters", hp))
 		}
 	}
 	return errs
+}
+
+// validateURLTemplate checks where {secret} is, that url_secret comes with
+// it, and that no query parameter that looks like a credential has a
+// literal value. Errors never quote the template's query.
+func (h *HTTPOutput) validateURLTemplate(p string) []error {
+	var errs []error
+	rest, query, _ := strings.Cut(h.URL, "?")
+	_, afterScheme, _ := strings.Cut(rest, "://")
+	host, _, _ := strings.Cut(afterScheme, "/")
+	hasSecret := strings.Contains(h.URL, "{secret}")
+	switch {
+	case strings.Contains(host, "{secret}") || strings.Contains(host, "{doc_id}"):
+		errs = append(errs, fmt.Errorf("%s.url: {doc_id} and {secret} may only appear in the path or query", p))
+	case hasSecret && h.URLSecret == nil:
+		errs = append(errs, fmt.Errorf("%s.url_secret: is required when url holds {secret}", p))
+	case !hasSecret && h.URLSecret != nil:
+		errs = append(errs, fmt.Errorf("%s.url: must contain {secret} where url_secret goes", p))
+	}
+	if h.URLSecret != nil {
+		if err := h.URLSecret.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s.url_secret: %w", p, err))
+		}
+	}
+	for _, kv := range strings.Split(query, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		if name, err := url.QueryUnescape(k); err == nil && CredentialName(name) && v != "" && v != "{secret}" && v != "{doc_id}" {
+			errs = append(errs, fmt.Errorf("%s.url: query parameter %s looks like a credential: write {secret} as its value and give url_secret by reference", p, name))
+		}
+	}
+	return errs
+}
+
+// validHeaderName reports whether name is an RFC 9110 token.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *S3Output) validate(p string) []error {

@@ -119,3 +119,72 @@ func TestStripComments(t *testing.T) {
 		t.Errorf("got %q want %q", got, want)
 	}
 }
+
+// httpJob is a job with one http output whose settings block is httpBlock.
+func httpJob(httpBlock string) string {
+	return `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[
+		{"id":"h","type":"http","http":` + httpBlock + `}]}]}`
+}
+
+func TestCredentialsOnlyByReference(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		http string
+		want []string // substrings of the error; none: Parse must succeed
+	}{
+		{name: "literal api key", http: `{"url":"http://x/{doc_id}","headers":{"X-Api-Key":"k-123"}}`,
+			want: []string{`jobs[a].outputs[h].http.headers[X-Api-Key]: `, "secret reference"}},
+		{name: "literal cookie", http: `{"url":"http://x/{doc_id}","headers":{"Cookie":"session=abc"}}`,
+			want: []string{`http.headers[Cookie]: `}},
+		{name: "literal proxy authorization", http: `{"url":"http://x/{doc_id}","headers":{"Proxy-Authorization":"Basic eDp5"}}`,
+			want: []string{`http.headers[Proxy-Authorization]: `}},
+		{name: "literal token, key and secret suffixes", http: `{"url":"http://x/{doc_id}","headers":{"X-Auth-Token":"t","Ocp-Apim-Subscription-Key":"k","X-Client-Secret":"s"}}`,
+			want: []string{`http.headers[X-Auth-Token]: `, `http.headers[Ocp-Apim-Subscription-Key]: `, `http.headers[X-Client-Secret]: `}},
+		{name: "authorization header even by reference", http: `{"url":"http://x/{doc_id}","headers":{"authorization":{"env":"A"}}}`,
+			want: []string{`http.headers[authorization]: `, "auth"}},
+		{name: "header value splitting lines", http: `{"url":"http://x/{doc_id}","headers":{"X-Source":"a\r\nX-Evil: 1"}}`,
+			want: []string{`http.headers[X-Source]: `, "control"}},
+		{name: "header name not a token", http: `{"url":"http://x/{doc_id}","headers":{"X Source":"a"}}`,
+			want: []string{`http.headers[X Source]: `}},
+		{name: "reference naming both", http: `{"url":"http://x/{doc_id}","headers":{"X-Api-Key":{"env":"K","secret":"s"}}}`,
+			want: []string{`http.headers[X-Api-Key]: give env or secret, not both`}},
+		{name: "reference with an unknown key", http: `{"url":"http://x/{doc_id}","headers":{"X-Api-Key":{"value":"k-123"}}}`,
+			want: []string{`unknown field "value"`}},
+		{name: "credential in the query", http: `{"url":"http://x/{doc_id}?api_key=k-123"}`,
+			want: []string{`http.url: query parameter api_key`, "{secret}"}},
+		{name: "placeholder without url_secret", http: `{"url":"http://x/hooks/{secret}/{doc_id}"}`,
+			want: []string{`http.url_secret: is required`}},
+		{name: "url_secret without placeholder", http: `{"url":"http://x/{doc_id}","url_secret":{"env":"HOOK"}}`,
+			want: []string{`http.url: must contain {secret}`}},
+		{name: "placeholder in the host", http: `{"url":"http://{secret}.x/{doc_id}","url_secret":{"env":"HOOK"}}`,
+			want: []string{`http.url: `, "path or query"}},
+		{name: "references and plain headers", http: `{"url":"http://x/hooks/{secret}/{doc_id}","url_secret":{"env":"HOOK"},
+			"headers":{"X-Api-Key":{"env":"K"},"Cookie":{"secret":"s","json_key":"cookie"},"X-Source":"demo","Content-Type":"application/json"}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(httpJob(tt.http)))
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Parse succeeded, want errors")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+			for _, secret := range []string{"k-123", "session=abc", "eDp5"} {
+				if strings.Contains(err.Error(), secret) {
+					t.Errorf("error quotes the value %q:\n%v", secret, err)
+				}
+			}
+		})
+	}
+}

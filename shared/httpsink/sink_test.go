@@ -163,7 +163,7 @@ func TestRequest(t *testing.T) {
 
 	s := newSink(t, config.HTTPOutput{
 		URL:     srv.URL + "/docs/{doc_id}",
-		Headers: map[string]string{"X-Api-Team": "search"},
+		Headers: map[string]config.HeaderValue{"X-Api-Team": {Value: "search"}},
 	}, Credentials{})
 	c := live("doc-1", "2-abc", v(3, 17))
 	c.Seq = json.RawMessage(`[ 12, "g1AAAA" ]`)
@@ -634,8 +634,8 @@ func TestNewRejects(t *testing.T) {
 		{name: "credentials in url", out: config.HTTPOutput{URL: "http://u:p@h/{doc_id}"}, want: "credentials"},
 		{name: "unescaped path", out: config.HTTPOutput{URL: "http://h/my docs/{doc_id}"}, want: "percent-encoded"},
 		{name: "method", out: config.HTTPOutput{URL: "http://h/{doc_id}", Method: "DELETE"}, want: "method"},
-		{name: "reserved header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]string{"x-changes-version": "1"}}, want: "x-changes-version"},
-		{name: "authorization header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]string{"Authorization": "Bearer x"}}, want: "Authorization"},
+		{name: "reserved header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"x-changes-version": {Value: "1"}}}, want: "x-changes-version"},
+		{name: "authorization header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"Authorization": {Value: "Bearer x"}}}, want: "Authorization"},
 		{name: "basic without password", out: config.HTTPOutput{URL: "http://h/{doc_id}", Auth: &config.Auth{Type: "basic", Username: "u"}}, want: "basic auth"},
 		{name: "bearer without token", out: config.HTTPOutput{URL: "http://h/{doc_id}", Auth: &config.Auth{Type: "bearer"}}, want: "bearer auth"},
 		{name: "credentials without auth", out: config.HTTPOutput{URL: "http://h/{doc_id}"}, creds: Credentials{Token: "x"}, want: "without auth"},
@@ -725,7 +725,7 @@ func TestRedirectsStayOnOrigin(t *testing.T) {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			b, _ := io.ReadAll(r.Body)
 			mu.Lock()
-			hits = append(hits, hit{Authorization: r.Header.Get("Authorization") != "", Custom: r.Header.Get("X-Source") != "", BodyBytes: len(b)})
+			hits = append(hits, hit{Authorization: r.Header.Get("Authorization") != "", Custom: r.Header.Get("X-Api-Key") != "", BodyBytes: len(b)})
 			mu.Unlock()
 		}))
 		t.Cleanup(srv.Close)
@@ -782,9 +782,9 @@ func TestRedirectsStayOnOrigin(t *testing.T) {
 			out := config.HTTPOutput{
 				URL: origin.URL + "/docs/{doc_id}", FollowRedirects: true,
 				Auth:    &config.Auth{Type: "bearer"},
-				Headers: map[string]string{"X-Source": "test"},
+				Headers: map[string]config.HeaderValue{"X-Api-Key": {Ref: &config.SecretRef{Env: "API_KEY"}}},
 			}
-			s, err := New(out, Credentials{Token: "t0ken"}, origin.Client())
+			s, err := New(out, Credentials{Token: "t0ken", Headers: map[string]string{"X-Api-Key": "k-1"}}, origin.Client())
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}
@@ -799,6 +799,123 @@ func TestRedirectsStayOnOrigin(t *testing.T) {
 			}
 			if got := hits(); len(got) > 0 {
 				t.Errorf("the redirect target received %d request(s), first %+v; want none", len(got), got[0])
+			}
+		})
+	}
+}
+
+// TestErrorsNameTheTemplate: errors (which become DLQ attributes and log
+// lines) show the configured URL template without its query, never the URL
+// a change was sent to.
+func TestErrorsNameTheTemplate(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(srv.Close)
+	s := newSink(t, config.HTTPOutput{URL: srv.URL + "/hooks/team-1/{doc_id}?sig=q-1"}, Credentials{})
+	err := s.Apply(t.Context(), []*change.Envelope{live("the-doc", "1-a", v(1, 1))})[0]
+	if err == nil {
+		t.Fatal("Apply succeeded against a 500")
+	}
+	if want := "PUT " + srv.URL + "/hooks/team-1/{doc_id}: status 500"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not contain %q", err, want)
+	}
+	for _, built := range []string{"/hooks/team-1/the-doc", "q-1"} {
+		if strings.Contains(err.Error(), built) {
+			t.Errorf("error %q shows %q of the URL the change was sent to", err, built)
+		}
+	}
+}
+
+// TestSecretHeadersAndURL: header values and the {secret} part of the URL
+// come resolved in Credentials; they reach the endpoint and never an error.
+func TestSecretHeadersAndURL(t *testing.T) {
+	t.Parallel()
+	const pathSecret, keySecret = "T0S3CR3T/B0S3CR3T", "k-S3CR3T"
+	var mu sync.Mutex
+	var paths, keys, sources []string
+	status := http.StatusOK
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		paths = append(paths, r.URL.EscapedPath()+"?"+r.URL.RawQuery)
+		keys = append(keys, r.Header.Get("X-Api-Key"))
+		sources = append(sources, r.Header.Get("X-Source"))
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(srv.Close)
+	out := config.HTTPOutput{
+		URL:       srv.URL + "/hooks/{secret}/{doc_id}?id={doc_id}",
+		URLSecret: &config.SecretRef{Env: "HOOK"},
+		Headers: map[string]config.HeaderValue{
+			"X-Api-Key": {Ref: &config.SecretRef{Env: "API_KEY"}},
+			"X-Source":  {Value: "test"},
+		},
+	}
+	creds := Credentials{URLSecret: pathSecret, Headers: map[string]string{"X-Api-Key": keySecret}}
+	s, err := New(out, creds, nil)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	mustApply(t, s, live("a b", "1-a", v(1, 1)))
+	mu.Lock()
+	got := []string{paths[0], keys[0], sources[0]}
+	status = http.StatusBadRequest
+	mu.Unlock()
+	if diff := cmp.Diff([]string{"/hooks/" + pathSecret + "/a%20b?id=a+b", keySecret, "test"}, got); diff != "" {
+		t.Errorf("request path, X-Api-Key, X-Source (-want +got):\n%s", diff)
+	}
+
+	err = s.Apply(t.Context(), []*change.Envelope{live("a b", "2-a", v(1, 2))})[0]
+	if err == nil {
+		t.Fatal("Apply succeeded against a 400")
+	}
+	for _, secret := range []string{"S3CR3T", keySecret} {
+		if strings.Contains(fmt.Sprintf("%+v", err), secret) {
+			t.Errorf("error %q shows a secret", err)
+		}
+	}
+	if want := srv.URL + "/hooks/{secret}/{doc_id}"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not name the template %s", err, want)
+	}
+	if text := fmt.Sprintf("%v %+v %#v", creds, creds, creds); strings.Contains(text, "S3CR3T") {
+		t.Errorf("credentials formatted show a secret: %s", text)
+	}
+}
+
+func TestNewRejectsSecrets(t *testing.T) {
+	t.Parallel()
+	ref := &config.SecretRef{Env: "X"}
+	tests := []struct {
+		name  string
+		out   config.HTTPOutput
+		creds Credentials
+		want  string
+	}{
+		{name: "unresolved header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"X-Api-Key": {Ref: ref}}},
+			want: "header X-Api-Key: its secret reference is not resolved"},
+		{name: "resolved header splitting lines", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"X-Api-Key": {Ref: ref}}},
+			creds: Credentials{Headers: map[string]string{"X-Api-Key": "S3CR3T\r\nX-Evil: 1"}}, want: "header X-Api-Key: the resolved value holds control characters"},
+		{name: "unresolved url secret", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref}, want: "url_secret is not resolved"},
+		{name: "url secret not path-safe", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref},
+			creds: Credentials{URLSecret: "S3CR3T?x=1"}, want: "url_secret in the path"},
+		{name: "url secret as a dot segment", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref},
+			creds: Credentials{URLSecret: "S3CR3T/.."}, want: "url_secret in the path"},
+		{name: "placeholder without url_secret", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}"}, creds: Credentials{URLSecret: "S3CR3T"},
+			want: "{secret} needs url_secret"},
+		{name: "placeholder in host", out: config.HTTPOutput{URL: "http://{secret}.h/{doc_id}", URLSecret: ref}, creds: Credentials{URLSecret: "S3CR3T"},
+			want: "host"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := New(tt.out, tt.creds, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New error = %v, want one mentioning %q", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "S3CR3T") {
+				t.Errorf("New error shows the secret: %v", err)
 			}
 		})
 	}

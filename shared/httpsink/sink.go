@@ -37,6 +37,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/docid"
 )
 
 var _ deliver.Sink = (*Sink)(nil)
@@ -328,16 +329,11 @@ func origin(u *url.URL) string {
 	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
 
-// EscapeID returns the document id as one URL path segment: url.PathEscape,
-// which escapes '/', '?', '#', '%' and every non-ASCII byte, and in addition
-// "%2E" for each dot of an id made only of dots, so "." and ".." can never be
-// read as relative path segments.
-func EscapeID(id string) string {
-	if strings.Trim(id, ".") == "" {
-		return strings.Repeat("%2E", len(id))
-	}
-	return url.PathEscape(id)
-}
+// EscapeID returns the document id as one URL path segment
+// (docid.PathSegment): '/', '?', '#', '%', '+' and every non-ASCII byte are
+// escaped, and each dot of an id made only of dots is written %2E, so "." and
+// ".." can never be read as relative path segments.
+func EscapeID(id string) string { return docid.PathSegment(id) }
 
 // URL returns the URL a change of docID is sent to. The id is path-escaped
 // in the path (kept escaped on the wire through URL.RawPath) and

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/url"
 	"os"
 	"regexp"
@@ -56,6 +57,9 @@ const (
 	DefaultMaxMessageBytes  = 256 * 1024
 	DefaultSchedule         = time.Minute
 	DefaultLatencyObjective = 60 * time.Second
+	DefaultPollerTimeout    = 90 * time.Second
+	DefaultWriterTimeout    = 30 * time.Second
+	DefaultHTTPTimeout      = 10 * time.Second
 )
 
 // File is the whole configuration file.
@@ -296,8 +300,16 @@ type S3Output struct {
 }
 
 // Duration is a time.Duration written as a Go duration string ("10s") or a
-// number of seconds.
+// number of seconds. No setting takes 0: a key left out gets its default,
+// and a 0 written in the file is refused by Validate rather than replaced.
 type Duration time.Duration
+
+// zeroGiven is what a duration written as 0 decodes to, so that defaults do
+// not replace it and Validate can refuse it by name. It never leaves Parse.
+const zeroGiven = Duration(math.MinInt64)
+
+// zeroRefused is Validate's message for a duration written as 0.
+const zeroRefused = "0 is not allowed: leave the key out for the default (%s)"
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (d *Duration) UnmarshalJSON(b []byte) error {
@@ -308,6 +320,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("parse duration %q: %w", s, err)
 		}
 		*d = Duration(v)
+		if v == 0 {
+			*d = zeroGiven
+		}
 		return nil
 	}
 	var n float64
@@ -315,6 +330,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("duration must be a string like \"10s\" or a number of seconds, got %s", b)
 	}
 	*d = Duration(n * float64(time.Second))
+	if *d == 0 {
+		*d = zeroGiven
+	}
 	return nil
 }
 
@@ -367,10 +385,10 @@ func (f *File) SetDefaults() {
 		f.Stack.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if f.Stack.PollerTimeout == 0 {
-		f.Stack.PollerTimeout = Duration(90 * time.Second)
+		f.Stack.PollerTimeout = Duration(DefaultPollerTimeout)
 	}
 	if f.Stack.WriterTimeout == 0 {
-		f.Stack.WriterTimeout = Duration(30 * time.Second)
+		f.Stack.WriterTimeout = Duration(DefaultWriterTimeout)
 	}
 	if f.Stack.LogRetentionDays == 0 {
 		f.Stack.LogRetentionDays = 30
@@ -436,7 +454,7 @@ func (f *File) SetDefaults() {
 					o.HTTP.Method = "PUT"
 				}
 				if o.HTTP.Timeout == 0 {
-					o.HTTP.Timeout = Duration(10 * time.Second)
+					o.HTTP.Timeout = Duration(DefaultHTTPTimeout)
 				}
 			case o.S3 != nil:
 				if o.S3.Bucket == "" {
@@ -468,11 +486,15 @@ func (f *File) Validate() error {
 	if f.Stack.MaxMessageBytes < 1024 || f.Stack.MaxMessageBytes > 1024*1024 {
 		bad("stack.max_message_bytes", "%d must be between 1024 and 1048576", f.Stack.MaxMessageBytes)
 	}
-	if t := f.Stack.PollerTimeout.D(); t < 10*time.Second || t > 15*time.Minute {
-		bad("stack.poller_timeout", "%s must be between 10s and 15m", t)
+	if t := f.Stack.PollerTimeout; t == zeroGiven {
+		bad("stack.poller_timeout", zeroRefused, DefaultPollerTimeout)
+	} else if t.D() < 10*time.Second || t.D() > 15*time.Minute {
+		bad("stack.poller_timeout", "%s must be between 10s and 15m", t.D())
 	}
-	if t := f.Stack.WriterTimeout.D(); t < time.Second || t > 15*time.Minute {
-		bad("stack.writer_timeout", "%s must be between 1s and 15m", t)
+	if t := f.Stack.WriterTimeout; t == zeroGiven {
+		bad("stack.writer_timeout", zeroRefused, DefaultWriterTimeout)
+	} else if t.D() < time.Second || t.D() > 15*time.Minute {
+		bad("stack.writer_timeout", "%s must be between 1s and 15m", t.D())
 	}
 	if v := f.Stack.VPC; v != nil && (v.ID == "" || len(v.SubnetIDs) == 0 || len(v.SecurityGroupIDs) == 0) {
 		bad("stack.vpc", "id, subnet_ids and security_group_ids are all required")
@@ -499,6 +521,7 @@ func (f *File) Validate() error {
 		seen[j.ID] = true
 		errs = append(errs, j.validate(p)...)
 	}
+	errs = append(errs, f.checkNames()...)
 	return errors.Join(errs...)
 }
 
@@ -524,8 +547,12 @@ func (j *Job) validate(p string) []error {
 	if j.Feed.Limit < 1 || j.Feed.Limit > 10000 {
 		bad("feed.limit", "%d must be between 1 and 10000", j.Feed.Limit)
 	}
-	if t := j.Feed.Timeout.D(); t < 0 || t > 5*time.Minute {
-		bad("feed.timeout", "%s must be between 0 and 5m", t)
+	if t := j.Feed.Timeout; t == zeroGiven {
+		// A long-poll of 0 would have an idle poller ask the source as
+		// fast as it answers, for its whole time budget.
+		bad("feed.timeout", zeroRefused, DefaultFeedTimeout)
+	} else if t.D() <= 0 || t.D() > 5*time.Minute {
+		bad("feed.timeout", "%s must be more than 0 and at most 5m", t.D())
 	}
 	if j.Feed.Fetch != FetchIncludeDocs && j.Feed.Fetch != FetchBulkGet {
 		bad("feed.fetch", "%q is not include_docs or bulk_get", j.Feed.Fetch)
@@ -538,14 +565,20 @@ func (j *Job) validate(p string) []error {
 			bad(fmt.Sprintf("feed.channels[%d]", i), "%q must be non-empty and contain no comma", c)
 		}
 	}
-	if ttl := j.Lease.TTL.D(); ttl < 2*time.Second || ttl > 10*time.Minute {
-		bad("lease.ttl", "%s must be between 2s and 10m", ttl)
+	if ttl := j.Lease.TTL; ttl == zeroGiven {
+		bad("lease.ttl", zeroRefused, DefaultLeaseTTL)
+	} else if ttl.D() < 2*time.Second || ttl.D() > 10*time.Minute {
+		bad("lease.ttl", "%s must be between 2s and 10m", ttl.D())
 	}
-	if d := j.Schedule.D(); d < time.Minute || d%time.Minute != 0 {
-		bad("schedule", "%s must be a whole number of minutes, at least 1m", d)
+	if d := j.Schedule; d == zeroGiven {
+		bad("schedule", zeroRefused, DefaultSchedule)
+	} else if d.D() < time.Minute || d.D()%time.Minute != 0 {
+		bad("schedule", "%s must be a whole number of minutes, at least 1m", d.D())
 	}
-	if j.LatencyObjective.D() < time.Second {
-		bad("latency_objective", "%s must be at least 1s", j.LatencyObjective.D())
+	if d := j.LatencyObjective; d == zeroGiven {
+		bad("latency_objective", zeroRefused, DefaultLatencyObjective)
+	} else if d.D() < time.Second {
+		bad("latency_objective", "%s must be at least 1s", d.D())
 	}
 	if len(j.Outputs) == 0 {
 		bad("outputs", "at least one output is required")
@@ -660,8 +693,10 @@ func (h *HTTPOutput) validate(p string) []error {
 	if h.Auth != nil {
 		errs = append(errs, h.Auth.validate(p+".auth")...)
 	}
-	if t := h.Timeout.D(); t <= 0 || t > 5*time.Minute {
-		errs = append(errs, fmt.Errorf("%s.timeout: %s must be between 0 and 5m", p, t))
+	if t := h.Timeout; t == zeroGiven {
+		errs = append(errs, fmt.Errorf("%s.timeout: "+zeroRefused, p, DefaultHTTPTimeout))
+	} else if t.D() <= 0 || t.D() > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("%s.timeout: %s must be more than 0 and at most 5m", p, t.D()))
 	}
 	names := slices.Sorted(maps.Keys(h.Headers))
 	for _, k := range names {

@@ -188,3 +188,95 @@ func TestCredentialsOnlyByReference(t *testing.T) {
 		})
 	}
 }
+
+func TestResourceNamesUnique(t *testing.T) {
+	t.Parallel()
+	job := func(id, outputs string) string {
+		return `{"id":"` + id + `","source":{"type":"couchdb","url":"http://h/db"},"outputs":[` + outputs + `]}`
+	}
+	pg := func(id string) string {
+		return `{"id":"` + id + `","type":"postgres","postgres":{"dsn":{"env":"D"},"table":"t"}}`
+	}
+	http := func(id string) string {
+		return `{"id":"` + id + `","type":"http","http":{"url":"http://x/{doc_id}"}}`
+	}
+	tests := []struct {
+		name string
+		jobs []string
+		want []string // substrings of the error; none: Parse must succeed
+	}{
+		{name: "job and output ids that join the same way", jobs: []string{job("orders-pg", pg("x")), job("orders", pg("pg-x"))},
+			want: []string{"jobs[orders].outputs[pg-x]", "jobs[orders-pg].outputs[x]", "changes-worker-orders-pg-x"}},
+		{name: "same join, one fifo one standard", jobs: []string{job("orders-pg", http("x")), job("orders", pg("pg-x"))},
+			want: []string{"jobs[orders].outputs[pg-x]", "jobs[orders-pg].outputs[x]"}},
+		{name: "a queue named like another output's DLQ", jobs: []string{job("a", pg("b")+","+pg("b-dlq"))},
+			want: []string{"jobs[a].outputs[b-dlq]", "jobs[a].outputs[b]", `"changes-worker-a-b-dlq"`}},
+		{name: "queue name over 80 characters", jobs: []string{job(strings.Repeat("j", 32), http(strings.Repeat("o", 32)))},
+			want: []string{"80"}},
+		{name: "distinct names", jobs: []string{job("orders", pg("pg")+","+http("rest")), job("orders-pg", pg("x"))}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(`{"jobs":[` + strings.Join(tt.jobs, ",") + `]}`))
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Parse succeeded, want an error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestZeroDurationsRefused(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in, want string
+	}{
+		{name: "feed timeout 0s", in: `"feed":{"timeout":"0s"}`, want: "jobs[a].feed.timeout: 0 is not allowed"},
+		{name: "feed timeout 0", in: `"feed":{"timeout":0}`, want: "jobs[a].feed.timeout: 0 is not allowed"},
+		{name: "lease ttl", in: `"lease":{"ttl":"0"}`, want: "jobs[a].lease.ttl: 0 is not allowed"},
+		{name: "schedule", in: `"schedule":0`, want: "jobs[a].schedule: 0 is not allowed"},
+		{name: "latency objective", in: `"latency_objective":"0m"`, want: "jobs[a].latency_objective: 0 is not allowed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(`{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},` + tt.in + `,
+				"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"env":"D"}}}]}]}`))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Parse error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+	t.Run("stack and http timeouts", func(t *testing.T) {
+		t.Parallel()
+		_, err := Parse([]byte(`{"stack":{"poller_timeout":"0s","writer_timeout":0},"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},
+			"outputs":[{"id":"h","type":"http","http":{"url":"http://x/{doc_id}","timeout":"0s"}}]}]}`))
+		for _, w := range []string{"stack.poller_timeout: 0 is not allowed", "stack.writer_timeout: 0 is not allowed", "jobs[a].outputs[h].http.timeout: 0 is not allowed"} {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("Parse error = %v, want one containing %q", err, w)
+			}
+		}
+	})
+	t.Run("left out means the default", func(t *testing.T) {
+		t.Parallel()
+		f, err := Parse([]byte(`{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},
+			"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"env":"D"}}}]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Jobs[0].Feed.Timeout.D(); got != DefaultFeedTimeout {
+			t.Errorf("feed.timeout = %s, want the default %s", got, DefaultFeedTimeout)
+		}
+	})
+}

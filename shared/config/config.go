@@ -726,8 +726,11 @@ func (h *HTTPOutput) validateURLTemplate(p string) []error {
 	var errs []error
 	rest, query, _ := strings.Cut(h.URL, "?")
 	_, afterScheme, _ := strings.Cut(rest, "://")
-	host, _, _ := strings.Cut(afterScheme, "/")
+	host, path, _ := strings.Cut(afterScheme, "/")
 	hasSecret := strings.Contains(h.URL, "{secret}")
+	if slices.ContainsFunc(strings.Split(path, "/"), func(seg string) bool { return seg == "." || seg == ".." }) {
+		errs = append(errs, fmt.Errorf(`%s.url: the path must not have a "." or ".." segment`, p))
+	}
 	switch {
 	case strings.Contains(host, "{secret}") || strings.Contains(host, "{doc_id}"):
 		errs = append(errs, fmt.Errorf("%s.url: {doc_id} and {secret} may only appear in the path or query", p))
@@ -772,11 +775,12 @@ func (s *S3Output) validate(p string) []error {
 	if !strings.Contains(s.KeyTemplate, "{doc_id}") {
 		errs = append(errs, fmt.Errorf("%s.key_template: %q must contain {doc_id}", p, s.KeyTemplate))
 	}
-	if strings.Contains(s.Prefix, "..") || strings.HasPrefix(s.Prefix, "/") {
-		errs = append(errs, fmt.Errorf("%s.prefix: %q must not start with '/' or contain '..'", p, s.Prefix))
+	dotSegment := func(k string) bool { return slices.Contains(strings.Split(k, "/"), ".") }
+	if strings.Contains(s.Prefix, "..") || strings.HasPrefix(s.Prefix, "/") || dotSegment(s.Prefix) {
+		errs = append(errs, fmt.Errorf("%s.prefix: %q must not start with '/', contain '..' or have a '.' segment", p, s.Prefix))
 	}
-	if strings.Contains(s.KeyTemplate, "..") || strings.HasPrefix(s.KeyTemplate, "/") {
-		errs = append(errs, fmt.Errorf("%s.key_template: %q must not start with '/' or contain '..'", p, s.KeyTemplate))
+	if strings.Contains(s.KeyTemplate, "..") || strings.HasPrefix(s.KeyTemplate, "/") || dotSegment(s.KeyTemplate) {
+		errs = append(errs, fmt.Errorf("%s.key_template: %q must not start with '/', contain '..' or have a '.' segment", p, s.KeyTemplate))
 	}
 	return errs
 }

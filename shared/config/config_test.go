@@ -84,6 +84,11 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 			want: []string{"feed.channels: channels need", "s3.key_template: \"../{doc_id}\" must not"},
 		},
 		{
+			name: "dot segments in s3 keys",
+			in:   `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{"prefix":"p/./","key_template":"x/./{doc_id}"}}]}]}`,
+			want: []string{`s3.prefix: "p/./" must not`, `s3.key_template: "x/./{doc_id}" must not`},
+		},
+		{
 			name: "unknown key",
 			in:   `{"jobs":[], "jobz": 1}`,
 			want: []string{`unknown field "jobz"`},
@@ -157,6 +162,8 @@ func TestCredentialsOnlyByReference(t *testing.T) {
 			want: []string{`http.url_secret: is required`}},
 		{name: "url_secret without placeholder", http: `{"url":"http://x/{doc_id}","url_secret":{"env":"HOOK"}}`,
 			want: []string{`http.url: must contain {secret}`}},
+		{name: "dot segment in the path", http: `{"url":"http://x/a/../{doc_id}"}`,
+			want: []string{`http.url: `, `"." or ".." segment`}},
 		{name: "placeholder in the host", http: `{"url":"http://{secret}.x/{doc_id}","url_secret":{"env":"HOOK"}}`,
 			want: []string{`http.url: `, "path or query"}},
 		{name: "references and plain headers", http: `{"url":"http://x/hooks/{secret}/{doc_id}","url_secret":{"env":"HOOK"},

@@ -184,6 +184,11 @@ func (s *Sink) parseTemplate(tmpl string, hasRef bool, secret string) error {
 	if want := placeholders.Replace(path); u.EscapedPath() != want {
 		return fmt.Errorf("url template path %q must be percent-encoded (as %q)", want, u.EscapedPath())
 	}
+	if hasDotSegment(path) {
+		// A client, proxy or server may resolve it: the request would go
+		// elsewhere than the template says.
+		return fmt.Errorf(`url template path %q must not have a "." or ".." segment`, path)
+	}
 	s.base = url.URL{Scheme: u.Scheme, Host: u.Host}
 	s.display = scheme + "://" + host + path
 
@@ -217,12 +222,12 @@ func pathSafe(p string) bool {
 			return false
 		}
 	}
-	for _, seg := range strings.Split(p, "/") {
-		if seg == "." || seg == ".." {
-			return false
-		}
-	}
-	return true
+	return !hasDotSegment(p)
+}
+
+// hasDotSegment reports whether the path p has a "." or ".." segment.
+func hasDotSegment(p string) bool {
+	return slices.ContainsFunc(strings.Split(p, "/"), func(seg string) bool { return seg == "." || seg == ".." })
 }
 
 func isHex(c byte) bool {

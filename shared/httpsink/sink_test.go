@@ -634,6 +634,8 @@ func TestNewRejects(t *testing.T) {
 		{name: "fragment", out: config.HTTPOutput{URL: "http://h/docs/{doc_id}#x"}, want: "fragment"},
 		{name: "credentials in url", out: config.HTTPOutput{URL: "http://u:p@h/{doc_id}"}, want: "credentials"},
 		{name: "unescaped path", out: config.HTTPOutput{URL: "http://h/my docs/{doc_id}"}, want: "percent-encoded"},
+		{name: "dot-dot segment", out: config.HTTPOutput{URL: "http://h/docs/../{doc_id}"}, want: `"." or ".." segment`},
+		{name: "dot segment at the end", out: config.HTTPOutput{URL: "http://h/docs/{doc_id}/."}, want: `"." or ".." segment`},
 		{name: "method", out: config.HTTPOutput{URL: "http://h/{doc_id}", Method: "DELETE"}, want: "method"},
 		{name: "reserved header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"x-changes-version": {Value: "1"}}}, want: "x-changes-version"},
 		{name: "authorization header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"Authorization": {Value: "Bearer x"}}}, want: "Authorization"},

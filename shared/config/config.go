@@ -826,7 +826,9 @@ func checkURL(s string) error {
 		return errors.New("is required")
 	}
 	if !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") {
-		return fmt.Errorf("%q must start with http:// or https://", s)
+		// Quoted up to the query, which may hold a key.
+		shown, _, _ := strings.Cut(s, "?")
+		return fmt.Errorf("%q must start with http:// or https://", shown)
 	}
 	if strings.Contains(s, "@") {
 		return errors.New("must not contain credentials; use auth with a secret reference")

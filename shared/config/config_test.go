@@ -158,6 +158,8 @@ func TestCredentialsOnlyByReference(t *testing.T) {
 			want: []string{`unknown field "value"`}},
 		{name: "credential in the query", http: `{"url":"http://x/{doc_id}?api_key=k-123"}`,
 			want: []string{`http.url: query parameter api_key`, "{secret}"}},
+		{name: "bad scheme with a literal key", http: `{"url":"ftp://x/{doc_id}?api_key=k-123"}`,
+			want: []string{`http.url: "ftp://x/x" must start with http://`}},
 		{name: "placeholder without url_secret", http: `{"url":"http://x/hooks/{secret}/{doc_id}"}`,
 			want: []string{`http.url_secret: is required`}},
 		{name: "url_secret without placeholder", http: `{"url":"http://x/{doc_id}","url_secret":{"env":"HOOK"}}`,

@@ -158,20 +158,23 @@ func (s *Sink) parseTemplate(tmpl string, hasRef bool, secret string) error {
 	if tmpl == "" {
 		return errors.New("url is empty")
 	}
-	rest, frag, hasFrag := strings.Cut(tmpl, "#")
+	// Errors quote the template up to its query, which may hold a key.
+	shown, _, _ := strings.Cut(tmpl, "?")
+	shown, _, _ = strings.Cut(shown, "#")
+	rest, _, hasFrag := strings.Cut(tmpl, "#")
 	if hasFrag {
-		return fmt.Errorf("url template %q must not have a fragment (#%s)", tmpl, frag)
+		return fmt.Errorf("url template %q must not have a fragment (#...)", shown)
 	}
 	rest, query, _ := strings.Cut(rest, "?")
 	scheme, afterScheme, ok := strings.Cut(rest, "://")
 	if !ok || (scheme != "http" && scheme != "https") {
-		return fmt.Errorf("url template %q must start with http:// or https://", tmpl)
+		return fmt.Errorf("url template %q must start with http:// or https://", shown)
 	}
 	host, path, _ := strings.Cut(afterScheme, "/")
 	path = "/" + path
 	switch {
 	case host == "" || strings.Contains(host, "{doc_id}") || strings.Contains(host, "{secret}"):
-		return fmt.Errorf("url template %q must name a host, and {doc_id} and {secret} may only appear in the path or query", tmpl)
+		return fmt.Errorf("url template %q must name a host, and {doc_id} and {secret} may only appear in the path or query", shown)
 	case strings.Contains(host, "@"):
 		return errors.New("url template must not contain credentials; use auth with a secret reference")
 	}
@@ -179,7 +182,8 @@ func (s *Sink) parseTemplate(tmpl string, hasRef bool, secret string) error {
 	// Check the template parses once an id is in place.
 	u, err := url.Parse(scheme + "://" + host + placeholders.Replace(path) + "?" + placeholders.Replace(query))
 	if err != nil {
-		return fmt.Errorf("parse url template: %w", err)
+		// The *url.Error quotes the whole URL, query included.
+		return fmt.Errorf("url template %q does not parse", shown)
 	}
 	if want := placeholders.Replace(path); u.EscapedPath() != want {
 		return fmt.Errorf("url template path %q must be percent-encoded (as %q)", want, u.EscapedPath())

@@ -909,6 +909,8 @@ func TestNewRejectsSecrets(t *testing.T) {
 			want: "{secret} needs url_secret"},
 		{name: "placeholder in host", out: config.HTTPOutput{URL: "http://{secret}.h/{doc_id}", URLSecret: ref}, creds: Credentials{URLSecret: "S3CR3T"},
 			want: "host"},
+		{name: "fragment after a literal query", out: config.HTTPOutput{URL: "http://h/{doc_id}?key=S3CR3T#frag"}, want: "fragment"},
+		{name: "bad scheme with a literal query", out: config.HTTPOutput{URL: "ftp://h/{doc_id}?key=S3CR3T"}, want: "http://"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

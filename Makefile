@@ -16,7 +16,7 @@ CFN_LINT_VERSION := 1.51.0
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK      := $(LOCAL)/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: help up down build ctl test test-infra demo bench lint cdk-deps synth diff deploy destroy localstack-up localstack-deploy
+.PHONY: help up down build ctl test test-infra fuzz demo bench lint cdk-deps synth diff deploy destroy localstack-up localstack-deploy
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -39,6 +39,27 @@ build: ## build the Lambda bootstraps for linux/arm64 into build/<function>/boot
 test: lint up ## lint, then run every test (unit, integration, end-to-end, infra) against the local services
 	@command -v cfn-lint >/dev/null 2>&1 || pip install --quiet "cfn-lint==$(CFN_LINT_VERSION)"
 	@$(ENV) $(GO) test -count=1 -timeout 45m ./...
+
+# Fuzz targets as package:Target. Their seed corpora (f.Add and testdata/fuzz)
+# also run as ordinary tests in `make test`.
+FUZZTIME         ?= 30s
+FUZZMINIMIZETIME ?= 5s
+FUZZ_TARGETS := \
+	./shared/change:FuzzDecode \
+	./shared/config:FuzzParse \
+	./shared/docid:FuzzPathSegment \
+	./shared/httpsink:FuzzURL \
+	./shared/s3sink:FuzzKey \
+	./shared/pgsink:FuzzDecodeDoc \
+	./shared/pgsink:FuzzMapDoc \
+	./shared/pgsink:FuzzCoerce
+
+fuzz: up ## run each fuzz target for FUZZTIME (30s); a failing input is written to the package's testdata/fuzz
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; echo "== $$name ($$pkg), $(FUZZTIME)"; \
+		$(ENV) $(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) $$pkg || failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz failures:$$failed"; exit 1; fi
 
 test-infra: up ## only the CDK stack tests: assertions, IAM, cdk-nag, cfn-lint, deploy to the local emulator
 	@command -v cfn-lint >/dev/null 2>&1 || pip install --quiet "cfn-lint==$(CFN_LINT_VERSION)"

@@ -160,6 +160,10 @@ func secretRefs(cfg *config.File) (sources, outputs []config.SecretRef) {
 				out.add(&o.Postgres.DSN)
 			case o.HTTP != nil:
 				out.addAuth(o.HTTP.Auth)
+				out.add(o.HTTP.URLSecret)
+				for _, h := range o.HTTP.Headers {
+					out.add(h.Ref)
+				}
 			}
 		}
 	}

@@ -20,6 +20,7 @@ import (
 // changesStack is the whole deployment of one job configuration: the state
 // table, the bucket, a work queue and a DLQ per (job, output), the poller and
 // writer functions, their schedules and event sources, alarms and a dashboard.
+// The local variant leaves the functions, schedules and event sources out.
 type changesStack struct {
 	stack awscdk.Stack
 
@@ -46,8 +47,10 @@ type route struct {
 	dlq   awssqs.Queue
 }
 
-// function is a Lambda function with the role and log group made for it.
+// function is a Lambda function with the role and log group made for it. In
+// the local variant fn is nil: only the role and the log group exist.
 type function struct {
+	name string // <prefix>-<poller|writer>
 	fn   awslambda.Function
 	role awsiam.Role
 	logs awslogs.LogGroup

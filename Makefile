@@ -8,12 +8,17 @@ CTL       := $(LOCAL)/bin/changesctl
 CONFIG    ?= localstack/jobs.json
 ENV       := source localstack/env.sh &&
 FUNCTIONS := poller writer
-CDK_CONFIG       ?= $(CONFIG)
+# The configuration a deploy ships: no default, name it (make deploy CDK_CONFIG=path/to/jobs.json).
+CDK_CONFIG       ?=
+# localstack-deploy: the demo's configuration unless CDK_CONFIG names another;
+# the full stack where a Docker engine runs Lambda functions, else the local variant.
+LOCALSTACK_CONFIG  = $(or $(CDK_CONFIG),$(CONFIG))
+LOCALSTACK_VARIANT ?= $(shell docker info >/dev/null 2>&1 && echo full || echo local)
 CDK              := infra/node_modules/.bin/cdk
 CDKLOCAL         := infra/node_modules/.bin/cdklocal
 CFN_LINT_VERSION := 1.51.0
 
-.PHONY: help up down build ctl test test-infra demo bench lint cdk-deps synth diff deploy destroy localstack-up localstack-deploy
+.PHONY: help up down build ctl test test-infra demo bench lint cdk-deps cdk-config synth diff deploy destroy localstack-up localstack-deploy
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -58,16 +63,19 @@ infra/node_modules/.package-lock.json: infra/package.json infra/package-lock.jso
 
 cdk-deps: infra/node_modules/.package-lock.json ## install the pinned CDK CLI and cdklocal into infra/node_modules
 
-synth: build cdk-deps ## synthesize the stack into cdk.out (CDK_CONFIG=path/to/jobs.json)
+cdk-config:
+	@test -n "$(CDK_CONFIG)" || { echo "name the job configuration: make $(or $(MAKECMDGOALS),synth) CDK_CONFIG=path/to/jobs.json (there is no default)" >&2; exit 1; }
+
+synth: cdk-config build cdk-deps ## synthesize the stack into cdk.out (CDK_CONFIG=path/to/jobs.json, required)
 	$(CDK) synth --quiet -c config=$(CDK_CONFIG)
 
-diff: build cdk-deps ## show what deploy would change
+diff: cdk-config build cdk-deps ## show what deploy would change (CDK_CONFIG required)
 	$(CDK) diff -c config=$(CDK_CONFIG)
 
-deploy: build cdk-deps ## deploy the stack to AWS (see infra/README.md)
+deploy: cdk-config build cdk-deps ## deploy the stack to AWS (CDK_CONFIG required; see infra/README.md)
 	$(CDK) deploy -c config=$(CDK_CONFIG) --require-approval broadening
 
-destroy: build cdk-deps ## delete the stack (retained table and bucket stay)
+destroy: cdk-config build cdk-deps ## delete the stack (CDK_CONFIG required; retained table and bucket stay)
 	$(CDK) destroy -c config=$(CDK_CONFIG)
 
 localstack-up: ## start LocalStack, CouchDB and PostgreSQL with Docker (where a Docker engine runs)

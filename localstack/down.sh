@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Stops what localstack/up.sh started: LocalStack, DynamoDB Local and
-# pouchdb-server (by their pid files in .local/run/), and the PostgreSQL
+# Stops what localstack/up.sh started: LocalStack, moto (S3), DynamoDB Local
+# and pouchdb-server (by their pid files in .local/run/), and the PostgreSQL
 # cluster. A service that up.sh did not start (no pid file) is left alone.
 # Idempotent: stopping something already stopped is not an error.
-# LocalStack, DynamoDB Local and pouchdb-server keep their state in memory:
+# LocalStack, moto, DynamoDB Local and pouchdb-server keep their state in memory:
 # queues, buckets, tables and databases are gone. PostgreSQL data stays on disk.
 #
-# LocalStack and DynamoDB Local run in process groups of their own (up.sh
+# LocalStack, moto and DynamoDB Local run in process groups of their own (up.sh
 # starts them with setsid): the whole group gets SIGTERM, then SIGKILL after
 # STOP_TIMEOUT seconds [10].
 set -euo pipefail
@@ -57,6 +57,7 @@ stop() {
 }
 
 stop LocalStack "$RUN/localstack.pid" localstack.runtime.main
+stop "moto (S3)" "$RUN/moto-s3.pid" moto.server
 stop "DynamoDB Local" "$RUN/dynamodb-local.pid" com.amazonaws.services.dynamodbv2.local.main.ServerRunner
 stop pouchdb-server "$RUN/pouchdb-server.pid" pouchdb-server
 # Earlier versions of up.sh ran moto's server as the AWS emulator.

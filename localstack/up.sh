@@ -3,22 +3,25 @@
 # missing, and prints what runs where. Idempotent: a service that already
 # answers on its port is left alone, whoever started it.
 #
-#   AWS (SQS, S3, ...)  LocalStack 2026.3.0 on the host (PyPI)   127.0.0.1:4566
+#   AWS (SQS, ...)      LocalStack 2026.3.0 on the host (PyPI)   127.0.0.1:4566
+#   S3                  moto's server 5.2.1 (PyPI)               127.0.0.1:4567
 #   DynamoDB            DynamoDB Local 2.6.1 (Maven Central)     127.0.0.1:8000
 #   CouchDB source      pouchdb-server 4.2.0, in memory (npm)    127.0.0.1:5984
 #   PostgreSQL          Debian cluster "15 main"                 127.0.0.1:5432
 #
 # LocalStack runs from a virtualenv made with Python 3.13 (pyenv's, or
 # python3.13 on PATH) and installed from localstack/requirements.txt with
-# every package pinned. DynamoDB Local runs on the JDK (17 or later) from the
-# jars localstack/dynamodb-local.pom.xml names. localstack/README.md says why
-# DynamoDB is a separate server. Both keep their state in memory.
+# every package pinned; moto's server, likewise from
+# localstack/moto-requirements.txt, serves S3. DynamoDB Local runs on the JDK
+# (17 or later) from the jars localstack/dynamodb-local.pom.xml names.
+# localstack/README.md says why S3 and DynamoDB are separate servers. All
+# three keep their state in memory.
 #
 # State (installs, pid files, logs) lives in .local/ at the repository root,
 # which git ignores. localstack/down.sh stops what this script started.
 #
 # Environment knobs (defaults in brackets):
-#   LOCALSTACK_PORT [4566]  DYNAMODB_PORT [8000]  COUCH_PORT [5984]
+#   LOCALSTACK_PORT [4566]  S3_PORT [4567]  DYNAMODB_PORT [8000]  COUCH_PORT [5984]
 #   PG_VERSION [15]  PG_CLUSTER [main]
 #   LOCALSTACK_PYTHON [pyenv's 3.13]  interpreter for LocalStack's virtualenv
 #   DYNAMODB_HEAP [512m]  DynamoDB Local's Java heap limit
@@ -32,9 +35,11 @@ RUN="$LOCAL/run"
 
 LOCALSTACK_VERSION=2026.3.0
 DYNAMODB_LOCAL_VERSION=2.6.1
+MOTO_VERSION=5.2.1
 POUCHDB_SERVER_VERSION=4.2.0
 LOCALSTACK_PORT="${LOCALSTACK_PORT:-4566}"
 DYNAMODB_PORT="${DYNAMODB_PORT:-8000}"
+S3_PORT="${S3_PORT:-4567}"
 DYNAMODB_HEAP="${DYNAMODB_HEAP:-512m}"
 COUCH_PORT="${COUCH_PORT:-5984}"
 PG_VERSION="${PG_VERSION:-15}"
@@ -44,6 +49,7 @@ UP_TIMEOUT="${UP_TIMEOUT:-60}"
 
 LOCALSTACK_URL="http://127.0.0.1:$LOCALSTACK_PORT"
 DYNAMODB_URL="http://127.0.0.1:$DYNAMODB_PORT"
+S3_URL="http://127.0.0.1:$S3_PORT"
 COUCH_URL_LOCAL="http://127.0.0.1:$COUCH_PORT"
 PG_URL="postgres://changes:changes@127.0.0.1:$PG_PORT/changes"
 
@@ -250,6 +256,65 @@ up_localstack() {
 	STATUS+=("aws|$LOCALSTACK_URL|LocalStack $LOCALSTACK_VERSION (pid $pid, started now)")
 }
 
+# ------------------------------------------------------------------ S3 (moto)
+
+MOTO_DIR="$LOCAL/moto"
+MOTO_VENV="$MOTO_DIR/venv"
+MOTO_REQUIREMENTS="$ROOT/localstack/moto-requirements.txt"
+MOTO_STAMP="$MOTO_VENV/.requirements.sha256"
+
+moto_installed() {
+	[[ -x "$MOTO_VENV/bin/python" && -f "$MOTO_STAMP" ]] &&
+		[[ "$(cat "$MOTO_STAMP")" == "$(sha256sum "$MOTO_REQUIREMENTS" | cut -d' ' -f1)" ]]
+}
+
+install_moto() {
+	local py log="$LOGS/pip-moto.log"
+	py="$(find_python)" || die "moto's server is installed with Python 3.13 and none was found; set LOCALSTACK_PYTHON=/path/to/python3.13"
+	say "installing moto $MOTO_VERSION (S3 only) into ${MOTO_VENV#"$ROOT"/} (pinned; log ${log#"$ROOT"/})"
+	rm -rf "$MOTO_VENV"
+	"$py" -m venv "$MOTO_VENV" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "python -m venv failed; see $log"; }
+	"$MOTO_VENV/bin/python" -m pip install --no-deps --no-input --disable-pip-version-check \
+		-r "$MOTO_REQUIREMENTS" >>"$log" 2>&1 ||
+		{ tail -n 20 "$log" >&2; die "pip install -r localstack/moto-requirements.txt failed; see $log"; }
+	"$MOTO_VENV/bin/python" -c 'import moto.server' >>"$log" 2>&1 ||
+		{ tail -n 20 "$log" >&2; die "moto does not import after the install; see $log"; }
+	sha256sum "$MOTO_REQUIREMENTS" | cut -d' ' -f1 >"$MOTO_STAMP"
+}
+
+# s3_ready URL is true when URL answers an S3 ListBuckets call (moto checks
+# no signature).
+s3_ready() {
+	curl -s --connect-timeout 1 --max-time 3 \
+		-H 'Authorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0' \
+		"$1/" 2>/dev/null | grep -q ListAllMyBucketsResult
+}
+
+up_s3() {
+	local pidfile="$RUN/moto-s3.pid" log="$LOGS/moto-s3.log" pid
+	if pid="$(pid_alive "$pidfile" moto.server)"; then
+		s3_ready "$S3_URL" ||
+			die "moto (S3) started by up.sh (pid $pid) does not answer on $S3_URL (another S3_PORT?); run localstack/down.sh first"
+		STATUS+=("s3|$S3_URL|moto $MOTO_VERSION, S3 only (pid $pid, started by up.sh)")
+		return
+	fi
+	if s3_ready "$S3_URL"; then
+		STATUS+=("s3|$S3_URL|S3 (already running, not managed by up.sh)")
+		return
+	fi
+	port_open "$S3_PORT" && die "127.0.0.1:$S3_PORT is taken by something that does not answer S3 calls; stop it or set S3_PORT (and AWS_ENDPOINT_URL_S3)"
+	moto_installed || install_moto
+	say "starting moto's server for S3 on $S3_URL (log ${log#"$ROOT"/})"
+	(
+		cd "$MOTO_DIR"
+		exec setsid "$MOTO_VENV/bin/python" -m moto.server -H 127.0.0.1 -p "$S3_PORT"
+	) </dev/null >>"$log" 2>&1 &
+	pid=$!
+	echo "$pid" >"$pidfile"
+	wait_until "moto (S3)" "$pid" "$log" s3_ready "$S3_URL"
+	STATUS+=("s3|$S3_URL|moto $MOTO_VERSION, S3 only (pid $pid, started now)")
+}
+
 # ---------------------------------------------------------------- DynamoDB Local
 
 DDB_DIR="$LOCAL/dynamodb-local"
@@ -440,6 +505,7 @@ up_postgres() {
 # ------------------------------------------------------------------------ main
 
 up_localstack
+up_s3
 up_dynamodb
 up_couch
 up_postgres
@@ -447,6 +513,7 @@ up_postgres
 inspect() {
 	case "$1" in
 	aws) echo "curl $LOCALSTACK_URL/_localstack/health" ;;
+	s3) echo "aws --endpoint-url $S3_URL s3 ls" ;;
 	dynamodb) echo "aws --endpoint-url $DYNAMODB_URL dynamodb list-tables" ;;
 	couch) echo "curl $COUCH_URL_LOCAL/_all_dbs" ;;
 	postgres) echo "psql $PG_URL" ;;

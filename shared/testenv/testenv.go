@@ -27,6 +27,7 @@ import (
 // Defaults match localstack/env.sh.
 const (
 	DefaultAWSEndpoint      = "http://127.0.0.1:4566"
+	DefaultS3Endpoint       = "http://127.0.0.1:4567"
 	DefaultDynamoDBEndpoint = "http://127.0.0.1:8000"
 	DefaultCouchURL         = "http://127.0.0.1:5984"
 	DefaultPostgresDSN      = "postgres://changes:changes@127.0.0.1:5432/changes?sslmode=disable"
@@ -36,13 +37,18 @@ var setAWSEnv sync.Once
 
 // SetAWSEnv points the AWS SDK at the local services unless the environment
 // already names an endpoint. It only sets variables that are unset, and sets
-// the DynamoDB endpoint (DynamoDB Local) only along with the default
-// AWS_ENDPOINT_URL (LocalStack).
+// the S3 (moto) and DynamoDB (DynamoDB Local) endpoints only along with the
+// default AWS_ENDPOINT_URL (LocalStack).
 func SetAWSEnv() {
 	setAWSEnv.Do(func() {
 		if _, ok := os.LookupEnv("AWS_ENDPOINT_URL"); !ok {
-			if _, ok := os.LookupEnv("AWS_ENDPOINT_URL_DYNAMODB"); !ok {
-				os.Setenv("AWS_ENDPOINT_URL_DYNAMODB", DefaultDynamoDBEndpoint)
+			for k, v := range map[string]string{
+				"AWS_ENDPOINT_URL_S3":       DefaultS3Endpoint,
+				"AWS_ENDPOINT_URL_DYNAMODB": DefaultDynamoDBEndpoint,
+			} {
+				if _, ok := os.LookupEnv(k); !ok {
+					os.Setenv(k, v)
+				}
 			}
 		}
 		for k, v := range map[string]string{
@@ -60,11 +66,14 @@ func SetAWSEnv() {
 }
 
 // AWS returns an SDK configuration for the local services, failing the test
-// when LocalStack or DynamoDB Local does not answer.
+// when LocalStack, the S3 endpoint or DynamoDB Local does not answer.
 func AWS(t testing.TB) aws.Config {
 	t.Helper()
 	SetAWSEnv()
 	mustDial(t, os.Getenv("AWS_ENDPOINT_URL"), "the local AWS (LocalStack)")
+	if u := os.Getenv("AWS_ENDPOINT_URL_S3"); u != "" {
+		mustDial(t, u, "the S3 endpoint (moto)")
+	}
 	if u := os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"); u != "" {
 		mustDial(t, u, "DynamoDB Local")
 	}

@@ -23,7 +23,7 @@ CFN_LINT_VERSION := 1.51.0
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-up: ## start the local services (AWS emulator, CouchDB-compatible source, PostgreSQL); installs what is missing
+up: ## start the local services (LocalStack, DynamoDB Local, CouchDB-compatible source, PostgreSQL); installs what is missing
 	@bash localstack/up.sh
 
 down: ## stop the local services

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deployed"
 )
 
 // changesStack is the whole deployment of one job configuration: the state
@@ -74,7 +75,18 @@ func newStack(scope constructs.Construct, in *input, props *awscdk.StackProps) *
 	s.addFunctions()
 	s.addAlarms()
 	s.addDashboard()
+	s.addOutputs()
 	return s
+}
+
+// addOutputs publishes what the local runtime and the operator's tools read
+// from the deployed stack (package deployed): the bucket, whose name the
+// stack generates.
+func (s *changesStack) addOutputs() {
+	awscdk.NewCfnOutput(s.stack, jsii.String(deployed.OutputBucket), &awscdk.CfnOutputProps{
+		Value:       s.bucket.BucketName(),
+		Description: jsii.String("The bucket of claim checks and of S3 outputs without a bucket of their own"),
+	})
 }
 
 // retain reports whether stateful resources outlive the stack (stack.retain).

@@ -38,11 +38,11 @@ build: ## build the Lambda bootstraps for linux/arm64 into build/<function>/boot
 		echo "build/$$f/bootstrap"; \
 	done
 
-test: up ## run every test (unit, integration, end-to-end, infra) against the local services
+test: up cdk-deps ## run every test (unit, integration, end-to-end, infra) against the local services
 	@command -v cfn-lint >/dev/null 2>&1 || pip install --quiet "cfn-lint==$(CFN_LINT_VERSION)"
 	@$(ENV) $(GO) test -count=1 -timeout 45m ./...
 
-test-infra: up ## only the CDK stack tests: assertions, IAM, cdk-nag, cfn-lint, deploy to the local emulator
+test-infra: up cdk-deps ## only the CDK stack tests: assertions, IAM, cdk-nag, cfn-lint, the local variant deployed to LocalStack
 	@command -v cfn-lint >/dev/null 2>&1 || pip install --quiet "cfn-lint==$(CFN_LINT_VERSION)"
 	@$(ENV) $(GO) test -count=1 ./infra/...
 
@@ -81,6 +81,12 @@ destroy: cdk-config build cdk-deps ## delete the stack (CDK_CONFIG required; ret
 localstack-up: ## start LocalStack, CouchDB and PostgreSQL with Docker (where a Docker engine runs)
 	docker compose -f localstack/docker-compose.yml up -d --wait
 
-localstack-deploy: build cdk-deps ## bootstrap LocalStack and deploy the stack with cdklocal
-	env -u AWS_ENDPOINT_URL $(CDKLOCAL) bootstrap -c config=$(CDK_CONFIG)
-	env -u AWS_ENDPOINT_URL $(CDKLOCAL) deploy -c config=$(CDK_CONFIG) --require-approval never
+# cdklocal is given the local AWS as 127.0.0.1 (its default host name does not
+# resolve everywhere), S3 included: CloudFormation reads the template from its
+# own S3. CDK_HOME keeps the CLI's cached account apart from real AWS's.
+localstack-deploy: cdk-deps ## deploy to the local AWS with cdklocal: LOCALSTACK_VARIANT=full (default where Docker runs) or local (no functions)
+	@echo "localstack-deploy: $(LOCALSTACK_CONFIG), variant $(LOCALSTACK_VARIANT)"
+	@if [ "$(LOCALSTACK_VARIANT)" = full ]; then $(MAKE) --no-print-directory build; fi
+	@$(ENV) export AWS_ENDPOINT_URL_S3="$$AWS_ENDPOINT_URL" CDK_HOME="$(CURDIR)/$(LOCAL)/cdk-home" && \
+		$(CDKLOCAL) bootstrap -c config=$(LOCALSTACK_CONFIG) -c variant=$(LOCALSTACK_VARIANT) && \
+		$(CDKLOCAL) deploy -c config=$(LOCALSTACK_CONFIG) -c variant=$(LOCALSTACK_VARIANT) --require-approval never

@@ -8,6 +8,8 @@ package localrun
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -223,26 +225,54 @@ func (r *Runtime) queue(ctx context.Context, name string, o *config.Output) (que
 	return queue{name: name, url: aws.ToString(u.QueueUrl), arn: a.Attributes["QueueArn"], out: o}, nil
 }
 
+// receiveMargin is how long a received batch stays hidden past the writer's
+// deadline: time for the deletes that follow the handler.
+const receiveMargin = 10 * time.Second
+
+// receiveVisibility is the visibility timeout the writer loop asks for, in
+// seconds: the invocation's deadline plus receiveMargin, within SQS's limits.
+func receiveVisibility(timeout time.Duration) int32 {
+	s := int64((timeout + receiveMargin + time.Second - 1) / time.Second)
+	return int32(min(max(s, 1), 43200))
+}
+
 // writerLoop is the Lambda SQS event source: receive a batch, invoke the
 // handler with a deadline, delete what it did not report as failed.
+//
+// A receive's answer can be lost on its way back (a keep-alive connection
+// closed under it: "use of closed network connection"). The SDK retries the
+// call, as it should, but SQS already handed out the messages of the lost
+// answer, and they stay hidden for their visibility timeout. So the loop
+// does not take the queue's visibility timeout, which is sized for Lambda
+// (VisibilityFactor times the writer's timeout): each receive asks for the
+// invocation's deadline plus receiveMargin, which the handler and the
+// deletes cannot outlast, and a lost batch is back that much sooner. On a
+// FIFO queue each receive also carries a ReceiveRequestAttemptId: SQS answers
+// the SDK's retry of a receive whose answer was lost with the same messages.
 func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue) {
 	c := r.Deps.SQS
 	timeout := r.Opts.WriterTimeout
 	if timeout == 0 {
 		timeout = r.Deps.Config.Stack.WriterTimeout.D()
 	}
+	visibility := receiveVisibility(timeout)
 	// A receive is never cancelled midway: SQS may already have handed the
-	// messages out, and a dropped answer would hide them for a whole
-	// visibility timeout. Stopping waits for the current long poll instead.
+	// messages out, and a dropped answer would hide them until they come
+	// back. Stopping waits for the current long poll instead.
 	rctx := context.WithoutCancel(ctx)
 	for ctx.Err() == nil {
-		out, err := c.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
+		in := &sqs.ReceiveMessageInput{
 			QueueUrl:                    &q.url,
 			MaxNumberOfMessages:         int32(q.out.BatchSize),
 			WaitTimeSeconds:             1,
+			VisibilityTimeout:           visibility,
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},
-		})
+		}
+		if q.out.FIFO() {
+			in.ReceiveRequestAttemptId = aws.String(attemptID())
+		}
+		out, err := c.ReceiveMessage(rctx, in)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.Log.Warn("receive messages", "queue", q.name, "error", err)
@@ -257,6 +287,13 @@ func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue) {
 		r.invoke(ctx, h, q, out.Messages, timeout)
 		r.inflight.Add(-1)
 	}
+}
+
+// attemptID returns a fresh ReceiveRequestAttemptId.
+func attemptID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func (r *Runtime) invoke(ctx context.Context, h *writer.Handler, q queue, msgs []sqstypes.Message, timeout time.Duration) {

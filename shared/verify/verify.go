@@ -181,12 +181,12 @@ func Compare(ctx context.Context, src Source, out Output, opts Options) (*Report
 		opts.Progress = func(string, int, int) {}
 	}
 	c := &comparison{src: src, out: out, opts: opts}
-	source, removed, err := c.listSource(ctx)
+	source, kept, err := c.listSource(ctx)
 	if err != nil {
 		return nil, err
 	}
 	rep := &Report{SourceDocs: len(source), Counts: map[Kind]int{}}
-	drift, same, err := c.scanOutput(ctx, source, removed, rep)
+	drift, same, err := c.scanOutput(ctx, source, kept, rep)
 	if err != nil {
 		return nil, err
 	}
@@ -226,19 +226,20 @@ type comparison struct {
 }
 
 // listSource returns the winning revision of every live document, and the
-// documents whose last row is a removal from the reader's channels.
-func (c *comparison) listSource(ctx context.Context) (source map[string]string, removed map[string]bool, err error) {
-	source, removed = map[string]string{}, map[string]bool{}
+// documents whose last row is not live and which the output keeps, or
+// not, otherwise than a document absent from the feed (see keep).
+func (c *comparison) listSource(ctx context.Context) (source map[string]string, kept map[string]bool, err error) {
+	source, kept = map[string]string{}, map[string]bool{}
 	err = c.src.List(ctx, c.opts.PageSize, func(page []feed.Row) error {
 		for _, r := range page {
 			// A later row of a document is newer.
 			delete(source, r.ID)
-			delete(removed, r.ID)
-			switch {
-			case r.Removed:
-				removed[r.ID] = true
-			case !r.Deleted:
+			delete(kept, r.ID)
+			switch k := c.keep(r); {
+			case !r.Deleted && !r.Removed:
 				source[r.ID] = r.Rev
+			case k != c.opts.KeepDeleted:
+				kept[r.ID] = k
 			}
 		}
 		c.opts.Progress("source", len(source), 0)
@@ -247,14 +248,23 @@ func (c *comparison) listSource(ctx context.Context) (source map[string]string, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("list source documents: %w", err)
 	}
-	return source, removed, nil
+	return source, kept, nil
 }
 
-// keep reports whether the output keeps a document that the source has
-// removed from the reader's channels, or else deleted (or does not list).
-func (c *comparison) keep(removed bool) bool {
-	if removed {
-		return c.opts.KeepRemoved
+// keep reports whether the output keeps a document the source deleted or
+// removed from the reader's channels (r), as the poller decides: it skips
+// a deletion with KeepDeleted (ignore_delete) and a removal with
+// KeepRemoved (ignore_remove). A document the feed does not list counts as
+// deleted.
+func (c *comparison) keep(r feed.Row) bool {
+	return (r.Deleted && c.opts.KeepDeleted) || (r.Removed && c.opts.KeepRemoved)
+}
+
+// kept reports whether the output keeps the document id, not live in the
+// source; exceptions are what listSource found.
+func (c *comparison) kept(exceptions map[string]bool, id string) bool {
+	if k, ok := exceptions[id]; ok {
+		return k
 	}
 	return c.opts.KeepDeleted
 }
@@ -262,7 +272,7 @@ func (c *comparison) keep(removed bool) bool {
 // scanOutput compares every document the output lists with the source's
 // winners, and returns the drift found (missing documents included) and the
 // documents whose revision is in sync, whose content remains to compare.
-func (c *comparison) scanOutput(ctx context.Context, source map[string]string, removed map[string]bool, rep *Report) ([]Drift, []Doc, error) {
+func (c *comparison) scanOutput(ctx context.Context, source map[string]string, kept map[string]bool, rep *Report) ([]Drift, []Doc, error) {
 	var drift []Drift
 	var same []Doc
 	seen := make(map[string]bool, len(source))
@@ -277,7 +287,7 @@ func (c *comparison) scanOutput(ctx context.Context, source map[string]string, r
 			rep.OutputDocs++
 		}
 		rev, live := source[d.ID]
-		switch x, ok := classify(d.ID, rev, live, d, c.keep(removed[d.ID])); {
+		switch x, ok := classify(d.ID, rev, live, d, c.kept(kept, d.ID)); {
 		case ok:
 			drift = append(drift, x)
 		case !live:
@@ -348,7 +358,7 @@ func (c *comparison) check(ctx context.Context, docs []Doc, phase string) ([]Dri
 				return nil, fmt.Errorf("read source documents: answer %d is for %q, not %q", i, r.ID, d.ID)
 			}
 			live := !r.Deleted && !r.Removed
-			if x, ok := classify(d.ID, r.Rev, live, d, c.keep(r.Removed)); ok {
+			if x, ok := classify(d.ID, r.Rev, live, d, c.keep(r)); ok {
 				drift = append(drift, x)
 			} else if live && c.opts.Content {
 				bodies = append(bodies, deliver.SourceDoc{ID: d.ID, Rev: r.Rev, Body: r.Doc})

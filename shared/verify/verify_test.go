@@ -38,11 +38,16 @@ func (f *fakeSource) List(_ context.Context, _ int, fn func([]feed.Row) error) e
 	for _, id := range slices.Sorted(maps.Keys(f.docs)) {
 		page = append(page, feed.Row{ID: id, Rev: f.docs[id]})
 	}
+	// A document both deleted and removed (Sync Gateway's row for a
+	// deletion seen by a reader of some channels) has one row.
 	for _, id := range slices.Sorted(maps.Keys(f.deleted)) {
-		page = append(page, feed.Row{ID: id, Rev: f.deleted[id], Deleted: true})
+		_, removed := f.removed[id]
+		page = append(page, feed.Row{ID: id, Rev: f.deleted[id], Deleted: true, Removed: removed})
 	}
 	for _, id := range slices.Sorted(maps.Keys(f.removed)) {
-		page = append(page, feed.Row{ID: id, Rev: f.removed[id], Removed: true})
+		if _, deleted := f.deleted[id]; !deleted {
+			page = append(page, feed.Row{ID: id, Rev: f.removed[id], Removed: true})
+		}
 	}
 	f.mu.Unlock()
 	if err := fn(page); err != nil {
@@ -60,9 +65,13 @@ func (f *fakeSource) Current(_ context.Context, ids []string) ([]feed.Row, error
 	rows := make([]feed.Row, len(ids))
 	for i, id := range ids {
 		rows[i].ID = id
-		if rev, ok := f.docs[id]; ok {
+		_, removed := f.removed[id]
+		switch rev, ok := f.docs[id]; {
+		case ok:
 			rows[i].Rev, rows[i].Doc = rev, json.RawMessage(fmt.Sprintf(`{"_id":%q,"_rev":%q}`, id, rev))
-		} else {
+		case removed:
+			rows[i].Removed = true
+		default:
 			rows[i].Deleted = true
 		}
 	}
@@ -216,6 +225,17 @@ func TestCompare(t *testing.T) {
 			opts:    Options{KeepRemoved: true, Recheck: true},
 			want:    []Drift{{Kind: Unexpected, DocID: "z", OutputRev: "1-z"}},
 			kept:    1,
+		},
+		{
+			name:    "deleted and removed rows kept as the poller keeps them",
+			source:  map[string]string{"a": "1-a"},
+			deleted: map[string]string{"d": "2-d", "dr": "2-dr"},
+			removed: map[string]string{"r": "1-r", "dr": "2-dr"},
+			output:  map[string]Doc{"a": held("1-a"), "d": held("1-d"), "dr": held("1-dr"), "r": held("1-r"), "absent": held("1-x")},
+			opts:    Options{KeepDeleted: true, Recheck: true},
+			// ignore_delete skips a row that is deleted, removed or not.
+			want: []Drift{{Kind: Unexpected, DocID: "r", OutputRev: "1-r"}},
+			kept: 3,
 		},
 		{
 			name:   "deleted documents kept on purpose",

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -20,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/changes-worker/changes-worker/shared/awsconf"
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/fanout"
@@ -28,6 +28,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/metrics"
 	"github.com/changes-worker/changes-worker/shared/poll"
 	"github.com/changes-worker/changes-worker/shared/secret"
+	"github.com/changes-worker/changes-worker/shared/writer"
 )
 
 // Deps are the process-wide dependencies, built once (at cold start).
@@ -42,9 +43,9 @@ type Deps struct {
 	SQS      *sqs.Client
 	S3       *s3.Client
 
-	// Now is the clock of the poller and its lease decisions; fault tests
-	// skew it. Default time.Now.
-	Now func() time.Time
+	// Now is the clock of the poller and its lease decisions, read when a
+	// poller is built; fault tests skew it. Zero: the system clock.
+	Now clock.Clock
 
 	mu      sync.Mutex
 	pools   map[string]*pgxpool.Pool
@@ -129,20 +130,13 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 	return &poll.Poller{
 		Job:     j,
 		Feed:    fc,
-		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Now: d.now},
+		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Now: d.Now.Now},
 		Sender:  &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
 		Targets: targets,
 		Log:     d.Log,
 		Metrics: metrics.New(d.Metrics, map[string]string{"Job": j.ID}),
-		Now:     d.now,
+		Now:     d.Now.Now,
 	}, nil
-}
-
-func (d *Deps) now() time.Time {
-	if d.Now != nil {
-		return d.Now()
-	}
-	return time.Now()
 }
 
 // Feed builds the feed client of a job, with its credentials resolved.
@@ -165,8 +159,8 @@ func (d *Deps) Feed(ctx context.Context, j *config.Job) (*feed.Client, error) {
 }
 
 // Writer builds the writer handler for every output of the configuration.
-func (d *Deps) Writer() *deliver.Handler {
-	return &deliver.Handler{
+func (d *Deps) Writer() *writer.Handler {
+	return &writer.Handler{
 		Config:  d.Config,
 		Sinks:   d.Sink,
 		SQS:     d.SQS,

@@ -168,17 +168,14 @@ func (s *Sink) Apply(ctx context.Context, changes []*change.Envelope) []error {
 }
 
 func (s *Sink) check(c *change.Envelope) error {
+	if err := deliver.CheckChange(c); err != nil {
+		return err
+	}
 	switch {
-	case c == nil:
-		return deliver.PermanentError("invalid_change", errors.New("check change: change is nil"))
-	case c.DocID == "":
-		return deliver.PermanentError("invalid_change", errors.New("check change: doc_id is empty"))
-	case c.Generation < 1 || c.Counter < 1:
-		return deliver.PermanentError("invalid_change", fmt.Errorf("check change %s: version %s must have generation and counter >= 1", c.DocID, c.Version))
 	case len(s.TombstoneKey(c.DocID)) > maxKeyBytes:
 		return deliver.PermanentError("key_too_long", fmt.Errorf("check change: key of a %d-byte document id exceeds %d bytes", len(c.DocID), maxKeyBytes))
 	case !c.Tombstone() && !json.Valid(c.Doc):
-		return deliver.PermanentError("invalid_body", fmt.Errorf("check change %s: body is missing or not valid JSON", c.DocID))
+		return deliver.PermanentError("invalid_body", fmt.Errorf("check change %s: body is not valid JSON", c.DocID))
 	}
 	return nil
 }
@@ -356,7 +353,7 @@ func validOrNil(raw json.RawMessage) json.RawMessage {
 func metadata(c *change.Envelope) map[string]string {
 	m := map[string]string{
 		MetaRev:     metaValue(c.Rev),
-		MetaSeq:     metaValue(compact(c.Seq)),
+		MetaSeq:     metaValue(c.SeqText()),
 		MetaVersion: c.Version.String(),
 		MetaJob:     metaValue(c.Job),
 		MetaOutput:  metaValue(c.Output),
@@ -365,14 +362,6 @@ func metadata(c *change.Envelope) map[string]string {
 		m[MetaDeleted] = "true"
 	}
 	return m
-}
-
-func compact(raw json.RawMessage) string {
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
-		return string(raw)
-	}
-	return b.String()
 }
 
 // metaValue keeps a metadata value printable ASCII, as S3 requires for

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 // cjkIDs are ids pouchdb-server's _all_docs leaves out.
@@ -23,7 +24,7 @@ var cjkIDs = []string{"注文-1", "注文-2"}
 // document once, at its last state, ids _all_docs skips included.
 func TestListCouch(t *testing.T) {
 	t.Parallel()
-	db := couchDB(t)
+	db := testenv.CouchDB(t)
 	want := fixture(t, db)
 	for i, rev := range bulkDocs(t, db, true, map[string]any{"_id": cjkIDs[0], "v": "1"}, map[string]any{"_id": cjkIDs[1], "v": "1"}) {
 		want[cjkIDs[i]] = docState{Rev: rev, V: "1"}
@@ -67,7 +68,7 @@ func TestListCouch(t *testing.T) {
 // TestCurrentCouch reads the current state of documents of pouchdb-server.
 func TestCurrentCouch(t *testing.T) {
 	t.Parallel()
-	db := couchDB(t)
+	db := testenv.CouchDB(t)
 	want := fixture(t, db)
 	revs := bulkDocs(t, db, true, map[string]any{"_id": cjkIDs[0], "v": "1"})
 	want[cjkIDs[0]] = docState{Rev: revs[0], V: "1"}

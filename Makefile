@@ -70,7 +70,7 @@ deploy: build cdk-deps ## deploy the stack to AWS (see infra/README.md)
 destroy: build cdk-deps ## delete the stack (retained table and bucket stay)
 	$(CDK) destroy -c config=$(CDK_CONFIG)
 
-localstack-up: ## start LocalStack, CouchDB and PostgreSQL with Docker (where a Docker engine runs)
+localstack-up: ## start the same services as containers (localstack/docker-compose.yml; where a Docker engine runs)
 	docker compose -f localstack/docker-compose.yml up -d --wait
 
 localstack-deploy: build cdk-deps ## bootstrap LocalStack and deploy the stack with cdklocal

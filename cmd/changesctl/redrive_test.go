@@ -96,13 +96,16 @@ func TestRedriveKilledMidway(t *testing.T) {
 			}
 			t.Logf("killed after %d of %d reported moved", killedAt, n)
 
+			// The dead process's hidden messages come back, and the
+			// journal writes it had sent before the kill have landed (a
+			// request already on its way is still applied).
+			time.Sleep(5 * time.Second)
 			j := &dlq.Journal{DB: s.deps.DynamoDB, Table: s.cfg.TableName(), Job: "orders", Output: tc.output}
 			journal, err := j.Entries(ctx, s.deps.DynamoDB)
 			if err != nil {
 				t.Fatal(err)
 			}
 			// The journal is keyed by DLQ message id; map it to documents.
-			time.Sleep(5 * time.Second) // the dead process's hidden messages come back
 			dlqMsgs := s.census(q.DLQURL, false)
 			work := s.census(q.WorkURL, false)
 			sending, sent := map[string]bool{}, map[string]bool{}

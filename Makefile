@@ -12,13 +12,16 @@ CDK_CONFIG       ?= $(CONFIG)
 CDK              := infra/node_modules/.bin/cdk
 CDKLOCAL         := infra/node_modules/.bin/cdklocal
 CFN_LINT_VERSION := 1.51.0
+# staticcheck 2026.2.2, built with the toolchain of go.mod (go 1.26).
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK      := $(LOCAL)/bin/staticcheck-$(STATICCHECK_VERSION)
 
 .PHONY: help up down build ctl test test-infra demo bench lint cdk-deps synth diff deploy destroy localstack-up localstack-deploy
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-up: ## start the local services (LocalStack, DynamoDB Local, CouchDB-compatible source, PostgreSQL); installs what is missing
+up: ## start the local services (LocalStack, moto for S3, DynamoDB Local, CouchDB-compatible source, PostgreSQL); installs what is missing
 	@bash localstack/up.sh
 
 down: ## stop the local services
@@ -33,7 +36,7 @@ build: ## build the Lambda bootstraps for linux/arm64 into build/<function>/boot
 		echo "build/$$f/bootstrap"; \
 	done
 
-test: up ## run every test (unit, integration, end-to-end, infra) against the local services
+test: lint up ## lint, then run every test (unit, integration, end-to-end, infra) against the local services
 	@command -v cfn-lint >/dev/null 2>&1 || pip install --quiet "cfn-lint==$(CFN_LINT_VERSION)"
 	@$(ENV) $(GO) test -count=1 -timeout 45m ./...
 
@@ -47,11 +50,16 @@ demo: up ctl ## run the pipeline end to end on the local services and print a su
 bench: up ctl ## print throughput, latency and memory figures (also written to bench-results.json)
 	@$(ENV) $(GO) run ./tests/bench
 
-lint: ## gofmt, go vet, and go mod tidy leaves no diff
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, and go mod tidy leaves no diff
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@$(GO) vet ./...
-	@cp go.mod $(LOCAL)/go.mod.bak && cp go.sum $(LOCAL)/go.sum.bak && $(GO) mod tidy && \
-		{ diff -q go.mod $(LOCAL)/go.mod.bak >/dev/null && diff -q go.sum $(LOCAL)/go.sum.bak >/dev/null || { echo "go mod tidy changes go.mod/go.sum"; exit 1; }; }
+	@$(STATICCHECK) ./...
+	@$(GO) mod tidy -diff || { echo "go mod tidy would change go.mod/go.sum (run go mod tidy)"; exit 1; }
+
+$(STATICCHECK):
+	@mkdir -p $(LOCAL)/bin
+	GOBIN=$(abspath $(LOCAL))/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@mv $(LOCAL)/bin/staticcheck $@
 
 infra/node_modules/.package-lock.json: infra/package.json infra/package-lock.json
 	npm ci --prefix infra --no-audit --no-fund

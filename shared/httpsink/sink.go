@@ -19,7 +19,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -267,19 +266,7 @@ func (s *Sink) URL(docID string) (*url.URL, error) {
 // oldest version first. Apply is safe for concurrent use; it is idempotent
 // only as far as the endpoint is.
 func (s *Sink) Apply(ctx context.Context, changes []*change.Envelope) []error {
-	return deliver.EachDocument(ctx, changes, Parallelism, check, s.send)
-}
-
-func check(c *change.Envelope) error {
-	switch {
-	case c == nil:
-		return deliver.PermanentError("invalid_change", errors.New("check change: change is nil"))
-	case c.DocID == "":
-		return deliver.PermanentError("invalid_change", errors.New("check change: doc_id is empty"))
-	case !c.Tombstone() && len(c.Doc) == 0:
-		return deliver.PermanentError("invalid_body", fmt.Errorf("check change %s: live change has no body", c.DocID))
-	}
-	return nil
+	return deliver.EachDocument(ctx, changes, Parallelism, deliver.CheckChange, s.send)
 }
 
 // send delivers one change.
@@ -352,7 +339,7 @@ func (s *Sink) request(ctx context.Context, c *change.Envelope) (*http.Request, 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set(HeaderRev, headerValue(c.Rev))
-	req.Header.Set(HeaderSeq, headerValue(seqText(c.Seq)))
+	req.Header.Set(HeaderSeq, headerValue(c.SeqText()))
 	req.Header.Set(HeaderVersion, c.Version.String())
 	req.Header.Set(HeaderJob, headerValue(c.Job))
 	req.Header.Set(HeaderOutput, headerValue(c.Output))
@@ -371,15 +358,6 @@ func IdempotencyKey(c *change.Envelope) string {
 		fmt.Fprintf(h, "%d:%s;", len(part), part)
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// seqText returns the seq as compact JSON text.
-func seqText(seq json.RawMessage) string {
-	var b bytes.Buffer
-	if err := json.Compact(&b, seq); err != nil {
-		return string(seq)
-	}
-	return b.String()
 }
 
 // headerValue makes s safe as a header value: control characters (which

@@ -96,7 +96,7 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	clock := time.Now()
-	s.Now = func() time.Time { return clock }
+	s.Clock = func() time.Time { return clock }
 	a, _, err := s.Acquire(ctx, "job", "a", "h", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)

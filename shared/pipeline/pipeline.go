@@ -133,7 +133,7 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 	return &poll.Poller{
 		Job:     j,
 		Feed:    fc,
-		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Now: d.now},
+		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.now},
 		Sender:  &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
 		Targets: targets,
 		Log:     d.Log,

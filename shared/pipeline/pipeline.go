@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -21,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/changes-worker/changes-worker/shared/awsconf"
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/fanout"
@@ -47,8 +47,8 @@ type Deps struct {
 	S3       *s3.Client
 
 	// Now is the clock of the poller and its lease decisions; fault tests
-	// skew it. Default time.Now.
-	Now func() time.Time
+	// skew it. Zero: the system clock.
+	Now clock.Clock
 
 	mu      sync.Mutex
 	pools   map[string]*pgxpool.Pool
@@ -133,20 +133,13 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 	return &poll.Poller{
 		Job:     j,
 		Feed:    fc,
-		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.now},
+		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
 		Sender:  &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
 		Targets: targets,
 		Log:     d.Log,
 		Metrics: metrics.New(d.Metrics, map[string]string{"Job": j.ID}),
-		Now:     d.now,
+		Clock:   d.Now,
 	}, nil
-}
-
-func (d *Deps) now() time.Time {
-	if d.Now != nil {
-		return d.Now()
-	}
-	return time.Now()
 }
 
 // Feed builds the feed client of a job, with its credentials resolved.

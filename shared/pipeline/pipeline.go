@@ -49,6 +49,10 @@ type Deps struct {
 	// Now is the clock of the poller and its lease decisions; fault tests
 	// skew it. Zero: the system clock.
 	Now clock.Clock
+	// OnBatch, when set, is told after every batch of a HandleSchedule
+	// poller whether its job is caught up (the local runtime's
+	// --until-idle). Set it before the first invocation.
+	OnBatch func(job string, caughtUp bool)
 
 	mu      sync.Mutex
 	pools   map[string]*pgxpool.Pool

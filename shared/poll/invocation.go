@@ -114,14 +114,16 @@ func (v *invocation) loop(ctx context.Context) error {
 	defer func() { _ = v.settle() }()
 	for {
 		v.p.Metrics.AddHighRes(metrics.Role, 1, metrics.None)
+		// Start another batch only if the slowest one so far would still
+		// fit. Checked before the heartbeat: past the budget the context
+		// may be done, and the lease is about to be released anyway.
+		if !v.fits() {
+			return v.lastErr
+		}
 		if v.inflight == nil {
 			if err := v.sess.KeepAlive(ctx); err != nil {
 				return err
 			}
-		}
-		// Start another batch only if the slowest one so far would still fit.
-		if !v.fits() {
-			return v.lastErr
 		}
 		batch, err := v.read(ctx)
 		if serr := v.settle(); serr != nil {

@@ -287,6 +287,25 @@ func TestRun(t *testing.T) {
 			},
 		},
 		{
+			name: "a read that ends past the budget: no heartbeat, the lease is released",
+			setup: func(r *rig) {
+				r.leases.checkpoint = json.RawMessage("3")
+				r.feed.batch = func(int, string) (*feed.Batch, error) {
+					r.w.advance(3500 * time.Millisecond) // more than a third of the TTL
+					return empty("3"), nil
+				}
+			},
+			deadline:     5 * time.Second,
+			wantRole:     "active",
+			wantStored:   "3",
+			wantReleased: true,
+			check: func(t *testing.T, r *rig) {
+				if diff := cmp.Diff([]string{"acquire 1", "read 3", "release"}, r.w.log()); diff != "" {
+					t.Errorf("events (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
 			name: "a standby takes over when the holder releases the lease",
 			setup: func(r *rig) {
 				r.leases.checkpoint = json.RawMessage("40")

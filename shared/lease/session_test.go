@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/lease"
 )
 
@@ -86,24 +87,6 @@ func (f *fakeKeeper) Release(ctx context.Context, l *lease.Lease) error {
 		return nil
 	}
 	return f.release(ctx, l)
-}
-
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
 }
 
 const ttl = 9 * time.Second
@@ -316,12 +299,12 @@ func TestSessionForce(t *testing.T) {
 
 // held session returns a session holding a lease renewed at the clock's
 // time, whose renewals answer with renewErr (and move RenewedAt on success).
-func heldSession(t *testing.T, renewErr error) (*lease.Session, *fakeKeeper, *fakeClock) {
+func heldSession(t *testing.T, renewErr error) (*lease.Session, *fakeKeeper, *clock.Manual) {
 	t.Helper()
-	c := &fakeClock{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
+	c := clock.NewManual(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
 	k := &fakeKeeper{
 		acquire: func() (*lease.Lease, *lease.State, error) {
-			return &lease.Lease{Generation: 3, RenewedAt: c.now(), TTL: ttl}, nil, nil
+			return &lease.Lease{Generation: 3, RenewedAt: c.Now(), TTL: ttl}, nil, nil
 		},
 		renew: func(l *lease.Lease, pending int64) error {
 			if pending != 17 {
@@ -330,12 +313,12 @@ func heldSession(t *testing.T, renewErr error) (*lease.Session, *fakeKeeper, *fa
 			if renewErr != nil {
 				return renewErr
 			}
-			l.RenewedAt = c.now()
+			l.RenewedAt = c.Now()
 			return nil
 		},
 	}
 	s := lease.NewSession(k, "job", "me", "host", ttl)
-	s.Clock = c.now
+	s.Clock = c.Now
 	s.Pending = 17
 	if err := s.Acquire(t.Context()); err != nil {
 		t.Fatal(err)
@@ -343,20 +326,33 @@ func heldSession(t *testing.T, renewErr error) (*lease.Session, *fakeKeeper, *fa
 	return s, k, c
 }
 
-func TestSessionKeepAlive(t *testing.T) {
+// TestSessionRenewals: KeepAlive renews once a third of the TTL passed;
+// Fence renews once less than half the TTL is left, and refuses to let an
+// action through when it cannot.
+func TestSessionRenewals(t *testing.T) {
 	t.Parallel()
 	errDown := errors.New("table unavailable")
+	keepAlive := func(s *lease.Session, ctx context.Context) error { return s.KeepAlive(ctx) }
+	fence := func(s *lease.Session, ctx context.Context) error { return s.Fence(ctx) }
 	tests := []struct {
 		name       string
+		call       func(*lease.Session, context.Context) error
 		after      time.Duration
 		renewErr   error
 		wantRenews int
-		wantErr    error
+		wantErr    []error
 	}{
-		{name: "fresh", after: ttl/3 - time.Millisecond, wantRenews: 0},
-		{name: "a third of the TTL", after: ttl / 3, wantRenews: 1},
-		{name: "refused", after: ttl / 2, renewErr: lease.ErrLeaseLost, wantRenews: 1, wantErr: lease.ErrLeaseLost},
-		{name: "failed", after: ttl / 2, renewErr: errDown, wantRenews: 1, wantErr: errDown},
+		{name: "keep alive: fresh", call: keepAlive, after: ttl/3 - time.Millisecond},
+		{name: "keep alive: a third of the TTL", call: keepAlive, after: ttl / 3, wantRenews: 1},
+		{name: "keep alive: refused", call: keepAlive, after: ttl / 2, renewErr: lease.ErrLeaseLost, wantRenews: 1, wantErr: []error{lease.ErrLeaseLost}},
+		{name: "keep alive: failed", call: keepAlive, after: ttl / 2, renewErr: errDown, wantRenews: 1, wantErr: []error{errDown}},
+		{name: "fence: half the TTL left", call: fence, after: ttl / 2},
+		{name: "fence: less than half the TTL left", call: fence, after: ttl/2 + time.Millisecond, wantRenews: 1},
+		{name: "fence: expired by the local clock", call: fence, after: 2 * ttl, wantRenews: 1},
+		{name: "fence: lease lost", call: fence, after: ttl/2 + time.Millisecond, renewErr: lease.ErrLeaseLost, wantRenews: 1,
+			wantErr: []error{lease.ErrFenced, lease.ErrLeaseLost}},
+		{name: "fence: renewal failed", call: fence, after: 3 * ttl / 4, renewErr: errDown, wantRenews: 1,
+			wantErr: []error{lease.ErrFenced, errDown}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -364,73 +360,34 @@ func TestSessionKeepAlive(t *testing.T) {
 			s, k, c := heldSession(t, tt.renewErr)
 			renewed := 0
 			s.Renewed = func() { renewed++ }
-			c.advance(tt.after)
-			err := s.KeepAlive(t.Context())
-			if !errors.Is(err, tt.wantErr) {
-				t.Fatalf("KeepAlive = %v, want %v", err, tt.wantErr)
-			}
-			if got := k.count("renew"); got != tt.wantRenews {
-				t.Errorf("renewed %d times, want %d", got, tt.wantRenews)
-			}
-			if wantHook := tt.wantRenews - btoi(tt.renewErr != nil); renewed != wantHook {
-				t.Errorf("Renewed hook called %d times, want %d", renewed, wantHook)
-			}
-			if tt.wantErr == nil && tt.wantRenews > 0 && !s.Lease().RenewedAt.Equal(c.now()) {
-				t.Errorf("lease renewed at %s, want %s", s.Lease().RenewedAt, c.now())
-			}
-		})
-	}
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-func TestSessionFence(t *testing.T) {
-	t.Parallel()
-	errDown := errors.New("table unavailable")
-	tests := []struct {
-		name       string
-		after      time.Duration
-		renewErr   error
-		wantRenews int
-		wantErr    []error
-	}{
-		{name: "half the TTL left", after: ttl / 2},
-		{name: "renews when less than half the TTL is left", after: ttl/2 + time.Millisecond, wantRenews: 1},
-		{name: "renews a lease expired by the local clock", after: 2 * ttl, wantRenews: 1},
-		{name: "lease lost", after: ttl/2 + time.Millisecond, renewErr: lease.ErrLeaseLost, wantRenews: 1, wantErr: []error{lease.ErrFenced, lease.ErrLeaseLost}},
-		{name: "renewal failed", after: 3 * ttl / 4, renewErr: errDown, wantRenews: 1, wantErr: []error{lease.ErrFenced, errDown}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			s, k, c := heldSession(t, tt.renewErr)
-			c.advance(tt.after)
-			err := s.Fence(t.Context())
+			c.Advance(tt.after)
+			err := tt.call(s, t.Context())
 			if len(tt.wantErr) == 0 && err != nil {
-				t.Fatalf("Fence = %v, want nil", err)
+				t.Fatalf("error %v, want nil", err)
 			}
 			for _, want := range tt.wantErr {
 				if !errors.Is(err, want) {
-					t.Errorf("Fence = %v, want %v", err, want)
+					t.Errorf("error %v, want %v", err, want)
 				}
 			}
 			if got := k.count("renew"); got != tt.wantRenews {
 				t.Errorf("renewed %d times, want %d", got, tt.wantRenews)
 			}
-			// After a successful renewal the fence lets actions through
-			// without renewing again.
-			if err == nil {
-				if err := s.Fence(t.Context()); err != nil {
-					t.Errorf("second Fence = %v", err)
+			if err != nil {
+				if renewed != 0 {
+					t.Errorf("Renewed hook called %d times after a failed renewal", renewed)
 				}
-				if got := k.count("renew"); got != tt.wantRenews {
-					t.Errorf("second Fence renewed again (%d renewals)", got)
-				}
+				return
+			}
+			if renewed != tt.wantRenews {
+				t.Errorf("Renewed hook called %d times, want %d", renewed, tt.wantRenews)
+			}
+			if tt.wantRenews > 0 && !s.Lease().RenewedAt.Equal(c.Now()) {
+				t.Errorf("lease renewed at %s, want %s", s.Lease().RenewedAt, c.Now())
+			}
+			// Right after, neither renews again.
+			if err := tt.call(s, t.Context()); err != nil || k.count("renew") != tt.wantRenews {
+				t.Errorf("second call: %v, %d renewals, want nil and %d", err, k.count("renew"), tt.wantRenews)
 			}
 		})
 	}

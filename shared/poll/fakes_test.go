@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
@@ -29,23 +30,13 @@ const ttl = 9 * time.Second
 // which things happened ("send d001-d010", "checkpoint 100", "renew",
 // "release", ...).
 type world struct {
+	*clock.Manual
 	mu     sync.Mutex
-	t      time.Time
 	events []string
 }
 
-func newWorld() *world { return &world{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (w *world) now() time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.t
-}
-
-func (w *world) advance(d time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.t = w.t.Add(d)
+func newWorld() *world {
+	return &world{Manual: clock.NewManual(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))}
 }
 
 func (w *world) record(format string, args ...any) {
@@ -97,14 +88,14 @@ func (f *fakeLeases) state() *lease.State {
 func (f *fakeLeases) holdBy(owner string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.owner, f.generation, f.expires, f.released = owner, f.generation+1, f.w.now().Add(ttl), false
+	f.owner, f.generation, f.expires, f.released = owner, f.generation+1, f.w.Now().Add(ttl), false
 }
 
 func (f *fakeLeases) Get(context.Context, string) (*lease.State, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reads++
-	f.w.advance(f.perRead)
+	f.w.Advance(f.perRead)
 	if f.freeAfterReads > 0 && f.reads >= f.freeAfterReads {
 		f.released = true
 	}
@@ -114,7 +105,7 @@ func (f *fakeLeases) Get(context.Context, string) (*lease.State, error) {
 func (f *fakeLeases) Acquire(_ context.Context, job, owner, _ string, ttl time.Duration) (*lease.Lease, *lease.State, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now := f.w.now()
+	now := f.w.Now()
 	if f.state().Held(now) {
 		return nil, f.state(), lease.ErrLeaseHeld
 	}
@@ -142,7 +133,7 @@ func (f *fakeLeases) write(l *lease.Lease, what string) error {
 		f.w.record("refused %s", what)
 		return lease.ErrLeaseLost
 	}
-	now := f.w.now()
+	now := f.w.Now()
 	f.expires = now.Add(l.TTL)
 	l.RenewedAt = now
 	f.w.record("%s", what)
@@ -161,7 +152,7 @@ func (f *fakeLeases) Checkpoint(_ context.Context, l *lease.Lease, seq json.RawM
 	if err := f.write(l, "checkpoint "+string(seq)); err != nil {
 		return err
 	}
-	f.checkpoint, f.checkpointAt = seq, f.w.now()
+	f.checkpoint, f.checkpointAt = seq, f.w.Now()
 	l.Checkpoint = seq
 	return nil
 }
@@ -178,7 +169,7 @@ func (f *fakeLeases) Release(_ context.Context, l *lease.Lease) error {
 	if f.owner != l.Owner || f.generation != l.Generation {
 		return lease.ErrLeaseLost
 	}
-	f.released, f.expires = true, f.w.now()
+	f.released, f.expires = true, f.w.Now()
 	f.w.record("release")
 	return nil
 }
@@ -208,7 +199,7 @@ func (f *fakeLeases) stored() string {
 func (f *fakeLeases) expiresIn() time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.expires.Sub(f.w.now())
+	return f.expires.Sub(f.w.Now())
 }
 
 // fakeFeed answers reads with batch(call, since); each read moves the
@@ -229,7 +220,7 @@ func (f *fakeFeed) Changes(_ context.Context, since json.RawMessage, _ time.Dura
 	f.at = append(f.at, time.Now())
 	call := len(f.sinces)
 	f.mu.Unlock()
-	f.w.advance(f.perRead)
+	f.w.Advance(f.perRead)
 	f.w.record("read %s", since)
 	return f.batch(call, string(since))
 }
@@ -280,7 +271,7 @@ func (s *fakeSender) Send(_ context.Context, targets []fanout.Target, changes []
 			}
 			s.mu.Unlock()
 			s.w.record("send %s-%s", group[0].DocID, group[len(group)-1].DocID)
-			s.w.advance(s.perRequest)
+			s.w.Advance(s.perRequest)
 			st.Messages += len(group)
 		}
 	}
@@ -329,12 +320,12 @@ type rig struct {
 	feed   *fakeFeed
 	sender *fakeSender
 	poller *poll.Poller
-	logs   *syncBuffer
+	logs   *bytes.Buffer
 }
 
 func newRig(batch func(call int, since string) (*feed.Batch, error)) *rig {
 	w := newWorld()
-	r := &rig{w: w, leases: &fakeLeases{w: w}, logs: &syncBuffer{}}
+	r := &rig{w: w, leases: &fakeLeases{w: w}, logs: &bytes.Buffer{}}
 	r.feed = &fakeFeed{w: w, perRead: 10 * time.Millisecond, batch: batch}
 	r.sender = &fakeSender{w: w, leases: r.leases}
 	job := &config.Job{ID: "orders", Lease: config.Lease{TTL: config.Duration(ttl)}, Feed: config.Feed{Timeout: config.Duration(time.Second)}}
@@ -343,7 +334,7 @@ func newRig(batch func(call int, since string) (*feed.Batch, error)) *rig {
 		Targets: []fanout.Target{{Output: "pg", QueueURL: "queue"}},
 		Log:     slog.New(slog.NewTextHandler(r.logs, nil)),
 		Metrics: metrics.New(io.Discard, map[string]string{"Job": "orders"}),
-		Clock:   w.now, StandbyInterval: 5 * time.Millisecond,
+		Clock:   w.Now, StandbyInterval: 5 * time.Millisecond,
 	}
 	return r
 }
@@ -353,7 +344,7 @@ func (r *rig) run(t *testing.T, d time.Duration) (poll.Result, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	return r.poller.Run(ctx, poll.Invocation{Owner: "me", Host: "host", Deadline: r.w.now().Add(d)})
+	return r.poller.Run(ctx, poll.Invocation{Owner: "me", Host: "host", Deadline: r.w.Now().Add(d)})
 }
 
 // after returns the events after the first one with the prefix.
@@ -375,21 +366,4 @@ func matching(events []string, prefix string) []string {
 		}
 	}
 	return out
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

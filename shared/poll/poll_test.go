@@ -21,12 +21,24 @@ func thenIdle(r *rig, b *feed.Batch) func(int, string) (*feed.Batch, error) {
 		if call == 1 {
 			return b, nil
 		}
-		r.w.advance(time.Second)
+		r.w.Advance(time.Second)
 		return empty(string(b.LastSeq)), nil
 	}
 }
 
 var errSQS = errors.New("sqs: service unavailable")
+
+// takeOverAt makes another poller take the lease before request n, and
+// moves the clock by jump.
+func takeOverAt(r *rig, n int, jump time.Duration) func(int) error {
+	return func(request int) error {
+		if request == n {
+			r.leases.takeOver()
+			r.w.Advance(jump)
+		}
+		return nil
+	}
+}
 
 func TestRun(t *testing.T) {
 	t.Parallel()
@@ -38,11 +50,10 @@ func TestRun(t *testing.T) {
 		deadline time.Duration
 
 		wantErr         error
-		wantRole        string
+		wantRole        string // default "active": an active invocation ends by releasing the lease
 		wantSent        []string
 		wantCheckpoints []string // successful checkpoint writes, in order
-		wantStored      string
-		wantReleased    bool
+		wantStored      string   // default: the last checkpoint written
 		check           func(t *testing.T, r *rig)
 	}{
 		{
@@ -52,14 +63,11 @@ func TestRun(t *testing.T) {
 				r.sender.perRequest = 30 * time.Millisecond // 300ms a chunk
 			},
 			deadline: 8 * time.Second,
-			wantRole: "active",
 			wantSent: docIDs(1, 1000),
 			// The first chunk at once (no checkpoint yet), then the first
 			// chunk ending a second or more after the last write, then the
 			// end of the batch.
 			wantCheckpoints: []string{"checkpoint 100", "checkpoint 500", "checkpoint 900", "checkpoint 1000"},
-			wantStored:      "1000",
-			wantReleased:    true,
 			check: func(t *testing.T, r *rig) {
 				if r.feed.sinces[0] != "" || r.feed.sinces[1] != "1000" {
 					t.Errorf("reads from %q then %q, want the beginning then 1000", r.feed.sinces[0], r.feed.sinces[1])
@@ -73,11 +81,8 @@ func TestRun(t *testing.T) {
 				r.sender.perRequest = time.Second // 10s for the chunk, the TTL is 9s
 			},
 			deadline:        30 * time.Second,
-			wantRole:        "active",
 			wantSent:        docIDs(1, 100),
 			wantCheckpoints: []string{"checkpoint 100"},
-			wantStored:      "100",
-			wantReleased:    true,
 			check: func(t *testing.T, r *rig) {
 				sends := between(r.w.log(), "send d001-d010", "send d091-d100")
 				// Without a renewal the lease expires at the ninth request.
@@ -91,19 +96,14 @@ func TestRun(t *testing.T) {
 			setup: func(r *rig) {
 				r.feed.batch = thenIdle(r, batchOf(1, 250))
 				r.sender.perRequest = 10 * time.Millisecond
-				r.sender.before = func(n int) error {
-					if n == 13 { // chunk 2's third request
-						r.leases.takeOver()
-						r.w.advance(ttl) // the fence must renew before the next request
-					}
-					return nil
-				}
+				// At chunk 2's third request; the clock jumps a TTL, so the
+				// fence must renew before the next request.
+				r.sender.before = takeOverAt(r, 13, ttl)
 			},
 			deadline:        8 * time.Second,
 			wantRole:        "fenced",
 			wantSent:        docIDs(1, 130),
 			wantCheckpoints: []string{"checkpoint 100"},
-			wantStored:      "100",
 			check: func(t *testing.T, r *rig) {
 				want := []string{"send d121-d130", "refused renew"}
 				if diff := cmp.Diff(want, after(r.w.log(), "taken over")); diff != "" {
@@ -118,7 +118,7 @@ func TestRun(t *testing.T) {
 			name: "a send that fails halfway: the checkpoint stays before the unsent rows",
 			setup: func(r *rig) {
 				// A recent checkpoint: the first chunk is not recorded at once.
-				r.leases.checkpoint, r.leases.checkpointAt = json.RawMessage("0"), r.w.now()
+				r.leases.checkpoint, r.leases.checkpointAt = json.RawMessage("0"), r.w.Now()
 				r.feed.batch = thenIdle(r, &feed.Batch{Rows: rows(1, 250), LastSeq: json.RawMessage("250"), Pending: 5})
 				r.sender.perRequest = 10 * time.Millisecond
 				r.sender.before = func(n int) error {
@@ -130,11 +130,8 @@ func TestRun(t *testing.T) {
 			},
 			deadline:        8 * time.Second,
 			wantErr:         errSQS,
-			wantRole:        "active",
 			wantSent:        docIDs(1, 140),
 			wantCheckpoints: []string{"checkpoint 100"},
-			wantStored:      "100",
-			wantReleased:    true,
 		},
 		{
 			name: "a transient source error: checkpoint unchanged, retried after a backoff",
@@ -147,26 +144,22 @@ func TestRun(t *testing.T) {
 					case call == 3:
 						return batchOf(1, 20), nil
 					}
-					r.w.advance(time.Second)
+					r.w.Advance(time.Second)
 					return empty("20"), nil
 				}
 			},
 			deadline:        6 * time.Second,
-			wantRole:        "active",
 			wantSent:        docIDs(1, 20),
 			wantCheckpoints: []string{"checkpoint 20"},
-			wantStored:      "20",
-			wantReleased:    true,
 			check: func(t *testing.T, r *rig) {
 				if diff := cmp.Diff([]string{"0", "0", "0", "20"}, r.feed.sinces[:4]); diff != "" {
 					t.Errorf("reads from (-want +got):\n%s", diff)
 				}
-				// Backoffs: 125-250ms, then 250-500ms.
-				if gap := r.feed.at[1].Sub(r.feed.at[0]); gap < 125*time.Millisecond {
-					t.Errorf("first retry after %s, want at least 125ms", gap)
-				}
-				if gap := r.feed.at[2].Sub(r.feed.at[1]); gap < 250*time.Millisecond {
-					t.Errorf("second retry after %s, want at least 250ms", gap)
+				// Backoffs: 125-250ms, then half to all of twice that.
+				for i := 1; i <= 2; i++ {
+					if gap := r.feed.at[i].Sub(r.feed.at[i-1]); gap < 125*time.Millisecond {
+						t.Errorf("retry %d after %s, want at least 125ms", i, gap)
+					}
 				}
 				if ev := matching(before(r.w.log(), "send"), "checkpoint"); len(ev) != 0 {
 					t.Errorf("checkpoints before the source recovered: %v", ev)
@@ -179,11 +172,9 @@ func TestRun(t *testing.T) {
 				r.leases.checkpoint = json.RawMessage("7")
 				r.feed.batch = func(int, string) (*feed.Batch, error) { return nil, unauthorized }
 			},
-			deadline:     8 * time.Second,
-			wantErr:      unauthorized,
-			wantRole:     "active",
-			wantStored:   "7",
-			wantReleased: true,
+			deadline:   8 * time.Second,
+			wantErr:    unauthorized,
+			wantStored: "7",
 			check: func(t *testing.T, r *rig) {
 				if diff := cmp.Diff([]string{"7"}, r.feed.sinces); diff != "" {
 					t.Errorf("reads from (-want +got):\n%s", diff)
@@ -194,25 +185,18 @@ func TestRun(t *testing.T) {
 			name: "the budget ends on a failing source: its error is reported",
 			setup: func(r *rig) {
 				r.feed.batch = func(int, string) (*feed.Batch, error) {
-					r.w.advance(600 * time.Millisecond)
+					r.w.Advance(600 * time.Millisecond)
 					return nil, unavailable
 				}
 			},
-			deadline:     3 * time.Second,
-			wantErr:      unavailable,
-			wantRole:     "active",
-			wantReleased: true,
+			deadline: 3 * time.Second,
+			wantErr:  unavailable,
 		},
 		{
 			name: "a refused checkpoint: stop, send nothing more",
 			setup: func(r *rig) {
 				r.feed.batch = thenIdle(r, batchOf(1, 250))
-				r.sender.before = func(n int) error {
-					if n == 10 { // the last request of chunk 1
-						r.leases.takeOver()
-					}
-					return nil
-				}
+				r.sender.before = takeOverAt(r, 10, 0) // the last request of chunk 1
 			},
 			deadline: 8 * time.Second,
 			wantRole: "fenced",
@@ -233,12 +217,7 @@ func TestRun(t *testing.T) {
 					}
 					return batchOf(51, 80), nil
 				}
-				r.sender.before = func(n int) error {
-					if n == 5 {
-						r.leases.takeOver()
-					}
-					return nil
-				}
+				r.sender.before = takeOverAt(r, 5, 0) // the batch's last request
 			},
 			deadline: 8 * time.Second,
 			wantRole: "fenced",
@@ -255,30 +234,25 @@ func TestRun(t *testing.T) {
 		{
 			name: "deadline reached mid-batch: what was queued is checkpointed, the lease released",
 			setup: func(r *rig) {
-				r.leases.checkpoint, r.leases.checkpointAt = json.RawMessage("0"), r.w.now()
+				r.leases.checkpoint, r.leases.checkpointAt = json.RawMessage("0"), r.w.Now()
 				r.feed.batch = thenIdle(r, batchOf(1, 300))
 				r.sender.perRequest = 90 * time.Millisecond // 0.9s a chunk; the budget is 2s
 			},
 			deadline:        3 * time.Second,
-			wantRole:        "active",
 			wantSent:        docIDs(1, 100),
 			wantCheckpoints: []string{"checkpoint 100"},
-			wantStored:      "100",
-			wantReleased:    true,
 		},
 		{
 			name: "deadline reached while idle: the lease is released",
 			setup: func(r *rig) {
 				r.leases.checkpoint = json.RawMessage("3")
 				r.feed.batch = func(int, string) (*feed.Batch, error) {
-					r.w.advance(time.Second)
+					r.w.Advance(time.Second)
 					return empty("3"), nil
 				}
 			},
-			deadline:     5 * time.Second,
-			wantRole:     "active",
-			wantStored:   "3",
-			wantReleased: true,
+			deadline:   5 * time.Second,
+			wantStored: "3",
 			check: func(t *testing.T, r *rig) {
 				// Budget 4s (a 1s margin), a second a read, 500ms kept free.
 				if n := len(r.feed.sinces); n != 4 {
@@ -291,14 +265,12 @@ func TestRun(t *testing.T) {
 			setup: func(r *rig) {
 				r.leases.checkpoint = json.RawMessage("3")
 				r.feed.batch = func(int, string) (*feed.Batch, error) {
-					r.w.advance(3500 * time.Millisecond) // more than a third of the TTL
+					r.w.Advance(3500 * time.Millisecond) // more than a third of the TTL
 					return empty("3"), nil
 				}
 			},
-			deadline:     5 * time.Second,
-			wantRole:     "active",
-			wantStored:   "3",
-			wantReleased: true,
+			deadline:   5 * time.Second,
+			wantStored: "3",
 			check: func(t *testing.T, r *rig) {
 				if diff := cmp.Diff([]string{"acquire 1", "read 3", "release"}, r.w.log()); diff != "" {
 					t.Errorf("events (-want +got):\n%s", diff)
@@ -314,11 +286,8 @@ func TestRun(t *testing.T) {
 				r.feed.batch = thenIdle(r, batchOf(41, 45))
 			},
 			deadline:        5 * time.Second,
-			wantRole:        "active",
 			wantSent:        docIDs(41, 45),
 			wantCheckpoints: []string{"checkpoint 45"},
-			wantStored:      "45",
-			wantReleased:    true,
 			check: func(t *testing.T, r *rig) {
 				if r.leases.marks < 1 {
 					t.Error("the standby never recorded itself on the job item")
@@ -356,11 +325,16 @@ func TestRun(t *testing.T) {
 			r := newRig(nil)
 			tt.setup(r)
 			res, err := r.run(t, tt.deadline)
+			wantRole := tt.wantRole
+			if wantRole == "" {
+				wantRole = "active"
+			}
+			wantReleased := wantRole == "active"
 			if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
 				t.Fatalf("Run error = %v, want %v", err, tt.wantErr)
 			}
-			if res.Role != tt.wantRole {
-				t.Errorf("role %q, want %q", res.Role, tt.wantRole)
+			if res.Role != wantRole {
+				t.Errorf("role %q, want %q", res.Role, wantRole)
 			}
 			if diff := cmp.Diff(tt.wantSent, r.sender.docs()); diff != "" {
 				t.Errorf("sent (-want +got):\n%s", diff)
@@ -369,13 +343,17 @@ func TestRun(t *testing.T) {
 			if diff := cmp.Diff(tt.wantCheckpoints, matching(events, "checkpoint")); diff != "" {
 				t.Errorf("checkpoints (-want +got):\n%s", diff)
 			}
-			if got := r.leases.stored(); got != tt.wantStored {
-				t.Errorf("stored checkpoint %q, want %q", got, tt.wantStored)
+			wantStored := tt.wantStored
+			if n := len(tt.wantCheckpoints); n > 0 {
+				wantStored = strings.TrimPrefix(tt.wantCheckpoints[n-1], "checkpoint ")
 			}
-			if got := len(matching(events, "release")) == 1; got != tt.wantReleased {
-				t.Errorf("released %t, want %t (events %v)", got, tt.wantReleased, events)
+			if got := r.leases.stored(); got != wantStored {
+				t.Errorf("stored checkpoint %q, want %q", got, wantStored)
 			}
-			if tt.wantReleased && events[len(events)-1] != "release" {
+			if got := len(matching(events, "release")) == 1; got != wantReleased {
+				t.Errorf("released %t, want %t (events %v)", got, wantReleased, events)
+			}
+			if wantReleased && events[len(events)-1] != "release" {
 				t.Errorf("events after the release: %v", events)
 			}
 			if res.Role == "active" && tt.wantErr == nil && (res.Read < len(tt.wantSent) || res.Enqueued != len(tt.wantSent)) {
@@ -431,7 +409,7 @@ func TestRunTakesOverAnExpiredLease(t *testing.T) {
 	t.Parallel()
 	r := newRig(nil)
 	r.leases.holdBy("crashed")
-	r.w.advance(ttl + time.Second)
+	r.w.Advance(ttl + time.Second)
 	r.feed.batch = thenIdle(r, batchOf(1, 3))
 	res, err := r.run(t, 4*time.Second)
 	if err != nil {

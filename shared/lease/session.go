@@ -26,6 +26,10 @@ var _ Keeper = (*Store)(nil)
 // (ErrLeaseLost when the renewal was refused).
 var ErrFenced = errors.New("lease may have expired: not sending")
 
+// errNoLease is returned by the methods that need a held lease when the
+// session holds none.
+var errNoLease = errors.New("no lease held")
+
 // HeldError is ErrLeaseHeld with the holder's state, as last read.
 type HeldError struct {
 	Holder *State
@@ -185,6 +189,9 @@ func (s *Session) announce(ctx context.Context) {
 // last successful write (the heartbeat). It returns ErrLeaseLost when the
 // renewal is refused.
 func (s *Session) KeepAlive(ctx context.Context) error {
+	if s.lease == nil {
+		return fmt.Errorf("renew lease %s: %w", s.job, errNoLease)
+	}
 	if s.Clock.Since(s.lease.RenewedAt) < s.ttl/3 {
 		return nil
 	}
@@ -193,6 +200,9 @@ func (s *Session) KeepAlive(ctx context.Context) error {
 
 // Renew extends the lease now. It returns ErrLeaseLost when refused.
 func (s *Session) Renew(ctx context.Context) error {
+	if s.lease == nil {
+		return fmt.Errorf("renew lease %s: %w", s.job, errNoLease)
+	}
 	if err := s.store.Renew(ctx, s.lease, s.Pending); err != nil {
 		return err
 	}
@@ -210,7 +220,7 @@ func (s *Session) Renew(ctx context.Context) error {
 // longer than half a TTL complete instead of being started over.
 func (s *Session) Fence(ctx context.Context) error {
 	if s.lease == nil {
-		return fmt.Errorf("%w: no lease held", ErrFenced)
+		return fmt.Errorf("%w: %w", ErrFenced, errNoLease)
 	}
 	if s.lease.Remaining(s.Clock.Now()) >= s.ttl/2 {
 		return nil

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -393,11 +394,21 @@ func TestSessionRenewals(t *testing.T) {
 	}
 }
 
-func TestSessionFenceWithoutLease(t *testing.T) {
+func TestSessionWithoutLease(t *testing.T) {
 	t.Parallel()
-	s := lease.NewSession(&fakeKeeper{}, "job", "me", "host", ttl)
+	k := &fakeKeeper{}
+	s := lease.NewSession(k, "job", "me", "host", ttl)
 	if err := s.Fence(t.Context()); !errors.Is(err, lease.ErrFenced) {
 		t.Errorf("Fence without a lease = %v, want ErrFenced", err)
+	}
+	if err := s.KeepAlive(t.Context()); err == nil || !strings.Contains(err.Error(), "no lease held") {
+		t.Errorf("KeepAlive without a lease = %v, want an error", err)
+	}
+	if err := s.Release(t.Context()); err != nil {
+		t.Errorf("Release without a lease = %v, want nil", err)
+	}
+	if len(k.calls) != 0 {
+		t.Errorf("the store was called: %v", k.calls)
 	}
 }
 

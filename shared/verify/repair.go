@@ -9,7 +9,6 @@ import (
 	"slices"
 	"time"
 
-
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"

@@ -129,7 +129,7 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		if err != nil {
 			return nil, fmt.Errorf("build poller %s: get queue url %s: %w", j.ID, name, err)
 		}
-		targets = append(targets, fanout.Target{Output: o.ID, QueueURL: aws.ToString(out.QueueUrl), FIFO: o.FIFO()})
+		targets = append(targets, fanout.NewTarget(o, aws.ToString(out.QueueUrl)))
 	}
 	return &poll.Poller{
 		Job:     j,

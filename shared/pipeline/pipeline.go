@@ -23,6 +23,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/fanout"
+	"github.com/changes-worker/changes-worker/shared/halt"
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/metrics"
@@ -171,6 +172,7 @@ func (d *Deps) Writer() *writer.Handler {
 		S3:      d.S3,
 		Log:     d.Log,
 		Metrics: d.Metrics,
+		Halts:   &halt.Store{DB: d.DynamoDB, Table: d.Config.TableName()},
 	}
 }
 

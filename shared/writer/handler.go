@@ -29,6 +29,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/failure"
+	"github.com/changes-worker/changes-worker/shared/halt"
 	"github.com/changes-worker/changes-worker/shared/metrics"
 )
 
@@ -45,6 +46,14 @@ type S3 interface {
 	GetObject(ctx context.Context, in *s3.GetObjectInput, optFns ...func(*s3.Options)) (*s3.GetObjectOutput, error)
 }
 
+// Halts is the part of the halt store the handler calls for outputs with
+// on_failure halt (see package halt).
+type Halts interface {
+	Get(ctx context.Context, job, output, group string) (*halt.State, error)
+	Record(ctx context.Context, st halt.State) (*halt.State, error)
+	Clear(ctx context.Context, job, output, group, messageID string) error
+}
+
 // SinkFactory returns the sink of a route; it is called once per route and
 // the result reused for the life of the process.
 type SinkFactory func(ctx context.Context, r config.Route) (deliver.Sink, error)
@@ -59,6 +68,9 @@ type Handler struct {
 	Log     *slog.Logger
 	Metrics io.Writer   // EMF destination
 	Now     clock.Clock // failure times and end-to-end latency; zero: the system clock
+	// Halts records halted message groups; required when an output has
+	// on_failure halt.
+	Halts Halts
 
 	sinks sync.Map // "job/output" -> deliver.Sink
 	urls  sync.Map // queue name -> URL
@@ -108,6 +120,13 @@ type item struct {
 	group string
 	err   *deliver.Error
 	done  bool
+	// On a halting output: the group's halt record when this message is the
+	// change it stopped at, and whether the operator asked to skip it.
+	halted *halt.State
+	skip   bool
+	// held: not attempted because an earlier change of its group failed or
+	// halted it.
+	held bool
 }
 
 // Handle processes one batch and returns the messages to retry
@@ -171,6 +190,11 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		}
 	}
 
+	var halts map[string]*halt.State
+	if route.Output.Halts() {
+		halts = h.holdHalted(ctx, route, items)
+	}
+
 	sink, err := h.sink(ctx, route)
 	if err != nil {
 		// The output cannot be reached at all (bad DSN, missing secret):
@@ -182,7 +206,10 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		}
 		log.ErrorContext(ctx, "open output", "error", err)
 	} else {
-		h.apply(ctx, sink, route.Output.FIFO(), items)
+		h.apply(ctx, sink, route.Output.FIFO(), route.Output.Halts(), items)
+	}
+	if route.Output.Halts() {
+		return h.settleHalting(ctx, route, log, rec, halts, items), nil
 	}
 
 	var failed []string
@@ -230,8 +257,9 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 
 // apply sends the decodable items to the sink. On FIFO queues it goes in
 // rounds, the k-th message of every group in round k, and drops a group from
-// later rounds once one of its messages failed.
-func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo bool, items []*item) {
+// later rounds once one of its messages failed transiently (on a halting
+// output: failed at all, except a change the operator skips).
+func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo, halts bool, items []*item) {
 	if !fifo {
 		var batch []*item
 		for _, it := range items {
@@ -263,10 +291,11 @@ func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo bool, items
 			it := its[round]
 			if first := broken[g]; first != nil {
 				it.err = deliver.TransientError("group_blocked", fmt.Errorf("an earlier message of group %s failed (%s)", g, first.rec.MessageId))
+				it.held = true
 				continue
 			}
 			if it.err != nil {
-				if it.err.Class == deliver.Transient {
+				if it.err.Class == deliver.Transient || (halts && !it.skip) {
 					broken[g] = it
 				}
 				continue
@@ -278,7 +307,7 @@ func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo bool, items
 		}
 		h.applyRound(ctx, sink, batch)
 		for _, it := range batch {
-			if it.err != nil && it.err.Class == deliver.Transient {
+			if it.err != nil && (it.err.Class == deliver.Transient || halts) {
 				broken[it.group] = it
 			}
 		}

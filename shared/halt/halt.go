@@ -55,6 +55,10 @@ type State struct {
 	ReceiptHandle string
 	DocID, Rev    string
 	Seq           string // the source's seq, as JSON
+	// Body is the SQS message body (the change envelope) when it is at
+	// most MaxBody bytes, so that it can be inspected while the message is
+	// in flight.
+	Body          string
 	Class, Reason string
 	Error         string
 	HTTPStatus    int
@@ -72,6 +76,10 @@ type Store struct {
 	Table string
 }
 
+// MaxBody is the largest message body a record keeps (a DynamoDB item
+// holds at most 400 KB).
+const MaxBody = 300_000
+
 // ErrNotHalted is returned by Request when the group is not halted.
 var ErrNotHalted = errors.New("not halted")
 
@@ -85,6 +93,7 @@ const (
 	attrDocID     = "doc_id"
 	attrRev       = "rev"
 	attrSeq       = "seq"
+	attrBody      = "message_body"
 	attrClass     = "failure_class"
 	attrReason    = "failure_reason"
 	attrError     = "failure_error"
@@ -154,19 +163,23 @@ func (s *Store) List(ctx context.Context, job, output string) ([]State, error) {
 // record as stored.
 func (s *Store) Record(ctx context.Context, st State) (*State, error) {
 	k := Key(st.Job, st.Output, st.Group)
+	body := st.Body
+	if len(body) > MaxBody {
+		body = ""
+	}
 	set := map[string]types.AttributeValue{
 		":job": str(st.Job), ":out": str(st.Output), ":grp": str(st.Group), ":msg": str(st.MessageID),
-		":rh": str(st.ReceiptHandle), ":doc": str(st.DocID), ":rev": str(st.Rev), ":seq": str(st.Seq),
+		":rh": str(st.ReceiptHandle), ":doc": str(st.DocID), ":rev": str(st.Rev), ":seq": str(st.Seq), ":body": str(body),
 		":cls": str(st.Class), ":rsn": str(st.Reason), ":err": str(st.Error),
 		":http": num(st.HTTPStatus), ":sql": str(st.SQLState), ":last": str(st.LastAt.UTC().Format(time.RFC3339Nano)),
 		":since": str(st.Since.UTC().Format(time.RFC3339Nano)), ":one": num(1), ":zero": num(0),
 	}
-	update := "SET #job = :job, #out = :out, #grp = :grp, #rh = :rh, #doc = :doc, #rev = :rev, #seq = :seq, " +
+	update := "SET #job = :job, #out = :out, #grp = :grp, #rh = :rh, #doc = :doc, #rev = :rev, #seq = :seq, #body = :body, " +
 		"#cls = :cls, #rsn = :rsn, #err = :err, #http = :http, #sql = :sql, #last = :last, " +
 		"#since = if_not_exists(#since, :since), #att = if_not_exists(#att, :zero) + :one, #msg = :msg"
 	names := map[string]string{
 		"#job": attrJob, "#out": attrOutput, "#grp": attrGroup, "#msg": attrMessageID, "#rh": attrReceipt,
-		"#doc": attrDocID, "#rev": attrRev, "#seq": attrSeq, "#cls": attrClass, "#rsn": attrReason, "#err": attrError,
+		"#doc": attrDocID, "#rev": attrRev, "#seq": attrSeq, "#body": attrBody, "#cls": attrClass, "#rsn": attrReason, "#err": attrError,
 		"#http": attrHTTP, "#sql": attrSQLState, "#last": attrLastAt, "#since": attrSince, "#att": attrAttempts,
 	}
 	// The same message: keep Since, count the attempt, keep the request.
@@ -260,7 +273,7 @@ func decode(item map[string]types.AttributeValue) State {
 	}
 	return State{
 		Job: s(attrJob), Output: s(attrOutput), Group: s(attrGroup), MessageID: s(attrMessageID),
-		ReceiptHandle: s(attrReceipt), DocID: s(attrDocID), Rev: s(attrRev), Seq: s(attrSeq),
+		ReceiptHandle: s(attrReceipt), DocID: s(attrDocID), Rev: s(attrRev), Seq: s(attrSeq), Body: s(attrBody),
 		Class: s(attrClass), Reason: s(attrReason), Error: s(attrError), HTTPStatus: n(attrHTTP), SQLState: s(attrSQLState),
 		Since: t(attrSince), LastAt: t(attrLastAt), Attempts: n(attrAttempts),
 		Action: Action(s(attrAction)), ActionAt: t(attrActionAt),

@@ -187,7 +187,7 @@ func (h *Handler) recordHalt(ctx context.Context, route config.Route, it *item) 
 	st := halt.State{
 		Job: route.Job.ID, Output: route.Output.ID, Group: it.group, MessageID: it.rec.MessageId,
 		ReceiptHandle: it.rec.ReceiptHandle, Class: string(it.err.Class), Reason: it.err.Reason, Error: it.err.Error(),
-		HTTPStatus: it.err.HTTPStatus, SQLState: it.err.SQLState, Since: now, LastAt: now,
+		HTTPStatus: it.err.HTTPStatus, SQLState: it.err.SQLState, Since: now, LastAt: now, Body: it.rec.Body,
 	}
 	if it.env != nil {
 		st.DocID, st.Rev, st.Seq = it.env.DocID, it.env.Rev, string(it.env.Seq)

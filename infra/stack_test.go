@@ -510,9 +510,10 @@ func TestAlarms(t *testing.T) {
 			}
 			if o.Halts() {
 				h := alarms["cwtest-"+j.ID+"-"+o.ID+"-halted"]
-				if h["MetricName"] != metrics.OutputHalted || h["Statistic"] != "Maximum" || h["Threshold"] != float64(1) ||
-					h["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" || h["TreatMissingData"] != "ignore" ||
-					!strings.Contains(compact(h["Dimensions"]), `"Value":"`+o.ID+`"`) {
+				m := compact(h["Metrics"])
+				if !strings.Contains(m, `"MetricName":"`+metrics.OutputHalted+`"`) || !strings.Contains(m, `"Stat":"Maximum"`) ||
+					!strings.Contains(m, `{"Name":"Output","Value":"`+o.ID+`"}`) || h["Threshold"] != float64(1) ||
+					h["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" || h["TreatMissingData"] != "ignore" {
 					t.Errorf("%s/%s halted alarm = %s, want OutputHalted max >= 1, missing data ignored", j.ID, o.ID, compact(h))
 				}
 			}

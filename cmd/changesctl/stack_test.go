@@ -79,7 +79,11 @@ func newTestStack(t *testing.T, outputs ...string) *testStack {
 	}
 	var outs []string
 	for _, o := range outputs {
-		outs = append(outs, defs[o])
+		def, ok := defs[o]
+		if !ok {
+			def = o // an output definition of the test's own
+		}
+		outs = append(outs, def)
 	}
 	doc := fmt.Sprintf(`{
 		"stack": {"prefix": %q, "bucket": "changes-worker-tests", "poller_timeout": "15s", "writer_timeout": "10s"},

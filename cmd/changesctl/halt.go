@@ -21,12 +21,14 @@ import (
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 )
 
-const haltUsage = `usage: changesctl halt show|retry|skip --config FILE [--job J] [--output O] [--group G] [flags]
+const haltUsage = `usage: changesctl halt show|retry|skip|clear --config FILE [--job J] [--output O] [--group G] [flags]
 
   show    the changes an output with on_failure halt stopped at: document, seq,
           reason, since when, attempts (--body prints the change's document)
   retry   deliver the blocked change again now (after fixing the cause)
   skip    move the blocked change to the DLQ with its reason; the output goes on
+  clear   remove a halt whose blocked change is no longer in the queue (the queue
+          was purged, or SQS dropped it after its retention): the output goes on
 
 --group picks one halted document of a per_document output (its message
 group, as show prints it); an output with ordering total has one group.
@@ -37,7 +39,7 @@ retry and skip wait (--wait, 2m) until the writer took the change again.
 func cmdHalt(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fmt.Fprint(env.stderr, haltUsage)
-		return errors.New("halt: want show, retry or skip")
+		return errors.New("halt: want show, retry, skip or clear")
 	}
 	verb := args[0]
 	fs := flag.NewFlagSet("halt "+verb, flag.ContinueOnError)
@@ -59,9 +61,11 @@ func cmdHalt(ctx context.Context, env *cliEnv, args []string) error {
 		if verb == "skip" {
 			yes = fs.Bool("yes", false, "do not ask for confirmation")
 		}
+	case "clear":
+		yes = fs.Bool("yes", false, "do not ask for confirmation")
 	default:
 		fmt.Fprint(env.stderr, haltUsage)
-		return fmt.Errorf("halt: unknown action %q (want show, retry or skip)", verb)
+		return fmt.Errorf("halt: unknown action %q (want show, retry, skip or clear)", verb)
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -101,6 +105,17 @@ func cmdHalt(ctx context.Context, env *cliEnv, args []string) error {
 			st.DocID, st.Seq, deps.Config.DLQName(j, o), j.ID, o.ID)) {
 			return errors.New("halt skip: not confirmed")
 		}
+	}
+	if verb == "clear" {
+		if !*yes && !confirm(env, fmt.Sprintf("Forget the halt of %s/%s at document %q (seq %s)? Meant for a change no longer in %s; one still there is tried again first and halts the output again if it fails.",
+			j.ID, o.ID, st.DocID, st.Seq, deps.Config.QueueName(j, o))) {
+			return errors.New("halt clear: not confirmed")
+		}
+		if err := store.Clear(ctx, j.ID, o.ID, st.Group, st.MessageID); err != nil {
+			return fmt.Errorf("halt clear: %w", err)
+		}
+		fmt.Fprintf(env.stdout, "%s/%s: halt at document %q cleared; the output goes on\n", j.ID, o.ID, st.DocID)
+		return nil
 	}
 	action := halt.Retry
 	if verb == "skip" {

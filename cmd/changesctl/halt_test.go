@@ -15,6 +15,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/changes-worker/changes-worker/shared/dlq"
+	"github.com/changes-worker/changes-worker/shared/halt"
 	"github.com/changes-worker/changes-worker/shared/localrun"
 )
 
@@ -174,5 +176,52 @@ func TestHaltSkipAndRetry(t *testing.T) {
 	}
 	if n := s.depth(s.queues("ledger").DLQURL); n != 1 {
 		t.Errorf("DLQ holds %d messages, want only the skipped one", n)
+	}
+}
+
+// A halt whose blocked change is gone from the queue (purged, or dropped
+// after the retention period) holds back everything of its group; halt clear
+// forgets it and the output goes on in order.
+func TestHaltClearGone(t *testing.T) {
+	t.Parallel()
+	recv := &haltReceiver{refuse: map[string]bool{}}
+	srv := httptest.NewServer(recv)
+	t.Cleanup(srv.Close)
+	s := newTestStack(t, fmt.Sprintf(`{"id":"ledger","type":"http","ordering":"total","on_failure":"halt","http":{"url":%q}}`, srv.URL+"/docs/{doc_id}"))
+	store := &halt.Store{DB: s.deps.DynamoDB, Table: s.cfg.TableName()}
+	now := time.Now().UTC()
+	if _, err := store.Record(t.Context(), halt.State{Job: "orders", Output: "ledger", Group: "ledger", MessageID: "purged-message",
+		DocID: "lost", Seq: "1", Class: "permanent", Reason: "http_status", HTTPStatus: 400, Since: now, LastAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	rt := &localrun.Runtime{Deps: s.deps, Log: s.deps.Log, Opts: localrun.Options{Tick: time.Second}}
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && ctx.Err() == nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	for _, id := range []string{"a", "b", "c"} {
+		s.putDoc(id, map[string]any{"n": id}, "")
+	}
+	// The poller queues them; the writer holds them back.
+	waitFor(t, 60*time.Second, "the changes to be queued", func() bool {
+		d, err := dlq.QueueDepth(t.Context(), s.deps.SQS, s.queues("ledger").WorkURL)
+		return err == nil && d.Total() == 3
+	})
+	time.Sleep(5 * time.Second)
+	if got := recv.got(); len(got) != 0 {
+		t.Fatalf("delivered while halted: %v", got)
+	}
+	out := s.mustCLI(t.Context(), "halt", "clear", "--yes")
+	if !strings.Contains(out, `halt at document "lost" cleared`) {
+		t.Errorf("halt clear printed %q", out)
+	}
+	waitFor(t, 60*time.Second, "a, b and c", func() bool { return len(recv.got()) >= 3 })
+	if d := cmp.Diff([]string{"a", "b", "c"}, recv.got()); d != "" {
+		t.Errorf("delivered after clear (-want +got):\n%s", d)
 	}
 }

@@ -9,9 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/s3sink"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 	"github.com/changes-worker/changes-worker/shared/verify"
@@ -47,7 +45,7 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 
 	// Tamper with PostgreSQL behind the sink's back.
 	pool := testenv.Postgres(t)
-	data, versions := pgx.Identifier{s.table}.Sanitize(), pgx.Identifier{s.table + "_versions"}.Sanitize()
+	data, versions := s.pgTables(outPG)
 	for _, stmt := range []string{
 		`DELETE FROM ` + data + ` WHERE doc_id = 'doc-03'`,
 		`UPDATE ` + data + ` SET rev = '1-stale', body = '{"stale":true}' WHERE doc_id = 'doc-05'`,
@@ -60,16 +58,16 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 		}
 	}
 	// And with S3.
-	out := s.cfg.Jobs[0].Outputs[1].S3
-	sink, err := s3sink.New(s.deps.S3, *out)
+	out := s.Config.Jobs[0].Outputs[1].S3
+	sink, err := s3sink.New(s.Deps.S3, *out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.deps.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &out.Bucket, Key: aws.String(sink.Key("doc-04"))}); err != nil {
+	if _, err := s.Deps.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &out.Bucket, Key: aws.String(sink.Key("doc-04"))}); err != nil {
 		t.Fatal(err)
 	}
 	for id, rev := range map[string]string{"doc-06": "1-stale", "ghost-s3": "1-g"} {
-		_, err := s.deps.S3.PutObject(ctx, &s3.PutObjectInput{
+		_, err := s.Deps.S3.PutObject(ctx, &s3.PutObjectInput{
 			Bucket: &out.Bucket, Key: aws.String(sink.Key(id)), Body: bytes.NewReader([]byte(`{"_id":"` + id + `"}`)),
 			Metadata: map[string]string{s3sink.MetaRev: rev, s3sink.MetaVersion: "1.1"},
 		})
@@ -82,7 +80,7 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 		"pg": {"missing 1", `"doc-03" source ` + revs["doc-03"], "stale 1", `"doc-05" source ` + revs["doc-05"] + ", output 1-stale", "unexpected 1", `"ghost" output 1-g`},
 		"s3": {"missing 1", `"doc-04" source ` + revs["doc-04"], "stale 1", `"doc-06" source ` + revs["doc-06"] + ", output 1-stale", "unexpected 1", `"ghost-s3" output 1-g`},
 	}
-	st, err := lease.New(s.deps.DynamoDB, s.cfg.TableName()).Get(ctx, "orders")
+	st, err := s.Leases.Get(ctx, "orders")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,10 +121,10 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 			t.Errorf("verify %s after the repair: exit %d (%v)\n%s\n%s", o, exitCode(err), err, got, errOut)
 		}
 	}
-	if rev, v := s.pgRev(s.table, "doc-05"); rev != revs["doc-05"] || v.Generation != gen-1 {
+	if rev, v := s.pgRev(outPG, "doc-05"); rev != revs["doc-05"] || v.Generation != gen-1 {
 		t.Errorf("doc-05 after the repair: %s at %s, want %s at generation %d", rev, v, revs["doc-05"], gen-1)
 	}
-	if rev, _ := s.pgRev(s.table, "ghost"); rev != "" {
+	if rev, _ := s.pgRev(outPG, "ghost"); rev != "" {
 		t.Errorf("ghost still has a data row at %s after the repair", rev)
 	}
 
@@ -134,7 +132,7 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 	// is higher than the repair's.
 	revs["doc-05"] = s.putDoc("doc-05", map[string]any{"n": 5, "v": 3}, revs["doc-05"])
 	s.run(false)
-	if rev, v := s.pgRev(s.table, "doc-05"); rev != revs["doc-05"] || v.Generation <= gen {
+	if rev, v := s.pgRev(outPG, "doc-05"); rev != revs["doc-05"] || v.Generation <= gen {
 		t.Errorf("doc-05 after a later change: %s at %s, want %s at a generation above %d", rev, v, revs["doc-05"], gen)
 	}
 	for _, o := range []string{"pg", "s3"} {

@@ -15,14 +15,10 @@ package faults
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
-
-	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 // Job is the id of the one job of every stack built here.
@@ -41,10 +37,6 @@ const ChunkRows = 100
 // fenced poller can have at most one such request in flight.
 const SendBatchLimit = 10
 
-// dsnEnv is the variable the stacks' configurations name for the PostgreSQL
-// DSN; it is set for the poller processes and answered in process.
-const dsnEnv = "CHANGES_FAULTS_PG_DSN"
-
 // packagePath is cmd/changesctl's import path, so Build works from any
 // directory of the module.
 const packagePath = "github.com/changes-worker/changes-worker/cmd/changesctl"
@@ -59,34 +51,6 @@ func Build(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-// couchURL is the CouchDB-compatible source's base URL.
-func couchURL() string {
-	for _, k := range []string{"CHANGES_TEST_COUCH_URL", "COUCH_URL"} {
-		if v := os.Getenv(k); v != "" {
-			return strings.TrimRight(v, "/")
-		}
-	}
-	return testenv.DefaultCouchURL
-}
-
-// postgresDSN is the PostgreSQL connection string of the local services.
-func postgresDSN() string {
-	for _, k := range []string{"CHANGES_TEST_PG_DSN", "PG_DSN"} {
-		if v := os.Getenv(k); v != "" {
-			return v
-		}
-	}
-	return testenv.DefaultPostgresDSN
-}
-
-// lookup is the environment the in-process pipeline resolves secrets from.
-func lookup(k string) (string, bool) {
-	if k == dsnEnv {
-		return postgresDSN(), true
-	}
-	return os.LookupEnv(k)
-}
-
 // OwnerPID returns the process id in a local runtime's lease owner id
 // ("local-<host>-<pid>-<n>"), or 0 when owner has another form.
 func OwnerPID(owner string) int {
@@ -99,16 +63,4 @@ func OwnerPID(owner string) int {
 		return 0
 	}
 	return pid
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

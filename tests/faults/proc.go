@@ -12,6 +12,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/changes-worker/changes-worker/shared/clock"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 // ProcOptions shape one `changesctl run --no-writer` process.
@@ -67,7 +70,7 @@ func (s *Stack) Start(bin string, o ProcOptions) (*Proc, error) {
 		args = append(args, "--clock-skew", o.ClockSkew.String())
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), dsnEnv+"="+postgresDSN())
+	cmd.Env = testenv.Environ()
 	if o.DynamoDB != "" {
 		cmd.Env = append(cmd.Env, "AWS_ENDPOINT_URL_DYNAMODB="+o.DynamoDB)
 	}
@@ -217,7 +220,7 @@ func (p *Proc) WaitEvent(ctx context.Context, timeout time.Duration, match func(
 		if time.Now().After(deadline) {
 			return Event{}, fmt.Errorf("process %s (pid %d) logged no such event within %s", p.Name, p.PID(), timeout)
 		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return Event{}, err
 		}
 	}

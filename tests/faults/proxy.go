@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
@@ -33,12 +33,14 @@ type Proxy struct {
 	wg    sync.WaitGroup
 }
 
-// AWSEndpoint is the host:port of the AWS endpoint the stacks use.
-func AWSEndpoint() (string, error) {
-	testenv.SetAWSEnv()
-	u, err := url.Parse(os.Getenv("AWS_ENDPOINT_URL"))
+// AWSEndpoint is the host:port of the endpoint the stacks use for an AWS
+// service ("DynamoDB", "SQS"), as the SDK's settings name it
+// (testenv.Endpoint).
+func AWSEndpoint(service string) (string, error) {
+	e := testenv.Endpoint(service)
+	u, err := url.Parse(e)
 	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("AWS_ENDPOINT_URL %q is not a URL with a host", os.Getenv("AWS_ENDPOINT_URL"))
+		return "", fmt.Errorf("the %s endpoint %q is not a URL with a host", service, e)
 	}
 	return u.Host, nil
 }
@@ -228,7 +230,7 @@ func (p *Proxy) HoldInFlight(ctx context.Context, timeout time.Duration) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no request passed through the proxy within %s", timeout)
 		}
-		if err := sleep(ctx, time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, time.Millisecond); err != nil {
 			return err
 		}
 	}

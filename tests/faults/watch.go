@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/lease"
 )
 
@@ -59,7 +60,7 @@ func (s *Stack) Watch(ctx context.Context, every time.Duration) *Watcher {
 }
 
 func (w *Watcher) sample(ctx context.Context) {
-	st, err := w.stack.Store.Get(ctx, Job)
+	st, err := w.stack.Leases.Get(ctx, Job)
 	at := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -153,7 +154,7 @@ func (w *Watcher) WaitFor(ctx context.Context, from int, timeout time.Duration, 
 			return Sample{}, fmt.Errorf("job item never matched within %s (last: generation %d owner %s released %v checkpoint %s)",
 				timeout, last.State.Generation, last.State.Owner, last.State.Released, last.State.Checkpoint)
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return Sample{}, err
 		}
 	}

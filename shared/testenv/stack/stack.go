@@ -281,8 +281,12 @@ func (s *Stack) PostgresTables(job, output string) (data, versions pgx.Identifie
 }
 
 // SourceWinners returns doc id → winning revision of every live document in
-// the source database db.
-func (s *Stack) SourceWinners(ctx context.Context, db string) (map[string]string, error) {
+// the source database the stack created.
+func (s *Stack) SourceWinners(ctx context.Context) (map[string]string, error) {
+	db := s.SourceURL
+	if db == "" {
+		return nil, fmt.Errorf("stack %s created no source database", s.Name)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, db+"/_all_docs", nil)
 	if err != nil {
 		return nil, fmt.Errorf("read source: %w", err)

@@ -30,6 +30,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
@@ -52,19 +53,19 @@ type failoverStack struct {
 	proxies []*faults.Proxy
 }
 
-func newFailoverStack(ctx context.Context, bin, dir, name string, backlog int, procs ...faults.ProcOptions) (*failoverStack, error) {
-	s, err := faults.NewStack(ctx, faults.StackOptions{Name: name, Dir: dir, Limit: 200})
+func newFailoverStack(ctx context.Context, bin, name string, backlog int, procs ...faults.ProcOptions) (*failoverStack, error) {
+	s, err := faults.NewStack(ctx, faults.StackOptions{Name: name, Limit: 200})
 	if err != nil {
 		return nil, err
 	}
 	fs := &failoverStack{s: s}
 	if err := s.LoadSample(ctx, backlog); err != nil {
-		fs.close()
+		fs.close(ctx)
 		return nil, err
 	}
-	target, err := faults.AWSEndpoint()
+	target, err := faults.AWSEndpoint("SQS")
 	if err != nil {
-		fs.close()
+		fs.close(ctx)
 		return nil, err
 	}
 	fs.col = s.StartCollector(ctx, 4)
@@ -73,14 +74,14 @@ func newFailoverStack(ctx context.Context, bin, dir, name string, backlog int, p
 	for _, o := range procs {
 		px, err := faults.NewProxy(target)
 		if err != nil {
-			fs.close()
+			fs.close(ctx)
 			return nil, err
 		}
 		px.SetLatency(failoverSQSLatency)
 		fs.proxies = append(fs.proxies, px)
 		o.SQS = px.URL()
 		if _, err := fs.cl.Add(o); err != nil {
-			fs.close()
+			fs.close(ctx)
 			return nil, err
 		}
 	}
@@ -97,7 +98,7 @@ func (fs *failoverStack) finish(ctx context.Context) (faults.Final, error) {
 	return faults.Finish(ctx, fs.s, fs.cl, fs.col, fs.w, 3*time.Minute)
 }
 
-func (fs *failoverStack) close() {
+func (fs *failoverStack) close(ctx context.Context) {
 	if fs.load != nil {
 		fs.load.Stop()
 	}
@@ -113,7 +114,7 @@ func (fs *failoverStack) close() {
 	for _, px := range fs.proxies {
 		px.Close()
 	}
-	fs.s.Close()
+	coreClose(ctx, fs.s)
 }
 
 func failover(ctx context.Context, r *results) error {
@@ -127,13 +128,13 @@ func failover(ctx context.Context, r *results) error {
 		return err
 	}
 	ttl := 10 * time.Second // the default
-	fs, err := newFailoverStack(ctx, bin, dir, "bench-failover", 8000,
+	fs, err := newFailoverStack(ctx, bin, "bench-failover", 8000,
 		faults.ProcOptions{Name: "a", Tick: 20 * time.Second, PollerTimeout: time.Minute},
 		faults.ProcOptions{Name: "b", Tick: 20 * time.Second, PollerTimeout: time.Minute})
 	if err != nil {
 		return err
 	}
-	defer fs.close()
+	defer fs.close(ctx)
 
 	var trials []faults.Failover
 	for attempt := 0; len(trials) < failoverTrials; attempt++ {
@@ -177,7 +178,7 @@ func failover(ctx context.Context, r *results) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("fewer than %d handoffs in 3 minutes", failoverTrials)
 		}
-		if err := failoverSleep(ctx, time.Second); err != nil {
+		if err := clock.Sleep(ctx, time.Second); err != nil {
 			return err
 		}
 	}
@@ -243,15 +244,4 @@ func handoffGaps(fs *failoverStack, fin faults.Final, start time.Time) ([]float6
 		most = max(most, faults.Replayed(fin.Messages, ev.Generation, next.Generation))
 	}
 	return gaps, most
-}
-
-func failoverSleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

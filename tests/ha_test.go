@@ -26,16 +26,16 @@ import (
 )
 
 var (
-	ctlOnce sync.Once
-	ctlDir  string
-	ctlBin  string
-	ctlErr  error
+	ctlOnce   sync.Once
+	ctlBin    string
+	ctlRemove func()
+	ctlErr    error
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if ctlDir != "" {
-		os.RemoveAll(ctlDir)
+	if ctlRemove != nil {
+		ctlRemove()
 	}
 	os.Exit(code)
 }
@@ -44,12 +44,9 @@ func TestMain(m *testing.M) {
 func changesctl(t *testing.T) string {
 	t.Helper()
 	ctlOnce.Do(func() {
-		if ctlDir, ctlErr = os.MkdirTemp("", "changesctl-faults-"); ctlErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 5*time.Minute)
 		defer cancel()
-		ctlBin, ctlErr = faults.Build(ctx, ctlDir)
+		ctlBin, ctlRemove, ctlErr = faults.Build(ctx)
 	})
 	if ctlErr != nil {
 		t.Fatal(ctlErr)

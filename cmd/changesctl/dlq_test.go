@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -140,12 +141,10 @@ func TestDLQRoundTrip(t *testing.T) {
 		if !strings.Contains(out, "1 messages deleted") {
 			t.Errorf("purge said:\n%s", out)
 		}
-		deadline := time.Now().Add(time.Minute)
-		for s.depth(q.DLQURL) != 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("dlq not empty a minute after purge")
-			}
-			time.Sleep(200 * time.Millisecond)
+		if err := testenv.Poll(ctx, time.Minute, 200*time.Millisecond, func(context.Context) (bool, error) {
+			return s.depth(q.DLQURL) == 0, nil
+		}); err != nil {
+			t.Fatalf("dlq not empty a minute after purge: %v", err)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
@@ -27,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/changes-worker/changes-worker/shared/awsconf"
+	"github.com/changes-worker/changes-worker/shared/clock"
 )
 
 // Defaults match localstack/env.sh.
@@ -135,9 +137,7 @@ func awsEndpoints() []string {
 // the test when it does not answer.
 func CouchURL(t testing.TB) string {
 	t.Helper()
-	u := CouchBaseURL()
-	mustDial(t, u, "the CouchDB-compatible source")
-	return u
+	return mustDial(t, CouchBaseURL(), "the CouchDB-compatible source")
 }
 
 // CouchDB creates a fresh database on the source and returns its URL. It is
@@ -167,9 +167,7 @@ func CouchDB(t testing.TB) string {
 // the test when PostgreSQL does not answer.
 func PostgresDSN(t testing.TB) string {
 	t.Helper()
-	dsn := DSN()
-	mustDial(t, dsn, "PostgreSQL")
-	return dsn
+	return mustDial(t, DSN(), "PostgreSQL")
 }
 
 // Postgres returns a pool on the test database, closed when the test ends.
@@ -222,7 +220,9 @@ func firstEnv(def string, keys ...string) string {
 	return def
 }
 
-func mustDial(t testing.TB, rawURL, what string) {
+// mustDial fails the test unless a TCP connection to the host of rawURL
+// succeeds; it returns rawURL.
+func mustDial(t testing.TB, rawURL, what string) string {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -237,4 +237,26 @@ func mustDial(t testing.TB, rawURL, what string) {
 		t.Fatalf("%s is not reachable at %s: %v (start the local services with `make up`)", what, host, err)
 	}
 	c.Close()
+	return rawURL
+}
+
+// ErrTimeout is what Poll returns when its condition did not hold in time.
+var ErrTimeout = errors.New("condition not met in time")
+
+// Poll evaluates cond at once and then every interval until it holds
+// (Poll returns nil) or fails (its error), until timeout has passed since
+// the call (ErrTimeout), or until ctx is done (ctx.Err()).
+func Poll(ctx context.Context, timeout, interval time.Duration, cond func(context.Context) (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if ok, err := cond(ctx); ok || err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return ErrTimeout
+		}
+		if err := clock.Sleep(ctx, interval); err != nil {
+			return err
+		}
+	}
 }

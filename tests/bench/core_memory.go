@@ -18,7 +18,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -38,15 +37,11 @@ const (
 )
 
 func pollerMemory(ctx context.Context, r *results) error {
-	dir, err := os.MkdirTemp("", "bench-poller-memory-")
+	bin, remove, err := faults.Build(ctx)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := faults.Build(ctx, dir)
-	if err != nil {
-		return err
-	}
+	defer remove()
 
 	st, err := newCoreStack(ctx, "pm", coreStackSettings{limit: memoryLimit, pollerTimeout: 5 * time.Minute})
 	if err != nil {

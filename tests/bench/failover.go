@@ -25,12 +25,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"time"
 
-	"github.com/changes-worker/changes-worker/shared/clock"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
@@ -118,15 +118,11 @@ func (fs *failoverStack) close(ctx context.Context) {
 }
 
 func failover(ctx context.Context, r *results) error {
-	dir, err := os.MkdirTemp("", "bench-failover-")
+	bin, remove, err := faults.Build(ctx)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := faults.Build(ctx, dir)
-	if err != nil {
-		return err
-	}
+	defer remove()
 	ttl := 10 * time.Second // the default
 	fs, err := newFailoverStack(ctx, bin, "bench-failover", 8000,
 		faults.ProcOptions{Name: "a", Tick: 20 * time.Second, PollerTimeout: time.Minute},
@@ -171,16 +167,15 @@ func failover(ctx context.Context, r *results) error {
 		}
 	}
 	handoffStart := time.Now()
-	for deadline := time.Now().Add(3 * time.Minute); ; {
-		if gaps, _ := handoffGaps(fs, faults.Final{}, handoffStart); len(gaps) >= failoverTrials {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("fewer than %d handoffs in 3 minutes", failoverTrials)
-		}
-		if err := clock.Sleep(ctx, time.Second); err != nil {
-			return err
-		}
+	err = testenv.Poll(ctx, 3*time.Minute, time.Second, func(context.Context) (bool, error) {
+		gaps, _ := handoffGaps(fs, faults.Final{}, handoffStart)
+		return len(gaps) >= failoverTrials, nil
+	})
+	if errors.Is(err, testenv.ErrTimeout) {
+		return fmt.Errorf("fewer than %d handoffs in 3 minutes", failoverTrials)
+	}
+	if err != nil {
+		return err
 	}
 	fin, err := fs.finish(ctx)
 	if err != nil {

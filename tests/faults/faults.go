@@ -15,6 +15,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -41,14 +42,21 @@ const SendBatchLimit = 10
 // directory of the module.
 const packagePath = "github.com/changes-worker/changes-worker/cmd/changesctl"
 
-// Build compiles cmd/changesctl into dir and returns the binary's path.
-func Build(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "changesctl")
+// Build compiles cmd/changesctl into a new temporary directory. It returns
+// the binary's path and a function that removes the directory.
+func Build(ctx context.Context) (bin string, remove func(), err error) {
+	dir, err := os.MkdirTemp("", "changesctl-")
+	if err != nil {
+		return "", nil, fmt.Errorf("build changesctl: %w", err)
+	}
+	remove = func() { _ = os.RemoveAll(dir) }
+	bin = filepath.Join(dir, "changesctl")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, packagePath)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build changesctl: %w: %s", err, out)
+		remove()
+		return "", nil, fmt.Errorf("build changesctl: %w: %s", err, out)
 	}
-	return bin, nil
+	return bin, remove, nil
 }
 
 // OwnerPID returns the process id in a local runtime's lease owner id

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -9,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
@@ -220,18 +220,16 @@ func (p *Proxy) pipe(dst, src net.Conn, request bool) {
 // through it (read, not yet forwarded), so the request is delivered only
 // after Release. It gives up after timeout.
 func (p *Proxy) HoldInFlight(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	err := testenv.Poll(ctx, timeout, time.Millisecond, func(context.Context) (bool, error) {
 		p.Hold()
 		if p.Waiting() > 0 {
-			return nil
+			return true, nil
 		}
 		p.Release()
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no request passed through the proxy within %s", timeout)
-		}
-		if err := clock.Sleep(ctx, time.Millisecond); err != nil {
-			return err
-		}
+		return false, nil
+	})
+	if errors.Is(err, testenv.ErrTimeout) {
+		err = fmt.Errorf("no request passed through the proxy within %s", timeout)
 	}
+	return err
 }

@@ -39,7 +39,9 @@ func TestConvergesToSourceWinners(t *testing.T) {
 		t.Fatal(err)
 	}
 	bigID := "big/ünïcode dóc"
-	putDoc(t, s.SourceURL, bigID, map[string]any{"type": "order", "notes": strings.Repeat("é", 200*1024)}) // ~400 KB of UTF-8
+	if _, err := s.PutDoc(ctx, bigID, map[string]any{"type": "order", "notes": strings.Repeat("é", 200*1024)}); err != nil { // ~400 KB of UTF-8
+		t.Fatal(err)
+	}
 
 	sum := s.runUntilIdle(ctx, localrun.Options{})
 	want := s.sourceState(ctx)
@@ -178,7 +180,9 @@ func TestConflictWinnerDeletedConverges(t *testing.T) {
 	if got := s.pgState(ctx)[id]; got != "3-bbbb" {
 		t.Fatalf("before the delete postgres holds %q, want the winner 3-bbbb", got)
 	}
-	deleteDoc(t, s.SourceURL, id, "3-bbbb")
+	if err := s.DeleteDoc(ctx, id, "3-bbbb"); err != nil {
+		t.Fatal(err)
+	}
 	want := s.sourceState(ctx)
 	if want[id] != "2-aaaa" {
 		t.Fatalf("source winner after deleting 3-bbbb is %q, want 2-aaaa", want[id])
@@ -345,34 +349,6 @@ func receiveAll(t *testing.T, s *testStack, output string) []sqsMessage {
 		}
 	}
 	return out
-}
-
-func putDoc(t *testing.T, db, id string, body map[string]any) {
-	t.Helper()
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPut, db+"/"+url.PathEscape(id), bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("put %s: status %d", id, resp.StatusCode)
-	}
-}
-
-func deleteDoc(t *testing.T, db, id, rev string) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodDelete, db+"/"+url.PathEscape(id)+"?rev="+url.QueryEscape(rev), nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("delete %s: status %d", id, resp.StatusCode)
-	}
 }
 
 func bulkNoNewEdits(t *testing.T, db string, docs []map[string]any) {

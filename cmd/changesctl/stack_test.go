@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -240,34 +239,18 @@ func (s *testStack) putDoc(id string, body map[string]any, rev string) string {
 	if rev != "" {
 		body["_rev"] = rev
 	}
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(s.t.Context(), http.MethodPut, s.SourceURL+"/"+id, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	rev, err := s.PutDoc(s.t.Context(), id, body)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var r struct {
-		Rev string `json:"rev"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode >= 300 {
-		s.t.Fatalf("put %s: status %d, %v", id, resp.StatusCode, err)
-	}
-	return r.Rev
+	return rev
 }
 
 // deleteDoc deletes a document in the source.
 func (s *testStack) deleteDoc(id, rev string) {
 	s.t.Helper()
-	req, _ := http.NewRequestWithContext(s.t.Context(), http.MethodDelete, s.SourceURL+"/"+id+"?rev="+rev, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	if err := s.DeleteDoc(s.t.Context(), id, rev); err != nil {
 		s.t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		s.t.Fatalf("delete %s: status %d", id, resp.StatusCode)
 	}
 }
 

@@ -13,13 +13,16 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -283,22 +286,6 @@ func (s *Stack) PostgresTables(job, output string) (data, versions pgx.Identifie
 // SourceWinners returns doc id → winning revision of every live document in
 // the source database the stack created.
 func (s *Stack) SourceWinners(ctx context.Context) (map[string]string, error) {
-	db := s.SourceURL
-	if db == "" {
-		return nil, fmt.Errorf("stack %s created no source database", s.Name)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, db+"/_all_docs", nil)
-	if err != nil {
-		return nil, fmt.Errorf("read source: %w", err)
-	}
-	resp, err := s.hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("read source: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("read source %s: status %d", db, resp.StatusCode)
-	}
 	var all struct {
 		Rows []struct {
 			ID    string `json:"id"`
@@ -307,14 +294,73 @@ func (s *Stack) SourceWinners(ctx context.Context) (map[string]string, error) {
 			} `json:"value"`
 		} `json:"rows"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&all); err != nil {
-		return nil, fmt.Errorf("decode _all_docs: %w", err)
+	if err := s.source(ctx, http.MethodGet, "/_all_docs", nil, &all); err != nil {
+		return nil, fmt.Errorf("read source: %w", err)
 	}
 	got := make(map[string]string, len(all.Rows))
 	for _, r := range all.Rows {
 		got[r.ID] = r.Value.Rev
 	}
 	return got, nil
+}
+
+// PutDoc writes a document to the source database the stack created and
+// returns its new revision. To update a document, give its current revision
+// as body's "_rev".
+func (s *Stack) PutDoc(ctx context.Context, id string, body any) (string, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return "", fmt.Errorf("put %s: %w", id, err)
+	}
+	var res struct {
+		Rev string `json:"rev"`
+	}
+	if err := s.source(ctx, http.MethodPut, "/"+url.PathEscape(id), b, &res); err != nil {
+		return "", fmt.Errorf("put %s: %w", id, err)
+	}
+	return res.Rev, nil
+}
+
+// DeleteDoc deletes revision rev of a document in the source database the
+// stack created.
+func (s *Stack) DeleteDoc(ctx context.Context, id, rev string) error {
+	if err := s.source(ctx, http.MethodDelete, "/"+url.PathEscape(id)+"?rev="+url.QueryEscape(rev), nil, nil); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	return nil
+}
+
+// source sends a request to the source database the stack created, with
+// body as JSON when not nil, and decodes a 2xx answer into out when not nil.
+func (s *Stack) source(ctx context.Context, method, path string, body []byte, out any) error {
+	if s.SourceURL == "" {
+		return fmt.Errorf("stack %s created no source database", s.Name)
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.SourceURL+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+		return fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	return nil
 }
 
 // Close removes what the stack created: the PostgreSQL tables it named, the

@@ -126,6 +126,33 @@ func TestStackProvisionsAndRemoves(t *testing.T) {
 		t.Error("PostgresTables of an s3 output: no error")
 	}
 
+	// Documents in the source database.
+	a1, err := s.PutDoc(ctx, "a/1", map[string]any{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := s.PutDoc(ctx, "a/1", map[string]any{"n": 2, "_rev": a1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutDoc(ctx, "a/1", map[string]any{"n": 3, "_rev": a1}); err == nil || !strings.Contains(err.Error(), "409") {
+		t.Errorf("put of a stale revision: %v, want a 409 conflict", err)
+	}
+	b1, err := s.PutDoc(ctx, "b", map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteDoc(ctx, "b", b1); err != nil {
+		t.Fatal(err)
+	}
+	winners, err := s.SourceWinners(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(map[string]string{"a/1": a2}, winners); d != "" {
+		t.Errorf("source winners (-want +got):\n%s", d)
+	}
+
 	// The log is captured.
 	s.Deps.Log.Info("captured line", "doc_id", "x")
 	if !strings.Contains(s.Logs().String(), `msg="captured line" doc_id=x`) {
@@ -176,6 +203,9 @@ func TestStackKeepsWhatTheConfigNames(t *testing.T) {
 	s := stack.ForTest(t, stack.Options{Config: cfg})
 	if s.SourceURL != "" {
 		t.Errorf("SourceURL %q for a job naming its source", s.SourceURL)
+	}
+	if _, err := s.PutDoc(ctx, "x", map[string]any{}); err == nil {
+		t.Error("PutDoc without a source database of the stack's own: no error")
 	}
 	j := s.Config.Jobs[0]
 	if _, err := s.Deps.Sink(ctx, config.Route{Job: j, Output: j.Outputs[0]}); err != nil {

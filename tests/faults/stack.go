@@ -183,16 +183,14 @@ func (s *Stack) LoadSample(ctx context.Context, n int) error {
 	return nil
 }
 
-// UpdateSeq is the source database's current update sequence (pouchdb and
-// CouchDB 1.x give an integer).
-func (s *Stack) UpdateSeq(ctx context.Context) (int64, error) {
-	var info struct {
-		UpdateSeq json.RawMessage `json:"update_seq"`
-	}
-	if err := s.getJSON(ctx, s.SourceURL, &info); err != nil {
+// updateSeq is the source database's current update sequence as a number
+// (pouchdb and CouchDB 1.x give an integer).
+func (s *Stack) updateSeq(ctx context.Context) (int64, error) {
+	seq, err := s.Stack.UpdateSeq(ctx)
+	if err != nil {
 		return 0, err
 	}
-	return SeqNumber(info.UpdateSeq)
+	return SeqNumber(seq)
 }
 
 // SeqNumber reads an integer sequence (a JSON number or a string holding
@@ -207,25 +205,6 @@ func SeqNumber(seq json.RawMessage) (int64, error) {
 		return 0, fmt.Errorf("seq %s is not an integer", seq)
 	}
 	return n, nil
-}
-
-func (s *Stack) getJSON(ctx context.Context, url string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := s.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("read source: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("read source %s: status %d", url, resp.StatusCode)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return fmt.Errorf("decode source answer: %w", err)
-	}
-	return nil
 }
 
 // PGDocs returns doc id → revision of the rows of the output's data table.
@@ -327,7 +306,7 @@ func (s *Stack) WaitCaughtUp(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
-		want, err := s.UpdateSeq(ctx)
+		want, err := s.updateSeq(ctx)
 		if err != nil {
 			return err
 		}

@@ -61,8 +61,9 @@ type Options struct {
 	//     queues and the bucket ("<name>-data") are its own;
 	//   - a job's source URL: a database the stack creates on the source
 	//     (SourceURL), of type couchdb;
-	//   - a PostgreSQL output in document mode: its table,
-	//     "<name>_<output id>" with '_' for '-', and its DSN, testenv.DSNEnv.
+	//   - a PostgreSQL output's DSN: testenv.DSNEnv; and in document mode
+	//     its table: "<name>_<output id>" with '_' for '-'.
+	// Close removes what the stack named, not what the configuration did.
 	Config *config.File
 	// LogLevel is the level of the captured pipeline log. Default info.
 	LogLevel slog.Level
@@ -91,6 +92,7 @@ type Stack struct {
 	logs      *Capture
 	metrics   *Capture
 	tables    []outputRef // PostgreSQL outputs whose tables the stack named
+	ownPrefix bool        // the stack named the AWS resources
 	ownBucket bool
 
 	closeOnce sync.Once
@@ -181,10 +183,13 @@ func copyConfig(f *config.File) (*config.File, error) {
 func (s *Stack) fill(ctx context.Context, f *config.File) error {
 	if f.Stack.Prefix == "" {
 		f.Stack.Prefix = s.Name
-		s.ownBucket = f.Stack.Bucket == ""
+		s.ownPrefix, s.ownBucket = true, f.Stack.Bucket == ""
 	}
 	ident := strings.ReplaceAll(s.Name, "-", "_")
 	for _, j := range f.Jobs {
+		if j == nil {
+			continue // Validate reports it
+		}
 		if j.Source.URL == "" {
 			if s.SourceURL == "" {
 				db := testenv.CouchBaseURL() + "/" + s.Name
@@ -199,14 +204,14 @@ func (s *Stack) fill(ctx context.Context, f *config.File) error {
 			}
 		}
 		for _, o := range j.Outputs {
-			pg := o.Postgres
-			if pg == nil || pg.Mapping != nil {
+			if o == nil || o.Postgres == nil {
 				continue
 			}
+			pg := o.Postgres
 			if pg.DSN == (config.SecretRef{}) {
 				pg.DSN.Env = testenv.DSNEnv
 			}
-			if pg.Table == "" {
+			if pg.Table == "" && pg.Mapping == nil {
 				pg.Table = ident + "_" + strings.ReplaceAll(o.ID, "-", "_")
 				s.tables = append(s.tables, outputRef{job: j.ID, output: o.ID})
 			}
@@ -304,6 +309,18 @@ func (s *Stack) SourceWinners(ctx context.Context) (map[string]string, error) {
 	return got, nil
 }
 
+// UpdateSeq returns the update_seq of the source database the stack
+// created, as the source gives it.
+func (s *Stack) UpdateSeq(ctx context.Context) (json.RawMessage, error) {
+	var info struct {
+		UpdateSeq json.RawMessage `json:"update_seq"`
+	}
+	if err := s.source(ctx, http.MethodGet, "", nil, &info); err != nil {
+		return nil, fmt.Errorf("read source database: %w", err)
+	}
+	return info.UpdateSeq, nil
+}
+
 // PutDoc writes a document to the source database the stack created and
 // returns its new revision. To update a document, give its current revision
 // as body's "_rev".
@@ -363,10 +380,10 @@ func (s *Stack) source(ctx context.Context, method, path string, body []byte, ou
 	return nil
 }
 
-// Close removes what the stack created: the PostgreSQL tables it named, the
-// source database it created, the queues, the state table and, when it was
-// the stack's own, the bucket with its objects; and it closes the pipeline's
-// pools. It keeps ctx's values but not its cancellation, so it also cleans up
+// Close removes what the stack created or named: the PostgreSQL tables it
+// named, the source database it created and, when it named the stack
+// prefix, the queues, the state table and (unless the configuration named
+// one) the bucket with its objects; and it closes the pipeline's pools. It keeps ctx's values but not its cancellation, so it also cleans up
 // after a cancelled run. It returns every failure. Calls after the first do
 // nothing and return the first one's result.
 func (s *Stack) Close(ctx context.Context) error {
@@ -381,7 +398,9 @@ func (s *Stack) close(ctx context.Context) error {
 	if s.Deps != nil {
 		errs = append(errs, s.dropTables(ctx))
 		s.Deps.Close()
-		errs = append(errs, s.deleteAWS(ctx))
+		if s.ownPrefix {
+			errs = append(errs, s.deleteAWS(ctx))
+		}
 	}
 	if s.SourceURL != "" {
 		errs = append(errs, sample.DeleteDB(ctx, s.hc, s.SourceURL))

@@ -127,6 +127,10 @@ func TestStackProvisionsAndRemoves(t *testing.T) {
 	}
 
 	// Documents in the source database.
+	seq0, err := s.UpdateSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	a1, err := s.PutDoc(ctx, "a/1", map[string]any{"n": 1})
 	if err != nil {
 		t.Fatal(err)
@@ -151,6 +155,9 @@ func TestStackProvisionsAndRemoves(t *testing.T) {
 	}
 	if d := cmp.Diff(map[string]string{"a/1": a2}, winners); d != "" {
 		t.Errorf("source winners (-want +got):\n%s", d)
+	}
+	if seq, err := s.UpdateSeq(ctx); err != nil || len(seq) == 0 || string(seq) == string(seq0) {
+		t.Errorf("update_seq %s after four writes (%v), was %s", seq, err, seq0)
 	}
 
 	// The log is captured.

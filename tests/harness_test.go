@@ -30,9 +30,8 @@ type sqsMessage = sqstypes.Message
 // with one job, "orders", and an HTTP receiver for its http output.
 type testStack struct {
 	*stack.Stack
-	t       *testing.T
-	recv    *receiver.Server
-	recvURL string
+	t    *testing.T
+	recv *receiver.Server
 }
 
 type stackOptions struct {
@@ -84,7 +83,7 @@ func newStack(t *testing.T, o stackOptions) *testStack {
 		Stack: config.Stack{PollerTimeout: config.Duration(20 * time.Second), WriterTimeout: config.Duration(10 * time.Second)},
 		Jobs:  []*config.Job{job},
 	}
-	return &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg}), t: t, recv: recv, recvURL: srv.URL}
+	return &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg}), t: t, recv: recv}
 }
 
 // runUntilIdle runs pollers and writers in this process until idle.

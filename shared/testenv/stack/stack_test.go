@@ -218,8 +218,12 @@ func TestStackKeepsWhatTheConfigNames(t *testing.T) {
 	if _, err := s.Deps.Sink(ctx, config.Route{Job: j, Output: j.Outputs[0]}); err != nil {
 		t.Fatal(err)
 	}
+	data, versions, err := s.PostgresTables("orders", "pg")
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		_, _ = pool.Exec(context.WithoutCancel(ctx), `DROP TABLE `+pgx.Identifier{table}.Sanitize()+`, `+pgx.Identifier{table + "_versions"}.Sanitize())
+		_, _ = pool.Exec(context.WithoutCancel(ctx), `DROP TABLE `+data.Sanitize()+`, `+versions.Sanitize())
 		_, _ = s.Deps.S3.DeleteBucket(context.WithoutCancel(ctx), &s3.DeleteBucketInput{Bucket: &bucket})
 	})
 	if err := s.Close(ctx); err != nil {
@@ -228,7 +232,7 @@ func TestStackKeepsWhatTheConfigNames(t *testing.T) {
 	if code := status(t, http.MethodGet, db); code != http.StatusOK {
 		t.Errorf("the job's own source database after Close: status %d", code)
 	}
-	if !exists(t, pool, pgx.Identifier{"public", table}) {
+	if !exists(t, pool, data) {
 		t.Errorf("the output's own table %s was dropped", table)
 	}
 	if _, err := s.Deps.S3.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &bucket}); err != nil {

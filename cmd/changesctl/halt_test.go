@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,9 +14,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/halt"
 	"github.com/changes-worker/changes-worker/shared/localrun"
+	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
 // haltReceiver is an HTTP output that records the documents it accepted, in
@@ -52,15 +54,28 @@ func (r *haltReceiver) got() []string {
 	return slices.Clone(r.applied)
 }
 
-// waitFor polls cond every 200 ms until it holds or d passed.
+// newHaltStack is a test stack whose job has one output, "ledger": HTTP to
+// url, ordering total, on_failure halt, halting on a change's second
+// transient failure.
+func newHaltStack(t *testing.T, url string) *testStack {
+	t.Helper()
+	out := &config.Output{ID: "ledger", Type: config.OutputHTTP, Ordering: config.OrderingTotal, OnFailure: config.OnFailureHalt,
+		MaxReceiveCount: 2, HTTP: &config.HTTPOutput{URL: url}}
+	job := &config.Job{ID: "orders", Feed: config.Feed{Limit: 100, Timeout: config.Duration(2 * time.Second)},
+		Lease: config.Lease{TTL: config.Duration(6 * time.Second)}, Outputs: []*config.Output{out}}
+	cfg := &config.File{
+		Stack: config.Stack{PollerTimeout: config.Duration(15 * time.Second), WriterTimeout: config.Duration(10 * time.Second)},
+		Jobs:  []*config.Job{job},
+	}
+	return &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg}), t: t}
+}
+
+// waitFor polls cond every 200 ms (testenv.Poll) until it holds, failing
+// the test after d.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if err := testenv.Poll(t.Context(), d, 200*time.Millisecond, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("waiting %s for %s: %v", d, what, err)
 	}
 }
 
@@ -75,10 +90,9 @@ func TestHaltSkipAndRetry(t *testing.T) {
 	recv := &haltReceiver{refuse: map[string]bool{"poison": true, "fixme": true}}
 	srv := httptest.NewServer(recv)
 	t.Cleanup(srv.Close)
-	s := newTestStack(t, fmt.Sprintf(`{"id":"ledger","type":"http","ordering":"total","on_failure":"halt","max_receive_count":2,
-		"http":{"url":%q}}`, srv.URL+"/docs/{doc_id}"))
+	s := newHaltStack(t, srv.URL+"/docs/{doc_id}")
 	ctx, cancel := context.WithCancel(t.Context())
-	rt := &localrun.Runtime{Deps: s.deps, Log: s.deps.Log, Opts: localrun.Options{Tick: time.Second}}
+	rt := &localrun.Runtime{Deps: s.Deps, Log: s.Deps.Log, Opts: localrun.Options{Tick: time.Second}}
 	done := make(chan error, 1)
 	go func() { done <- rt.Run(ctx) }()
 	t.Cleanup(func() {
@@ -187,15 +201,15 @@ func TestHaltClearGone(t *testing.T) {
 	recv := &haltReceiver{refuse: map[string]bool{}}
 	srv := httptest.NewServer(recv)
 	t.Cleanup(srv.Close)
-	s := newTestStack(t, fmt.Sprintf(`{"id":"ledger","type":"http","ordering":"total","on_failure":"halt","http":{"url":%q}}`, srv.URL+"/docs/{doc_id}"))
-	store := &halt.Store{DB: s.deps.DynamoDB, Table: s.cfg.TableName()}
+	s := newHaltStack(t, srv.URL+"/docs/{doc_id}")
+	store := &halt.Store{DB: s.Deps.DynamoDB, Table: s.Config.TableName()}
 	now := time.Now().UTC()
 	if _, err := store.Record(t.Context(), halt.State{Job: "orders", Output: "ledger", Group: "ledger", MessageID: "purged-message",
 		DocID: "lost", Seq: "1", Class: "permanent", Reason: "http_status", HTTPStatus: 400, Since: now, LastAt: now}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	rt := &localrun.Runtime{Deps: s.deps, Log: s.deps.Log, Opts: localrun.Options{Tick: time.Second}}
+	rt := &localrun.Runtime{Deps: s.Deps, Log: s.Deps.Log, Opts: localrun.Options{Tick: time.Second}}
 	done := make(chan error, 1)
 	go func() { done <- rt.Run(ctx) }()
 	t.Cleanup(func() {
@@ -209,7 +223,7 @@ func TestHaltClearGone(t *testing.T) {
 	}
 	// The poller queues them; the writer holds them back.
 	waitFor(t, 60*time.Second, "the changes to be queued", func() bool {
-		d, err := dlq.QueueDepth(t.Context(), s.deps.SQS, s.queues("ledger").WorkURL)
+		d, err := dlq.QueueDepth(t.Context(), s.Deps.SQS, s.queues("ledger").WorkURL)
 		return err == nil && d.Total() == 3
 	})
 	time.Sleep(5 * time.Second)

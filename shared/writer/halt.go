@@ -35,6 +35,9 @@ const (
 	// flight. SQS hands out no message of a FIFO group while one of them is
 	// in flight, so it is kept short: a retried change waits for it.
 	heldDelay = 10 * time.Second
+	// requestDelay: an operator's request (retry or skip) arrived while the
+	// change was being tried; it is served on the next receive, soon.
+	requestDelay = time.Second
 )
 
 // haltDelay is the visibility of a halted change after its n-th failed
@@ -165,6 +168,9 @@ func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *sl
 			}
 			haltedNow = true
 			delay := haltDelay(st.Attempts)
+			if st.Action != halt.None && (it.halted == nil || !st.ActionAt.Equal(it.halted.ActionAt)) {
+				delay = requestDelay
+			}
 			lg.ErrorContext(ctx, "output halted", "error", it.err.Error(), "halted_since", st.Since, "halt_attempts", st.Attempts, "retry_in", delay.String())
 			h.setVisibility(ctx, route, it, delay)
 		}

@@ -320,6 +320,47 @@ func TestHaltPerDocument(t *testing.T) {
 	}
 }
 
+// An operator's request that arrives while the halted change is being tried
+// again is served on the next receive, a second later, not after the
+// growing delay.
+func TestHaltRequestDuringAttempt(t *testing.T) {
+	t.Parallel()
+	r := newHaltRun(t, "total")
+	r.setFail("x", errRefused)
+	r.handle(haltRecord(t, r.f, "m1", "x", 1, 1))
+	r.sink.apply = func(c *change.Envelope) error {
+		r.halts.mu.Lock()
+		st := r.halts.states[halt.Key("j", "o", "o")]
+		st.Action, st.ActionAt = halt.Skip, time.Now()
+		r.halts.states[halt.Key("j", "o", "o")] = st
+		r.halts.mu.Unlock()
+		return errRefused
+	}
+	r.sqs.visibility = nil
+	failed, _ := r.handle(haltRecord(t, r.f, "m1", "x", 1, 2))
+	if len(failed) != 1 {
+		t.Fatalf("failed %v", failed)
+	}
+	if d := cmp.Diff([]int32{1}, r.sqs.visibility); d != "" {
+		t.Errorf("visibility after a request during the attempt (-want +got):\n%s", d)
+	}
+	// The next receive carries the skip out.
+	failed, _ = r.handle(haltRecord(t, r.f, "m1", "x", 1, 3))
+	if len(failed) != 0 || len(r.sqs.sent) != 1 {
+		t.Errorf("failed %v, %d to the DLQ; want the change skipped", failed, len(r.sqs.sent))
+	}
+	// A request already seen does not shorten the delay again.
+	r2 := newHaltRun(t, "total")
+	r2.setFail("x", errRefused)
+	r2.handle(haltRecord(t, r2.f, "m1", "x", 1, 1))
+	r2.halts.request(t, "j", "o", "o", halt.Retry)
+	r2.sqs.visibility = nil
+	r2.handle(haltRecord(t, r2.f, "m1", "x", 1, 2))
+	if d := cmp.Diff([]int32{60}, r2.sqs.visibility); d != "" {
+		t.Errorf("visibility after a retry that failed (-want +got):\n%s", d)
+	}
+}
+
 func TestHaltDelay(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

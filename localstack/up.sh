@@ -7,6 +7,8 @@
 #                     via localstack/moto_server.py (DynamoDB serialized, SQS attributes on demand)
 #   CouchDB source    pouchdb-server 4.2.0, in memory    127.0.0.1:5984
 #   PostgreSQL        Debian cluster "15 main"           127.0.0.1:5432
+#   Sync Gateway      3.1.0 built from its Go module     .local/bin/sync_gateway
+#                     (installed only: tests start their own, on free ports)
 #
 # State (installs, pid files, logs) lives in .local/ at the repository root,
 # which git ignores. localstack/down.sh stops what this script started.
@@ -270,17 +272,27 @@ up_postgres() {
 	STATUS+=("postgres|127.0.0.1:$PG_PORT|PostgreSQL $PG_VERSION cluster $PG_CLUSTER ($how)")
 }
 
+# ---------------------------------------------------------------- Sync Gateway
+
+install_syncgateway() {
+	local bin
+	bin="$(bash "$ROOT/localstack/syncgateway.sh")" || die "could not build Sync Gateway; see above"
+	STATUS+=("syncgw|${bin#"$ROOT"/}|Sync Gateway 3.1.0 (walrus); each test starts its own on free ports")
+}
+
 # ------------------------------------------------------------------------ main
 
 up_aws
 up_couch
 up_postgres
+install_syncgateway
 
 inspect() {
 	case "$1" in
 	aws) echo "aws --endpoint-url $MOTO_URL sqs list-queues   (or $MOTO_URL/moto-api/)" ;;
 	couch) echo "curl $COUCH_URL_LOCAL/_all_dbs" ;;
 	postgres) echo "psql $PG_URL" ;;
+	syncgw) echo "go version -m .local/bin/sync_gateway" ;;
 	esac
 }
 

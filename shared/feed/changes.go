@@ -21,8 +21,13 @@ import (
 //
 //	GET {url}/_changes?feed=longpoll&since=S&limit=L&timeout=MS
 //	    [&include_docs=true]                                  Fetch is include_docs
+//	    [&revocations=true]                                   Sync Gateway, App Services
 //	    [&active_only=true]                                   ActiveOnly, Sync Gateway family
 //	    [&filter=sync_gateway/bychannel&channels=a,b]         Channels, Sync Gateway family
+//
+// revocations=true makes Sync Gateway (3.0 and later) report the documents a
+// user lost access to when a channel was revoked; without it they are never
+// mentioned again and the outputs keep them.
 //
 // since is the opaque sequence exactly as the source sent it: a JSON string
 // is sent as its content, any other value as its JSON text; nil (or JSON
@@ -34,10 +39,13 @@ import (
 // timeout+Slack; if it had sent no row by then, the answer is an empty batch
 // whose LastSeq is since (nil when since was nil): nothing new was seen.
 //
-// With ActiveOnly, deleted and removed rows are dropped from Rows (the Sync
+// Each row is live, Deleted or Removed, never both (see Row). With
+// ActiveOnly, deleted and removed rows are dropped from Rows (the Sync
 // Gateway family drops them at the source); LastSeq still covers them. Rows
 // that name no document revision (Sync Gateway's "_user/" rows) are dropped
-// the same way. Doc is set only for live rows when the source included it.
+// the same way; Batch.Full still counts them, so a page of only such rows
+// is not mistaken for the end of the feed (see Batch.CaughtUp). Doc is set
+// only for live rows when the source included it.
 //
 // Errors are *StatusError, ErrMalformed (wrapped) or transport errors; see
 // Transient. Changes is safe for concurrent use and has no side effects.
@@ -61,6 +69,9 @@ func (c *Client) Changes(ctx context.Context, since json.RawMessage, timeout tim
 	if c.o.Fetch == config.FetchIncludeDocs {
 		q.Set("include_docs", "true")
 	}
+	if revocations(c.o.SourceType) {
+		q.Set("revocations", "true")
+	}
 	if syncGatewayFamily(c.o.SourceType) {
 		if c.o.ActiveOnly {
 			q.Set("active_only", "true")
@@ -77,7 +88,13 @@ func (c *Client) Changes(ctx context.Context, since json.RawMessage, timeout tim
 	if err != nil {
 		return nil, err
 	}
-	return parseChanges(resp.body, c.o.ActiveOnly)
+	return parseChanges(resp.body, c.o.ActiveOnly, c.o.Limit)
+}
+
+// revocations reports whether a source reports lost channel access when
+// asked: Sync Gateway and App Services. Edge Server has no channels to revoke.
+func revocations(sourceType string) bool {
+	return sourceType == config.SourceSyncGateway || sourceType == config.SourceAppServices
 }
 
 // idle reports whether a long-poll ended by our deadline had begun a 200
@@ -136,10 +153,11 @@ type changeRow struct {
 	} `json:"changes"`
 	Deleted bool            `json:"deleted"`
 	Removed json.RawMessage `json:"removed"`
+	Revoked bool            `json:"revoked"`
 	Doc     json.RawMessage `json:"doc"`
 }
 
-func parseChanges(body []byte, activeOnly bool) (*Batch, error) {
+func parseChanges(body []byte, activeOnly bool, limit int) (*Batch, error) {
 	var a changesAnswer
 	if err := json.Unmarshal(body, &a); err != nil {
 		return nil, malformed("changes", "%v", err)
@@ -150,7 +168,7 @@ func parseChanges(body []byte, activeOnly bool) (*Batch, error) {
 	if isNull(a.LastSeq) {
 		return nil, malformed("changes", "no last_seq")
 	}
-	b := &Batch{Rows: make([]Row, 0, len(a.Results)), LastSeq: a.LastSeq, Pending: -1}
+	b := &Batch{Rows: make([]Row, 0, len(a.Results)), LastSeq: a.LastSeq, Pending: -1, Full: len(a.Results) >= limit}
 	if a.Pending != nil {
 		b.Pending = *a.Pending
 	}
@@ -167,12 +185,28 @@ func parseChanges(body []byte, activeOnly bool) (*Batch, error) {
 			}
 			return nil, malformed("changes", "row %d (seq %s) has no rev", i, r.Seq)
 		}
-		row := Row{Seq: r.Seq, ID: r.ID, Rev: r.Changes[0].Rev, Deleted: r.Deleted, Removed: present(r.Removed)}
+		row := Row{Seq: r.Seq, ID: r.ID, Rev: r.Changes[0].Rev, Deleted: r.Deleted,
+			Removed: present(r.Removed) || r.Revoked, Revoked: r.Revoked}
+		if !isNull(r.Doc) {
+			// A row's doc can be a stub that says more than the row's
+			// flags: Sync Gateway's {"_removed":true} on a revoked row.
+			m, err := meta(r.Doc)
+			if err != nil {
+				return nil, malformed("changes", "row %d (seq %s) doc: %v", i, r.Seq, err)
+			}
+			row.Deleted = row.Deleted || m.Deleted
+			row.Removed = row.Removed || m.Removed
+			if !row.Deleted && !row.Removed {
+				row.Doc = r.Doc
+			}
+		}
+		// A deletion seen by a channel-restricted reader also lists the
+		// channels it left (the tombstone has none): it is a deletion.
+		if row.Deleted {
+			row.Removed, row.Revoked = false, false
+		}
 		if activeOnly && (row.Deleted || row.Removed) {
 			continue
-		}
-		if !row.Deleted && !row.Removed && !isNull(r.Doc) {
-			row.Doc = r.Doc
 		}
 		b.Rows = append(b.Rows, row)
 	}

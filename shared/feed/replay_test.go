@@ -58,7 +58,7 @@ type exchange struct {
 
 var (
 	curlUser   = regexp.MustCompile(`(?:^| )-u (\S+)`)
-	curlAccept = regexp.MustCompile(`-H Accept: ?(\S+)`)
+	curlAccept = regexp.MustCompile(`-H Accept: ?(.*?)(?: -[uHd] |$)`)
 	noteUser   = regexp.MustCompile(`\((\w+)\)`)
 	curlTime   = regexp.MustCompile(`\s*\[curl [^\]]*\]\s*$`)
 )

@@ -13,6 +13,14 @@ import (
 
 const userAgent = "changes-worker"
 
+// Accept headers. Sync Gateway answers _bulk_get only as multipart/mixed and
+// refuses it with 406 to a request whose Accept names neither "multipart/"
+// nor "*/*"; every other answer the client reads is JSON.
+const (
+	acceptJSON      = "application/json"
+	acceptMultipart = "multipart/mixed, application/json;q=0.9"
+)
+
 // response is a complete 2xx answer.
 type response struct {
 	body        []byte
@@ -47,10 +55,15 @@ func escapeSegment(s string) string {
 	return strings.ReplaceAll(url.PathEscape(s), "+", "%2B")
 }
 
-// roundTrip sends one request and reads the whole answer within timeout. A
-// non-2xx answer is a *StatusError; a failure to get a complete answer is a
-// *transportError.
+// roundTrip sends one request that accepts JSON and reads the whole answer
+// within timeout. A non-2xx answer is a *StatusError; a failure to get a
+// complete answer is a *transportError.
 func (c *Client) roundTrip(parent context.Context, op, method, target string, body []byte, timeout time.Duration) (*response, error) {
+	return c.roundTripAccept(parent, op, method, target, acceptJSON, body, timeout)
+}
+
+// roundTripAccept is roundTrip with another Accept header.
+func (c *Client) roundTripAccept(parent context.Context, op, method, target, accept string, body []byte, timeout time.Duration) (*response, error) {
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	var rd io.Reader
@@ -61,7 +74,7 @@ func (c *Client) roundTrip(parent context.Context, op, method, target string, bo
 	if err != nil {
 		return nil, fmt.Errorf("%s: build request: %w", op, err)
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", accept)
 	req.Header.Set("User-Agent", userAgent)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -417,7 +417,7 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 				return err
 			}
 		}
-		caughtUp := len(batch.Rows) == 0 || batch.Pending == 0
+		caughtUp := batch.CaughtUp()
 		res.CaughtUp = caughtUp
 		if p.OnBatch != nil {
 			p.OnBatch(caughtUp)

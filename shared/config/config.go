@@ -119,6 +119,18 @@ type Source struct {
 	// URL is the database (CouchDB) or keyspace (Sync Gateway: db or db.scope.collection).
 	URL  string `json:"url"`
 	Auth *Auth  `json:"auth,omitempty"`
+	// TLS adds certificate authorities trusted for an https source.
+	TLS *TLS `json:"tls,omitempty"`
+}
+
+// TLS names the certificate authorities (a PEM bundle) trusted for a
+// source, in addition to the system's: the shape of Capella App Services,
+// or a Sync Gateway with its own CA. Exactly one of CAFile and CAPEM is set.
+type TLS struct {
+	// CAFile is the path of the PEM bundle where the poller runs.
+	CAFile string `json:"ca_file,omitempty"`
+	// CAPEM is the PEM bundle itself (certificates are public).
+	CAPEM string `json:"ca_pem,omitempty"`
 }
 
 // Auth is basic or bearer authentication. Secrets are given by reference only.
@@ -450,6 +462,19 @@ func (j *Job) validate(p string) []error {
 	}
 	if s.Auth != nil {
 		errs = append(errs, s.Auth.validate(p+".source.auth")...)
+	}
+	if s.TLS != nil {
+		switch {
+		case s.TLS.CAFile == "" && s.TLS.CAPEM == "":
+			bad("source.tls", "give ca_file (a PEM bundle's path) or ca_pem (the bundle)")
+		case s.TLS.CAFile != "" && s.TLS.CAPEM != "":
+			bad("source.tls", "give ca_file or ca_pem, not both")
+		case s.TLS.CAPEM != "" && !strings.Contains(s.TLS.CAPEM, "-----BEGIN CERTIFICATE-----"):
+			bad("source.tls.ca_pem", "holds no PEM certificate")
+		}
+		if !strings.HasPrefix(strings.ToLower(s.URL), "https://") {
+			bad("source.tls", "needs an https source.url")
+		}
 	}
 	if j.Feed.Limit < 1 || j.Feed.Limit > 10000 {
 		bad("feed.limit", "%d must be between 1 and 10000", j.Feed.Limit)

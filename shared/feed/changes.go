@@ -47,9 +47,67 @@ import (
 // is not mistaken for the end of the feed (see Batch.CaughtUp). Doc is set
 // only for live rows when the source included it.
 //
+// A Sync Gateway family answer never goes back: when one holds rows at or
+// before since (Sync Gateway 3.1.0 restarts a revocation paged by a small
+// limit), the request is made again with limit 10000 and the rows at or
+// before since, which were read before, are dropped; a full page of nothing
+// else is ErrMalformed. A last_seq before since is reported as since.
+//
 // Errors are *StatusError, ErrMalformed (wrapped) or transport errors; see
 // Transient. Changes is safe for concurrent use and has no side effects.
 func (c *Client) Changes(ctx context.Context, since json.RawMessage, timeout time.Duration) (*Batch, error) {
+	b, err := c.changes(ctx, since, timeout, c.o.Limit)
+	if err != nil || !syncGatewayFamily(c.o.SourceType) {
+		return b, err
+	}
+	from, ok := parseSGSeq(since)
+	if !ok {
+		return b, nil
+	}
+	if b.rowsBehind(from) && c.o.Limit < revocationPage {
+		// Sync Gateway 3.1 pages a revocation wrongly: the page after the
+		// last revoked row can start the revocation over, and a small limit
+		// then cycles through it forever. The whole revocation in one page
+		// ends it; the rows up to since were read before.
+		if b, err = c.changes(ctx, since, timeout, revocationPage); err != nil {
+			return nil, err
+		}
+	}
+	if b.rowsBehind(from) {
+		b.dropUpTo(from)
+		if len(b.Rows) == 0 && b.Full {
+			return nil, malformed("changes", "every row of a full page is at or before since %s", since)
+		}
+	}
+	if last, ok := parseSGSeq(b.LastSeq); ok && last.before(from) {
+		b.LastSeq = slices.Clone(since)
+	}
+	return b, nil
+}
+
+// revocationPage is the limit of the request that reads a whole revocation.
+const revocationPage = 10000
+
+// rowsBehind reports whether a Sync Gateway answer holds a row that is not
+// after from.
+func (b *Batch) rowsBehind(from sgSeq) bool {
+	for _, r := range b.Rows {
+		if s, ok := parseSGSeq(r.Seq); ok && !from.before(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// dropUpTo removes the rows that are not after from.
+func (b *Batch) dropUpTo(from sgSeq) {
+	b.Rows = slices.DeleteFunc(b.Rows, func(r Row) bool {
+		s, ok := parseSGSeq(r.Seq)
+		return ok && !from.before(s)
+	})
+}
+
+func (c *Client) changes(ctx context.Context, since json.RawMessage, timeout time.Duration, limit int) (*Batch, error) {
 	q := url.Values{}
 	if timeout > 0 {
 		q.Set("feed", "longpoll")
@@ -65,7 +123,7 @@ func (c *Client) Changes(ctx context.Context, since json.RawMessage, timeout tim
 	if s != "" {
 		q.Set("since", s)
 	}
-	q.Set("limit", strconv.Itoa(c.o.Limit))
+	q.Set("limit", strconv.Itoa(limit))
 	if c.o.Fetch == config.FetchIncludeDocs {
 		q.Set("include_docs", "true")
 	}
@@ -88,7 +146,7 @@ func (c *Client) Changes(ctx context.Context, since json.RawMessage, timeout tim
 	if err != nil {
 		return nil, err
 	}
-	return parseChanges(resp.body, c.o.ActiveOnly, c.o.Limit)
+	return parseChanges(resp.body, c.o.ActiveOnly, limit)
 }
 
 // revocations reports whether a source reports lost channel access when

@@ -9,6 +9,8 @@
 package feed
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,6 +53,9 @@ type Options struct {
 	ActiveOnly bool
 	// Channels restricts the feed to these channels (Sync Gateway family only).
 	Channels []string
+	// CAPEM is a PEM bundle of certificate authorities trusted for an https
+	// source in addition to the system roots. Ignored when HTTPClient is set.
+	CAPEM []byte
 	// HTTPClient sends the requests. Nil means a client with dial and TLS
 	// timeouts that does not follow redirects (a 3xx is reported as a permanent
 	// StatusError). Per-request deadlines come from Slack and RequestTimeout
@@ -194,13 +199,35 @@ func New(o Options) (*Client, error) {
 	o.Channels = slices.Clone(o.Channels)
 	hc := o.HTTPClient
 	if hc == nil {
-		hc = defaultHTTPClient(o.Concurrency)
+		var roots *x509.CertPool
+		if len(o.CAPEM) > 0 {
+			var err error
+			if roots, err = certPool(o.CAPEM); err != nil {
+				return nil, fmt.Errorf("feed options: ca: %w", err)
+			}
+		}
+		hc = defaultHTTPClient(o.Concurrency, roots)
 	}
 	return &Client{o: o, base: strings.TrimRight(o.URL, "/"), hc: hc}, nil
 }
 
-func defaultHTTPClient(concurrency int) *http.Client {
+// certPool returns the system roots plus the certificates of a PEM bundle.
+func certPool(bundle []byte) (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(bundle) {
+		return nil, errors.New("no PEM certificate in the bundle")
+	}
+	return pool, nil
+}
+
+func defaultHTTPClient(concurrency int, roots *x509.CertPool) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	if roots != nil {
+		t.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
 	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = 10 * time.Second
 	t.MaxIdleConnsPerHost = concurrency + 2 // the fetchers plus the feed

@@ -2,6 +2,7 @@ package feed
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -308,5 +309,86 @@ func TestBatchCaughtUp(t *testing.T) {
 				t.Errorf("CaughtUp() = %t, want %t", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestSyncGatewayRevocationCycle: Sync Gateway 3.1.0 pages a revocation from
+// its start again once the page after the last revoked row is asked with a
+// small limit (seen on the real server; these are its answers, limit 2,
+// since "30:21"). The client reads the whole revocation instead and drops
+// what it had read.
+func TestSyncGatewayRevocationCycle(t *testing.T) {
+	t.Parallel()
+	row := func(id, seq string) string {
+		return `{"seq":"` + seq + `","id":"` + id + `","changes":[{"rev":"1-a"}],"revoked":true}`
+	}
+	f := newFakeSource(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Query().Get("limit") {
+		case "2":
+			reply(200, `{"results":[`+row("e-0", "30:14")+`,`+row("big-eu", "30:18")+`],"last_seq":"30:18"}`)(w, r)
+		case "10000":
+			reply(200, `{"results":[`+row("e-0", "30:14")+`,`+row("big-eu", "30:18")+`,`+row("o-06", "30:20")+`,`+
+				row("o-07", "30:21")+`,`+row("e-3", "30:29")+`],"last_seq":"30"}`)(w, r)
+		default:
+			t.Errorf("unexpected limit %s", r.URL.Query().Get("limit"))
+		}
+	})
+	c := f.client(func(o *Options) { o.SourceType, o.Limit = config.SourceSyncGateway, 2 })
+	b, err := c.Changes(t.Context(), raw(`"30:21"`), time.Second)
+	if err != nil {
+		t.Fatalf("Changes: %v", err)
+	}
+	want := []Row{{Seq: raw(`"30:29"`), ID: "e-3", Rev: "1-a", Removed: true, Revoked: true}}
+	if diff := cmp.Diff(want, b.Rows); diff != "" || string(b.LastSeq) != `"30"` {
+		t.Errorf("rows (-want +got):\n%s\nlast_seq %s, want \"30\"", diff, b.LastSeq)
+	}
+	if n := len(f.requests()); n != 2 {
+		t.Errorf("%d requests, want 2 (limit 2, then the whole revocation)", n)
+	}
+
+	// An answer that still goes back never moves the position back: a page
+	// of such rows reads as nothing new, and a full one is an error.
+	g := newFakeSource(t, reply(200, `{"results":[`+row("e-0", "30:14")+`],"last_seq":"30:14"}`))
+	b, err = g.client(func(o *Options) { o.SourceType, o.Limit = config.SourceSyncGateway, 1 }).Changes(t.Context(), raw(`"30:21"`), time.Second)
+	if err != nil || len(b.Rows) != 0 || string(b.LastSeq) != `"30:21"` {
+		t.Errorf("a page before since: %+v, %v; want no rows and since kept", b, err)
+	}
+	full := make([]string, revocationPage)
+	for i := range full {
+		full[i] = row(fmt.Sprintf("d%d", i), fmt.Sprintf("30:%d", i%20))
+	}
+	f2 := newFakeSource(t, reply(200, `{"results":[`+strings.Join(full, ",")+`],"last_seq":"30:19"}`))
+	_, err = f2.client(func(o *Options) { o.SourceType, o.Limit = config.SourceSyncGateway, revocationPage }).Changes(t.Context(), raw(`"30:21"`), time.Second)
+	if !errors.Is(err, ErrMalformed) {
+		t.Errorf("a full page before since: %v, want ErrMalformed", err)
+	}
+	// A last_seq alone before since does not move the position back.
+	h := newFakeSource(t, reply(200, `{"results":[],"last_seq":"3"}`))
+	b, err = h.client(func(o *Options) { o.SourceType = config.SourceSyncGateway }).Changes(t.Context(), raw(`"30:21"`), time.Second)
+	if err != nil || string(b.LastSeq) != `"30:21"` {
+		t.Errorf("last_seq before since: %s, %v; want since kept", b.LastSeq, err)
+	}
+}
+
+// TestSGSeqOrder checks the order of Sync Gateway sequences.
+func TestSGSeqOrder(t *testing.T) {
+	t.Parallel()
+	ordered := []string{`"5"`, `"6:2"`, `"6:4"`, `"6"`, `7`, `"8::10"`, `"9"`, `"10"`, `"11:3"`}
+	for i := range ordered {
+		for j := range ordered {
+			a, okA := parseSGSeq(raw(ordered[i]))
+			b, okB := parseSGSeq(raw(ordered[j]))
+			if !okA || !okB {
+				t.Fatalf("parse %s or %s", ordered[i], ordered[j])
+			}
+			if got := a.before(b); got != (i < j) {
+				t.Errorf("%s before %s = %t, want %t", ordered[i], ordered[j], got, i < j)
+			}
+		}
+	}
+	for _, bad := range []string{`"a"`, `"1:2:3:4"`, `"5:"`, `{}`} {
+		if _, ok := parseSGSeq(raw(bad)); ok {
+			t.Errorf("parseSGSeq(%s) ok, want not", bad)
+		}
 	}
 }

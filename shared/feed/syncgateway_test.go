@@ -3,6 +3,7 @@ package feed
 import (
 	"context"
 	"errors"
+	"mime"
 	"strings"
 	"testing"
 	"time"
@@ -230,5 +231,39 @@ func TestSyncGatewayReplayKeyspace(t *testing.T) {
 	}
 	if got := r.requests()[1].RequestURI; got != "/db2/" {
 		t.Errorf("Now asked %s, want the database's /db2/ (a keyspace has no db info: capture 86)", got)
+	}
+}
+
+// TestSyncGatewayReplayNestedAttachments parses the captured _bulk_get
+// answer with attachments=true (capture 42): a document with an attachment
+// is a nested multipart/related whose first part is the JSON.
+func TestSyncGatewayReplayNestedAttachments(t *testing.T) {
+	t.Parallel()
+	var x *exchange
+	for _, e := range loadExchanges(t, "4.0.2") {
+		if strings.HasPrefix(e.file, "42") {
+			x = e
+		}
+	}
+	if x == nil {
+		t.Fatal("capture 42 missing")
+	}
+	_, params, err := mime.ParseMediaType(x.header.Get("Content-Type"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers, err := parseBulkMultipart(x.answer, params["boundary"])
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	var got []string
+	for _, a := range answers {
+		got = append(got, a.id+" "+a.rev)
+	}
+	if want := []string{"att1 " + revAtt1, "o4 " + revO4}; !cmp.Equal(got, want) {
+		t.Errorf("answers %v, want %v", got, want)
+	}
+	if len(answers) > 0 && !strings.Contains(string(answers[0].body), `"data":"aGVsbG8gd29ybGQ="`) {
+		t.Errorf("att1 body %s, want the inline attachment", answers[0].body)
 	}
 }

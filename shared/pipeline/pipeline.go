@@ -161,6 +161,16 @@ func (d *Deps) Feed(ctx context.Context, j *config.Job) (*feed.Client, error) {
 			return nil, fmt.Errorf("source auth of %s: %w", j.ID, err)
 		}
 	}
+	if t := j.Source.TLS; t != nil {
+		opts.CAPEM = []byte(t.CAPEM)
+		if t.CAFile != "" {
+			b, err := os.ReadFile(t.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("source tls of %s: read ca_file: %w", j.ID, err)
+			}
+			opts.CAPEM = b
+		}
+	}
 	c, err := feed.New(opts)
 	if err != nil {
 		return nil, fmt.Errorf("source of %s: %w", j.ID, err)

@@ -310,6 +310,9 @@ type SGDatabase struct {
 	sg   *SyncGateway
 	t    testing.TB
 	Name string
+
+	mu        sync.Mutex
+	markerRev string
 }
 
 // DefaultSyncFunction routes every document to the channels its "channels"
@@ -317,28 +320,33 @@ type SGDatabase struct {
 const DefaultSyncFunction = `function(doc, oldDoc){ channel(doc.channels); }`
 
 // CreateDB creates a database named after the test on the walrus store with
-// the given sync function (DefaultSyncFunction when empty) and deletes it
-// when the test ends.
+// the given sync function (DefaultSyncFunction when empty).
 func (sg *SyncGateway) CreateDB(t testing.TB, syncFn string) *SGDatabase {
 	t.Helper()
-	if syncFn == "" {
-		syncFn = DefaultSyncFunction
-	}
+	return sg.CreateDBConfig(t, map[string]any{"sync": syncFn})
+}
+
+// CreateDBConfig is CreateDB with more database settings (say, local_jwt);
+// an empty "sync" means DefaultSyncFunction.
+func (sg *SyncGateway) CreateDBConfig(t testing.TB, extra map[string]any) *SGDatabase {
+	t.Helper()
 	name := strings.ReplaceAll(Name(t), "-", "_")
 	db := &SGDatabase{sg: sg, t: t, Name: name}
-	db.Admin(http.MethodPut, "/", map[string]any{
+	cfg := map[string]any{
 		"server": "walrus:", "bucket": name, "num_index_replicas": 0,
-		"enable_shared_bucket_access": false, "sync": syncFn,
-	}, http.StatusCreated)
-	t.Cleanup(func() {
-		req, err := http.NewRequest(http.MethodDelete, sg.AdminURL+"/"+name+"/", nil)
-		if err != nil {
-			return
-		}
-		if resp, err := sg.HTTP.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	})
+		"enable_shared_bucket_access": false, "sync": DefaultSyncFunction,
+	}
+	for k, v := range extra {
+		cfg[k] = v
+	}
+	if cfg["sync"] == "" {
+		cfg["sync"] = DefaultSyncFunction
+	}
+	db.Admin(http.MethodPut, "/", cfg, http.StatusCreated)
+	// The database is not deleted when the test ends: Sync Gateway 3.1.0
+	// stops the whole process ("Accessing closed Walrus bucket") when a
+	// database is deleted while a feed with revocations=true is still being
+	// built for it. It lives in memory until the server stops.
 	return db
 }
 
@@ -459,4 +467,61 @@ func (db *SGDatabase) Delete(id, rev string) string {
 // docSegment escapes a document id as one path segment ('+' too).
 func docSegment(id string) string {
 	return strings.ReplaceAll(url.PathEscape(id), "+", "%2B")
+}
+
+// WaitCached waits until the database's changes cache holds every write
+// made so far, so that a user's feed read next sees them (writes reach the
+// cache asynchronously). It writes a marker document in no channel and waits
+// for the admin feed to show it: the cache takes sequences in order, so the
+// writes before the marker (principal updates too, which the admin feed
+// does not list) are in by then. Only the admin feed shows the marker.
+func (db *SGDatabase) WaitCached() {
+	db.t.Helper()
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.markerRev = db.Put(cacheMarker, db.markerRev, map[string]any{"channels": []string{}})
+	info := db.Admin(http.MethodGet, "/", nil)
+	want, _ := info["update_seq"].(float64)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out := db.Admin(http.MethodGet, fmt.Sprintf("/_changes?feed=normal&since=%d", int64(want)-1), nil)
+		last := fmt.Sprint(out["last_seq"])
+		var got float64
+		if _, err := fmt.Sscanf(last, "%g", &got); err == nil && got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			db.t.Fatalf("changes cache of %s did not reach update_seq %v within 20s (last_seq %s)", db.Name, want, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// cacheMarker is the document WaitCached writes.
+const cacheMarker = "zz-cache-marker"
+
+// Visible returns doc id → rev of every live document user can read, from
+// the public _all_docs: what the user's outputs must end up holding.
+func (db *SGDatabase) Visible(user, password string) map[string]string {
+	db.t.Helper()
+	status, body := db.Public(http.MethodGet, "/_all_docs", user, password, nil)
+	if status != http.StatusOK {
+		db.t.Fatalf("%s _all_docs: %d %s", user, status, body)
+	}
+	var all struct {
+		Rows []struct {
+			ID    string `json:"id"`
+			Value struct {
+				Rev string `json:"rev"`
+			} `json:"value"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal(body, &all); err != nil {
+		db.t.Fatalf("decode _all_docs: %v", err)
+	}
+	out := map[string]string{}
+	for _, r := range all.Rows {
+		out[r.ID] = r.Value.Rev
+	}
+	return out
 }

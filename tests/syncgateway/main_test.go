@@ -31,5 +31,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer sg.Close()
-	return m.Run()
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "sync gateway log (last lines):\n%s\n", sg.LogTail(60))
+	}
+	return code
 }

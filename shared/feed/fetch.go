@@ -14,7 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/changes-worker/changes-worker/shared/config"
 )
@@ -285,36 +286,16 @@ func (c *Client) each(ctx context.Context, rows []Row, idx []int, fn func(contex
 	if len(idx) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-	)
-	sem := make(chan struct{}, c.o.Concurrency)
-loop:
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(c.o.Concurrency)
 	for _, i := range idx {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			break loop
+		if gctx.Err() != nil {
+			break
 		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := fn(ctx, &rows[i]); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-				cancel()
-			}
-		})
+		g.Go(func() error { return fn(gctx, &rows[i]) })
 	}
-	wg.Wait()
-	if first != nil {
-		return first
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("fetch docs: %w", err)

@@ -444,3 +444,39 @@ func TestKeyspace(t *testing.T) {
 		t.Errorf("feed of a missing keyspace: %v, want 404", err)
 	}
 }
+
+// TestPerDocumentFetch runs the edge_server fetch path (no _bulk_get: one
+// GET per document, at most Concurrency at a time) against Sync Gateway's
+// document API, which Edge Server shares, and checks it reaches the same
+// states as _bulk_get. No real Edge Server runs here.
+func TestPerDocumentFetch(t *testing.T) {
+	t.Parallel()
+	db := sg.CreateDB(t, "")
+	db.PutUser("alice", "alicepw", "orders")
+	revs := map[string]string{}
+	for i := range 30 {
+		id := fmt.Sprintf("d/%02d é", i)
+		revs[id] = db.Put(id, "", orders(i, "orders"))
+	}
+	for i := range 30 {
+		id := fmt.Sprintf("d/%02d é", i)
+		switch i % 3 {
+		case 0:
+			revs[id] = db.Put(id, revs[id], orders(100+i, "orders"))
+		case 1:
+			db.Delete(id, revs[id])
+		}
+	}
+	db.Put("x", "", orders(1, "eu"))
+	db.WaitCached()
+	bulk, _, _, _ := readAll(t, client(t, db.URL(), "alice", func(o *feed.Options) { o.Fetch = config.FetchBulkGet }), nil)
+	perDoc, _, _, _ := readAll(t, client(t, db.URL(), "alice", func(o *feed.Options) {
+		o.SourceType, o.Fetch, o.Concurrency = config.SourceEdgeServer, config.FetchBulkGet, 3
+	}), nil)
+	if len(bulk) != 30 {
+		t.Fatalf("bulk_get read %d documents, want 30", len(bulk))
+	}
+	if d := cmp.Diff(bulk, perDoc); d != "" {
+		t.Errorf("per-document GETs differ from _bulk_get (-bulk +per-document):\n%s", d)
+	}
+}

@@ -45,6 +45,13 @@ const (
 const (
 	FetchIncludeDocs = "include_docs"
 	FetchBulkGet     = "bulk_get"
+
+	// Feed modes: how the _changes feed is read.
+	ModeLongpoll    = "longpoll"    // every source: one request per batch
+	ModeContinuous  = "continuous"  // every source: one streaming response
+	ModeWebSocket   = "websocket"   // Sync Gateway and App Services
+	ModeSSE         = "sse"         // Edge Server: server-sent events
+	ModeEventSource = "eventsource" // CouchDB: server-sent events
 )
 
 // Defaults.
@@ -171,6 +178,9 @@ type Feed struct {
 	ActiveOnly bool `json:"active_only"`
 	// Channels restricts the feed to these channels (Sync Gateway family only).
 	Channels []string `json:"channels,omitempty"`
+	// Mode is longpoll (default), continuous, websocket (Sync Gateway, App
+	// Services), sse (Edge Server) or eventsource (CouchDB).
+	Mode string `json:"mode,omitempty"`
 }
 
 // Processing filters changes before they are queued.
@@ -419,6 +429,9 @@ func (f *File) SetDefaults() {
 		if j.Feed.Timeout == 0 {
 			j.Feed.Timeout = Duration(DefaultFeedTimeout)
 		}
+		if j.Feed.Mode == "" {
+			j.Feed.Mode = ModeLongpoll
+		}
 		if j.Feed.Fetch == "" {
 			j.Feed.Fetch = FetchIncludeDocs
 		}
@@ -578,6 +591,9 @@ func (j *Job) validate(p string) []error {
 		bad("feed.timeout", zeroRefused, DefaultFeedTimeout)
 	} else if t.D() <= 0 || t.D() > 5*time.Minute {
 		bad("feed.timeout", "%s must be more than 0 and at most 5m", t.D())
+	}
+	if err := ModeFits(j.Feed.Mode, s.Type); err != nil {
+		bad("feed.mode", "%v", err)
 	}
 	if j.Feed.Fetch != FetchIncludeDocs && j.Feed.Fetch != FetchBulkGet {
 		bad("feed.fetch", "%q is not include_docs or bulk_get", j.Feed.Fetch)
@@ -923,4 +939,28 @@ func (j *Job) Output(id string) *Output {
 		}
 	}
 	return nil
+}
+
+// ModeFits reports whether a source type offers a feed mode.
+func ModeFits(mode, sourceType string) error {
+	switch mode {
+	case ModeLongpoll, ModeContinuous:
+		return nil
+	case ModeWebSocket:
+		if sourceType == SourceSyncGateway || sourceType == SourceAppServices {
+			return nil
+		}
+		return fmt.Errorf("%q needs a sync_gateway or app_services source", mode)
+	case ModeSSE:
+		if sourceType == SourceEdgeServer {
+			return nil
+		}
+		return fmt.Errorf("%q needs an edge_server source", mode)
+	case ModeEventSource:
+		if sourceType == SourceCouchDB {
+			return nil
+		}
+		return fmt.Errorf("%q needs a couchdb source", mode)
+	}
+	return fmt.Errorf("%q is not one of longpoll, continuous, websocket, sse, eventsource", mode)
 }

@@ -108,7 +108,10 @@ func (b *Batch) dropUpTo(from sgSeq) {
 }
 
 func (c *Client) changes(ctx context.Context, since json.RawMessage, timeout time.Duration, limit int) (*Batch, error) {
-	q := url.Values{}
+	q, err := c.feedQuery(since)
+	if err != nil {
+		return nil, err
+	}
 	if timeout > 0 {
 		q.Set("feed", "longpoll")
 		q.Set("timeout", strconv.FormatInt(max(timeout.Milliseconds(), 1), 10))
@@ -116,6 +119,21 @@ func (c *Client) changes(ctx context.Context, since json.RawMessage, timeout tim
 		q.Set("feed", "normal")
 		timeout = 0
 	}
+	q.Set("limit", strconv.Itoa(limit))
+	resp, err := c.roundTrip(ctx, "changes", http.MethodGet, c.endpoint("_changes", q), nil, timeout+c.o.Slack)
+	if timeout > 0 && idle(err) {
+		return &Batch{Rows: []Row{}, LastSeq: slices.Clone(since), Pending: -1}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parseChanges(resp.body, c.o.ActiveOnly, limit)
+}
+
+// feedQuery returns the query parameters every mode of the feed shares:
+// since, include_docs, revocations, active_only and the channel filter.
+func (c *Client) feedQuery(since json.RawMessage) (url.Values, error) {
+	q := url.Values{}
 	s, err := sinceParam(since)
 	if err != nil {
 		return nil, fmt.Errorf("changes: %w", err)
@@ -123,7 +141,6 @@ func (c *Client) changes(ctx context.Context, since json.RawMessage, timeout tim
 	if s != "" {
 		q.Set("since", s)
 	}
-	q.Set("limit", strconv.Itoa(limit))
 	if c.o.Fetch == config.FetchIncludeDocs {
 		q.Set("include_docs", "true")
 	}
@@ -139,14 +156,7 @@ func (c *Client) changes(ctx context.Context, since json.RawMessage, timeout tim
 			q.Set("channels", strings.Join(c.o.Channels, ","))
 		}
 	}
-	resp, err := c.roundTrip(ctx, "changes", http.MethodGet, c.endpoint("_changes", q), nil, timeout+c.o.Slack)
-	if timeout > 0 && idle(err) {
-		return &Batch{Rows: []Row{}, LastSeq: slices.Clone(since), Pending: -1}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return parseChanges(resp.body, c.o.ActiveOnly, limit)
+	return q, nil
 }
 
 // revocations reports whether a source reports lost channel access when
@@ -231,44 +241,57 @@ func parseChanges(body []byte, activeOnly bool, limit int) (*Batch, error) {
 		b.Pending = *a.Pending
 	}
 	for i, r := range a.Results {
-		if isNull(r.Seq) {
-			return nil, malformed("changes", "row %d has no seq", i)
+		row, keep, err := r.row(i, activeOnly)
+		if err != nil {
+			return nil, err
 		}
-		if r.ID == "" {
-			return nil, malformed("changes", "row %d (seq %s) has no id", i, r.Seq)
+		if keep {
+			b.Rows = append(b.Rows, row)
 		}
-		if len(r.Changes) == 0 || r.Changes[0].Rev == "" {
-			if strings.HasPrefix(r.ID, "_user/") {
-				continue // a Sync Gateway principal change, not a document
-			}
-			return nil, malformed("changes", "row %d (seq %s) has no rev", i, r.Seq)
-		}
-		row := Row{Seq: r.Seq, ID: r.ID, Rev: r.Changes[0].Rev, Deleted: r.Deleted,
-			Removed: present(r.Removed) || r.Revoked, Revoked: r.Revoked}
-		if !isNull(r.Doc) {
-			// A row's doc can be a stub that says more than the row's
-			// flags: Sync Gateway's {"_removed":true} on a revoked row.
-			m, err := meta(r.Doc)
-			if err != nil {
-				return nil, malformed("changes", "row %d (seq %s) doc: %v", i, r.Seq, err)
-			}
-			row.Deleted = row.Deleted || m.Deleted
-			row.Removed = row.Removed || m.Removed
-			if !row.Deleted && !row.Removed {
-				row.Doc = r.Doc
-			}
-		}
-		// A deletion seen by a channel-restricted reader also lists the
-		// channels it left (the tombstone has none): it is a deletion.
-		if row.Deleted {
-			row.Removed, row.Revoked = false, false
-		}
-		if activeOnly && (row.Deleted || row.Removed) {
-			continue
-		}
-		b.Rows = append(b.Rows, row)
 	}
 	return b, nil
+}
+
+// row converts the i-th row of an answer; keep is false for a row the
+// client drops (a Sync Gateway "_user/" row, or a deleted or removed row
+// under activeOnly).
+func (r *changeRow) row(i int, activeOnly bool) (Row, bool, error) {
+	if isNull(r.Seq) {
+		return Row{}, false, malformed("changes", "row %d has no seq", i)
+	}
+	if r.ID == "" {
+		return Row{}, false, malformed("changes", "row %d (seq %s) has no id", i, r.Seq)
+	}
+	if len(r.Changes) == 0 || r.Changes[0].Rev == "" {
+		if strings.HasPrefix(r.ID, "_user/") {
+			return Row{}, false, nil // a Sync Gateway principal change, not a document
+		}
+		return Row{}, false, malformed("changes", "row %d (seq %s) has no rev", i, r.Seq)
+	}
+	row := Row{Seq: r.Seq, ID: r.ID, Rev: r.Changes[0].Rev, Deleted: r.Deleted,
+		Removed: present(r.Removed) || r.Revoked, Revoked: r.Revoked}
+	if !isNull(r.Doc) {
+		// A row's doc can be a stub that says more than the row's flags:
+		// Sync Gateway's {"_removed":true} on a revoked row.
+		m, err := meta(r.Doc)
+		if err != nil {
+			return Row{}, false, malformed("changes", "row %d (seq %s) doc: %v", i, r.Seq, err)
+		}
+		row.Deleted = row.Deleted || m.Deleted
+		row.Removed = row.Removed || m.Removed
+		if !row.Deleted && !row.Removed {
+			row.Doc = r.Doc
+		}
+	}
+	// A deletion seen by a channel-restricted reader also lists the channels
+	// it left (the tombstone has none): it is a deletion.
+	if row.Deleted {
+		row.Removed, row.Revoked = false, false
+	}
+	if activeOnly && (row.Deleted || row.Removed) {
+		return Row{}, false, nil
+	}
+	return row, true, nil
 }
 
 // isNull reports whether a raw value is absent or JSON null.

@@ -70,17 +70,7 @@ func (c *Client) roundTripAccept(parent context.Context, op, method, target, acc
 	if err != nil {
 		return nil, fmt.Errorf("%s: build request: %w", op, err)
 	}
-	req.Header.Set("Accept", accept)
-	req.Header.Set("User-Agent", userAgent)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	switch {
-	case c.o.Token != "":
-		req.Header.Set("Authorization", "Bearer "+c.o.Token)
-	case c.o.Username != "":
-		req.SetBasicAuth(c.o.Username, c.o.Password)
-	}
+	c.header(req, accept, body != nil)
 	// own says whether our deadline, not the caller's context, ended the request.
 	own := func() bool { return parent.Err() == nil && ctx.Err() != nil }
 	resp, err := c.hc.Do(req)
@@ -109,4 +99,20 @@ func (c *Client) roundTripAccept(parent context.Context, op, method, target, acc
 // malformed wraps ErrMalformed with the operation and what was wrong.
 func malformed(op string, format string, args ...any) error {
 	return fmt.Errorf("%s: %w: %s", op, ErrMalformed, fmt.Sprintf(format, args...))
+}
+
+// header sets the headers every request carries: Accept, User-Agent, the
+// credentials, and Content-Type when there is a JSON body.
+func (c *Client) header(req *http.Request, accept string, jsonBody bool) {
+	req.Header.Set("Accept", accept)
+	req.Header.Set("User-Agent", userAgent)
+	if jsonBody {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	switch {
+	case c.o.Token != "":
+		req.Header.Set("Authorization", "Bearer "+c.o.Token)
+	case c.o.Username != "":
+		req.SetBasicAuth(c.o.Username, c.o.Password)
+	}
 }

@@ -3,6 +3,7 @@ package feed
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -105,14 +106,19 @@ func malformed(op string, format string, args ...any) error {
 // credentials, and Content-Type when there is a JSON body.
 func (c *Client) header(req *http.Request, accept string, jsonBody bool) {
 	req.Header.Set("Accept", accept)
-	req.Header.Set("User-Agent", userAgent)
 	if jsonBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	c.identify(req.Header)
+}
+
+// identify sets User-Agent and the credentials.
+func (c *Client) identify(h http.Header) {
+	h.Set("User-Agent", userAgent)
 	switch {
 	case c.o.Token != "":
-		req.Header.Set("Authorization", "Bearer "+c.o.Token)
+		h.Set("Authorization", "Bearer "+c.o.Token)
 	case c.o.Username != "":
-		req.SetBasicAuth(c.o.Username, c.o.Password)
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(c.o.Username+":"+c.o.Password)))
 	}
 }

@@ -371,13 +371,7 @@ func (c *Client) openWebSocket(ctx context.Context, since json.RawMessage, heart
 	u := c.endpoint("_changes", nil) + "?feed=websocket"
 	u = "ws" + strings.TrimPrefix(u, "http")
 	h := http.Header{}
-	req, _ := http.NewRequest(http.MethodGet, "http://x/", nil)
-	c.header(req, acceptJSON, false)
-	for _, k := range []string{"Authorization", "User-Agent"} {
-		if v := req.Header.Get(k); v != "" {
-			h.Set(k, v)
-		}
-	}
+	c.identify(h)
 	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: c.hc, HTTPHeader: h})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {

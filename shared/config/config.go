@@ -45,6 +45,13 @@ const (
 const (
 	FetchIncludeDocs = "include_docs"
 	FetchBulkGet     = "bulk_get"
+
+	// Feed modes: how the _changes feed is read.
+	ModeLongpoll    = "longpoll"    // every source: one request per batch
+	ModeContinuous  = "continuous"  // every source: one streaming response
+	ModeWebSocket   = "websocket"   // Sync Gateway and App Services
+	ModeSSE         = "sse"         // Edge Server: server-sent events
+	ModeEventSource = "eventsource" // CouchDB: server-sent events
 )
 
 // Defaults.
@@ -126,6 +133,18 @@ type Source struct {
 	// URL is the database (CouchDB) or keyspace (Sync Gateway: db or db.scope.collection).
 	URL  string `json:"url"`
 	Auth *Auth  `json:"auth,omitempty"`
+	// TLS adds certificate authorities trusted for an https source.
+	TLS *TLS `json:"tls,omitempty"`
+}
+
+// TLS names the certificate authorities (a PEM bundle) trusted for a
+// source, in addition to the system's: the shape of Capella App Services,
+// or a Sync Gateway with its own CA. Exactly one of CAFile and CAPEM is set.
+type TLS struct {
+	// CAFile is the path of the PEM bundle where the poller runs.
+	CAFile string `json:"ca_file,omitempty"`
+	// CAPEM is the PEM bundle itself (certificates are public).
+	CAPEM string `json:"ca_pem,omitempty"`
 }
 
 // Auth is basic or bearer authentication. Secrets are given by reference only.
@@ -159,6 +178,9 @@ type Feed struct {
 	ActiveOnly bool `json:"active_only"`
 	// Channels restricts the feed to these channels (Sync Gateway family only).
 	Channels []string `json:"channels,omitempty"`
+	// Mode is longpoll (default), continuous, websocket (Sync Gateway, App
+	// Services), sse (Edge Server) or eventsource (CouchDB).
+	Mode string `json:"mode,omitempty"`
 }
 
 // Processing filters changes before they are queued.
@@ -407,6 +429,9 @@ func (f *File) SetDefaults() {
 		if j.Feed.Timeout == 0 {
 			j.Feed.Timeout = Duration(DefaultFeedTimeout)
 		}
+		if j.Feed.Mode == "" {
+			j.Feed.Mode = ModeLongpoll
+		}
 		if j.Feed.Fetch == "" {
 			j.Feed.Fetch = FetchIncludeDocs
 		}
@@ -544,6 +569,19 @@ func (j *Job) validate(p string) []error {
 	if s.Auth != nil {
 		errs = append(errs, s.Auth.validate(p+".source.auth")...)
 	}
+	if s.TLS != nil {
+		switch {
+		case s.TLS.CAFile == "" && s.TLS.CAPEM == "":
+			bad("source.tls", "give ca_file (a PEM bundle's path) or ca_pem (the bundle)")
+		case s.TLS.CAFile != "" && s.TLS.CAPEM != "":
+			bad("source.tls", "give ca_file or ca_pem, not both")
+		case s.TLS.CAPEM != "" && !strings.Contains(s.TLS.CAPEM, "-----BEGIN CERTIFICATE-----"):
+			bad("source.tls.ca_pem", "holds no PEM certificate")
+		}
+		if !strings.HasPrefix(strings.ToLower(s.URL), "https://") {
+			bad("source.tls", "needs an https source.url")
+		}
+	}
 	if j.Feed.Limit < 1 || j.Feed.Limit > 10000 {
 		bad("feed.limit", "%d must be between 1 and 10000", j.Feed.Limit)
 	}
@@ -553,6 +591,9 @@ func (j *Job) validate(p string) []error {
 		bad("feed.timeout", zeroRefused, DefaultFeedTimeout)
 	} else if t.D() <= 0 || t.D() > 5*time.Minute {
 		bad("feed.timeout", "%s must be more than 0 and at most 5m", t.D())
+	}
+	if err := ModeFits(j.Feed.Mode, s.Type); err != nil {
+		bad("feed.mode", "%v", err)
 	}
 	if j.Feed.Fetch != FetchIncludeDocs && j.Feed.Fetch != FetchBulkGet {
 		bad("feed.fetch", "%q is not include_docs or bulk_get", j.Feed.Fetch)
@@ -898,4 +939,28 @@ func (j *Job) Output(id string) *Output {
 		}
 	}
 	return nil
+}
+
+// ModeFits reports whether a source type offers a feed mode.
+func ModeFits(mode, sourceType string) error {
+	switch mode {
+	case ModeLongpoll, ModeContinuous:
+		return nil
+	case ModeWebSocket:
+		if sourceType == SourceSyncGateway || sourceType == SourceAppServices {
+			return nil
+		}
+		return fmt.Errorf("%q needs a sync_gateway or app_services source", mode)
+	case ModeSSE:
+		if sourceType == SourceEdgeServer {
+			return nil
+		}
+		return fmt.Errorf("%q needs an edge_server source", mode)
+	case ModeEventSource:
+		if sourceType == SourceCouchDB {
+			return nil
+		}
+		return fmt.Errorf("%q needs a couchdb source", mode)
+	}
+	return fmt.Errorf("%q is not one of longpoll, continuous, websocket, sse, eventsource", mode)
 }

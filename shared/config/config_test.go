@@ -289,3 +289,38 @@ func TestZeroDurationsRefused(t *testing.T) {
 		}
 	})
 }
+
+func TestFeedModeFitsSource(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		source, mode string
+		want         string // error substring; "" means valid
+	}{
+		{source: "couchdb", mode: "", want: ""},
+		{source: "couchdb", mode: "continuous", want: ""},
+		{source: "couchdb", mode: "eventsource", want: ""},
+		{source: "couchdb", mode: "websocket", want: `feed.mode: "websocket" needs a sync_gateway or app_services source`},
+		{source: "sync_gateway", mode: "websocket", want: ""},
+		{source: "app_services", mode: "websocket", want: ""},
+		{source: "edge_server", mode: "websocket", want: `needs a sync_gateway or app_services source`},
+		{source: "edge_server", mode: "sse", want: ""},
+		{source: "sync_gateway", mode: "sse", want: `feed.mode: "sse" needs an edge_server source`},
+		{source: "sync_gateway", mode: "eventsource", want: `needs a couchdb source`},
+		{source: "sync_gateway", mode: "poll", want: `feed.mode: "poll" is not one of longpoll, continuous, websocket, sse, eventsource`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.source+"/"+tt.mode, func(t *testing.T) {
+			t.Parallel()
+			f, err := Parse([]byte(`{"jobs":[{"id":"j","source":{"type":"` + tt.source + `","url":"http://h:4984/db"},
+				"feed":{"mode":"` + tt.mode + `"},"outputs":[{"id":"pg","type":"postgres","postgres":{"dsn":{"env":"X"}}}]}]}`))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Parse: %v", err)
+			case tt.want == "" && tt.mode == "" && f.Jobs[0].Feed.Mode != ModeLongpoll:
+				t.Errorf("default mode %q, want longpoll", f.Jobs[0].Feed.Mode)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("Parse error %v, want %q", err, tt.want)
+			}
+		})
+	}
+}

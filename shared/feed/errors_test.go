@@ -2,6 +2,8 @@ package feed
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -39,6 +41,10 @@ func TestTransient(t *testing.T) {
 		{name: "deadline", err: fmt.Errorf("fetch docs: %w", context.DeadlineExceeded), want: true},
 		{name: "cancelled", err: &transportError{op: "changes", err: context.Canceled}, want: false},
 		{name: "unclassified", err: errors.New("since is not a JSON value"), want: false},
+		{name: "unknown authority", err: &transportError{op: "changes", err: &tls.CertificateVerificationError{
+			Err: x509.UnknownAuthorityError{}}}, want: false},
+		{name: "wrong host name", err: &transportError{op: "changes", err: x509.HostnameError{Host: "sg"}}, want: false},
+		{name: "expired", err: &transportError{op: "changes", err: x509.CertificateInvalidError{Reason: x509.Expired}}, want: false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

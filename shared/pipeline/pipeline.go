@@ -118,6 +118,11 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 	if j == nil {
 		return nil, fmt.Errorf("build poller: no job %q in the configuration", jobID)
 	}
+	if j.Feed.Mode != "" && j.Feed.Mode != config.ModeLongpoll {
+		// feed.Client.Stream reads every streaming mode; the poller's loop
+		// does not call it yet (see the Stream documentation for how).
+		return nil, fmt.Errorf("build poller %s: feed.mode %q: the poller reads only longpoll for now", j.ID, j.Feed.Mode)
+	}
 	fc, err := d.Feed(ctx, j)
 	if err != nil {
 		return nil, fmt.Errorf("build poller %s: %w", j.ID, err)
@@ -153,6 +158,16 @@ func (d *Deps) Feed(ctx context.Context, j *config.Job) (*feed.Client, error) {
 		var err error
 		if opts.Username, opts.Password, opts.Token, err = d.credentials(ctx, a); err != nil {
 			return nil, fmt.Errorf("source auth of %s: %w", j.ID, err)
+		}
+	}
+	if t := j.Source.TLS; t != nil {
+		opts.CAPEM = []byte(t.CAPEM)
+		if t.CAFile != "" {
+			b, err := os.ReadFile(t.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("source tls of %s: read ca_file: %w", j.ID, err)
+			}
+			opts.CAPEM = b
 		}
 	}
 	c, err := feed.New(opts)

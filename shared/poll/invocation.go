@@ -354,7 +354,7 @@ func (v *invocation) saveQueued(ctx context.Context) error {
 
 // report publishes where the job stands after a batch.
 func (v *invocation) report(b *feed.Batch) {
-	caughtUp := len(b.Rows) == 0 || b.Pending == 0
+	caughtUp := b.CaughtUp()
 	v.res.CaughtUp = caughtUp
 	if v.p.OnBatch != nil {
 		v.p.OnBatch(caughtUp)

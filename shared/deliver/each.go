@@ -83,3 +83,11 @@ func pacerFrom(ctx context.Context) Pacer {
 	p, _ := ctx.Value(pacerKey{}).(Pacer)
 	return p
 }
+
+// Observe tells ctx's pacer, if any, how long one request to the output took
+// and how it ended; sinks that do not use EachDocument call it.
+func Observe(ctx context.Context, d time.Duration, err error) {
+	if p := pacerFrom(ctx); p != nil {
+		p.Observe(d, err)
+	}
+}

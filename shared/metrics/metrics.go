@@ -41,6 +41,11 @@ const (
 	FailedPermanent     = "FailedPermanent"
 	EndToEndLatencyMs   = "EndToEndLatency"
 	WriterBatchFailures = "WriterBatchFailures"
+
+	// Backpressure, writer, dimensions Job and Output.
+	BackpressureActive       = "BackpressureActive"       // 1 while the output is struggling, 0 otherwise (one value per batch)
+	BackpressureDelays       = "BackpressureDelays"       // messages held back for the output
+	BackpressureDelaySeconds = "BackpressureDelaySeconds" // how long each was held back
 )
 
 // Unit of a value.

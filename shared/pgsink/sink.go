@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -298,7 +299,9 @@ func (s *Sink) Apply(ctx context.Context, changes []*change.Envelope) []error {
 		}
 	}
 
+	start := time.Now()
 	err := s.apply(ctx, s.pool, newest)
+	deliver.Observe(ctx, time.Since(start), s.exhausted(classify(ctx, err)))
 	if err == nil {
 		return errs
 	}

@@ -60,6 +60,12 @@ type stackOptions struct {
 	outputs    []string // subset of pg, rest, archive; default all
 	// httpClient, when set, wraps the AWS SDK's HTTP client (fault injection).
 	httpClient func(aws.HTTPClient) aws.HTTPClient
+	// wrapRest, when set, wraps the HTTP receiver (a slow or refusing output).
+	wrapRest func(http.Handler) http.Handler
+	// restExtra is more JSON members of the rest output ("ordering": ...).
+	restExtra string
+	// metrics receives the EMF records; default discarded.
+	metrics io.Writer
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -82,7 +88,11 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	if s.recv, err = receiver.New(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s.recv)
+	var h http.Handler = s.recv
+	if o.wrapRest != nil {
+		h = o.wrapRest(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	s.recvURL = srv.URL
 	if o.limit == 0 {
@@ -102,7 +112,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	}
 	outs := map[string]string{
 		"pg":      fmt.Sprintf(`{"id":"pg","type":"postgres","max_receive_count":%d,"postgres":{"dsn":{"env":"CHANGES_TEST_PG_DSN"},"table":%q,"create_tables":true}}`, o.maxReceive, s.table),
-		"rest":    fmt.Sprintf(`{"id":"rest","type":"http","max_receive_count":%d,"http":{"url":"%s/docs/{doc_id}","timeout":"5s"}}`, o.maxReceive, s.recvURL),
+		"rest":    fmt.Sprintf(`{"id":"rest","type":"http","max_receive_count":%d,%s"http":{"url":"%s/docs/{doc_id}","timeout":"5s"}}`, o.maxReceive, extra(o.restExtra), s.recvURL),
 		"archive": fmt.Sprintf(`{"id":"archive","type":"s3","max_receive_count":%d,"s3":{"prefix":"%s/"}}`, o.maxReceive, s.prefix),
 	}
 	var selected []string
@@ -122,7 +132,10 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		t.Fatalf("load test config: %v", err)
 	}
 	log := slog.New(slog.NewTextHandler(&syncWriter{b: s.logs}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	s.deps = pipeline.New(s.cfg, awsCfg, lookupEnv, log, io.Discard)
+	if o.metrics == nil {
+		o.metrics = io.Discard
+	}
+	s.deps = pipeline.New(s.cfg, awsCfg, lookupEnv, log, o.metrics)
 	t.Cleanup(s.deps.Close)
 	if _, err := provision.Apply(context.Background(), provision.Clients{DynamoDB: s.deps.DynamoDB, SQS: s.deps.SQS, S3: s.deps.S3}, s.cfg); err != nil {
 		t.Fatalf("provision: %v", err)
@@ -134,6 +147,14 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		}
 	})
 	return s
+}
+
+// extra returns JSON object members followed by a comma, or nothing.
+func extra(members string) string {
+	if members == "" {
+		return ""
+	}
+	return members + ","
 }
 
 func lookupEnv(k string) (string, bool) {

@@ -79,7 +79,7 @@ func (h *Handler) deferMessage(ctx context.Context, r config.Route, it *item, at
 	if err != nil {
 		return true, err
 	}
-	secs := int32(min(max(delay.Round(time.Second), time.Second)/time.Second, 12*3600))
+	secs := int32(delay / time.Second)
 	if attempts < r.Output.MaxReceiveCount-1 {
 		if it.rec.ReceiptHandle == "" {
 			return true, nil
@@ -114,6 +114,12 @@ func (h *Handler) deferMessage(ctx context.Context, r config.Route, it *item, at
 		return true, fmt.Errorf("send back to queue: %w", err)
 	}
 	return false, nil
+}
+
+// holdFor rounds a hold-back delay up to whole seconds, the unit SQS takes:
+// at least 1 s, at most the 12 h a visibility timeout can last.
+func holdFor(d time.Duration) time.Duration {
+	return min(max(time.Second, (d+time.Second-1).Truncate(time.Second)), 12*time.Hour)
 }
 
 // copyAttributes converts the event's message attributes back to their SQS

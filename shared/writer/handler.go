@@ -228,7 +228,7 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		if isBackpressure(it.err, active) {
 			// Not the change's fault: hold it back without counting it
 			// toward the DLQ, however many receives it has had.
-			delay := max(it.err.RetryAfter, tr.Delay(attempts))
+			delay := holdFor(max(it.err.RetryAfter, tr.Delay(attempts)))
 			retry, err := h.deferMessage(ctx, route, it, attempts, delay)
 			if err != nil {
 				lg.WarnContext(ctx, "hold back for backpressure", "error", err)

@@ -115,3 +115,14 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 	}
 	return 0
 }
+
+// AuthFailure says whether err is the output refusing our credentials: HTTP
+// 401 or 403 (S3's AccessDenied is a 403), or PostgreSQL's
+// invalid_password (28P01) or invalid_authorization_specification (28000).
+func AuthFailure(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	return e.HTTPStatus == 401 || e.HTTPStatus == 403 || e.SQLState == "28P01" || e.SQLState == "28000"
+}

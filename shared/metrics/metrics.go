@@ -46,6 +46,19 @@ const (
 	BackpressureActive       = "BackpressureActive"       // 1 while the output is struggling, 0 otherwise (one value per batch)
 	BackpressureDelays       = "BackpressureDelays"       // messages held back for the output
 	BackpressureDelaySeconds = "BackpressureDelaySeconds" // how long each was held back
+
+	// Output requests, writer, dimensions Job and Output: "their
+	// credentials".
+	OutputRequests     = "OutputRequests"     // requests to the output (one per document, or per PostgreSQL batch)
+	OutputAuthFailures = "OutputAuthFailures" // 401/403, S3 AccessDenied, SQLSTATE 28P01/28000
+	OutputRequestTime  = "OutputRequestTime"  // milliseconds per request
+
+	// Source requests and floods, poller, dimension Job: "our credentials".
+	SourceRequests     = "SourceRequests"     // requests to the source
+	SourceAuthFailures = "SourceAuthFailures" // 401/403 from the source
+	SourceRequestTime  = "SourceRequestTime"  // milliseconds per request (a _changes long-poll included)
+	LargestBatch       = "LargestBatch"       // changes read by one poller invocation (Maximum: largest seen)
+	FloodBatches       = "FloodBatches"       // invocations that read more than feed.flood_threshold changes
 )
 
 // Unit of a value.

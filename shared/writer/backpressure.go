@@ -144,4 +144,20 @@ func backpressureMetrics(rec *metrics.Recorder, st backpressure.State) {
 	rec.Add(metrics.BackpressureActive, active, metrics.None)
 }
 
+// meter is the pacer the writer hands its sinks: the output's tracker, and
+// the request metrics of the batch.
+type meter struct {
+	*backpressure.Tracker
+	rec *metrics.Recorder
+}
+
+func (m meter) Observe(d time.Duration, err error) {
+	m.Tracker.Observe(d, err)
+	m.rec.Add(metrics.OutputRequests, 1, metrics.Count)
+	m.rec.Add(metrics.OutputRequestTime, float64(d.Microseconds())/1000, metrics.Milliseconds)
+	if deliver.AuthFailure(err) {
+		m.rec.Add(metrics.OutputAuthFailures, 1, metrics.Count)
+	}
+}
+
 var errPaused = errors.New("the output asked to slow down; not sent while the pause lasts")

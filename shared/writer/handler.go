@@ -196,7 +196,7 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		if st.Active {
 			log.InfoContext(ctx, "output is slow; lowering parallelism", "ratio", st.Ratio, "baseline_ms", st.Baseline.Milliseconds())
 		}
-		h.apply(deliver.WithPacer(ctx, tr), sink, route.Output.FIFO(), items)
+		h.apply(deliver.WithPacer(ctx, meter{Tracker: tr, rec: rec}), sink, route.Output.FIFO(), items)
 	}
 	for _, it := range items {
 		if it.err != nil && it.err.Backpressure {
@@ -224,6 +224,10 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		}
 		attempts := receiveCount(it.rec)
 		last := attempts >= route.Output.MaxReceiveCount
+		if deliver.AuthFailure(it.err) {
+			lg0 := log.With("doc_id", docID, "status", it.err.HTTPStatus, "sqlstate", it.err.SQLState)
+			lg0.ErrorContext(ctx, "output rejected our credentials")
+		}
 		lg := log.With("doc_id", docID, "message_id", it.rec.MessageId, "attempts", attempts, "class", it.err.Class, "reason", it.err.Reason)
 		if isBackpressure(it.err, active) {
 			// Not the change's fault: hold it back without counting it

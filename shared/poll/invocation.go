@@ -193,7 +193,15 @@ func (v *invocation) received(b *feed.Batch) {
 	v.backoff, v.lastErr = 0, nil
 	v.sess.Pending = b.Pending
 	v.p.count(metrics.ChangesRead, float64(len(b.Rows)))
+	before := v.res.Read
 	v.res.Read += len(b.Rows)
+	// Flood detection counts what one invocation read: the changes the
+	// source had waiting for this tick.
+	v.p.Metrics.Add(metrics.LargestBatch, float64(v.res.Read), metrics.Count)
+	if thr := v.p.Job.Feed.FloodThreshold; thr > 0 && before <= thr && v.res.Read > thr {
+		v.p.count(metrics.FloodBatches, 1)
+		v.log.Warn("flood detected: more changes in one invocation than the threshold", "changes", v.res.Read, "threshold", thr, "pending", b.Pending)
+	}
 	if b.Pending >= 0 {
 		v.p.Metrics.Add(metrics.PendingChanges, float64(b.Pending), metrics.Count)
 	}

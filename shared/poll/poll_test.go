@@ -2,10 +2,12 @@ package poll_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -500,5 +502,58 @@ func TestFloodDetection(t *testing.T) {
 				t.Errorf("flood warning %v, want %v:\n%s", warned, tt.wantFlood > 0, r.logs)
 			}
 		})
+	}
+}
+
+// notingLeases records what the poller notes for operators.
+type notingLeases struct {
+	*fakeLeases
+	mu      sync.Mutex
+	largest []int64
+	authAt  []time.Time
+}
+
+func (n *notingLeases) NoteLargestBatch(_ context.Context, _ string, v int64) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.largest = append(n.largest, v)
+	return nil
+}
+
+func (n *notingLeases) NoteSourceAuthFailure(_ context.Context, _ string, at time.Time) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.authAt = append(n.authAt, at)
+	return nil
+}
+
+// The job item learns the largest batch (only when it grew) and when the
+// source refused our credentials.
+func TestNotesForOperators(t *testing.T) {
+	t.Parallel()
+	r := newRig(nil)
+	r.feed.batch = thenIdle(r, batchOf(1, 300))
+	nl := &notingLeases{fakeLeases: r.leases}
+	r.poller.Leases = nl
+	if _, err := r.run(t, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.feed.batch = thenIdle(r, batchOf(301, 400)) // 100: less than 300
+	if _, err := r.run(t, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.feed.batch = func(int, string) (*feed.Batch, error) {
+		return nil, &feed.StatusError{Op: "changes", Status: 401, Reason: "unauthorized"}
+	}
+	if _, err := r.run(t, 5*time.Second); err == nil {
+		t.Fatal("run succeeded against a 401")
+	}
+	nl.mu.Lock()
+	defer nl.mu.Unlock()
+	if diff := cmp.Diff([]int64{300}, nl.largest); diff != "" {
+		t.Errorf("largest batches noted (-want +got):\n%s", diff)
+	}
+	if len(nl.authAt) != 1 {
+		t.Errorf("auth failures noted %v, want one", nl.authAt)
 	}
 }

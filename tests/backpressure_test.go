@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/localrun"
 	"github.com/changes-worker/changes-worker/shared/metrics"
 	"github.com/changes-worker/changes-worker/shared/sample"
@@ -64,9 +65,8 @@ func TestBackpressureRetryAfterNothingDeadLettered(t *testing.T) {
 	refusing.Store(true)
 	var refused atomic.Int32
 	var once sync.Once
-	emf := &syncWriter{b: &strings.Builder{}}
 	s := newStack(t, stackOptions{
-		outputs: []string{"rest"}, maxReceive: 3, restExtra: `"ordering":"none"`, metrics: emf,
+		outputs: []string{"rest"}, maxReceive: 3, rest: func(o *config.Output) { o.Ordering = config.OrderingNone },
 		wrapRest: func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				// 429 for 8 s from the first request: with a receive count
@@ -83,22 +83,22 @@ func TestBackpressureRetryAfterNothingDeadLettered(t *testing.T) {
 			})
 		},
 	})
-	if _, err := sample.Load(ctx, http.DefaultClient, s.db, sample.Options{Docs: 40, Seed: 11}); err != nil {
+	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, sample.Options{Docs: 40, Seed: 11}); err != nil {
 		t.Fatal(err)
 	}
 	sum0 := s.runUntilIdle(ctx, localrun.Options{})
 
-	if d := cmp.Diff(sourceState(t, s.db), s.httpState()); d != "" {
+	if d := cmp.Diff(s.sourceState(ctx), s.httpState()); d != "" {
 		t.Errorf("receiver (-want +got):\n%s", d)
 	}
 	st := sum0.Outputs["orders/rest"]
 	if st.DeadLettered != 0 || st.Deferred == 0 || refused.Load() == 0 {
 		t.Errorf("stats %+v after %d refusals: want deferrals and nothing dead-lettered", st, refused.Load())
 	}
-	if msgs := receiveAll(t, s, s.cfg.DLQName(s.cfg.Jobs[0], s.cfg.Jobs[0].Outputs[0])); len(msgs) != 0 {
+	if msgs := receiveAll(t, s, "rest"); len(msgs) != 0 {
 		t.Errorf("DLQ holds %d messages, want none", len(msgs))
 	}
-	out := emf.b.String()
+	out := s.Metrics().String()
 	active := emfValues(t, out, "rest", metrics.BackpressureActive)
 	if len(active) == 0 || sum(active) == 0 || active[len(active)-1] != 0 {
 		t.Errorf("BackpressureActive values %v: want some 1 and a final 0", active)
@@ -133,10 +133,12 @@ func TestBackpressureLatencyRisesAndRecovers(t *testing.T) {
 			}
 		}
 	}
-	emf := &syncWriter{b: &strings.Builder{}}
 	s := newStack(t, stackOptions{
-		outputs: []string{"rest"}, maxReceive: 3, metrics: emf,
-		restExtra: `"ordering":"none","backpressure":{"baseline_requests":10,"window":5}`,
+		outputs: []string{"rest"}, maxReceive: 3,
+		rest: func(o *config.Output) {
+			o.Ordering = config.OrderingNone
+			o.Backpressure = config.Backpressure{BaselineRequests: 10, Window: 5}
+		},
 		wrapRest: func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				i := n.Add(1)
@@ -158,19 +160,19 @@ func TestBackpressureLatencyRisesAndRecovers(t *testing.T) {
 			})
 		},
 	})
-	if _, err := sample.Load(ctx, http.DefaultClient, s.db, sample.Options{Docs: 150, Seed: 5}); err != nil {
+	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, sample.Options{Docs: 150, Seed: 5}); err != nil {
 		t.Fatal(err)
 	}
 	sum0 := s.runUntilIdle(ctx, localrun.Options{})
 
-	if d := cmp.Diff(sourceState(t, s.db), s.httpState()); d != "" {
+	if d := cmp.Diff(s.sourceState(ctx), s.httpState()); d != "" {
 		t.Errorf("receiver (-want +got):\n%s", d)
 	}
 	st := sum0.Outputs["orders/rest"]
 	if st.DeadLettered != 0 {
 		t.Errorf("stats %+v: want nothing dead-lettered", st)
 	}
-	if msgs := receiveAll(t, s, s.cfg.DLQName(s.cfg.Jobs[0], s.cfg.Jobs[0].Outputs[0])); len(msgs) != 0 {
+	if msgs := receiveAll(t, s, "rest"); len(msgs) != 0 {
 		t.Errorf("DLQ holds %d messages, want none", len(msgs))
 	}
 	if p := peakSlow.Load(); p > 2 {
@@ -179,7 +181,7 @@ func TestBackpressureLatencyRisesAndRecovers(t *testing.T) {
 	if p := peakFast.Load(); p < 3 {
 		t.Errorf("only %d requests at once before the slowdown: the test does not show a lowered parallelism", p)
 	}
-	active := emfValues(t, emf.b.String(), "rest", metrics.BackpressureActive)
+	active := emfValues(t, s.Metrics().String(), "rest", metrics.BackpressureActive)
 	if len(active) == 0 || sum(active) == 0 || active[len(active)-1] != 0 {
 		t.Errorf("BackpressureActive values %v: want some 1 and a final 0 (recovered)", active)
 	}

@@ -706,3 +706,30 @@ func TestPoolExhaustedIsBackpressure(t *testing.T) {
 		t.Fatalf("apply after release: %v", err)
 	}
 }
+
+// TestWrongPasswordIsAuthFailure connects with a wrong password: SQLSTATE
+// 28P01, which the writer counts as the output refusing our credentials.
+func TestWrongPasswordIsAuthFailure(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	cfg.ConnConfig.Password = "not-the-password"
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("pgxpool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := New(pool, config.PostgresOutput{Table: "unused"}, "out-1")
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	err = s.Apply(t.Context(), []*change.Envelope{live("a", "1-a", v(1, 1))})[0]
+	if !deliver.AuthFailure(err) || deliver.Classify(err).SQLState != "28P01" {
+		t.Fatalf("got %v, want SQLSTATE 28P01 counted as an auth failure", err)
+	}
+	if strings.Contains(err.Error(), "not-the-password") {
+		t.Fatalf("error shows the password: %v", err)
+	}
+}

@@ -24,8 +24,12 @@ import (
 // moves a message to the DLQ.
 const AttrDeferrals = "cw-deferrals"
 
-// maxDelaySeconds is the longest per-message delay SQS accepts.
-const maxDelaySeconds = 900
+const (
+	// maxDelaySeconds is the longest per-message delay SQS accepts.
+	maxDelaySeconds = 900
+	// maxAttributes is how many message attributes SQS accepts on a message.
+	maxAttributes = 10
+)
 
 // tracker returns the backpressure tracker of a route, one per process.
 func (h *Handler) tracker(r config.Route) *backpressure.Tracker {
@@ -94,7 +98,11 @@ func (h *Handler) deferMessage(ctx context.Context, r config.Route, it *item, at
 	}
 	n, _ := strconv.Atoi(aws.ToString(it.rec.MessageAttributes[AttrDeferrals].StringValue))
 	attrs := copyAttributes(it.rec.MessageAttributes)
-	attrs[AttrDeferrals] = sqstypes.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(n + 1))}
+	if _, ok := attrs[AttrDeferrals]; ok || len(attrs) < maxAttributes {
+		// A message redriven from the DLQ can carry ten failure attributes
+		// already, SQS's limit: it goes back without the counter.
+		attrs[AttrDeferrals] = sqstypes.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(n + 1))}
+	}
 	in := &sqs.SendMessageInput{QueueUrl: &q, MessageBody: aws.String(it.rec.Body), MessageAttributes: attrs}
 	if r.Output.FIFO() {
 		// FIFO queues take no per-message delay: the copy is available at

@@ -346,3 +346,30 @@ func TestPauseSkipsTheSink(t *testing.T) {
 		t.Errorf("ordinary failure on last receive: %+v, want dead-lettered", st)
 	}
 }
+
+// A message redriven from the DLQ already carries ten attributes, SQS's
+// limit: it is sent back with them all and without the deferral counter.
+func TestBackpressureResendKeepsTenAttributes(t *testing.T) {
+	t.Parallel()
+	f := testConfig(t, "none")
+	sink := &fakeSink{apply: func(c *change.Envelope) error {
+		return &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 503, Backpressure: true}
+	}}
+	q := &fakeSQS{}
+	h := newHandler(f, sink, q)
+	rec := record(t, f, "m1", "a", "1-a", 1, 3)
+	rec.MessageAttributes = map[string]events.SQSMessageAttribute{}
+	for i := range 10 {
+		rec.MessageAttributes[fmt.Sprintf("attr-%d", i)] = events.SQSMessageAttribute{DataType: "String", StringValue: aws.String("x")}
+	}
+	resp, err := h.Handle(t.Context(), events.SQSEvent{Records: []events.SQSMessage{rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BatchItemFailures) != 0 || len(q.sent) != 1 {
+		t.Fatalf("failed %v, sent %d: want the message sent back and handled", resp.BatchItemFailures, len(q.sent))
+	}
+	if got := q.sent[0].MessageAttributes; len(got) != 10 {
+		t.Errorf("sent back with %d attributes, want the 10 it had", len(got))
+	}
+}

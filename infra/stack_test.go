@@ -496,9 +496,9 @@ func TestAlarms(t *testing.T) {
 	}
 	var want []string
 	for _, j := range syn.cfg.Jobs {
-		want = append(want, j.ID+"-poller-errors", j.ID+"-no-progress", j.ID+"-no-lease-holder")
+		want = append(want, j.ID+"-poller-errors", j.ID+"-no-progress", j.ID+"-no-lease-holder", j.ID+"-source-auth-failures", j.ID+"-flood")
 		for _, o := range j.Outputs {
-			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-latency")
+			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-latency", j.ID+"-"+o.ID+"-output-auth-failures", j.ID+"-"+o.ID+"-backpressure")
 		}
 	}
 	want = append(want, "poller-errors", "writer-errors", "writer-throttles")
@@ -524,7 +524,32 @@ func TestAlarms(t *testing.T) {
 				t.Errorf("%s no-progress alarm lacks %q: %s", j.ID, m, progress)
 			}
 		}
+		for name, metric := range map[string]string{"-source-auth-failures": metrics.SourceAuthFailures, "-flood": metrics.FloodBatches} {
+			a := alarms["cwtest-"+j.ID+name]
+			if a["MetricName"] != metric || a["Statistic"] != "Sum" || a["Threshold"] != float64(0) || a["ComparisonOperator"] != "GreaterThanThreshold" ||
+				compact(a["Dimensions"]) != compact([]any{map[string]any{"Name": "Job", "Value": j.ID}}) {
+				t.Errorf("%s%s alarm = %s, want %s sum > 0 for the job", j.ID, name, compact(a), metric)
+			}
+		}
 		for _, o := range j.Outputs {
+			// Labelled output metrics render as one MetricStat query.
+			stat := func(name string) string {
+				want := compact(map[string]any{"Metric": map[string]any{
+					"Dimensions": []any{map[string]any{"Name": "Job", "Value": j.ID}, map[string]any{"Name": "Output", "Value": o.ID}},
+					"MetricName": name, "Namespace": metrics.Namespace,
+				}})
+				return want[:len(want)-1]
+			}
+			auth := alarms["cwtest-"+j.ID+"-"+o.ID+"-output-auth-failures"]
+			if q := compact(auth["Metrics"]); !strings.Contains(q, stat(metrics.OutputAuthFailures)) || !strings.Contains(q, `"Stat":"Sum"`) ||
+				auth["Threshold"] != float64(0) || auth["ComparisonOperator"] != "GreaterThanThreshold" {
+				t.Errorf("%s/%s output auth alarm = %s", j.ID, o.ID, compact(auth))
+			}
+			bp := alarms["cwtest-"+j.ID+"-"+o.ID+"-backpressure"]
+			if q := compact(bp["Metrics"]); !strings.Contains(q, stat(metrics.BackpressureActive)) || !strings.Contains(q, `"Stat":"Minimum"`) ||
+				bp["Threshold"] != float64(1) || bp["EvaluationPeriods"] != float64(3) || bp["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" {
+				t.Errorf("%s/%s backpressure alarm = %s", j.ID, o.ID, compact(bp))
+			}
 			age := alarms["cwtest-"+j.ID+"-"+o.ID+"-latency"]
 			if age["MetricName"] != "ApproximateAgeOfOldestMessage" || age["Threshold"] != j.LatencyObjective.D().Seconds() {
 				t.Errorf("%s/%s latency alarm = %s", j.ID, o.ID, compact(age))
@@ -548,6 +573,8 @@ func TestDashboard(t *testing.T) {
 		metrics.PendingChanges, metrics.LagSeconds, metrics.DocumentsEnqueued, metrics.Delivered,
 		metrics.EndToEndLatencyMs, "ApproximateNumberOfMessagesVisible", metrics.Role,
 		metrics.CheckpointAgeSeconds, "lease acquired",
+		metrics.SourceAuthFailures, metrics.OutputAuthFailures, metrics.SourceRequestTime, metrics.OutputRequestTime,
+		metrics.LargestBatch, metrics.FloodBatches, metrics.BackpressureActive, metrics.BackpressureDelays, metrics.BackpressureDelaySeconds,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("dashboard lacks %q", want)

@@ -67,6 +67,7 @@ const (
 	DefaultPollerTimeout    = 90 * time.Second
 	DefaultWriterTimeout    = 30 * time.Second
 	DefaultHTTPTimeout      = 10 * time.Second
+	DefaultFloodThreshold   = 10000
 )
 
 // File is the whole configuration file.
@@ -181,6 +182,10 @@ type Feed struct {
 	// Mode is longpoll (default), continuous, websocket (Sync Gateway, App
 	// Services), sse (Edge Server) or eventsource (CouchDB).
 	Mode string `json:"mode,omitempty"`
+	// FloodThreshold is how many changes one poller invocation may read
+	// before it counts as a flood (metric FloodBatches, a warning in the
+	// log). Default 10000.
+	FloodThreshold int `json:"flood_threshold"`
 }
 
 // Processing filters changes before they are queued.
@@ -209,10 +214,28 @@ type Output struct {
 	BatchSize int `json:"batch_size"`
 	// MaxConcurrency bounds concurrent writer invocations for this output.
 	MaxConcurrency int `json:"max_concurrency"`
+	// Backpressure tunes how the writer detects that this output is
+	// struggling.
+	Backpressure Backpressure `json:"backpressure"`
 
 	Postgres *PostgresOutput `json:"postgres,omitempty"`
 	HTTP     *HTTPOutput     `json:"http,omitempty"`
 	S3       *S3Output       `json:"s3,omitempty"`
+}
+
+// Backpressure tunes the writer's latency tracker for one output. The
+// output's own signals (HTTP 429 or 503, PostgreSQL too_many_connections)
+// are always honoured.
+type Backpressure struct {
+	// Threshold is the ratio of the rolling average latency to the baseline
+	// above which the writer slows down. Default 2; must be above 1.
+	Threshold float64 `json:"threshold"`
+	// BaselineRequests is how many first successful requests of a writer
+	// instance make the baseline. Default 50.
+	BaselineRequests int `json:"baseline_requests"`
+	// Window is how many latest requests the rolling average covers.
+	// Default 20.
+	Window int `json:"window"`
 }
 
 // PostgresOutput writes documents to PostgreSQL.
@@ -432,6 +455,9 @@ func (f *File) SetDefaults() {
 		if j.Feed.Mode == "" {
 			j.Feed.Mode = ModeLongpoll
 		}
+		if j.Feed.FloodThreshold == 0 {
+			j.Feed.FloodThreshold = DefaultFloodThreshold
+		}
 		if j.Feed.Fetch == "" {
 			j.Feed.Fetch = FetchIncludeDocs
 		}
@@ -462,6 +488,15 @@ func (f *File) SetDefaults() {
 			}
 			if o.MaxConcurrency == 0 {
 				o.MaxConcurrency = 2
+			}
+			if o.Backpressure.Threshold == 0 {
+				o.Backpressure.Threshold = 2
+			}
+			if o.Backpressure.BaselineRequests == 0 {
+				o.Backpressure.BaselineRequests = 50
+			}
+			if o.Backpressure.Window == 0 {
+				o.Backpressure.Window = 20
 			}
 			switch {
 			case o.Postgres != nil:
@@ -585,6 +620,9 @@ func (j *Job) validate(p string) []error {
 	if j.Feed.Limit < 1 || j.Feed.Limit > 10000 {
 		bad("feed.limit", "%d must be between 1 and 10000", j.Feed.Limit)
 	}
+	if j.Feed.FloodThreshold < 1 {
+		bad("feed.flood_threshold", "%d must be at least 1", j.Feed.FloodThreshold)
+	}
 	if t := j.Feed.Timeout; t == zeroGiven {
 		// A long-poll of 0 would have an idle poller ask the source as
 		// fast as it answers, for its whole time budget.
@@ -695,6 +733,15 @@ func (o *Output) validate(p string) []error {
 	}
 	if o.MaxConcurrency < 2 || o.MaxConcurrency > 1000 {
 		bad("max_concurrency", "%d must be between 2 and 1000", o.MaxConcurrency)
+	}
+	if t := o.Backpressure.Threshold; t <= 1 || t > 100 {
+		bad("backpressure.threshold", "%g must be above 1 and at most 100", t)
+	}
+	if n := o.Backpressure.BaselineRequests; n < 1 || n > 100000 {
+		bad("backpressure.baseline_requests", "%d must be between 1 and 100000", n)
+	}
+	if n := o.Backpressure.Window; n < 1 || n > 10000 {
+		bad("backpressure.window", "%d must be between 1 and 10000", n)
 	}
 	return errs
 }

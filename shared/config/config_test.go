@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -48,8 +49,10 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := f.Jobs[0].Outputs
-	got := []string{o[0].Ordering, o[1].Ordering, o[2].Ordering, o[0].HTTP.Method, o[1].Postgres.Table, o[2].S3.Bucket, o[2].S3.KeyTemplate}
-	want := []string{"per_document", "none", "none", "PUT", "p", "changes-worker-data", "{doc_id}.json"}
+	bp := o[0].Backpressure
+	got := []string{o[0].Ordering, o[1].Ordering, o[2].Ordering, o[0].HTTP.Method, o[1].Postgres.Table, o[2].S3.Bucket, o[2].S3.KeyTemplate,
+		fmt.Sprint(bp.Threshold, bp.BaselineRequests, bp.Window), fmt.Sprint(f.Jobs[0].Feed.FloodThreshold)}
+	want := []string{"per_document", "none", "none", "PUT", "p", "changes-worker-data", "{doc_id}.json", "2 50 20", "10000"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}
@@ -87,6 +90,13 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 			name: "dot segments in s3 keys",
 			in:   `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{"prefix":"p/./","key_template":"x/./{doc_id}"}}]}]}`,
 			want: []string{`s3.prefix: "p/./" must not`, `s3.key_template: "x/./{doc_id}" must not`},
+		},
+		{
+			name: "backpressure and flood settings",
+			in: `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"feed":{"flood_threshold":-1},"outputs":[
+				{"id":"h","type":"http","http":{"url":"http://x/{doc_id}"},"backpressure":{"threshold":1,"baseline_requests":-2,"window":20000}}]}]}`,
+			want: []string{"feed.flood_threshold: -1 must be", "outputs[h].backpressure.threshold: 1 must be above 1",
+				"outputs[h].backpressure.baseline_requests: -2", "outputs[h].backpressure.window: 20000"},
 		},
 		{
 			name: "unknown key",

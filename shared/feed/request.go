@@ -74,7 +74,15 @@ func (c *Client) roundTripAccept(parent context.Context, op, method, target, acc
 	c.header(req, accept, body != nil)
 	// own says whether our deadline, not the caller's context, ended the request.
 	own := func() bool { return parent.Err() == nil && ctx.Err() != nil }
+	start := time.Now()
 	resp, err := c.hc.Do(req)
+	if c.o.OnRequest != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		defer func() { c.o.OnRequest(op, status, time.Since(start)) }()
+	}
 	if err != nil {
 		if own() {
 			err = fmt.Errorf("no answer within %s: %w", timeout, err)

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -123,7 +125,8 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		// does not call it yet (see the Stream documentation for how).
 		return nil, fmt.Errorf("build poller %s: feed.mode %q: the poller reads only longpoll for now", j.ID, j.Feed.Mode)
 	}
-	fc, err := d.Feed(ctx, j)
+	rec := metrics.New(d.Metrics, map[string]string{"Job": j.ID})
+	fc, err := d.feed(ctx, j, sourceMeter(rec))
 	if err != nil {
 		return nil, fmt.Errorf("build poller %s: %w", j.ID, err)
 	}
@@ -143,16 +146,34 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		Sender:  &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
 		Targets: targets,
 		Log:     d.Log,
-		Metrics: metrics.New(d.Metrics, map[string]string{"Job": j.ID}),
+		Metrics: rec,
 		Clock:   d.Now,
 	}, nil
 }
 
 // Feed builds the feed client of a job, with its credentials resolved.
 func (d *Deps) Feed(ctx context.Context, j *config.Job) (*feed.Client, error) {
+	return d.feed(ctx, j, nil)
+}
+
+// sourceMeter records every request to the source: "our credentials" when
+// it answers 401 or 403.
+func sourceMeter(rec *metrics.Recorder) func(op string, status int, d time.Duration) {
+	return func(op string, status int, d time.Duration) {
+		rec.Sum(metrics.SourceRequests, 1, metrics.Count)
+		auth := 0.0
+		if status == http.StatusUnauthorized || status == http.StatusForbidden {
+			auth = 1
+		}
+		rec.Sum(metrics.SourceAuthFailures, auth, metrics.Count)
+		rec.Add(metrics.SourceRequestTime, float64(d.Microseconds())/1000, metrics.Milliseconds)
+	}
+}
+
+func (d *Deps) feed(ctx context.Context, j *config.Job, onRequest func(string, int, time.Duration)) (*feed.Client, error) {
 	opts := feed.Options{
 		SourceType: j.Source.Type, URL: j.Source.URL, Limit: j.Feed.Limit, Fetch: j.Feed.Fetch,
-		ActiveOnly: j.Feed.ActiveOnly, Channels: j.Feed.Channels,
+		ActiveOnly: j.Feed.ActiveOnly, Channels: j.Feed.Channels, OnRequest: onRequest,
 	}
 	if a := j.Source.Auth; a != nil {
 		var err error

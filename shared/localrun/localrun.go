@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -26,7 +27,6 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
-	"github.com/changes-worker/changes-worker/shared/poll"
 	"github.com/changes-worker/changes-worker/shared/writer"
 )
 
@@ -109,22 +109,12 @@ func (r *Runtime) Run(ctx context.Context) error {
 		}
 	}
 	if !r.Opts.NoPoller {
+		r.Deps.OnBatch = r.batchDone
 		for _, j := range jobs {
-			p, err := r.Deps.Poller(ctx, j.ID)
-			if err != nil {
+			if err := r.Deps.PreparePoller(ctx, j.ID); err != nil {
 				return err
 			}
-			id := j.ID
-			p.OnBatch = func(caughtUp bool) {
-				r.mu.Lock()
-				r.caughtUp[id] = caughtUp
-				r.mu.Unlock()
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r.schedule(ctx, j, p, errc)
-			}()
+			wg.Go(func() { r.schedule(ctx, j, errc) })
 		}
 	}
 	var err error
@@ -157,15 +147,18 @@ func (r *Runtime) Summary() Summary {
 	return s
 }
 
+// batchDone records whether a job is caught up after a poller's batch.
+func (r *Runtime) batchDone(job string, caughtUp bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.caughtUp[job] = caughtUp
+}
+
 // schedule starts a poller invocation at every tick, as EventBridge does.
-func (r *Runtime) schedule(ctx context.Context, j *config.Job, p *poll.Poller, errc chan<- error) {
+func (r *Runtime) schedule(ctx context.Context, j *config.Job, errc chan<- error) {
 	tick := r.Opts.Tick
 	if tick == 0 {
 		tick = j.Schedule.D()
-	}
-	timeout := r.Opts.PollerTimeout
-	if timeout == 0 {
-		timeout = r.Deps.Config.Stack.PollerTimeout.D()
 	}
 	host := pipeline.Hostname()
 	var wg sync.WaitGroup
@@ -175,34 +168,41 @@ func (r *Runtime) schedule(ctx context.Context, j *config.Job, p *poll.Poller, e
 	for {
 		n := r.invocations.Add(1)
 		owner := fmt.Sprintf("local-%s-%d-%d", host, os.Getpid(), n)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ictx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			deadline, _ := ictx.Deadline()
-			res, err := p.Run(ictx, poll.Invocation{Owner: owner, Host: host, Deadline: deadline})
-			r.read.Add(int64(res.Read))
-			r.enqueued.Add(int64(res.Enqueued))
-			if err != nil && ctx.Err() == nil {
-				r.Log.Error("poller invocation failed", "job", j.ID, "owner", owner, "error", err)
-				if !r.Opts.UntilIdle {
-					return // as on Lambda: the next tick tries again
-				}
-				select {
-				case errc <- fmt.Errorf("poller %s: %w", j.ID, err):
-				default:
-				}
-				return
-			}
-			r.Log.Debug("poller invocation ended", "job", j.ID, "owner", owner, "role", res.Role, "read", res.Read, "enqueued", res.Enqueued)
-		}()
+		wg.Go(func() { r.poll(ctx, j, owner, errc) })
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// poll runs one poller invocation through the Lambda handler, with what
+// Lambda gives it: the schedule event, and a context carrying the request
+// id (the owner) and the deadline.
+func (r *Runtime) poll(ctx context.Context, j *config.Job, owner string, errc chan<- error) {
+	timeout := r.Opts.PollerTimeout
+	if timeout == 0 {
+		timeout = r.Deps.Config.Stack.PollerTimeout.D()
+	}
+	ictx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ictx = lambdacontext.NewContext(ictx, &lambdacontext.LambdaContext{AwsRequestID: owner})
+	res, err := r.Deps.HandleSchedule(ictx, pipeline.ScheduleEvent{Job: j.ID})
+	r.read.Add(int64(res.Read))
+	r.enqueued.Add(int64(res.Enqueued))
+	if err != nil && ctx.Err() == nil {
+		r.Log.Error("poller invocation failed", "job", j.ID, "owner", owner, "error", err)
+		if !r.Opts.UntilIdle {
+			return // as on Lambda: the next tick tries again
+		}
+		select {
+		case errc <- err:
+		default:
+		}
+		return
+	}
+	r.Log.Debug("poller invocation ended", "job", j.ID, "owner", owner, "role", res.Role, "read", res.Read, "enqueued", res.Enqueued)
 }
 
 type queue struct {

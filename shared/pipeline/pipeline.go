@@ -43,9 +43,13 @@ type Deps struct {
 	SQS      *sqs.Client
 	S3       *s3.Client
 
-	// Now is the clock of the poller and its lease decisions, read when a
-	// poller is built; fault tests skew it. Zero: the system clock.
+	// Now is the clock of the poller and its lease decisions; fault tests
+	// skew it. Zero: the system clock.
 	Now clock.Clock
+	// OnBatch, when set, is told after every batch of a HandleSchedule
+	// poller whether its job is caught up (the local runtime's
+	// --until-idle). Set it before the first invocation.
+	OnBatch func(job string, caughtUp bool)
 
 	mu      sync.Mutex
 	pools   map[string]*pgxpool.Pool
@@ -130,12 +134,12 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 	return &poll.Poller{
 		Job:     j,
 		Feed:    fc,
-		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Now: d.Now.Now},
+		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
 		Sender:  &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
 		Targets: targets,
 		Log:     d.Log,
 		Metrics: metrics.New(d.Metrics, map[string]string{"Job": j.ID}),
-		Now:     d.Now.Now,
+		Clock:   d.Now,
 	}, nil
 }
 

@@ -58,6 +58,7 @@ type stackOptions struct {
 	sourceURL  string // overrides the created database (fault tests)
 	maxReceive int
 	outputs    []string // subset of pg, rest, archive; default all
+	job        string   // more job settings: JSON members, each followed by a comma
 	// httpClient, when set, wraps the AWS SDK's HTTP client (fault injection).
 	httpClient func(aws.HTTPClient) aws.HTTPClient
 }
@@ -111,9 +112,9 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	}
 	doc := fmt.Sprintf(`{
 		"stack": {"prefix": %q, "bucket": "changes-worker-tests", "poller_timeout": "20s", "writer_timeout": "10s"},
-		"jobs": [{"id": "orders", "source": {"type": "couchdb", "url": %q},
+		"jobs": [{"id": "orders", %s "source": {"type": "couchdb", "url": %q},
 			"feed": {"limit": %d, "timeout": "2s", "fetch": %q}, "lease": {"ttl": %q},
-			"outputs": [%s]}]}`, s.prefix, s.db, o.limit, o.fetch, o.ttl, strings.Join(selected, ","))
+			"outputs": [%s]}]}`, s.prefix, o.job, s.db, o.limit, o.fetch, o.ttl, strings.Join(selected, ","))
 	s.cfgPath = filepath.Join(t.TempDir(), "jobs.json")
 	if err := os.WriteFile(s.cfgPath, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)

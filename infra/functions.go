@@ -18,7 +18,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/claimcheck"
 )
 
 // Environment the functions read.
@@ -254,9 +254,9 @@ func (s *changesStack) grantPoller() {
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("WriteClaimChecks"),
 		Actions:   jsii.Strings("s3:PutObject"),
-		Resources: &[]*string{s.bucket.ArnForObjects(jsii.String(config.ClaimCheckPrefix + "*"))},
+		Resources: s.claimCheckObjects(),
 	}))
-	patterns := []string{`^Resource::.*/` + regexp.QuoteMeta(config.ClaimCheckPrefix) + `\*$`}
+	patterns := s.claimCheckPatterns()
 	for _, j := range s.cfg.Jobs {
 		a := j.Attachments
 		if a == nil || !a.Enabled {
@@ -279,7 +279,7 @@ func (s *changesStack) grantPoller() {
 		}))
 		patterns = append(patterns, `^Resource::.*/`+regexp.QuoteMeta(a.Prefix)+`\*$`)
 	}
-	s.suppressWildcards(role, "The poller writes claim-check payloads under a generated key and copies attachments under each job's attachments prefix; every object grant is limited to those prefixes.",
+	s.suppressWildcards(role, "The poller writes claim-check payloads under generated keys, limited to the claim-check prefix of each configured job in the stack bucket, and copies attachments under each job's attachments prefix.",
 		patterns...)
 }
 
@@ -291,6 +291,25 @@ func sidSuffix(id string) string {
 		}
 		return -1
 	}, id)
+}
+
+// claimCheckObjects are the claim checks of the configured jobs: one object
+// ARN pattern per job, claim-check/<job>/*, in the stack bucket.
+func (s *changesStack) claimCheckObjects() *[]*string {
+	var arns []*string
+	for _, j := range s.cfg.Jobs {
+		arns = append(arns, s.bucket.ArnForObjects(jsii.String(claimcheck.Prefix(j.ID)+"*")))
+	}
+	return &arns
+}
+
+// claimCheckPatterns match the cdk-nag findings of claimCheckObjects.
+func (s *changesStack) claimCheckPatterns() []string {
+	var patterns []string
+	for _, j := range s.cfg.Jobs {
+		patterns = append(patterns, `^Resource::.*/`+regexp.QuoteMeta(claimcheck.Prefix(j.ID))+`\*$`)
+	}
+	return patterns
 }
 
 // grantWriter lets the writer move failures to the DLQs, read claim checks
@@ -307,12 +326,14 @@ func (s *changesStack) grantWriter() {
 		Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueUrl"),
 		Resources: &dlqs,
 	}))
+	// Without s3:ListBucket, S3 answers a GetObject of a missing claim check
+	// with 403 instead of 404; the writer counts both as permanent.
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("ReadClaimChecks"),
 		Actions:   jsii.Strings("s3:GetObject"),
-		Resources: &[]*string{s.bucket.ArnForObjects(jsii.String(config.ClaimCheckPrefix + "*"))},
+		Resources: s.claimCheckObjects(),
 	}))
-	patterns := []string{`^Resource::.*/` + regexp.QuoteMeta(config.ClaimCheckPrefix) + `\*$`}
+	patterns := s.claimCheckPatterns()
 	n := 0
 	for _, r := range s.routes {
 		o := r.out
@@ -340,7 +361,7 @@ func (s *changesStack) grantWriter() {
 		}))
 		patterns = append(patterns, `^Resource::.*/`+regexp.QuoteMeta(o.S3.Prefix)+`\*$`)
 	}
-	s.suppressWildcards(role, "The writer reads claim-check payloads and writes one object per document under each S3 output's prefix; every object grant is limited to those prefixes.",
+	s.suppressWildcards(role, "The writer reads claim-check payloads under each configured job's claim-check prefix and writes one object per document under each S3 output's prefix; every object grant is limited to those prefixes.",
 		patterns...)
 }
 

@@ -5,11 +5,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/metrics"
@@ -420,7 +422,7 @@ func TestGrants(t *testing.T) {
 		}
 	}
 	for _, res := range objects["poller"] {
-		if !strings.Contains(res, "/claim-check/*") && !strings.Contains(res, "/attachments/orders/*") {
+		if !strings.Contains(res, "/claim-check/") && !strings.Contains(res, "/attachments/orders/*") {
 			t.Errorf("poller object grant on %s", res)
 		}
 	}
@@ -433,12 +435,50 @@ func TestGrants(t *testing.T) {
 		}
 	}
 	for _, res := range objects["writer"] {
-		if !strings.Contains(res, "/claim-check/*") && !strings.Contains(res, "/archive/orders/*") && !strings.Contains(res, "partner-exports/catalog/*") {
+		if !strings.Contains(res, "/claim-check/") && !strings.Contains(res, "/archive/orders/*") && !strings.Contains(res, "partner-exports/catalog/*") {
 			t.Errorf("writer object grant on %s", res)
 		}
 	}
 	if !strings.Contains(strings.Join(objects["writer"], " "), "arn:\",{\"Ref\":\"AWS::Partition\"},\":s3:::partner-exports/catalog/*") {
 		t.Errorf("writer has no grant on the other bucket's prefix: %v", objects["writer"])
+	}
+}
+
+// TestClaimCheckGrants: the poller may write and the writer may read claim
+// checks only under the claim-check prefix of each configured job, in the
+// stack bucket: never every job's prefix, so a message naming another
+// stack's or an unconfigured job's claim check is refused by IAM too.
+func TestClaimCheckGrants(t *testing.T) {
+	syn := synthesized(t)
+	claimRes := regexp.MustCompile(`/claim-check/[^"]*`)
+	for _, c := range []struct{ fn, action string }{
+		{"cwtest-poller", "s3:PutObject"},
+		{"cwtest-writer", "s3:GetObject"},
+	} {
+		got := map[string]bool{}
+		for _, st := range statementsOf(rolePolicy(t, syn, c.fn)) {
+			if !contains(strs(st["Action"]), c.action) {
+				continue
+			}
+			res := st["Resource"]
+			list, ok := res.([]any)
+			if !ok {
+				list = []any{res}
+			}
+			for _, r := range list {
+				js := compact(r)
+				for _, m := range claimRes.FindAllString(js, -1) {
+					got[m] = true
+					if !strings.Contains(js, `"DataBucket`) {
+						t.Errorf("%s %s on %s: not the stack bucket", c.fn, c.action, js)
+					}
+				}
+			}
+		}
+		want := []string{"/claim-check/catalog/*", "/claim-check/orders/*"}
+		if d := cmp.Diff(want, sortedKeys(got)); d != "" {
+			t.Errorf("%s %s claim-check resources (-want +got):\n%s", c.fn, c.action, d)
+		}
 	}
 }
 

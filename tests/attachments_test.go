@@ -14,9 +14,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/changes-worker/changes-worker/shared/awsconf"
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/localrun"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
@@ -27,7 +26,7 @@ import (
 func TestAttachmentsReachEveryOutput(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newStack(t, stackOptions{job: `"attachments": {"enabled": true, "prefix": "att-` + testenv.Name(t) + `/"},`})
+	s := newStack(t, stackOptions{attachments: &config.Attachments{Enabled: true}})
 	contents := map[string][]byte{}
 	for _, id := range []string{"a", "b", "c"} {
 		b := make([]byte, 70<<10)
@@ -35,9 +34,11 @@ func TestAttachmentsReachEveryOutput(t *testing.T) {
 			t.Fatal(err)
 		}
 		contents[id] = b
-		putDoc(t, s.db, id, map[string]any{"type": "order", "_attachments": map[string]any{
+		if _, err := s.PutDoc(ctx, id, map[string]any{"type": "order", "_attachments": map[string]any{
 			"scan.pdf": map[string]any{"content_type": "application/pdf", "data": base64.StdEncoding.EncodeToString(b)},
-		}})
+		}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	sum := s.runUntilIdle(ctx, localrun.Options{})
 	for k, st := range sum.Outputs {
@@ -45,7 +46,11 @@ func TestAttachmentsReachEveryOutput(t *testing.T) {
 			t.Errorf("%s: %d dead-lettered", k, st.DeadLettered)
 		}
 	}
-	c := s3.NewFromConfig(s.deps.AWS, awsconf.S3Options)
+	c := s.Deps.S3
+	bucket := s.Config.Stack.Bucket
+	if a := s.Config.Job("orders").Attachments; a.Bucket != bucket || a.Prefix != "attachments/orders/" {
+		t.Fatalf("attachments setting after defaults: %+v", a)
+	}
 	check := func(output, id string, body []byte) {
 		t.Helper()
 		var d struct {
@@ -60,7 +65,7 @@ func TestAttachmentsReachEveryOutput(t *testing.T) {
 			t.Fatalf("%s %s: %v", output, id, err)
 		}
 		e, ok := d.Attachments["scan.pdf"]
-		if !ok || e.Bucket != s.cfg.Stack.Bucket || e.Key == "" || e.Stub != nil || e.Length != len(contents[id]) {
+		if !ok || e.Bucket != bucket || !strings.HasPrefix(e.Key, "attachments/orders/") || e.Key == "" || e.Stub != nil || e.Length != len(contents[id]) {
 			t.Errorf("%s %s: entry %+v", output, id, e)
 			return
 		}
@@ -75,9 +80,13 @@ func TestAttachmentsReachEveryOutput(t *testing.T) {
 		}
 	}
 	pool := testenv.Postgres(t)
+	table, _, err := s.PostgresTables("orders", "pg")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for id := range contents {
 		var body []byte
-		if err := pool.QueryRow(ctx, "SELECT body FROM "+pgx.Identifier{s.table}.Sanitize()+" WHERE doc_id = $1", id).Scan(&body); err != nil {
+		if err := pool.QueryRow(ctx, "SELECT body FROM "+table.Sanitize()+" WHERE doc_id = $1", id).Scan(&body); err != nil {
 			t.Fatalf("postgres %s: %v", id, err)
 		}
 		check("postgres", id, body)
@@ -104,7 +113,11 @@ func TestAttachmentsReachEveryOutput(t *testing.T) {
 	if seen != len(contents) {
 		t.Errorf("http receiver holds %d of the %d documents", seen, len(contents))
 	}
-	p := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Stack.Bucket), Prefix: aws.String(s.prefix + "/")})
+	_, archive, err := s.Output("orders", "archive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: &archive.S3.Bucket, Prefix: &archive.S3.Prefix})
 	seen = 0
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
@@ -115,7 +128,7 @@ func TestAttachmentsReachEveryOutput(t *testing.T) {
 			if strings.Contains(aws.ToString(o.Key), "_tombstones/") {
 				continue
 			}
-			g, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.cfg.Stack.Bucket), Key: o.Key})
+			g, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &archive.S3.Bucket, Key: o.Key})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,15 +6,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/changes-worker/changes-worker/shared/lease"
 )
 
 func TestStatus(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s := newTestStack(t, outPG, outS3)
-	store := lease.New(s.deps.DynamoDB, s.cfg.TableName())
+	store := s.Leases
 	l, _, err := store.Acquire(ctx, "orders", "poller-7", "host-a", time.Minute)
 	if err != nil {
 		t.Fatal(err)

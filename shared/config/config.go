@@ -86,9 +86,9 @@ type Stack struct {
 	// invocation. Default 90s: longer than the schedule, so each invocation
 	// overlaps the next one, which stands by and takes over the moment the
 	// lease is released.
-	PollerTimeout Duration `json:"poller_timeout"`
+	PollerTimeout Duration `json:"poller_timeout,omitempty"`
 	// WriterTimeout is the writer function's timeout. Default 30s.
-	WriterTimeout Duration `json:"writer_timeout"`
+	WriterTimeout Duration `json:"writer_timeout,omitempty"`
 	// LogRetentionDays for the functions' log groups. Default 30.
 	LogRetentionDays int `json:"log_retention_days"`
 	// Retain keeps the table and bucket when the stack is deleted, and turns
@@ -113,9 +113,9 @@ type Job struct {
 	Processing Processing `json:"processing"`
 	Lease      Lease      `json:"lease"`
 	// Schedule is how often the poller is invoked. Default 1m.
-	Schedule Duration `json:"schedule"`
+	Schedule Duration `json:"schedule,omitempty"`
 	// LatencyObjective is how old a queued change may get before an alarm fires.
-	LatencyObjective Duration  `json:"latency_objective"`
+	LatencyObjective Duration  `json:"latency_objective,omitempty"`
 	Outputs          []*Output `json:"outputs"`
 	// Attachments copies the documents' attachments to S3; off by default.
 	Attachments *Attachments `json:"attachments,omitempty"`
@@ -165,7 +165,7 @@ type Feed struct {
 	// Limit bounds the rows of one _changes request. Default 500.
 	Limit int `json:"limit"`
 	// Timeout is the long-poll timeout sent to the source. Default 10s.
-	Timeout Duration `json:"timeout"`
+	Timeout Duration `json:"timeout,omitempty"`
 	// Fetch is include_docs (default) or bulk_get.
 	Fetch string `json:"fetch"`
 	// ActiveOnly skips deleted and removed documents at the source (Sync Gateway
@@ -184,7 +184,7 @@ type Processing struct {
 // Lease sets the job lease.
 type Lease struct {
 	// TTL is how long a lease lasts without renewal. Default 10s.
-	TTL Duration `json:"ttl"`
+	TTL Duration `json:"ttl,omitempty"`
 }
 
 // Output is one destination of a job's changes.
@@ -238,7 +238,7 @@ type HTTPOutput struct {
 	// credential (CredentialName) must be a secret reference.
 	Headers         map[string]HeaderValue `json:"headers,omitempty"`
 	Auth            *Auth                  `json:"auth,omitempty"`
-	Timeout         Duration               `json:"timeout"`
+	Timeout         Duration               `json:"timeout,omitempty"`
 	FollowRedirects bool                   `json:"follow_redirects"`
 }
 

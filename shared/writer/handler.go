@@ -21,10 +21,10 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
@@ -309,23 +309,35 @@ func (h *Handler) applyRound(ctx context.Context, sink deliver.Sink, batch []*it
 	}
 }
 
-// resolve fetches a claim-checked body from S3.
+// resolve fetches a claim-checked body from S3: only from the stack bucket,
+// under the claim-check prefix of the envelope's job, and never more than the
+// size the envelope declares (claimcheck.Fetch).
 func (h *Handler) resolve(ctx context.Context, env *change.Envelope) *deliver.Error {
-	out, err := h.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: &env.DocRef.Bucket, Key: &env.DocRef.Key})
+	b, err := claimcheck.Fetch(ctx, h.S3, env.DocRef, h.Config.Stack.Bucket, env.Job)
 	if err != nil {
-		var nsk *s3types.NoSuchKey
-		if errors.As(err, &nsk) {
-			return deliver.PermanentError("claim_check_missing", fmt.Errorf("get claim check %s: %w", env.DocRef.Key, err))
-		}
-		return deliver.TransientError("claim_check", fmt.Errorf("get claim check %s: %w", env.DocRef.Key, err))
-	}
-	defer out.Body.Close()
-	b, err := io.ReadAll(out.Body)
-	if err != nil {
-		return deliver.TransientError("claim_check", fmt.Errorf("read claim check %s: %w", env.DocRef.Key, err))
+		return claimCheckError(err)
 	}
 	env.Doc = b
 	return nil
+}
+
+// claimCheckError classifies a claimcheck.Fetch error: what claimcheck marks
+// permanent goes to the DLQ at once with its reason, the rest is retried.
+func claimCheckError(err error) *deliver.Error {
+	for _, p := range []struct {
+		sentinel error
+		reason   string
+	}{
+		{claimcheck.ErrRefused, "claim_check_refused"},
+		{claimcheck.ErrSize, "claim_check_size"},
+		{claimcheck.ErrMissing, "claim_check_missing"},
+		{claimcheck.ErrDenied, "claim_check_denied"},
+	} {
+		if errors.Is(err, p.sentinel) {
+			return deliver.PermanentError(p.reason, err)
+		}
+	}
+	return deliver.TransientError("claim_check", err)
 }
 
 func (h *Handler) sink(ctx context.Context, r config.Route) (deliver.Sink, error) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -255,8 +256,41 @@ func (s *changesStack) grantPoller() {
 		Actions:   jsii.Strings("s3:PutObject"),
 		Resources: s.claimCheckObjects(),
 	}))
-	s.suppressWildcards(role, "The poller writes claim-check payloads under generated keys; the grant is limited to the claim-check prefix of each configured job in the stack bucket.",
-		s.claimCheckPatterns()...)
+	patterns := s.claimCheckPatterns()
+	for _, j := range s.cfg.Jobs {
+		a := j.Attachments
+		if a == nil || !a.Enabled {
+			continue
+		}
+		b := s.bucketNamed(a.Bucket)
+		// HEAD (s3:GetObject) finds an attachment already copied; ListBucket,
+		// limited to the prefix, makes a missing one answer 404 rather than
+		// 403. PutObject covers the multipart upload's calls but its abort.
+		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:       jsii.String("CopyAttachments" + sidSuffix(j.ID)),
+			Actions:   jsii.Strings("s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"),
+			Resources: &[]*string{b.ArnForObjects(jsii.String(a.Prefix + "*"))},
+		}))
+		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:        jsii.String("ListAttachments" + sidSuffix(j.ID)),
+			Actions:    jsii.Strings("s3:ListBucket"),
+			Resources:  &[]*string{b.BucketArn()},
+			Conditions: &map[string]any{"StringLike": map[string]any{"s3:prefix": []string{a.Prefix + "*"}}},
+		}))
+		patterns = append(patterns, `^Resource::.*/`+regexp.QuoteMeta(a.Prefix)+`\*$`)
+	}
+	s.suppressWildcards(role, "The poller writes claim-check payloads under generated keys, limited to the claim-check prefix of each configured job in the stack bucket, and copies attachments under each job's attachments prefix.",
+		patterns...)
+}
+
+// sidSuffix turns a job id into characters a statement id allows.
+func sidSuffix(id string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return -1
+	}, id)
 }
 
 // claimCheckObjects are the claim checks of the configured jobs: one object

@@ -400,7 +400,7 @@ func TestGrants(t *testing.T) {
 		}
 	}
 	wantActions(t, "poller", poller, "sqs:", []string{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"})
-	wantActions(t, "poller", poller, "s3:", []string{"s3:PutObject"})
+	wantActions(t, "poller", poller, "s3:", []string{"s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject"})
 	wantResources(t, syn, "poller", poller, "sqs:SendMessage", func(q map[string]any) bool { return !strings.Contains(q["QueueName"].(string), "-dlq") })
 
 	writer := statementsOf(rolePolicy(t, syn, "cwtest-writer"))
@@ -415,15 +415,23 @@ func TestGrants(t *testing.T) {
 	for who, sts := range map[string][]map[string]any{"poller": poller, "writer": writer} {
 		for _, st := range sts {
 			for _, a := range strs(st["Action"]) {
-				if a == "s3:GetObject" || a == "s3:PutObject" || a == "s3:DeleteObject" {
+				if a == "s3:GetObject" || a == "s3:PutObject" || a == "s3:DeleteObject" || a == "s3:AbortMultipartUpload" {
 					objects[who] = append(objects[who], compact(st["Resource"]))
 				}
 			}
 		}
 	}
 	for _, res := range objects["poller"] {
-		if !strings.Contains(res, "/claim-check/") {
+		if !strings.Contains(res, "/claim-check/") && !strings.Contains(res, "/attachments/orders/*") {
 			t.Errorf("poller object grant on %s", res)
+		}
+	}
+	if !strings.Contains(strings.Join(objects["poller"], " "), "/attachments/orders/*") {
+		t.Errorf("poller has no grant on the orders job's attachments prefix: %v", objects["poller"])
+	}
+	for _, st := range poller {
+		if contains(strs(st["Action"]), "s3:ListBucket") && !strings.Contains(compact(st["Condition"]), `"s3:prefix":["attachments/orders/*"]`) {
+			t.Errorf("poller lists the bucket beyond the attachments prefix: %s", compact(st))
 		}
 	}
 	for _, res := range objects["writer"] {

@@ -42,6 +42,8 @@ type stackOptions struct {
 	sourceURL  string // overrides the created database (fault tests)
 	maxReceive int
 	outputs    []string // subset of pg, rest, archive; default all
+	// attachments, when set, is the job's attachments setting.
+	attachments *config.Attachments
 	// httpClient, when set, wraps the AWS SDK's HTTP client (fault injection).
 	httpClient func(aws.HTTPClient) aws.HTTPClient
 	// wrapRest, when set, wraps the HTTP receiver (a slow or refusing output).
@@ -84,6 +86,8 @@ func newStack(t *testing.T, o stackOptions) *testStack {
 		Source: config.Source{Type: config.SourceCouchDB, URL: o.sourceURL},
 		Feed:   config.Feed{Limit: o.limit, Timeout: config.Duration(2 * time.Second), Fetch: o.fetch},
 		Lease:  config.Lease{TTL: config.Duration(o.ttl)},
+
+		Attachments: o.attachments,
 	}
 	if o.rest != nil {
 		o.rest(outs["rest"])

@@ -125,6 +125,8 @@ type Job struct {
 	// LatencyObjective is how old a queued change may get before an alarm fires.
 	LatencyObjective Duration  `json:"latency_objective,omitempty"`
 	Outputs          []*Output `json:"outputs"`
+	// Attachments copies the documents' attachments to S3; off by default.
+	Attachments *Attachments `json:"attachments,omitempty"`
 }
 
 // Source is the database whose _changes feed is followed.
@@ -470,6 +472,9 @@ func (f *File) SetDefaults() {
 		if j.LatencyObjective == 0 {
 			j.LatencyObjective = Duration(DefaultLatencyObjective)
 		}
+		if a := j.Attachments; a != nil && a.Enabled {
+			a.defaults(f.Stack.Bucket, j.ID)
+		}
 		for _, o := range j.Outputs {
 			if o == nil {
 				continue
@@ -661,6 +666,9 @@ func (j *Job) validate(p string) []error {
 	}
 	if len(j.Outputs) == 0 {
 		bad("outputs", "at least one output is required")
+	}
+	if a := j.Attachments; a != nil {
+		errs = append(errs, a.validate(p+".attachments")...)
 	}
 	seen := map[string]bool{}
 	for i, o := range j.Outputs {

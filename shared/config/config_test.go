@@ -58,6 +58,24 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+func TestAttachmentDefaults(t *testing.T) {
+	t.Parallel()
+	f, err := Parse([]byte(`{"jobs":[
+		{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{}}],"attachments":{"enabled":true}},
+		{"id":"b","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Attachments{Enabled: true, Bucket: "changes-worker-data", Prefix: "attachments/a/", KeyTemplate: "{digest}",
+		MaxBytes: DefaultAttachmentMaxBytes, OnMissing: OnMissingFail}
+	if d := cmp.Diff(want, f.Jobs[0].Attachments); d != "" {
+		t.Errorf("defaults (-want +got):\n%s", d)
+	}
+	if f.Jobs[1].Attachments != nil {
+		t.Errorf("attachments of a job that names none = %+v, want off", f.Jobs[1].Attachments)
+	}
+}
+
 func TestValidateReportsEveryProblem(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -97,6 +115,14 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 				{"id":"h","type":"http","http":{"url":"http://x/{doc_id}"},"backpressure":{"threshold":1,"baseline_requests":-2,"window":20000}}]}]}`,
 			want: []string{"feed.flood_threshold: -1 must be", "outputs[h].backpressure.threshold: 1 must be above 1",
 				"outputs[h].backpressure.baseline_requests: -2", "outputs[h].backpressure.window: 20000"},
+		},
+		{
+			name: "attachments",
+			in: `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{}}],
+				"attachments":{"enabled":true,"prefix":"/x/","key_template":"{name}-{rev}","max_bytes":-1,"on_missing":"ignore"}}]}`,
+			want: []string{`jobs[a].attachments.prefix: "/x/" must not start`, `jobs[a].attachments.key_template: "{name}-{rev}" must contain {digest}`,
+				`jobs[a].attachments.key_template: "{name}-{rev}" has a placeholder other than`,
+				`jobs[a].attachments.max_bytes: -1`, `jobs[a].attachments.on_missing: "ignore" is not one of fail, skip`},
 		},
 		{
 			name: "unknown key",

@@ -34,6 +34,12 @@ const (
 	HeartbeatAgeSeconds  = "HeartbeatAgeSeconds"
 	PollerErrors         = "PollerErrors"
 
+	// Attachment stage of the poller, dimension Job.
+	AttachmentsUploaded     = "AttachmentsUploaded"
+	AttachmentsPresent      = "AttachmentsPresent" // already in S3, not fetched
+	AttachmentsSkipped      = "AttachmentsSkipped" // too large, or missing with on_missing skip
+	AttachmentBytesUploaded = "AttachmentBytesUploaded"
+
 	// Writer, dimensions Job and Output.
 	Delivered           = "Delivered"
 	Superseded          = "Superseded"

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/changes-worker/changes-worker/shared/attach"
 	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -139,9 +140,23 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		}
 		targets = append(targets, fanout.Target{Output: o.ID, QueueURL: aws.ToString(out.QueueUrl), FIFO: o.FIFO()})
 	}
+	rec := metrics.New(d.Metrics, map[string]string{"Job": j.ID})
+	var source poll.Feed = fc
+	if a := j.Attachments; a != nil && a.Enabled {
+		source = &attach.Feed{
+			Inner: fc,
+			Stage: &attach.Stage{Config: a, Source: fc, S3: d.S3, Log: d.Log.With("job", j.ID)},
+			OnStats: func(s attach.Stats) {
+				rec.Add(metrics.AttachmentsUploaded, float64(s.Uploaded), metrics.Count)
+				rec.Add(metrics.AttachmentsPresent, float64(s.Present), metrics.Count)
+				rec.Add(metrics.AttachmentsSkipped, float64(s.Skipped), metrics.Count)
+				rec.Add(metrics.AttachmentBytesUploaded, float64(s.Bytes), metrics.Bytes)
+			},
+		}
+	}
 	return &poll.Poller{
 		Job:     j,
-		Feed:    fc,
+		Feed:    source,
 		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
 		Sender:  &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
 		Targets: targets,

@@ -140,7 +140,6 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		}
 		targets = append(targets, fanout.Target{Output: o.ID, QueueURL: aws.ToString(out.QueueUrl), FIFO: o.FIFO()})
 	}
-	rec := metrics.New(d.Metrics, map[string]string{"Job": j.ID})
 	var source poll.Feed = fc
 	if a := j.Attachments; a != nil && a.Enabled {
 		source = &attach.Feed{

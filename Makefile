@@ -21,13 +21,16 @@ CFN_LINT_VERSION := 1.51.0
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK      := $(LOCAL)/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: help up down build ctl test test-infra fuzz demo bench lint cdk-deps cdk-config synth diff deploy destroy localstack-up localstack-deploy
+.PHONY: help up down sync-gateway build ctl test test-infra fuzz demo bench lint cdk-deps cdk-config synth diff deploy destroy localstack-up localstack-deploy
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 up: ## start the local services (LocalStack, moto for S3, DynamoDB Local, CouchDB-compatible source, PostgreSQL); installs what is missing
 	@bash localstack/up.sh
+
+sync-gateway: ## build the pinned Sync Gateway 3.1.0 into .local/bin/sync_gateway (up does it too; tests start it)
+	@bash localstack/syncgateway.sh
 
 down: ## stop the local services
 	@bash localstack/down.sh

@@ -17,6 +17,9 @@
 # localstack/README.md says why S3 and DynamoDB are separate servers. All
 # three keep their state in memory.
 #
+#   Sync Gateway        3.1.0 built from its Go module           .local/bin/sync_gateway
+#                       (installed only: tests start their own, on free ports)
+#
 # State (installs, pid files, logs) lives in .local/ at the repository root,
 # which git ignores. localstack/down.sh stops what this script started.
 #
@@ -521,6 +524,14 @@ up_postgres() {
 	STATUS+=("postgres|127.0.0.1:$PG_PORT|PostgreSQL $PG_VERSION cluster $PG_CLUSTER ($how)")
 }
 
+# ---------------------------------------------------------------- Sync Gateway
+
+install_syncgateway() {
+	local bin
+	bin="$(bash "$ROOT/localstack/syncgateway.sh")" || die "could not build Sync Gateway; see above"
+	STATUS+=("syncgw|${bin#"$ROOT"/}|Sync Gateway 3.1.0 (walrus); each test starts its own on free ports")
+}
+
 # ------------------------------------------------------------------------ main
 
 up_dynamodb
@@ -528,6 +539,7 @@ up_localstack
 up_s3
 up_couch
 up_postgres
+install_syncgateway
 
 inspect() {
 	case "$1" in
@@ -536,6 +548,7 @@ inspect() {
 	dynamodb) echo "aws --endpoint-url $DYNAMODB_URL dynamodb list-tables" ;;
 	couch) echo "curl $COUCH_URL_LOCAL/_all_dbs" ;;
 	postgres) echo "psql $PG_URL" ;;
+	syncgw) echo "go version -m .local/bin/sync_gateway" ;;
 	esac
 }
 

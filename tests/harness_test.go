@@ -6,6 +6,7 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -41,8 +42,14 @@ type stackOptions struct {
 	sourceURL  string // overrides the created database (fault tests)
 	maxReceive int
 	outputs    []string // subset of pg, rest, archive; default all
+	// attachments, when set, is the job's attachments setting.
+	attachments *config.Attachments
 	// httpClient, when set, wraps the AWS SDK's HTTP client (fault injection).
 	httpClient func(aws.HTTPClient) aws.HTTPClient
+	// wrapRest, when set, wraps the HTTP receiver (a slow or refusing output).
+	wrapRest func(http.Handler) http.Handler
+	// rest, when set, adjusts the rest output's settings.
+	rest func(*config.Output)
 }
 
 func newStack(t *testing.T, o stackOptions) *testStack {
@@ -51,7 +58,11 @@ func newStack(t *testing.T, o stackOptions) *testStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(recv)
+	var h http.Handler = recv
+	if o.wrapRest != nil {
+		h = o.wrapRest(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	if o.limit == 0 {
 		o.limit = 200
@@ -75,6 +86,11 @@ func newStack(t *testing.T, o stackOptions) *testStack {
 		Source: config.Source{Type: config.SourceCouchDB, URL: o.sourceURL},
 		Feed:   config.Feed{Limit: o.limit, Timeout: config.Duration(2 * time.Second), Fetch: o.fetch},
 		Lease:  config.Lease{TTL: config.Duration(o.ttl)},
+
+		Attachments: o.attachments,
+	}
+	if o.rest != nil {
+		o.rest(outs["rest"])
 	}
 	for _, id := range o.outputs {
 		out := outs[id]

@@ -32,6 +32,7 @@ Usage:
                                          inspect a halted output's blocked change, retry it or skip it into the DLQ
   changesctl verify --job J --output O [--repair]
                                          compare an output with the source (exit 2 on drift)
+  changesctl bucket check --config FILE  check that the stack bucket expires claim checks
 
 Run "changesctl COMMAND -h" for a command's flags. The AWS endpoint comes from
 the standard AWS_ENDPOINT_URL (unset: AWS itself).
@@ -63,6 +64,7 @@ func commands() []command {
 		{"dlq", cmdDLQ},
 		{"halt", cmdHalt},
 		{"verify", cmdVerify},
+		{"bucket", cmdBucket},
 	}
 }
 

@@ -57,7 +57,7 @@ func newTestStack(t *testing.T, outputs ...string) *testStack {
 	// The mapped tables are named by the mapping, not by the stack: give
 	// them a name of this test's own.
 	mapTable := strings.ReplaceAll(testenv.Name(t), "-", "_")
-	defs[outPGMap] = &config.Output{ID: outPGMap, Type: config.OutputPostgres, Postgres: &config.PostgresOutput{CreateTables: true, Mapping: mustMapping(t, mapTable)}}
+	defs[outPGMap] = &config.Output{ID: outPGMap, Type: config.OutputPostgres, Postgres: &config.PostgresOutput{Table: mapTable + "_map", CreateTables: true, Mapping: mustMapping(t, mapTable)}}
 	job := &config.Job{ID: "orders", Feed: config.Feed{Limit: 100, Timeout: config.Duration(2 * time.Second)}, Lease: config.Lease{TTL: config.Duration(6 * time.Second)}}
 	for _, o := range outputs {
 		out := defs[o]

@@ -62,6 +62,13 @@ const MaxHaltReceiveCount = 100
 const (
 	FetchIncludeDocs = "include_docs"
 	FetchBulkGet     = "bulk_get"
+
+	// Feed modes: how the _changes feed is read.
+	ModeLongpoll    = "longpoll"    // every source: one request per batch
+	ModeContinuous  = "continuous"  // every source: one streaming response
+	ModeWebSocket   = "websocket"   // Sync Gateway and App Services
+	ModeSSE         = "sse"         // Edge Server: server-sent events
+	ModeEventSource = "eventsource" // CouchDB: server-sent events
 )
 
 // Defaults.
@@ -77,6 +84,7 @@ const (
 	DefaultPollerTimeout    = 90 * time.Second
 	DefaultWriterTimeout    = 30 * time.Second
 	DefaultHTTPTimeout      = 10 * time.Second
+	DefaultFloodThreshold   = 10000
 )
 
 // File is the whole configuration file.
@@ -134,6 +142,8 @@ type Job struct {
 	// LatencyObjective is how old a queued change may get before an alarm fires.
 	LatencyObjective Duration  `json:"latency_objective,omitempty"`
 	Outputs          []*Output `json:"outputs"`
+	// Attachments copies the documents' attachments to S3; off by default.
+	Attachments *Attachments `json:"attachments,omitempty"`
 }
 
 // Source is the database whose _changes feed is followed.
@@ -143,6 +153,18 @@ type Source struct {
 	// URL is the database (CouchDB) or keyspace (Sync Gateway: db or db.scope.collection).
 	URL  string `json:"url"`
 	Auth *Auth  `json:"auth,omitempty"`
+	// TLS adds certificate authorities trusted for an https source.
+	TLS *TLS `json:"tls,omitempty"`
+}
+
+// TLS names the certificate authorities (a PEM bundle) trusted for a
+// source, in addition to the system's: the shape of Capella App Services,
+// or a Sync Gateway with its own CA. Exactly one of CAFile and CAPEM is set.
+type TLS struct {
+	// CAFile is the path of the PEM bundle where the poller runs.
+	CAFile string `json:"ca_file,omitempty"`
+	// CAPEM is the PEM bundle itself (certificates are public).
+	CAPEM string `json:"ca_pem,omitempty"`
 }
 
 // Auth is basic or bearer authentication. Secrets are given by reference only.
@@ -176,6 +198,13 @@ type Feed struct {
 	ActiveOnly bool `json:"active_only"`
 	// Channels restricts the feed to these channels (Sync Gateway family only).
 	Channels []string `json:"channels,omitempty"`
+	// Mode is longpoll (default), continuous, websocket (Sync Gateway, App
+	// Services), sse (Edge Server) or eventsource (CouchDB).
+	Mode string `json:"mode,omitempty"`
+	// FloodThreshold is how many changes one poller invocation may read
+	// before it counts as a flood (metric FloodBatches, a warning in the
+	// log). Default 10000.
+	FloodThreshold int `json:"flood_threshold"`
 }
 
 // Processing filters changes before they are queued.
@@ -210,10 +239,28 @@ type Output struct {
 	BatchSize int `json:"batch_size"`
 	// MaxConcurrency bounds concurrent writer invocations for this output.
 	MaxConcurrency int `json:"max_concurrency"`
+	// Backpressure tunes how the writer detects that this output is
+	// struggling.
+	Backpressure Backpressure `json:"backpressure"`
 
 	Postgres *PostgresOutput `json:"postgres,omitempty"`
 	HTTP     *HTTPOutput     `json:"http,omitempty"`
 	S3       *S3Output       `json:"s3,omitempty"`
+}
+
+// Backpressure tunes the writer's latency tracker for one output. The
+// output's own signals (HTTP 429 or 503, PostgreSQL too_many_connections)
+// are always honoured.
+type Backpressure struct {
+	// Threshold is the ratio of the rolling average latency to the baseline
+	// above which the writer slows down. Default 2; must be above 1.
+	Threshold float64 `json:"threshold"`
+	// BaselineRequests is how many first successful requests of a writer
+	// instance make the baseline. Default 50.
+	BaselineRequests int `json:"baseline_requests"`
+	// Window is how many latest requests the rolling average covers.
+	// Default 20.
+	Window int `json:"window"`
 }
 
 // PostgresOutput writes documents to PostgreSQL.
@@ -430,6 +477,12 @@ func (f *File) SetDefaults() {
 		if j.Feed.Timeout == 0 {
 			j.Feed.Timeout = Duration(DefaultFeedTimeout)
 		}
+		if j.Feed.Mode == "" {
+			j.Feed.Mode = ModeLongpoll
+		}
+		if j.Feed.FloodThreshold == 0 {
+			j.Feed.FloodThreshold = DefaultFloodThreshold
+		}
 		if j.Feed.Fetch == "" {
 			j.Feed.Fetch = FetchIncludeDocs
 		}
@@ -441,6 +494,9 @@ func (f *File) SetDefaults() {
 		}
 		if j.LatencyObjective == 0 {
 			j.LatencyObjective = Duration(DefaultLatencyObjective)
+		}
+		if a := j.Attachments; a != nil && a.Enabled {
+			a.defaults(f.Stack.Bucket, j.ID)
 		}
 		for _, o := range j.Outputs {
 			if o == nil {
@@ -463,6 +519,15 @@ func (f *File) SetDefaults() {
 			}
 			if o.MaxConcurrency == 0 {
 				o.MaxConcurrency = 2
+			}
+			if o.Backpressure.Threshold == 0 {
+				o.Backpressure.Threshold = 2
+			}
+			if o.Backpressure.BaselineRequests == 0 {
+				o.Backpressure.BaselineRequests = 50
+			}
+			if o.Backpressure.Window == 0 {
+				o.Backpressure.Window = 20
 			}
 			switch {
 			case o.Postgres != nil:
@@ -570,8 +635,24 @@ func (j *Job) validate(p string) []error {
 	if s.Auth != nil {
 		errs = append(errs, s.Auth.validate(p+".source.auth")...)
 	}
+	if s.TLS != nil {
+		switch {
+		case s.TLS.CAFile == "" && s.TLS.CAPEM == "":
+			bad("source.tls", "give ca_file (a PEM bundle's path) or ca_pem (the bundle)")
+		case s.TLS.CAFile != "" && s.TLS.CAPEM != "":
+			bad("source.tls", "give ca_file or ca_pem, not both")
+		case s.TLS.CAPEM != "" && !strings.Contains(s.TLS.CAPEM, "-----BEGIN CERTIFICATE-----"):
+			bad("source.tls.ca_pem", "holds no PEM certificate")
+		}
+		if !strings.HasPrefix(strings.ToLower(s.URL), "https://") {
+			bad("source.tls", "needs an https source.url")
+		}
+	}
 	if j.Feed.Limit < 1 || j.Feed.Limit > 10000 {
 		bad("feed.limit", "%d must be between 1 and 10000", j.Feed.Limit)
+	}
+	if j.Feed.FloodThreshold < 1 {
+		bad("feed.flood_threshold", "%d must be at least 1", j.Feed.FloodThreshold)
 	}
 	if t := j.Feed.Timeout; t == zeroGiven {
 		// A long-poll of 0 would have an idle poller ask the source as
@@ -579,6 +660,9 @@ func (j *Job) validate(p string) []error {
 		bad("feed.timeout", zeroRefused, DefaultFeedTimeout)
 	} else if t.D() <= 0 || t.D() > 5*time.Minute {
 		bad("feed.timeout", "%s must be more than 0 and at most 5m", t.D())
+	}
+	if err := ModeFits(j.Feed.Mode, s.Type); err != nil {
+		bad("feed.mode", "%v", err)
 	}
 	if j.Feed.Fetch != FetchIncludeDocs && j.Feed.Fetch != FetchBulkGet {
 		bad("feed.fetch", "%q is not include_docs or bulk_get", j.Feed.Fetch)
@@ -608,6 +692,9 @@ func (j *Job) validate(p string) []error {
 	}
 	if len(j.Outputs) == 0 {
 		bad("outputs", "at least one output is required")
+	}
+	if a := j.Attachments; a != nil {
+		errs = append(errs, a.validate(p+".attachments")...)
 	}
 	seen := map[string]bool{}
 	for i, o := range j.Outputs {
@@ -692,6 +779,15 @@ func (o *Output) validate(p string) []error {
 	}
 	if o.MaxConcurrency < 2 || o.MaxConcurrency > 1000 {
 		bad("max_concurrency", "%d must be between 2 and 1000", o.MaxConcurrency)
+	}
+	if t := o.Backpressure.Threshold; t <= 1 || t > 100 {
+		bad("backpressure.threshold", "%g must be above 1 and at most 100", t)
+	}
+	if n := o.Backpressure.BaselineRequests; n < 1 || n > 100000 {
+		bad("backpressure.baseline_requests", "%d must be between 1 and 100000", n)
+	}
+	if n := o.Backpressure.Window; n < 1 || n > 10000 {
+		bad("backpressure.window", "%d must be between 1 and 10000", n)
 	}
 	return errs
 }
@@ -936,4 +1032,28 @@ func (j *Job) Output(id string) *Output {
 		}
 	}
 	return nil
+}
+
+// ModeFits reports whether a source type offers a feed mode.
+func ModeFits(mode, sourceType string) error {
+	switch mode {
+	case ModeLongpoll, ModeContinuous:
+		return nil
+	case ModeWebSocket:
+		if sourceType == SourceSyncGateway || sourceType == SourceAppServices {
+			return nil
+		}
+		return fmt.Errorf("%q needs a sync_gateway or app_services source", mode)
+	case ModeSSE:
+		if sourceType == SourceEdgeServer {
+			return nil
+		}
+		return fmt.Errorf("%q needs an edge_server source", mode)
+	case ModeEventSource:
+		if sourceType == SourceCouchDB {
+			return nil
+		}
+		return fmt.Errorf("%q needs a couchdb source", mode)
+	}
+	return fmt.Errorf("%q is not one of longpoll, continuous, websocket, sse, eventsource", mode)
 }

@@ -119,7 +119,8 @@ func TestChangesRequest(t *testing.T) {
 			since:   json.RawMessage(`"12:34"`),
 			timeout: time.Second,
 			want: url.Values{"feed": {"longpoll"}, "timeout": {"1000"}, "limit": {"500"}, "include_docs": {"true"},
-				"since": {"12:34"}, "active_only": {"true"}, "filter": {"sync_gateway/bychannel"}, "channels": {"orders,eu"}},
+				"since": {"12:34"}, "active_only": {"true"}, "filter": {"sync_gateway/bychannel"}, "channels": {"orders,eu"},
+				"revocations": {"true"}},
 		},
 		{
 			name:    "app services",
@@ -127,7 +128,7 @@ func TestChangesRequest(t *testing.T) {
 			since:   json.RawMessage(`"7"`),
 			timeout: time.Second,
 			want: url.Values{"feed": {"longpoll"}, "timeout": {"1000"}, "limit": {"500"}, "include_docs": {"true"},
-				"since": {"7"}, "active_only": {"true"}},
+				"since": {"7"}, "active_only": {"true"}, "revocations": {"true"}},
 		},
 		{
 			name:    "edge server bulk_get",

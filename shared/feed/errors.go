@@ -2,6 +2,8 @@ package feed
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"net"
@@ -139,11 +141,17 @@ func (e *transportError) Unwrap() error { return e.err }
 //     still says "malformed response" so that a source that keeps doing it
 //     is visible;
 //   - false: 3xx, 400, 401, 403, 404 and every other 4xx (bad URL, bad
-//     credentials, missing database: a person must act), a cancelled
-//     context (the caller gave up), invalid arguments, and nil.
+//     credentials, missing database: a person must act), a certificate the
+//     client does not trust (unknown authority, wrong host name, expired: a
+//     person must fix the CA bundle or the URL), a cancelled context (the
+//     caller gave up), invalid arguments, and nil.
 func Transient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) {
+	if err == nil || errors.Is(err, context.Canceled) || untrusted(err) {
 		return false
+	}
+	var mt *transientError
+	if errors.As(err, &mt) {
+		return true
 	}
 	var se *StatusError
 	if errors.As(err, &se) {
@@ -153,4 +161,30 @@ func Transient(err error) bool {
 	var ne net.Error
 	return errors.Is(err, ErrMalformed) || errors.As(err, &te) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne)
+}
+
+// untrusted reports whether err is the failure to verify the source's
+// certificate.
+func untrusted(err error) bool {
+	var cve *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &cve) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid)
+}
+
+// transientError marks a failure outside the source (say, of a stage that
+// runs with the fetch) as worth retrying.
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
+
+// MarkTransient returns err such that Transient reports true for it (nil
+// stays nil); errors.Is and errors.As still see err.
+func MarkTransient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &transientError{err: err}
 }

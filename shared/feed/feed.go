@@ -9,6 +9,8 @@
 package feed
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,6 +53,9 @@ type Options struct {
 	ActiveOnly bool
 	// Channels restricts the feed to these channels (Sync Gateway family only).
 	Channels []string
+	// CAPEM is a PEM bundle of certificate authorities trusted for an https
+	// source in addition to the system roots. Ignored when HTTPClient is set.
+	CAPEM []byte
 	// HTTPClient sends the requests. Nil means a client with dial and TLS
 	// timeouts that does not follow redirects (a 3xx is reported as a permanent
 	// StatusError). Per-request deadlines come from Slack and RequestTimeout
@@ -65,6 +70,12 @@ type Options struct {
 	// Concurrency bounds the per-document GETs of FetchDocs. Default
 	// DefaultConcurrency.
 	Concurrency int
+	// OnRequest, when set, is told of every request to the source once it
+	// ended: the operation ("changes", "bulk_get", "get", ...), the HTTP
+	// status (0 when no answer came) and how long it took. The poller turns
+	// it into the source request and auth failure metrics. It must be safe
+	// for concurrent use.
+	OnRequest func(op string, status int, d time.Duration)
 }
 
 // String describes the options without their secrets.
@@ -194,13 +205,35 @@ func New(o Options) (*Client, error) {
 	o.Channels = slices.Clone(o.Channels)
 	hc := o.HTTPClient
 	if hc == nil {
-		hc = defaultHTTPClient(o.Concurrency)
+		var roots *x509.CertPool
+		if len(o.CAPEM) > 0 {
+			var err error
+			if roots, err = certPool(o.CAPEM); err != nil {
+				return nil, fmt.Errorf("feed options: ca: %w", err)
+			}
+		}
+		hc = defaultHTTPClient(o.Concurrency, roots)
 	}
 	return &Client{o: o, base: strings.TrimRight(o.URL, "/"), hc: hc}, nil
 }
 
-func defaultHTTPClient(concurrency int) *http.Client {
+// certPool returns the system roots plus the certificates of a PEM bundle.
+func certPool(bundle []byte) (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(bundle) {
+		return nil, errors.New("no PEM certificate in the bundle")
+	}
+	return pool, nil
+}
+
+func defaultHTTPClient(concurrency int, roots *x509.CertPool) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	if roots != nil {
+		t.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
 	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = 10 * time.Second
 	t.MaxIdleConnsPerHost = concurrency + 2 // the fetchers plus the feed
@@ -212,18 +245,27 @@ func defaultHTTPClient(concurrency int) *http.Client {
 	}
 }
 
-// Row is one change from the feed.
+// Row is one change from the feed. A row is exactly one of: live (Doc set
+// once fetched), Deleted, or Removed.
 type Row struct {
 	// Seq is the row's sequence exactly as the source sent it (number or string).
 	Seq json.RawMessage
 	ID  string
 	// Rev is the winning revision (changes[0].rev), or the current winner that
 	// FetchDocs found when the feed's revision was gone.
-	Rev     string
+	Rev string
+	// Deleted: the document was deleted at the source. Sync Gateway also
+	// lists the channels a deletion left ("deleted":true with "removed":[..])
+	// when the tombstone has no channels; that is still a deletion, and only
+	// Deleted is set.
 	Deleted bool
-	// Removed is set when Sync Gateway reports that the document left the
-	// reader's channels ("removed": [...]).
+	// Removed: the document still exists but the reader can no longer see
+	// it. Sync Gateway reports this when the document left the reader's
+	// channels ("removed":[...]) or, with revocations=true, when the reader
+	// lost access to the channels it was seen through (Revoked).
 	Removed bool
+	// Revoked marks a removal caused by a revoked channel ("revoked":true).
+	Revoked bool
 	// Doc is the body once fetched; nil for tombstones and removals.
 	Doc json.RawMessage
 }
@@ -241,6 +283,21 @@ type Batch struct {
 	// Pending is the number of changes after LastSeq, or -1 when the source
 	// does not report it.
 	Pending int64
+	// Full is set when the source sent as many rows as the request's limit
+	// (counting the rows dropped from Rows), so more may follow at once.
+	Full bool
+}
+
+// CaughtUp reports whether the batch reached the end of the feed: the
+// source says nothing is pending, or, when it does not say, the answer was
+// neither full nor carried a row. A page made only of rows the client drops
+// (Sync Gateway's "_user/" rows, tombstones under ActiveOnly) is full and so
+// not caught up.
+func (b *Batch) CaughtUp() bool {
+	if b.Pending >= 0 {
+		return b.Pending == 0
+	}
+	return len(b.Rows) == 0 && !b.Full
 }
 
 // DocRev is a live document and its winning revision.

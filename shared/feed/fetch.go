@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
@@ -68,10 +69,24 @@ func (c *Client) FetchDocs(ctx context.Context, rows []Row) error {
 }
 
 // Get returns a document's current winning body and revision. A missing or
-// deleted document is an error matching ErrNotFound. Get is safe for
-// concurrent use.
+// deleted document is an error matching ErrNotFound. A document the reader
+// may not see is a *StatusError with status 403 (Sync Gateway family);
+// because Sync Gateway also answers 403 for a deleted document whose
+// tombstone left the reader's channels, Get then asks for the document's
+// leaf revisions (see leafState) and reports a deletion as not found. Get
+// is safe for concurrent use.
 func (c *Client) Get(ctx context.Context, id string) (json.RawMessage, string, error) {
 	body, err := c.getDoc(ctx, id, "")
+	if forbidden(err) && syncGatewayFamily(c.o.SourceType) {
+		st, _, lerr := c.leafState(ctx, id)
+		switch {
+		case lerr != nil:
+			return nil, "", lerr
+		case st == leafDeleted:
+			return nil, "", &StatusError{Op: "get", Status: http.StatusNotFound, Reason: "deleted"}
+		}
+		return nil, "", err
+	}
 	if err != nil {
 		return nil, "", err
 	}
@@ -79,10 +94,90 @@ func (c *Client) Get(ctx context.Context, id string) (json.RawMessage, string, e
 	if err != nil {
 		return nil, "", malformed("get", "document %q: %v", id, err)
 	}
-	if m.Deleted || m.Removed {
+	switch {
+	case m.Deleted:
 		return nil, "", &StatusError{Op: "get", Status: http.StatusNotFound, Reason: "deleted"}
+	case m.Removed:
+		return nil, "", &StatusError{Op: "get", Status: http.StatusForbidden, Reason: "removed"}
 	}
 	return body, m.Rev, nil
+}
+
+// forbidden reports whether err is a 403 answer.
+func forbidden(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Status == http.StatusForbidden
+}
+
+// leaf states of a document the reader may not read (see leafState).
+const (
+	leafDeleted = iota + 1 // every leaf revision is a tombstone
+	leafRemoved            // a leaf is live but hidden from the reader
+)
+
+// leafState tells a deleted document from one the reader may no longer see,
+// for the Sync Gateway family, where a GET of either answers 403. It reads
+// GET {url}/{id}?open_revs=all, which lists the body of every leaf revision:
+// a tombstone as {"_deleted":true,...} even when it left the reader's
+// channels, a live revision the reader may not see as {"_removed":true,...}.
+// The document is deleted when every leaf is a tombstone (the winner is live
+// whenever any leaf is); rev is then the winning tombstone. A document
+// unknown to the source (404) counts as deleted.
+func (c *Client) leafState(ctx context.Context, id string) (int, string, error) {
+	resp, err := c.roundTrip(ctx, "get", http.MethodGet, c.endpoint(docPath(id), url.Values{"open_revs": {"all"}}), nil, c.o.RequestTimeout)
+	if errors.Is(err, ErrNotFound) {
+		return leafDeleted, "", nil
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("read leaf revisions of %q: %w", id, err)
+	}
+	var leaves []struct {
+		OK      json.RawMessage `json:"ok"`
+		Missing string          `json:"missing"`
+	}
+	if err := json.Unmarshal(resp.body, &leaves); err != nil {
+		return 0, "", malformed("get", "leaf revisions of %q: %v", id, err)
+	}
+	var tombstones []string
+	for _, l := range leaves {
+		if isNull(l.OK) {
+			continue // a leaf whose body is gone says nothing
+		}
+		m, err := meta(l.OK)
+		if err != nil {
+			return 0, "", malformed("get", "leaf revision of %q: %v", id, err)
+		}
+		if !m.Deleted {
+			return leafRemoved, "", nil
+		}
+		tombstones = append(tombstones, m.Rev)
+	}
+	if len(tombstones) == 0 {
+		return leafRemoved, "", nil
+	}
+	return leafDeleted, winningRev(tombstones), nil
+}
+
+// winningRev picks CouchDB's winner among revisions of equal standing: the
+// highest generation, then the greatest revision id.
+func winningRev(revs []string) string {
+	best := ""
+	for _, r := range revs {
+		if best == "" || revLess(best, r) {
+			best = r
+		}
+	}
+	return best
+}
+
+// revLess orders "N-hash" revisions by generation, then by the whole string.
+func revLess(a, b string) bool {
+	ga, _ := strconv.Atoi(strings.SplitN(a, "-", 2)[0])
+	gb, _ := strconv.Atoi(strings.SplitN(b, "-", 2)[0])
+	if ga != gb {
+		return ga < gb
+	}
+	return a < b
 }
 
 // getDoc fetches a document body, at rev when rev is set.
@@ -117,15 +212,28 @@ func (c *Client) fetchRev(ctx context.Context, r *Row) error {
 }
 
 // fetchWinner fills one row whose revision is gone with the current winner.
+// For the Sync Gateway family a 403 is told apart with leafState: a deleted
+// document is Deleted (at its winning tombstone), any other is Removed.
 func (c *Client) fetchWinner(ctx context.Context, r *Row) error {
 	body, err := c.getDoc(ctx, r.ID, "")
-	var se *StatusError
 	switch {
 	case errors.Is(err, ErrNotFound):
-		r.Deleted, r.Doc = true, nil
+		r.Deleted, r.Removed, r.Doc = true, false, nil
 		return nil
-	case errors.As(err, &se) && se.Status == http.StatusForbidden && syncGatewayFamily(c.o.SourceType):
-		r.Removed, r.Doc = true, nil
+	case forbidden(err) && syncGatewayFamily(c.o.SourceType):
+		st, rev, err := c.leafState(ctx, r.ID)
+		if err != nil {
+			return fmt.Errorf("fetch doc %q winner: %w", r.ID, err)
+		}
+		if st == leafDeleted {
+			r.Deleted, r.Removed = true, false
+			if rev != "" {
+				r.Rev = rev
+			}
+		} else {
+			r.Removed = true
+		}
+		r.Doc = nil
 		return nil
 	case err != nil:
 		return fmt.Errorf("fetch doc %q winner: %w", r.ID, err)
@@ -219,8 +327,14 @@ func (c *Client) bulkGet(ctx context.Context, rows []Row, idx []int) ([]int, err
 	if err != nil {
 		return nil, fmt.Errorf("bulk_get: encode request: %w", err)
 	}
-	resp, err := c.roundTrip(ctx, "bulk_get", http.MethodPost,
-		c.endpoint("_bulk_get", url.Values{"revs": {"false"}}), body, c.o.RequestTimeout)
+	// The Sync Gateway family answers only in multipart; CouchDB answers
+	// JSON, which says more (its multipart form nests per-document parts).
+	accept := acceptJSON
+	if syncGatewayFamily(c.o.SourceType) {
+		accept = acceptMultipart
+	}
+	resp, err := c.roundTripAccept(ctx, "bulk_get", http.MethodPost,
+		c.endpoint("_bulk_get", url.Values{"revs": {"false"}}), accept, body, c.o.RequestTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +358,8 @@ func (c *Client) bulkGet(ctx context.Context, rows []Row, idx []int) ([]int, err
 		switch {
 		case !ok:
 			return nil, malformed("bulk_get", "no answer for %q rev %s", r.ID, r.Rev)
-		case a.gone:
+		case a.gone, forbidden(a.err) && syncGatewayFamily(c.o.SourceType):
+			// Gone, or (Sync Gateway) forbidden: the winner says which.
 			gone = append(gone, i)
 		case a.err != nil:
 			return nil, fmt.Errorf("fetch doc %q rev %s: %w", r.ID, r.Rev, a.err)

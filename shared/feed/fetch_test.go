@@ -249,7 +249,15 @@ func TestFetchDocsSyncGatewayAccess(t *testing.T) {
 
 	f := newFakeSource(t, route(map[string]http.HandlerFunc{
 		"/db/_bulk_get": replyType(200, "multipart/mixed; boundary="+mw.Boundary(), body.String()),
-		"/db/b":         reply(403, `{"error":"forbidden","reason":"missing channel access"}`),
+		// As Sync Gateway: the winner is hidden (403), and its leaf, read
+		// with open_revs=all, is a removal stub, not a tombstone.
+		"/db/b": func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("open_revs") == "all" {
+				reply(200, `[{"ok":{"_id":"b","_removed":true,"_rev":"3-b"}}]`)(w, r)
+				return
+			}
+			reply(403, `{"error":"forbidden","reason":"missing channel access"}`)(w, r)
+		},
 	}))
 	rows := []Row{{Seq: raw(`"1"`), ID: "a", Rev: "1-a"}, {Seq: raw(`"2"`), ID: "b", Rev: "2-b"}, {Seq: raw(`"3"`), ID: "c", Rev: "1-c"}}
 	c := f.client(func(o *Options) { o.SourceType, o.Fetch = config.SourceAppServices, config.FetchBulkGet })

@@ -66,7 +66,7 @@ func (c *Client) List(ctx context.Context, pageSize int, fn func([]Row) error) e
 		if len(page.Results) == 0 {
 			return nil
 		}
-		b, err := parseChanges(resp.body, false)
+		b, err := parseChanges(resp.body, false, pageSize)
 		if err != nil {
 			return err
 		}

@@ -1,8 +1,10 @@
 package feed
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -19,7 +21,9 @@ import (
 //   - Sync Gateway family: GET {db}/, whose update_seq is the newest sequence
 //     of the database. Sync Gateway numbers changes across the whole
 //     database, so for a keyspace URL (db.scope.collection) the database's
-//     own position is the right one.
+//     own position is the right one. update_seq is a JSON number but
+//     _changes writes every last_seq as a JSON string ("19"), so Now
+//     returns the string: a checkpoint holds one form whoever wrote it.
 //
 // An empty database answers its initial sequence (0 on most sources). Errors
 // are as for Changes; see Transient. Now is safe for concurrent use.
@@ -69,5 +73,17 @@ func (c *Client) updateSeq(ctx context.Context) (json.RawMessage, error) {
 	if isNull(info.UpdateSeq) {
 		return nil, malformed("db_info", "no update_seq")
 	}
-	return info.UpdateSeq, nil
+	seq := bytes.TrimSpace(info.UpdateSeq)
+	if seq[0] == '"' {
+		return seq, nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(seq, &n); err != nil {
+		return nil, malformed("db_info", "update_seq %s is neither a number nor a string", seq)
+	}
+	s, err := json.Marshal(n.String())
+	if err != nil {
+		return nil, fmt.Errorf("db_info: encode update_seq: %w", err)
+	}
+	return s, nil
 }

@@ -3,6 +3,7 @@ package feed
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,14 @@ import (
 )
 
 const userAgent = "changes-worker"
+
+// Accept headers. Sync Gateway answers _bulk_get only as multipart/mixed and
+// refuses it with 406 to a request whose Accept names neither "multipart/"
+// nor "*/*"; every other answer the client reads is JSON.
+const (
+	acceptJSON      = "application/json"
+	acceptMultipart = "multipart/mixed, application/json;q=0.9"
+)
 
 // response is a complete 2xx answer.
 type response struct {
@@ -43,10 +52,15 @@ func docPath(id string) string {
 	return docid.PathSegment(id)
 }
 
-// roundTrip sends one request and reads the whole answer within timeout. A
-// non-2xx answer is a *StatusError; a failure to get a complete answer is a
-// *transportError.
+// roundTrip sends one request that accepts JSON and reads the whole answer
+// within timeout. A non-2xx answer is a *StatusError; a failure to get a
+// complete answer is a *transportError.
 func (c *Client) roundTrip(parent context.Context, op, method, target string, body []byte, timeout time.Duration) (*response, error) {
+	return c.roundTripAccept(parent, op, method, target, acceptJSON, body, timeout)
+}
+
+// roundTripAccept is roundTrip with another Accept header.
+func (c *Client) roundTripAccept(parent context.Context, op, method, target, accept string, body []byte, timeout time.Duration) (*response, error) {
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	var rd io.Reader
@@ -57,20 +71,18 @@ func (c *Client) roundTrip(parent context.Context, op, method, target string, bo
 	if err != nil {
 		return nil, fmt.Errorf("%s: build request: %w", op, err)
 	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", userAgent)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	switch {
-	case c.o.Token != "":
-		req.Header.Set("Authorization", "Bearer "+c.o.Token)
-	case c.o.Username != "":
-		req.SetBasicAuth(c.o.Username, c.o.Password)
-	}
+	c.header(req, accept, body != nil)
 	// own says whether our deadline, not the caller's context, ended the request.
 	own := func() bool { return parent.Err() == nil && ctx.Err() != nil }
+	start := time.Now()
 	resp, err := c.hc.Do(req)
+	if c.o.OnRequest != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		defer func() { c.o.OnRequest(op, status, time.Since(start)) }()
+	}
 	if err != nil {
 		if own() {
 			err = fmt.Errorf("no answer within %s: %w", timeout, err)
@@ -96,4 +108,25 @@ func (c *Client) roundTrip(parent context.Context, op, method, target string, bo
 // malformed wraps ErrMalformed with the operation and what was wrong.
 func malformed(op string, format string, args ...any) error {
 	return fmt.Errorf("%s: %w: %s", op, ErrMalformed, fmt.Sprintf(format, args...))
+}
+
+// header sets the headers every request carries: Accept, User-Agent, the
+// credentials, and Content-Type when there is a JSON body.
+func (c *Client) header(req *http.Request, accept string, jsonBody bool) {
+	req.Header.Set("Accept", accept)
+	if jsonBody {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	c.identify(req.Header)
+}
+
+// identify sets User-Agent and the credentials.
+func (c *Client) identify(h http.Header) {
+	h.Set("User-Agent", userAgent)
+	switch {
+	case c.o.Token != "":
+		h.Set("Authorization", "Bearer "+c.o.Token)
+	case c.o.Username != "":
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(c.o.Username+":"+c.o.Password)))
+	}
 }

@@ -55,6 +55,8 @@ const (
 	attrRole         = "role"
 	attrStandby      = "standby_owner"
 	attrStandbySeen  = "standby_seen_at"
+	attrLargest      = "largest_batch"
+	attrAuthFailedAt = "source_auth_failed_at"
 )
 
 // Roles recorded on the job item.
@@ -99,6 +101,11 @@ type State struct {
 	// Standby is the last invocation seen waiting for the lease, and when.
 	Standby       string
 	StandbySeenAt time.Time
+	// LargestBatch is the most changes one poller invocation has read.
+	LargestBatch int64
+	// SourceAuthFailedAt is when the source last refused our credentials
+	// (401/403); zero when never.
+	SourceAuthFailedAt time.Time
 }
 
 // Held reports whether, by the clock value now, someone holds the lease.
@@ -314,6 +321,43 @@ func (s *Store) Renew(ctx context.Context, l *Lease, pending int64) error {
 	return nil
 }
 
+// NoteLargestBatch records n as the job's largest batch when it is larger
+// than the one recorded. It is an observation for operators, not fenced by
+// the lease, and changes nothing when the job item does not exist.
+func (s *Store) NoteLargestBatch(ctx context.Context, job string, n int64) error {
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.Table,
+		Key:                       s.key(job),
+		UpdateExpression:          aws.String("SET #lb = :n"),
+		ConditionExpression:       aws.String("attribute_exists(#gen) AND (attribute_not_exists(#lb) OR #lb < :n)"),
+		ExpressionAttributeNames:  map[string]string{"#lb": attrLargest, "#gen": attrGeneration},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":n": num(n)},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("note largest batch %s: %w", job, err)
+	}
+	return nil
+}
+
+// NoteSourceAuthFailure records when the source last refused the job's
+// credentials. Like NoteLargestBatch, not fenced.
+func (s *Store) NoteSourceAuthFailure(ctx context.Context, job string, at time.Time) error {
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.Table,
+		Key:                       s.key(job),
+		UpdateExpression:          aws.String("SET #af = :t"),
+		ConditionExpression:       aws.String("attribute_exists(#gen)"),
+		ExpressionAttributeNames:  map[string]string{"#af": attrAuthFailedAt, "#gen": attrGeneration},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberS{Value: at.UTC().Format(time.RFC3339Nano)}},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("note source auth failure %s: %w", job, err)
+	}
+	return nil
+}
+
 // write applies sets (SET assignments) and tail (an ADD or REMOVE clause, or
 // "") together with the lease renewal, conditioned on owner and generation.
 func (s *Store) write(ctx context.Context, l *Lease, now time.Time, sets, tail string, names map[string]string, vals map[string]types.AttributeValue) error {
@@ -455,5 +499,7 @@ func decode(item map[string]types.AttributeValue) *State {
 	st.Role = str(attrRole)
 	st.Standby = str(attrStandby)
 	st.StandbySeenAt = t(attrStandbySeen)
+	st.LargestBatch = n(attrLargest)
+	st.SourceAuthFailedAt = t(attrAuthFailedAt)
 	return st
 }

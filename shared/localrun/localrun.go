@@ -93,6 +93,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
+				q.job = j.ID
 				queues = append(queues, q)
 				n := r.Opts.Concurrency
 				if n == 0 {
@@ -102,7 +103,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						r.writerLoop(ctx, h, q)
+						r.writerLoop(ctx, h, q, i, n)
 					}()
 				}
 			}
@@ -207,6 +208,7 @@ func (r *Runtime) poll(ctx context.Context, j *config.Job, owner string, errc ch
 
 type queue struct {
 	name, url, arn string
+	job            string
 	out            *config.Output
 }
 
@@ -249,7 +251,11 @@ func receiveVisibility(timeout time.Duration) int32 {
 // deletes cannot outlast, and a lost batch is back that much sooner. On a
 // FIFO queue each receive also carries a ReceiveRequestAttemptId: SQS answers
 // the SDK's retry of a receive whose answer was lost with the same messages.
-func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue) {
+//
+// Loop i of n receives only while i is below the output's receiver limit: a
+// struggling output (writer backpressure) is fed by fewer loops, down to
+// one, until it recovers.
+func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue, i, n int) {
 	c := r.Deps.SQS
 	timeout := r.Opts.WriterTimeout
 	if timeout == 0 {
@@ -261,6 +267,10 @@ func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue) {
 	// back. Stopping waits for the current long poll instead.
 	rctx := context.WithoutCancel(ctx)
 	for ctx.Err() == nil {
+		if i >= h.ReceiverLimit(q.job, q.out.ID, n) {
+			_ = clock.Sleep(ctx, receiverIdle)
+			continue
+		}
 		in := &sqs.ReceiveMessageInput{
 			QueueUrl:                    &q.url,
 			MaxNumberOfMessages:         int32(q.out.BatchSize),
@@ -288,6 +298,10 @@ func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue) {
 		r.inflight.Add(-1)
 	}
 }
+
+// receiverIdle is how long a writer loop held back by backpressure waits
+// before it looks at the output's state again.
+const receiverIdle = 250 * time.Millisecond
 
 // attemptID returns a fresh ReceiveRequestAttemptId.
 func attemptID() string {

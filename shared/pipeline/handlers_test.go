@@ -38,15 +38,22 @@ type scheduleStack struct {
 
 func newScheduleStack(t *testing.T) *scheduleStack {
 	t.Helper()
+	return newScheduleStackWith(t, "")
+}
+
+// newScheduleStackWith is newScheduleStack with more job settings (JSON
+// members, each followed by a comma).
+func newScheduleStackWith(t *testing.T, job string) *scheduleStack {
+	t.Helper()
 	awsCfg := testenv.AWS(t)
 	s := &scheduleStack{t: t, db: testenv.CouchDB(t)}
 	prefix := "p" + testenv.Name(t)
 	cfg, err := config.Parse(fmt.Appendf(nil, `{
 		"stack": {"prefix": %q, "bucket": "changes-worker-tests", "poller_timeout": "10s"},
-		"jobs": [{"id": "orders", "source": {"type": "couchdb", "url": %q},
+		"jobs": [{"id": "orders", %s "source": {"type": "couchdb", "url": %q},
 			"feed": {"limit": 100, "timeout": "1s"}, "lease": {"ttl": "6s"},
 			"outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {"env": "CHANGES_TEST_PG_DSN"}, "table": "unused"}}]}]}`,
-		prefix, s.db))
+		prefix, job, s.db))
 	if err != nil {
 		t.Fatalf("parse config: %v", err)
 	}

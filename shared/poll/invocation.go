@@ -99,6 +99,13 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 		v.res.Role = "fenced"
 		return v.res, nil
 	}
+	if n, ok := v.p.Leases.(notes); ok && int64(v.res.Read) > v.p.largest.Load() {
+		if nerr := n.NoteLargestBatch(ctx, v.p.Job.ID, int64(v.res.Read)); nerr != nil {
+			v.log.Warn("record largest batch", "error", nerr)
+		} else {
+			v.p.largest.Store(int64(v.res.Read))
+		}
+	}
 	if rerr := v.sess.Release(ctx); rerr != nil {
 		v.log.Warn("release lease", "error", rerr)
 	} else {
@@ -172,6 +179,13 @@ func (v *invocation) sourceFailed(ctx context.Context, err error) (stop bool, _ 
 		return true, nil
 	}
 	v.p.count(metrics.PollerErrors, 1)
+	var se *feed.StatusError
+	if n, ok := v.p.Leases.(notes); ok && errors.As(err, &se) && (se.Status == 401 || se.Status == 403) {
+		v.log.Error("source refused our credentials", "status", se.Status)
+		if err := n.NoteSourceAuthFailure(ctx, v.p.Job.ID, v.now()); err != nil {
+			v.log.Warn("record source auth failure", "error", err)
+		}
+	}
 	if !feed.Transient(err) {
 		v.log.Error("source failed; checkpoint unchanged", "error", err, "checkpoint", string(v.since))
 		return true, err
@@ -193,7 +207,15 @@ func (v *invocation) received(b *feed.Batch) {
 	v.backoff, v.lastErr = 0, nil
 	v.sess.Pending = b.Pending
 	v.p.count(metrics.ChangesRead, float64(len(b.Rows)))
+	before := v.res.Read
 	v.res.Read += len(b.Rows)
+	// Flood detection counts what one invocation read: the changes the
+	// source had waiting for this tick.
+	v.p.Metrics.Add(metrics.LargestBatch, float64(v.res.Read), metrics.Count)
+	if thr := v.p.Job.Feed.FloodThreshold; thr > 0 && before <= thr && v.res.Read > thr {
+		v.p.count(metrics.FloodBatches, 1)
+		v.log.Warn("flood detected: more changes in one invocation than the threshold", "changes", v.res.Read, "threshold", thr, "pending", b.Pending)
+	}
 	if b.Pending >= 0 {
 		v.p.Metrics.Add(metrics.PendingChanges, float64(b.Pending), metrics.Count)
 	}
@@ -354,7 +376,7 @@ func (v *invocation) saveQueued(ctx context.Context) error {
 
 // report publishes where the job stands after a batch.
 func (v *invocation) report(b *feed.Batch) {
-	caughtUp := len(b.Rows) == 0 || b.Pending == 0
+	caughtUp := b.CaughtUp()
 	v.res.CaughtUp = caughtUp
 	if v.p.OnBatch != nil {
 		v.p.OnBatch(caughtUp)

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/change"
@@ -35,6 +36,13 @@ type Leases interface {
 	MarkStandby(ctx context.Context, job, owner string) error
 }
 
+// notes is what a Leases may also record for operators (*lease.Store
+// does): the largest batch and the last source auth failure. Best effort.
+type notes interface {
+	NoteLargestBatch(ctx context.Context, job string, n int64) error
+	NoteSourceAuthFailure(ctx context.Context, job string, at time.Time) error
+}
+
 // Sender queues changes. It must call fence before every request, retries
 // included, and stop with fence's error.
 type Sender interface {
@@ -54,6 +62,10 @@ type Poller struct {
 	// Clock is the time of the poller's budget and lease decisions; fault
 	// tests skew it. Zero: the system clock.
 	Clock clock.Clock
+
+	// largest is the largest batch this process has recorded in the job
+	// item, so an invocation writes it only when it read more.
+	largest atomic.Int64
 
 	// StandbyInterval is how often a standby reads the job item. Default 1s.
 	StandbyInterval time.Duration

@@ -1,10 +1,13 @@
 package poll_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/metrics"
 )
 
 // thenIdle answers the first read with b and every later one with nothing
@@ -445,4 +449,111 @@ func between(events []string, from, to string) []string {
 		return rest[:j+1]
 	}
 	return rest
+}
+
+// An invocation that reads more than feed.flood_threshold changes counts one
+// flood and warns; LargestBatch carries the changes it read.
+func TestFloodDetection(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		threshold int
+		wantFlood float64
+	}{
+		{"over the threshold", 250, 1},
+		{"at the threshold", 300, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(nil)
+			r.feed.batch = thenIdle(r, batchOf(1, 300))
+			r.poller.Job.Feed.FloodThreshold = tt.threshold
+			var emf bytes.Buffer
+			r.poller.Metrics = metrics.New(&emf, map[string]string{"Job": "orders"})
+			if _, err := r.run(t, 8*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			var flood, largest float64
+			for _, line := range bytes.Split(bytes.TrimSpace(emf.Bytes()), []byte("\n")) {
+				var rec map[string]any
+				if err := json.Unmarshal(line, &rec); err != nil {
+					t.Fatalf("EMF: %v", err)
+				}
+				for name, into := range map[string]*float64{metrics.FloodBatches: &flood, metrics.LargestBatch: &largest} {
+					switch v := rec[name].(type) {
+					case float64:
+						if name == metrics.FloodBatches {
+							*into += v
+						} else {
+							*into = max(*into, v)
+						}
+					case []any:
+						for _, x := range v {
+							*into = max(*into, x.(float64))
+						}
+					}
+				}
+			}
+			if flood != tt.wantFlood || largest != 300 {
+				t.Errorf("FloodBatches %v LargestBatch %v, want %v and 300", flood, largest, tt.wantFlood)
+			}
+			if warned := strings.Contains(r.logs.String(), "flood detected"); warned != (tt.wantFlood > 0) {
+				t.Errorf("flood warning %v, want %v:\n%s", warned, tt.wantFlood > 0, r.logs)
+			}
+		})
+	}
+}
+
+// notingLeases records what the poller notes for operators.
+type notingLeases struct {
+	*fakeLeases
+	mu      sync.Mutex
+	largest []int64
+	authAt  []time.Time
+}
+
+func (n *notingLeases) NoteLargestBatch(_ context.Context, _ string, v int64) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.largest = append(n.largest, v)
+	return nil
+}
+
+func (n *notingLeases) NoteSourceAuthFailure(_ context.Context, _ string, at time.Time) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.authAt = append(n.authAt, at)
+	return nil
+}
+
+// The job item learns the largest batch (only when it grew) and when the
+// source refused our credentials.
+func TestNotesForOperators(t *testing.T) {
+	t.Parallel()
+	r := newRig(nil)
+	r.feed.batch = thenIdle(r, batchOf(1, 300))
+	nl := &notingLeases{fakeLeases: r.leases}
+	r.poller.Leases = nl
+	if _, err := r.run(t, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.feed.batch = thenIdle(r, batchOf(301, 400)) // 100: less than 300
+	if _, err := r.run(t, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.feed.batch = func(int, string) (*feed.Batch, error) {
+		return nil, &feed.StatusError{Op: "changes", Status: 401, Reason: "unauthorized"}
+	}
+	if _, err := r.run(t, 5*time.Second); err == nil {
+		t.Fatal("run succeeded against a 401")
+	}
+	nl.mu.Lock()
+	defer nl.mu.Unlock()
+	if diff := cmp.Diff([]int64{300}, nl.largest); diff != "" {
+		t.Errorf("largest batches noted (-want +got):\n%s", diff)
+	}
+	if len(nl.authAt) != 1 {
+		t.Errorf("auth failures noted %v, want one", nl.authAt)
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/changes-worker/changes-worker/shared/backpressure"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/halt"
@@ -105,9 +106,9 @@ func (h *Handler) holdHalted(ctx context.Context, route config.Route, items []*i
 
 // settleHalting turns the outcome of a halting output's batch into the
 // messages to retry, recording and clearing halts.
-func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *slog.Logger, rec *metrics.Recorder, states map[string]*halt.State, items []*item) []string {
+func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *slog.Logger, rec *metrics.Recorder, states map[string]*halt.State, items []*item, tr *backpressure.Tracker, active bool) []string {
 	var failed []string
-	delivered, dead := 0, 0
+	delivered, dead, deferred := 0, 0, 0
 	haltedNow := false
 	for _, it := range items {
 		docID := ""
@@ -143,6 +144,18 @@ func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *sl
 		case it.held:
 			failed = append(failed, it.rec.MessageId)
 			h.setVisibility(ctx, route, it, heldDelay)
+		case isBackpressure(it.err, active):
+			// Not the change's fault: it waits in flight, at the head of its
+			// group, without counting toward the halt (the queue allows
+			// 1000 receives to a halting output).
+			attempts := receiveCount(it.rec)
+			delay := holdFor(max(it.err.RetryAfter, tr.Delay(attempts)))
+			failed = append(failed, it.rec.MessageId)
+			h.setVisibility(ctx, route, it, delay)
+			deferred++
+			rec.Add(metrics.BackpressureDelays, 1, metrics.Count)
+			rec.Add(metrics.BackpressureDelaySeconds, delay.Seconds(), metrics.Seconds)
+			lg.InfoContext(ctx, "output asked to slow down; message held back", "delay_s", delay.Seconds())
 		default:
 			attempts := receiveCount(it.rec)
 			failed = append(failed, it.rec.MessageId)
@@ -178,7 +191,7 @@ func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *sl
 	if haltedNow {
 		rec.Add(metrics.OutputHalted, 1, metrics.Count)
 	}
-	h.count(route, delivered, dead, len(failed))
+	h.count(route, delivered, dead, len(failed), deferred)
 	if len(failed) > 0 {
 		rec.Add(metrics.WriterBatchFailures, float64(len(failed)), metrics.Count)
 	}

@@ -361,6 +361,28 @@ func TestHaltRequestDuringAttempt(t *testing.T) {
 	}
 }
 
+// An output that asks to slow down (429 with Retry-After) does not halt: the
+// change waits in flight at the head of its group, however many receives it
+// has had, and nothing after it is applied.
+func TestHaltBackpressureDoesNotHalt(t *testing.T) {
+	t.Parallel()
+	r := newHaltRun(t, "total")
+	r.setFail("x", &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 429, Backpressure: true, RetryAfter: 7 * time.Second, Err: errors.New("slow down")})
+	failed, applied := r.handle(haltRecord(t, r.f, "m1", "x", 1, 3), haltRecord(t, r.f, "m2", "b", 2, 1))
+	if d := cmp.Diff([]string{"m1", "m2"}, failed); d != "" {
+		t.Errorf("failed (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"x"}, applied); d != "" {
+		t.Errorf("applied (-want +got):\n%s", d)
+	}
+	if st, _ := r.halts.Get(t.Context(), "j", "o", "o"); st != nil || len(r.sqs.sent) != 0 {
+		t.Errorf("halt %+v, %d sent; want neither for backpressure on the last receive", st, len(r.sqs.sent))
+	}
+	if len(r.sqs.visibility) == 0 || r.sqs.visibility[0] < 7 {
+		t.Errorf("visibility %v, want the change held at least the 7 s the output asked for", r.sqs.visibility)
+	}
+}
+
 func TestHaltDelay(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

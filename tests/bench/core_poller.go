@@ -233,7 +233,11 @@ func coreRunPoller(ctx context.Context, base *poll.Poller, job string, sender po
 	defer cancel()
 	var sp corePollerSpans
 	var done atomic.Bool // set once the end is recorded: later calls are not counted
-	p := *base
+	// A new Poller with base's settings (a Poller holds state of its own).
+	p := poll.Poller{
+		Job: base.Job, Feed: base.Feed, Leases: base.Leases, Sender: base.Sender, Targets: base.Targets,
+		Log: base.Log, Metrics: base.Metrics, Clock: base.Clock, StandbyInterval: base.StandbyInterval, OnBatch: base.OnBatch,
+	}
 	j := *base.Job
 	j.ID = job
 	p.Job = &j

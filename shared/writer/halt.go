@@ -32,9 +32,15 @@ const (
 	// hour, below the queue's redrive maxReceiveCount (1000) for longer than
 	// SQS keeps a message (14 days).
 	haltMaxDelay = time.Hour
-	// heldDelay is how long a change held behind a halted one stays in
-	// flight. SQS hands out no message of a FIFO group while one of them is
-	// in flight, so it is kept short: a retried change waits for it.
+	// heldDelay is how long a change stays in flight when it was held back
+	// without an earlier change of its group in flight to block the group
+	// (the halt record names a change this batch does not start with, or
+	// it could not be read), so that it does not come straight back.
+	// Changes held behind a change of the same batch go back at once: the
+	// failed change stays in flight and blocks its group, and when it comes
+	// back they follow it in order. Kept in flight instead, they could
+	// outlast it, and an SQS that hands out the visible changes of a group
+	// around one in flight (LocalStack does) would deliver them out of order.
 	heldDelay = 10 * time.Second
 	// requestDelay: an operator's request (retry or skip) arrived while the
 	// change was being tried; it is served on the next receive, soon.
@@ -143,7 +149,11 @@ func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *sl
 			rec.Add(metrics.OutputHalted, 0, metrics.Count)
 		case it.held:
 			failed = append(failed, it.rec.MessageId)
-			h.setVisibility(ctx, route, it, heldDelay)
+			delay := time.Duration(0)
+			if it.err.Reason == "halted" || it.err.Reason == "halt_state" {
+				delay = heldDelay
+			}
+			h.setVisibility(ctx, route, it, delay)
 		case isBackpressure(it.err, active):
 			// Not the change's fault: it waits in flight, at the head of its
 			// group, without counting toward the halt (the queue allows

@@ -117,6 +117,19 @@ func TestApply(t *testing.T) {
 		doc     *docRow // nil: no data row
 		version versionRow
 	}
+	// liveRow is what a live change of "a" at rev and ver leaves; deletedRow
+	// what a tombstone leaves.
+	liveRow := func(rev string, ver change.Version) want {
+		seq := fmt.Sprintf(`"%d:%d"`, ver.Generation, ver.Counter)
+		return want{
+			doc:     &docRow{Rev: rev, Seq: seq, Body: body("a", rev, ver)},
+			version: versionRow{Generation: ver.Generation, Counter: ver.Counter, Rev: rev, Seq: seq},
+		}
+	}
+	deletedRow := func(rev string, ver change.Version) want {
+		seq := fmt.Sprintf(`"%d:%d"`, ver.Generation, ver.Counter)
+		return want{version: versionRow{Generation: ver.Generation, Counter: ver.Counter, Rev: rev, Seq: seq, Deleted: true}}
+	}
 	tests := []struct {
 		name    string
 		batches [][]*change.Envelope
@@ -125,34 +138,22 @@ func TestApply(t *testing.T) {
 		{
 			name:    "apply",
 			batches: [][]*change.Envelope{{live("a", "1-x", v(1, 1))}},
-			want: want{
-				doc:     &docRow{Rev: "1-x", Seq: `"1:1"`, Body: body("a", "1-x", v(1, 1))},
-				version: versionRow{Generation: 1, Counter: 1, Rev: "1-x", Seq: `"1:1"`},
-			},
+			want:    liveRow("1-x", v(1, 1)),
 		},
 		{
 			name:    "duplicate",
 			batches: [][]*change.Envelope{{live("a", "1-x", v(1, 1))}, {live("a", "1-x", v(1, 1))}},
-			want: want{
-				doc:     &docRow{Rev: "1-x", Seq: `"1:1"`, Body: body("a", "1-x", v(1, 1))},
-				version: versionRow{Generation: 1, Counter: 1, Rev: "1-x", Seq: `"1:1"`},
-			},
+			want:    liveRow("1-x", v(1, 1)),
 		},
 		{
 			name:    "duplicate within one batch",
 			batches: [][]*change.Envelope{{live("a", "1-x", v(1, 1)), live("a", "1-x", v(1, 1))}},
-			want: want{
-				doc:     &docRow{Rev: "1-x", Seq: `"1:1"`, Body: body("a", "1-x", v(1, 1))},
-				version: versionRow{Generation: 1, Counter: 1, Rev: "1-x", Seq: `"1:1"`},
-			},
+			want:    liveRow("1-x", v(1, 1)),
 		},
 		{
 			name:    "older after newer is a no-op",
 			batches: [][]*change.Envelope{{live("a", "2-x", v(1, 8))}, {live("a", "1-x", v(1, 3))}},
-			want: want{
-				doc:     &docRow{Rev: "2-x", Seq: `"1:8"`, Body: body("a", "2-x", v(1, 8))},
-				version: versionRow{Generation: 1, Counter: 8, Rev: "2-x", Seq: `"1:8"`},
-			},
+			want:    liveRow("2-x", v(1, 8)),
 		},
 		{
 			name: "newer and older in one batch, in any order",
@@ -160,23 +161,17 @@ func TestApply(t *testing.T) {
 				{live("a", "2-x", v(1, 8)), live("a", "1-x", v(1, 3))},
 				{live("a", "1-x", v(1, 3)), live("a", "3-x", v(1, 9))},
 			},
-			want: want{
-				doc:     &docRow{Rev: "3-x", Seq: `"1:9"`, Body: body("a", "3-x", v(1, 9))},
-				version: versionRow{Generation: 1, Counter: 9, Rev: "3-x", Seq: `"1:9"`},
-			},
+			want: liveRow("3-x", v(1, 9)),
 		},
 		{
 			name:    "live and newer tombstone in one batch",
 			batches: [][]*change.Envelope{{deleted("a", "2-x", v(1, 2)), live("a", "1-x", v(1, 1))}},
-			want:    want{version: versionRow{Generation: 1, Counter: 2, Rev: "2-x", Seq: `"1:2"`, Deleted: true}},
+			want:    deletedRow("2-x", v(1, 2)),
 		},
 		{
 			name:    "tombstone and newer live change in one batch",
 			batches: [][]*change.Envelope{{live("a", "3-x", v(1, 3)), deleted("a", "2-x", v(1, 2))}},
-			want: want{
-				doc:     &docRow{Rev: "3-x", Seq: `"1:3"`, Body: body("a", "3-x", v(1, 3))},
-				version: versionRow{Generation: 1, Counter: 3, Rev: "3-x", Seq: `"1:3"`},
-			},
+			want:    liveRow("3-x", v(1, 3)),
 		},
 		{
 			name: "tombstone then stale update stays deleted",
@@ -185,7 +180,7 @@ func TestApply(t *testing.T) {
 				{deleted("a", "2-x", v(1, 2))},
 				{live("a", "1-x", v(1, 1))},
 			},
-			want: want{version: versionRow{Generation: 1, Counter: 2, Rev: "2-x", Seq: `"1:2"`, Deleted: true}},
+			want: deletedRow("2-x", v(1, 2)),
 		},
 		{
 			name: "conflict: a lower revision observed later wins",
@@ -193,10 +188,7 @@ func TestApply(t *testing.T) {
 				{live("a", "3-b", v(5, 9))},
 				{live("a", "2-a", v(5, 10))},
 			},
-			want: want{
-				doc:     &docRow{Rev: "2-a", Seq: `"5:10"`, Body: body("a", "2-a", v(5, 10))},
-				version: versionRow{Generation: 5, Counter: 10, Rev: "2-a", Seq: `"5:10"`},
-			},
+			want: liveRow("2-a", v(5, 10)),
 		},
 	}
 	for _, tt := range tests {
@@ -316,31 +308,7 @@ func TestConcurrentWriters(t *testing.T) {
 		}
 	}
 
-	var wg sync.WaitGroup
-	for w := range 2 {
-		mine := append([]*change.Envelope(nil), all...)
-		rand.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
-		wg.Go(func() {
-			for start := 0; start < len(mine); start += 10 {
-				batch := mine[start:min(start+10, len(mine))]
-				for attempt := 1; len(batch) > 0; attempt++ {
-					var again []*change.Envelope
-					for i, err := range s.Apply(t.Context(), batch) {
-						if err == nil {
-							continue
-						}
-						if deliver.Classify(err).Class != deliver.Transient || attempt > 10 {
-							t.Errorf("writer %d: %s %s: %v", w, batch[i].DocID, batch[i].Version, err)
-							return
-						}
-						again = append(again, batch[i])
-					}
-					batch = again
-				}
-			}
-		})
-	}
-	wg.Wait()
+	delivertest.ApplyConcurrently(t, s, all, 2, 10)
 
 	for id, c := range wantDoc {
 		ver, ok := readVersion(t, pool, s, id)

@@ -407,31 +407,7 @@ func TestConcurrentWriters(t *testing.T) {
 		all = append(all, c)
 		last[id] = c
 	}
-	var wg sync.WaitGroup
-	for w := range 4 {
-		mine := append([]*change.Envelope(nil), all...)
-		rand.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
-		wg.Go(func() {
-			for start := 0; start < len(mine); start += 6 {
-				batch := mine[start:min(start+6, len(mine))]
-				for attempt := 1; len(batch) > 0; attempt++ {
-					var again []*change.Envelope
-					for i, err := range s.Apply(t.Context(), batch) {
-						if err == nil {
-							continue
-						}
-						if deliver.Classify(err).Class != deliver.Transient || attempt > 10 {
-							t.Errorf("writer %d: %s %s: %v", w, batch[i].DocID, batch[i].Version, err)
-							return
-						}
-						again = append(again, batch[i])
-					}
-					batch = again
-				}
-			}
-		})
-	}
-	wg.Wait()
+	delivertest.ApplyConcurrently(t, s, all, 4, 6)
 
 	for id, c := range last {
 		obj, hasObj := get(t, client, s.bucket, s.Key(id))

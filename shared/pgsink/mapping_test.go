@@ -436,13 +436,7 @@ func TestMappingOrdering(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s, pool, _ := newMappedSink(t, nil, itemsMapping())
-			for i, batch := range tt.batches {
-				for j, err := range s.Apply(t.Context(), batch) {
-					if err != nil {
-						t.Fatalf("batch %d change %d: %v", i, j, err)
-					}
-				}
-			}
+			delivertest.ApplyAll(t, s, tt.batches...)
 			if diff := cmp.Diff(tt.want, counts(t, pool, s, "o")); diff != "" {
 				t.Errorf("rows per table and records (-want +got):\n%s", diff)
 			}

@@ -195,13 +195,7 @@ func TestApply(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s, pool := newSink(t)
-			for i, batch := range tt.batches {
-				for j, err := range s.Apply(t.Context(), batch) {
-					if err != nil {
-						t.Fatalf("batch %d change %d: %v", i, j, err)
-					}
-				}
-			}
+			delivertest.ApplyAll(t, s, tt.batches...)
 			doc, ok := readDoc(t, pool, s, "a")
 			switch {
 			case tt.want.doc == nil && ok:
@@ -583,10 +577,7 @@ func TestUnreachableDatabase(t *testing.T) {
 		t.Fatalf("pgxpool.New: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	s, err := New(pool, config.PostgresOutput{Table: "unused"}, "out-1")
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	s := unusedTableSink(t, pool)
 	batch := []*change.Envelope{live("a", "1-a", v(1, 1)), deleted("b", "1-b", v(1, 2))}
 	for i, err := range s.Apply(t.Context(), batch) {
 		if e := deliver.Classify(err); err == nil || e.Class != deliver.Transient || e.Reason != "connection" {
@@ -627,10 +618,7 @@ func TestTooManyConnectionsIsBackpressure(t *testing.T) {
 		t.Fatalf("pgxpool: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	s, err := New(pool, config.PostgresOutput{Table: "unused"}, "out-1")
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	s := unusedTableSink(t, pool)
 	err = s.Apply(ctx, []*change.Envelope{live("a", "1-a", v(1, 1))})[0]
 	var e *deliver.Error
 	if !errors.As(err, &e) || e.SQLState != "53300" || !e.Backpressure || e.Class != deliver.Transient {
@@ -689,10 +677,7 @@ func TestWrongPasswordIsAuthFailure(t *testing.T) {
 		t.Fatalf("pgxpool: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	s, err := New(pool, config.PostgresOutput{Table: "unused"}, "out-1")
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	s := unusedTableSink(t, pool)
 	err = s.Apply(t.Context(), []*change.Envelope{live("a", "1-a", v(1, 1))})[0]
 	if !deliver.AuthFailure(err) || deliver.Classify(err).SQLState != "28P01" {
 		t.Fatalf("got %v, want SQLSTATE 28P01 counted as an auth failure", err)
@@ -700,4 +685,14 @@ func TestWrongPasswordIsAuthFailure(t *testing.T) {
 	if strings.Contains(err.Error(), "not-the-password") {
 		t.Fatalf("error shows the password: %v", err)
 	}
+}
+
+// unusedTableSink returns a sink on pool for a table the test never reaches.
+func unusedTableSink(t *testing.T, pool *pgxpool.Pool) *Sink {
+	t.Helper()
+	s, err := New(pool, config.PostgresOutput{Table: "unused"}, "out-1")
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s
 }

@@ -202,13 +202,7 @@ func TestApply(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s, client := newSink(t)
-			for i, batch := range tt.batches {
-				for j, err := range s.Apply(t.Context(), batch) {
-					if err != nil {
-						t.Fatalf("batch %d change %d: %v", i, j, err)
-					}
-				}
-			}
+			delivertest.ApplyAll(t, s, tt.batches...)
 			obj, ok := get(t, client, s.bucket, s.Key("a"))
 			switch {
 			case tt.want.rev == "" && ok:

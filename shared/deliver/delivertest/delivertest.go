@@ -335,6 +335,15 @@ func applyOK(t *testing.T, sink deliver.Sink, batch []*change.Envelope, what str
 	}
 }
 
+// ApplyAll applies batches through sink one after the other and fails the
+// test unless every change of every batch succeeded.
+func ApplyAll(t *testing.T, sink deliver.Sink, batches ...[]*change.Envelope) {
+	t.Helper()
+	for i, batch := range batches {
+		applyOK(t, sink, batch, fmt.Sprintf("batch %d", i))
+	}
+}
+
 // ApplyConcurrently applies changes through sink from writers goroutines at
 // once, each in its own shuffled order and in consecutive batches of at most
 // size changes (a batch may hold a document twice), re-applying changes that

@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
@@ -42,18 +40,8 @@ func newMappedSink(t *testing.T, pool *pgxpool.Pool, m *config.Mapping) (*Sink, 
 	if _, err := pool.Exec(t.Context(), `CREATE SCHEMA `+quote(schema)); err != nil {
 		t.Fatalf("create schema: %v", err)
 	}
-	t.Cleanup(func() {
-		// t.Context is already cancelled when cleanups run.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := pool.Exec(ctx, `DROP SCHEMA `+quote(schema)+` CASCADE`); err != nil {
-			t.Logf("drop schema: %v", err)
-		}
-	})
-	s, err := New(pool, config.PostgresOutput{Schema: schema, Table: mappedOutput, Mapping: m}, delivertest.Output)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	execOnCleanup(t, pool, `DROP SCHEMA `+quote(schema)+` CASCADE`)
+	s := mustNew(t, pool, config.PostgresOutput{Schema: schema, Table: mappedOutput, Mapping: m}, delivertest.Output)
 	if err := s.CreateTables(t.Context()); err != nil {
 		t.Fatalf("CreateTables: %v", err)
 	}
@@ -360,16 +348,7 @@ func counts(t *testing.T, pool *pgxpool.Pool, s *Sink, docID string) []int {
 
 func readMappedVersion(t *testing.T, pool *pgxpool.Pool, s *Sink, docID string) (versionRow, bool) {
 	t.Helper()
-	var r versionRow
-	err := pool.QueryRow(t.Context(), `SELECT generation, counter, rev, seq, deleted FROM `+s.mapping.versions+` WHERE doc_id = $1`, docID).
-		Scan(&r.Generation, &r.Counter, &r.Rev, &r.Seq, &r.Deleted)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return versionRow{}, false
-	}
-	if err != nil {
-		t.Fatalf("read version of %q: %v", docID, err)
-	}
-	return r, true
+	return readVersionIn(t, pool, s.mapping.versions, docID)
 }
 
 // TestMappingOrdering applies sequences of changes of one document, one

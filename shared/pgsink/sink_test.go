@@ -34,22 +34,51 @@ func newSink(t *testing.T) (*Sink, *pgxpool.Pool) {
 	t.Helper()
 	pool := testenv.Postgres(t)
 	table := strings.ReplaceAll(testenv.Name(t), "-", "_")
-	s, err := New(pool, config.PostgresOutput{Table: table}, "out-1")
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	s := mustNew(t, pool, config.PostgresOutput{Table: table}, "out-1")
 	if err := s.CreateTables(t.Context()); err != nil {
 		t.Fatalf("CreateTables: %v", err)
 	}
+	execOnCleanup(t, pool, `DROP TABLE IF EXISTS `+s.names.data+`, `+s.names.versions)
+	return s, pool
+}
+
+// mustNew returns New(pool, out, outputID), failing the test on an error.
+func mustNew(t *testing.T, pool *pgxpool.Pool, out config.PostgresOutput, outputID string) *Sink {
+	t.Helper()
+	s, err := New(pool, out, outputID)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s
+}
+
+// poolWith returns a pool on the test database with the settings set
+// makes, closed when the test ends.
+func poolWith(t *testing.T, set func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	set(cfg)
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("pgxpool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// execOnCleanup runs stmt on pool when the test ends, logging a failure.
+func execOnCleanup(t *testing.T, pool *pgxpool.Pool, stmt string) {
 	t.Cleanup(func() {
 		// t.Context is already cancelled when cleanups run.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS `+s.names.data+`, `+s.names.versions); err != nil {
-			t.Logf("drop tables: %v", err)
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Logf("cleanup %s: %v", stmt, err)
 		}
 	})
-	return s, pool
 }
 
 func TestConformance(t *testing.T) {
@@ -95,8 +124,15 @@ func readDoc(t *testing.T, pool *pgxpool.Pool, s *Sink, id string) (docRow, bool
 
 func readVersion(t *testing.T, pool *pgxpool.Pool, s *Sink, id string) (versionRow, bool) {
 	t.Helper()
+	return readVersionIn(t, pool, s.names.versions, id)
+}
+
+// readVersionIn reads the row of document id in the versions table named by
+// the quoted identifier table.
+func readVersionIn(t *testing.T, pool *pgxpool.Pool, table, id string) (versionRow, bool) {
+	t.Helper()
 	var r versionRow
-	err := pool.QueryRow(t.Context(), `SELECT generation, counter, rev, seq, deleted FROM `+s.names.versions+` WHERE doc_id = $1`, id).
+	err := pool.QueryRow(t.Context(), `SELECT generation, counter, rev, seq, deleted FROM `+table+` WHERE doc_id = $1`, id).
 		Scan(&r.Generation, &r.Counter, &r.Rev, &r.Seq, &r.Deleted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return versionRow{}, false
@@ -577,7 +613,7 @@ func TestUnreachableDatabase(t *testing.T) {
 		t.Fatalf("pgxpool.New: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	s := unusedTableSink(t, pool)
+	s := mustNew(t, pool, config.PostgresOutput{Table: "unused"}, "out-1")
 	batch := []*change.Envelope{live("a", "1-a", v(1, 1)), deleted("b", "1-b", v(1, 2))}
 	for i, err := range s.Apply(t.Context(), batch) {
 		if e := deliver.Classify(err); err == nil || e.Class != deliver.Transient || e.Reason != "connection" {
@@ -603,23 +639,12 @@ func TestTooManyConnectionsIsBackpressure(t *testing.T) {
 	if _, err := admin.Exec(ctx, `CREATE ROLE `+role+` LOGIN PASSWORD 'full-house' CONNECTION LIMIT 0`); err != nil {
 		t.Fatalf("create role: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = admin.Exec(ctx, `DROP ROLE IF EXISTS `+role)
+	execOnCleanup(t, admin, `DROP ROLE IF EXISTS `+role)
+	pool := poolWith(t, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "full-house"
 	})
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatalf("parse dsn: %v", err)
-	}
-	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "full-house"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("pgxpool: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	s := unusedTableSink(t, pool)
-	err = s.Apply(ctx, []*change.Envelope{live("a", "1-a", v(1, 1))})[0]
+	s := mustNew(t, pool, config.PostgresOutput{Table: "unused"}, "out-1")
+	err := s.Apply(ctx, []*change.Envelope{live("a", "1-a", v(1, 1))})[0]
 	var e *deliver.Error
 	if !errors.As(err, &e) || e.SQLState != "53300" || !e.Backpressure || e.Class != deliver.Transient {
 		t.Fatalf("got %v, want a transient backpressure error with SQLSTATE 53300", err)
@@ -631,20 +656,8 @@ func TestTooManyConnectionsIsBackpressure(t *testing.T) {
 func TestPoolExhaustedIsBackpressure(t *testing.T) {
 	t.Parallel()
 	tables, _ := newSink(t) // creates the tables
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatalf("parse dsn: %v", err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatalf("pgxpool: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	s, err := New(pool, config.PostgresOutput{Table: tables.names.table}, "out-1")
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	pool := poolWith(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+	s := mustNew(t, pool, config.PostgresOutput{Table: tables.names.table}, "out-1")
 	held, err := pool.Acquire(t.Context())
 	if err != nil {
 		t.Fatalf("acquire: %v", err)
@@ -677,7 +690,7 @@ func TestWrongPasswordIsAuthFailure(t *testing.T) {
 		t.Fatalf("pgxpool: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	s := unusedTableSink(t, pool)
+	s := mustNew(t, pool, config.PostgresOutput{Table: "unused"}, "out-1")
 	err = s.Apply(t.Context(), []*change.Envelope{live("a", "1-a", v(1, 1))})[0]
 	if !deliver.AuthFailure(err) || deliver.Classify(err).SQLState != "28P01" {
 		t.Fatalf("got %v, want SQLSTATE 28P01 counted as an auth failure", err)
@@ -685,14 +698,4 @@ func TestWrongPasswordIsAuthFailure(t *testing.T) {
 	if strings.Contains(err.Error(), "not-the-password") {
 		t.Fatalf("error shows the password: %v", err)
 	}
-}
-
-// unusedTableSink returns a sink on pool for a table the test never reaches.
-func unusedTableSink(t *testing.T, pool *pgxpool.Pool) *Sink {
-	t.Helper()
-	s, err := New(pool, config.PostgresOutput{Table: "unused"}, "out-1")
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	return s
 }

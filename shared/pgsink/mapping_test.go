@@ -594,25 +594,7 @@ func TestMappingTombstoneWaitsForConcurrentInsert(t *testing.T) {
 		t.Fatalf("apply in open transaction: %v", err)
 	}
 
-	done := make(chan error, 1)
-	go func() { done <- s.Apply(ctx, []*change.Envelope{deleted("a", "2-a", v(1, 7))})[0] }()
-	// Wait until the tombstone waits for the document's lock.
-	waitFor(t, func() bool {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			AND classid::bigint = (hashtextextended($1, $2) >> 32) & 4294967295
-			AND objid::bigint = hashtextextended($1, $2) & 4294967295`, "a", s.mapping.lockSeed).Scan(&n)
-		if err != nil {
-			t.Fatalf("query pg_stat_activity: %v", err)
-		}
-		return n > 0
-	})
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatalf("commit: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("apply tombstone: %v", err)
-	}
+	applyTombstoneBehind(t, pool, s, tx, s.mapping.lockSeed)
 	if diff := cmp.Diff([]int{0, 0, 0, 0}, counts(t, pool, s, "a")); diff != "" {
 		t.Errorf("rows survived a newer tombstone (-want +got):\n%s", diff)
 	}

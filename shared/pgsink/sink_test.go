@@ -375,26 +375,7 @@ func TestTombstoneWaitsForConcurrentInsert(t *testing.T) {
 		t.Fatalf("apply in open transaction: %v", err)
 	}
 
-	done := make(chan error, 1)
-	go func() { done <- s.Apply(ctx, []*change.Envelope{deleted("a", "2-a", v(1, 7))})[0] }()
-
-	// Wait until the tombstone waits for the document's lock.
-	waitFor(t, func() bool {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			AND classid::bigint = (hashtextextended($1, $2) >> 32) & 4294967295
-			AND objid::bigint = hashtextextended($1, $2) & 4294967295`, "a", s.lockSeed).Scan(&n)
-		if err != nil {
-			t.Fatalf("query pg_locks: %v", err)
-		}
-		return n > 0
-	})
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatalf("commit: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("apply tombstone: %v", err)
-	}
+	applyTombstoneBehind(t, pool, s, tx, s.lockSeed)
 
 	if doc, ok := readDoc(t, pool, s, "a"); ok {
 		t.Errorf("data row rev %q survived a newer tombstone", doc.Rev)
@@ -697,5 +678,33 @@ func TestWrongPasswordIsAuthFailure(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "not-the-password") {
 		t.Fatalf("error shows the password: %v", err)
+	}
+}
+
+// applyTombstoneBehind applies a tombstone of document "a" at version 1.7
+// while tx, not yet committed, holds the document's advisory lock (seed is
+// the sink's lock seed): it waits until the tombstone waits for that lock,
+// commits tx, and fails the test unless the tombstone then succeeds.
+func applyTombstoneBehind(t *testing.T, pool *pgxpool.Pool, s *Sink, tx pgx.Tx, seed int64) {
+	t.Helper()
+	ctx := t.Context()
+	done := make(chan error, 1)
+	go func() { done <- s.Apply(ctx, []*change.Envelope{deleted("a", "2-a", v(1, 7))})[0] }()
+	// Wait until the tombstone waits for the document's lock.
+	waitFor(t, func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND classid::bigint = (hashtextextended($1, $2) >> 32) & 4294967295
+			AND objid::bigint = hashtextextended($1, $2) & 4294967295`, "a", seed).Scan(&n)
+		if err != nil {
+			t.Fatalf("query pg_locks: %v", err)
+		}
+		return n > 0
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("apply tombstone: %v", err)
 	}
 }

@@ -204,20 +204,23 @@ func TestApply(t *testing.T) {
 			s, client := newSink(t)
 			delivertest.ApplyAll(t, s, tt.batches...)
 			obj, ok := get(t, client, s.bucket, s.Key("a"))
-			switch {
-			case tt.want.rev == "" && ok:
-				t.Errorf("object present with rev %q, want none", obj.Meta[MetaRev])
-			case tt.want.rev != "" && (!ok || obj.Meta[MetaRev] != tt.want.rev):
-				t.Errorf("object rev %q (present %v), want %q", obj.Meta[MetaRev], ok, tt.want.rev)
-			}
+			checkHeld(t, "object rev", obj.Meta[MetaRev], ok, tt.want.rev)
 			mark, ok := get(t, client, s.bucket, s.TombstoneKey("a"))
-			switch {
-			case tt.want.marker == "" && ok:
-				t.Errorf("tombstone marker present at %s, want none", mark.Meta[MetaVersion])
-			case tt.want.marker != "" && (!ok || mark.Meta[MetaVersion] != tt.want.marker):
-				t.Errorf("tombstone marker version %q (present %v), want %q", mark.Meta[MetaVersion], ok, tt.want.marker)
-			}
+			checkHeld(t, "tombstone marker version", mark.Meta[MetaVersion], ok, tt.want.marker)
 		})
+	}
+}
+
+// checkHeld fails the test unless an object the bucket holds (present) with
+// metadata value got is as wanted: absent for want "", else present with
+// value want.
+func checkHeld(t *testing.T, what, got string, present bool, want string) {
+	t.Helper()
+	switch {
+	case want == "" && present:
+		t.Errorf("%s %q present, want none", what, got)
+	case want != "" && (!present || got != want):
+		t.Errorf("%s %q (present %v), want %q", what, got, present, want)
 	}
 }
 

@@ -139,14 +139,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := Parse([]byte(tt.in))
-			if err == nil {
-				t.Fatal("Parse succeeded, want errors")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error lacks %q:\n%v", w, err)
-				}
-			}
+			wantErrorWith(t, err, "Parse succeeded, want errors", tt.want...)
 		})
 	}
 }
@@ -217,14 +210,7 @@ func TestCredentialsOnlyByReference(t *testing.T) {
 				}
 				return
 			}
-			if err == nil {
-				t.Fatal("Parse succeeded, want errors")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error lacks %q:\n%v", w, err)
-				}
-			}
+			wantErrorWith(t, err, "Parse succeeded, want errors", tt.want...)
 			for _, secret := range []string{"k-123", "session=abc", "eDp5"} {
 				if strings.Contains(err.Error(), secret) {
 					t.Errorf("error quotes the value %q:\n%v", secret, err)
@@ -270,14 +256,7 @@ func TestResourceNamesUnique(t *testing.T) {
 				}
 				return
 			}
-			if err == nil {
-				t.Fatal("Parse succeeded, want an error")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error lacks %q:\n%v", w, err)
-				}
-			}
+			wantErrorWith(t, err, "Parse succeeded, want an error", tt.want...)
 		})
 	}
 }
@@ -404,5 +383,19 @@ func TestFeedModeFitsSource(t *testing.T) {
 				t.Errorf("Parse error %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// wantErrorWith fails the test unless err is an error whose text holds every
+// one of wants; ifNil is the failure to report when err is nil.
+func wantErrorWith(t *testing.T, err error, ifNil string, wants ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal(ifNil)
+	}
+	for _, w := range wants {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %q:\n%v", w, err)
+		}
 	}
 }

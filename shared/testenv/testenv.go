@@ -185,7 +185,9 @@ func PostgresDSN(t testing.TB) string {
 // Postgres returns a pool on the test database, closed when the test ends.
 func Postgres(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	// Not t.Context() alone: it is cancelled before cleanups run, and
+	// cleanups (dropping a test's tables) open pools too.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 10*time.Second)
 	defer cancel()
 	pool, err := pgxpool.New(ctx, PostgresDSN(t))
 	if err != nil {

@@ -387,6 +387,42 @@ func TestHaltBackpressureDoesNotHalt(t *testing.T) {
 	}
 }
 
+// With ordering total (and on_failure dlq), backpressure never sends a change
+// back behind later ones: it waits in flight, and on its last receive it goes
+// to the DLQ with its reason.
+func TestTotalBackpressureNeverResends(t *testing.T) {
+	t.Parallel()
+	f, err := config.Parse([]byte(`{"jobs":[{"id":"j","source":{"type":"couchdb","url":"http://h/db"},
+		"outputs":[{"id":"o","type":"http","ordering":"total","max_receive_count":3,"http":{"url":"http://x/{doc_id}"}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &fakeSink{apply: func(c *change.Envelope) error {
+		return &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 429, Backpressure: true, RetryAfter: 5 * time.Second, Err: errors.New("slow down")}
+	}}
+	q := &fakeSQS{}
+	h := newHandler(f, sink, q)
+	rec := func(receives int) events.SQSMessage {
+		m := record(t, f, "m1", "a", "1-a", 1, receives)
+		m.Attributes["MessageGroupId"] = "o"
+		return m
+	}
+	resp, err := h.Handle(t.Context(), events.SQSEvent{Records: []events.SQSMessage{rec(2)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BatchItemFailures) != 1 || len(q.sent) != 0 || len(q.visibility) != 1 {
+		t.Fatalf("receive 2 of 3: failures %v, %d sent, visibility %v; want the change held in flight, nothing sent", resp.BatchItemFailures, len(q.sent), q.visibility)
+	}
+	resp, err = h.Handle(t.Context(), events.SQSEvent{Records: []events.SQSMessage{rec(3)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BatchItemFailures) != 0 || len(q.sent) != 1 || aws.ToString(q.sent[0].QueueUrl) != "https://queue/"+f.DLQName(f.Jobs[0], f.Jobs[0].Outputs[0]) {
+		t.Fatalf("receive 3 of 3: failures %v, %d sent; want the change in the DLQ, not back in the work queue", resp.BatchItemFailures, len(q.sent))
+	}
+}
+
 func TestHaltDelay(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

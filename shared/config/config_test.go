@@ -305,6 +305,52 @@ func TestZeroDurationsRefused(t *testing.T) {
 	})
 }
 
+func TestOrderingAndFailurePolicy(t *testing.T) {
+	t.Parallel()
+	out := func(settings string) string {
+		return `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},
+			"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"env":"D"}}` + settings + `}]}]}`
+	}
+	tests := []struct {
+		name, settings string
+		want           string // substring of the error; empty: Parse must succeed
+		fifo, halts    bool
+		queueReceives  int
+	}{
+		{name: "defaults", settings: ``, queueReceives: 5},
+		{name: "total is fifo", settings: `,"ordering":"total"`, fifo: true, queueReceives: 5},
+		{name: "halt on total", settings: `,"ordering":"total","on_failure":"halt"`, fifo: true, halts: true, queueReceives: 1000},
+		{name: "halt on per_document", settings: `,"ordering":"per_document","on_failure":"halt","max_receive_count":100`, fifo: true, halts: true, queueReceives: 1000},
+		{name: "halt needs fifo", settings: `,"on_failure":"halt"`, want: "jobs[a].outputs[p].on_failure: halt needs a FIFO queue"},
+		{name: "halt bounds receives", settings: `,"ordering":"total","on_failure":"halt","max_receive_count":101`, want: "jobs[a].outputs[p].max_receive_count: 101: with on_failure halt at most 100"},
+		{name: "unknown policy", settings: `,"on_failure":"retry"`, want: `jobs[a].outputs[p].on_failure: "retry" is not dlq or halt`},
+		{name: "unknown ordering", settings: `,"ordering":"global"`, want: `jobs[a].outputs[p].ordering: "global" is not per_document, total or none`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f, err := Parse([]byte(out(tt.settings)))
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("Parse error = %v, want one containing %q", err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			o := f.Jobs[0].Outputs[0]
+			got := []any{o.FIFO(), o.Halts(), o.QueueMaxReceiveCount()}
+			if d := cmp.Diff([]any{tt.fifo, tt.halts, tt.queueReceives}, got); d != "" {
+				t.Errorf("fifo, halts, queue max receives (-want +got):\n%s", d)
+			}
+			if tt.fifo && !strings.HasSuffix(f.QueueName(f.Jobs[0], o), ".fifo") {
+				t.Errorf("queue %s is not a FIFO queue name", f.QueueName(f.Jobs[0], o))
+			}
+		})
+	}
+}
+
 func TestFeedModeFitsSource(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

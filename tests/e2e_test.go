@@ -20,7 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/change"
-	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/failure"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/localrun"
@@ -116,8 +116,8 @@ func TestOutputFailuresRetryAndDeadLetter(t *testing.T) {
 		attrs[k] = aws.ToString(v.StringValue)
 	}
 	for k, want := range map[string]string{
-		deliver.AttrClass: "permanent", deliver.AttrReason: "http_status", deliver.AttrHTTPStatus: "400",
-		deliver.AttrDocID: poison, deliver.AttrOutput: "rest", deliver.AttrJob: "orders",
+		failure.AttrClass: "permanent", failure.AttrReason: "http_status", failure.AttrHTTPStatus: "400",
+		failure.AttrDocID: poison, failure.AttrOutput: "rest", failure.AttrJob: "orders",
 	} {
 		if attrs[k] != want {
 			t.Errorf("DLQ attribute %s = %q, want %q (all: %v)", k, attrs[k], want, attrs)

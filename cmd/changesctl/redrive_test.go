@@ -19,8 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/dlq"
+	"github.com/changes-worker/changes-worker/shared/failure"
 )
 
 // TestRedriveKilledMidway redrives 1,000 messages with the changesctl
@@ -217,15 +217,15 @@ func (s *testStack) fillDLQ(q dlq.Queues, n int) []string {
 			Id:          aws.String(strconv.Itoa(len(entries))),
 			MessageBody: aws.String(string(body)),
 			MessageAttributes: map[string]sqstypes.MessageAttributeValue{
-				deliver.AttrClass:          {DataType: aws.String("String"), StringValue: aws.String("transient")},
-				deliver.AttrReason:         {DataType: aws.String("String"), StringValue: aws.String("connection")},
-				deliver.AttrError:          {DataType: aws.String("String"), StringValue: aws.String("transient connection: output down")},
-				deliver.AttrAttempts:       {DataType: aws.String("Number"), StringValue: aws.String("3")},
-				deliver.AttrFirstFailureAt: {DataType: aws.String("String"), StringValue: aws.String(now)},
-				deliver.AttrLastFailureAt:  {DataType: aws.String("String"), StringValue: aws.String(now)},
-				deliver.AttrOutput:         {DataType: aws.String("String"), StringValue: aws.String(q.Output)},
-				deliver.AttrJob:            {DataType: aws.String("String"), StringValue: aws.String(q.Job)},
-				deliver.AttrDocID:          {DataType: aws.String("String"), StringValue: aws.String(id)},
+				failure.AttrClass:          {DataType: aws.String("String"), StringValue: aws.String("transient")},
+				failure.AttrReason:         {DataType: aws.String("String"), StringValue: aws.String("connection")},
+				failure.AttrError:          {DataType: aws.String("String"), StringValue: aws.String("transient connection: output down")},
+				failure.AttrAttempts:       {DataType: aws.String("Number"), StringValue: aws.String("3")},
+				failure.AttrFirstFailureAt: {DataType: aws.String("String"), StringValue: aws.String(now)},
+				failure.AttrLastFailureAt:  {DataType: aws.String("String"), StringValue: aws.String(now)},
+				failure.AttrOutput:         {DataType: aws.String("String"), StringValue: aws.String(q.Output)},
+				failure.AttrJob:            {DataType: aws.String("String"), StringValue: aws.String(q.Job)},
+				failure.AttrDocID:          {DataType: aws.String("String"), StringValue: aws.String(id)},
 			},
 		}
 		if q.FIFO {

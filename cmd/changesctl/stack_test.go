@@ -31,6 +31,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 	"github.com/changes-worker/changes-worker/shared/provision"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/writer"
 )
 
 // testStack is one isolated pipeline on the local services, as the
@@ -201,13 +202,13 @@ func (f failingSink) Apply(_ context.Context, changes []*change.Envelope) []erro
 }
 
 // failThroughWriter hands every message of an output's work queue to the
-// real writer (deliver.Handler) with a sink that fails with err, as the
+// real writer (writer.Handler) with a sink that fails with err, as the
 // local runtime does, so that the writer moves them to the DLQ with their
 // reasons. It returns the number of messages handled.
 func (s *testStack) failThroughWriter(q dlq.Queues, err error) int {
 	s.t.Helper()
 	ctx := s.t.Context()
-	h := &deliver.Handler{
+	h := &writer.Handler{
 		Config: s.cfg,
 		Sinks:  func(context.Context, config.Route) (deliver.Sink, error) { return failingSink{err}, nil },
 		SQS:    s.deps.SQS, S3: s.deps.S3, Log: s.deps.Log,

@@ -13,7 +13,6 @@ import (
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/lease"
-	"github.com/changes-worker/changes-worker/shared/pgsink"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 	"github.com/changes-worker/changes-worker/shared/verify"
 )
@@ -47,19 +46,19 @@ func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("verify: %w", err)
 	}
 	name := j.ID + "/" + o.ID
-	if o.HTTP != nil {
-		fmt.Fprintf(env.stderr, "verify is not supported for http outputs: an HTTP endpoint exposes no state to compare (%s is http; verify reads postgres and s3 outputs)\n", name)
-		return fmt.Errorf("verify %s: not supported for http outputs: %w", name, exitError(2))
+	out, err := deps.State(ctx, o)
+	var noState *pipeline.NoStateError
+	if errors.As(err, &noState) {
+		fmt.Fprintf(env.stderr, "verify is not supported for %s outputs: %s (%s is %s; verify reads postgres and s3 outputs)\n", noState.Type, noState.Reason, name, noState.Type)
+		return fmt.Errorf("verify %s: not supported for %s outputs: %w", name, noState.Type, exitError(2))
+	}
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", name, err)
 	}
 	src, err := deps.Feed(ctx, j)
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
-	out, closeOut, err := outputReader(ctx, deps, o)
-	if err != nil {
-		return fmt.Errorf("verify %s: %w", name, err)
-	}
-	defer closeOut()
 
 	if j.Processing.IgnoreRemove && !j.Processing.IgnoreDelete && !j.Feed.ActiveOnly {
 		fmt.Fprintf(env.stderr, "warning: job %s keeps documents removed from its channels (ignore_remove); verify cannot tell them from deleted ones and reports them as unexpected (a repair leaves them alone)\n", j.ID)
@@ -206,29 +205,6 @@ func repairDrift(ctx context.Context, env *cliEnv, deps *pipeline.Deps, j *confi
 		Log:         deps.Log,
 	}
 	return r.Repair(ctx, ids)
-}
-
-// outputReader opens the state reader of a postgres or s3 output.
-func outputReader(ctx context.Context, deps *pipeline.Deps, o *config.Output) (verify.Output, func(), error) {
-	switch {
-	case o.Postgres != nil:
-		pool, err := deps.Pool(ctx, o.Postgres)
-		if err != nil {
-			return nil, nil, err
-		}
-		data, versions, err := pgsink.Tables(*o.Postgres, o.ID)
-		if err != nil {
-			return nil, nil, err
-		}
-		return &verify.Postgres{DB: pool, Data: data, Versions: versions}, func() {}, nil
-	case o.S3 != nil:
-		r, err := verify.NewS3(deps.S3, *o.S3)
-		if err != nil {
-			return nil, nil, err
-		}
-		return r, func() {}, nil
-	}
-	return nil, nil, fmt.Errorf("output %s has no postgres or s3 settings", o.ID)
 }
 
 // pipelineBusy describes why the pipeline may still be delivering, or "".

@@ -9,9 +9,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/pgsink"
 	"github.com/changes-worker/changes-worker/shared/s3sink"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 	"github.com/changes-worker/changes-worker/shared/verify"
@@ -47,7 +47,11 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 
 	// Tamper with PostgreSQL behind the sink's back.
 	pool := testenv.Postgres(t)
-	data, versions := pgx.Identifier{s.table}.Sanitize(), pgx.Identifier{s.table + "_versions"}.Sanitize()
+	dataTable, versionsTable, err := pgsink.Tables(*s.cfg.Jobs[0].Outputs[0].Postgres, outPG)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, versions := dataTable.Sanitize(), versionsTable.Sanitize()
 	for _, stmt := range []string{
 		`DELETE FROM ` + data + ` WHERE doc_id = 'doc-03'`,
 		`UPDATE ` + data + ` SET rev = '1-stale', body = '{"stale":true}' WHERE doc_id = 'doc-05'`,

@@ -4,6 +4,7 @@
 package change
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,6 +71,16 @@ type ObjectRef struct {
 
 // Tombstone reports whether the change removes the document from outputs.
 func (e *Envelope) Tombstone() bool { return e.Deleted || e.Removed }
+
+// SeqText returns the seq as compact JSON text, or as sent when it is not
+// valid JSON: the form outputs show it in (headers, object metadata).
+func (e *Envelope) SeqText() string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, e.Seq); err != nil {
+		return string(e.Seq)
+	}
+	return b.String()
+}
 
 // ErrInvalid marks an envelope that cannot be decoded or is incomplete. It is
 // permanent: retrying the same bytes can never succeed.

@@ -63,3 +63,27 @@ func TestDecode(t *testing.T) {
 		})
 	}
 }
+
+func TestSeqText(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		seq  string
+		want string
+	}{
+		{name: "number", seq: `42`, want: `42`},
+		{name: "string", seq: `"7-g1AAAA"`, want: `"7-g1AAAA"`},
+		{name: "array compacted", seq: "[ 12,\n \"abc\" ]", want: `[12,"abc"]`},
+		{name: "not JSON: as sent", seq: `12:3`, want: `12:3`},
+		{name: "absent", seq: ``, want: ``},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := &Envelope{Seq: json.RawMessage(tt.seq)}
+			if got := e.SeqText(); got != tt.want {
+				t.Errorf("SeqText() of %q = %q, want %q", tt.seq, got, tt.want)
+			}
+		})
+	}
+}

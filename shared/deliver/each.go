@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/changes-worker/changes-worker/shared/change"
 )
@@ -13,8 +14,8 @@ import (
 // one document per request. Different documents run in parallel, at most
 // parallelism at once; changes of one document run one after another, oldest
 // version first. check validates a change before anything is sent; its error
-// (or apply's) is that change's result. A change that has not started when
-// ctx ends fails transient.
+// (or apply's) is that change's result, and one change's failure stops no
+// other. A change that has not started when ctx ends fails transient.
 func EachDocument(ctx context.Context, changes []*change.Envelope, parallelism int,
 	check func(*change.Envelope) error, apply func(context.Context, *change.Envelope) error) []error {
 	errs := make([]error, len(changes))
@@ -30,24 +31,22 @@ func EachDocument(ctx context.Context, changes []*change.Envelope, parallelism i
 		}
 		groups[c.DocID] = append(groups[c.DocID], i)
 	}
-	sem := make(chan struct{}, parallelism)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(parallelism)
 	for _, id := range order {
 		idx := groups[id]
 		slices.SortStableFunc(idx, func(a, b int) int { return changes[a].Version.Compare(changes[b].Version) })
-		wg.Go(func() {
+		g.Go(func() error {
 			for _, i := range idx {
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
-					errs[i] = TransientError("timeout", fmt.Errorf("apply change %s: %w", changes[i].DocID, ctx.Err()))
+				if err := ctx.Err(); err != nil {
+					errs[i] = TransientError("timeout", fmt.Errorf("apply change %s: %w", changes[i].DocID, err))
 					continue
 				}
 				errs[i] = apply(ctx, changes[i])
-				<-sem
 			}
+			return nil // each change's error is in errs
 		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	return errs
 }

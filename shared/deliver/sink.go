@@ -1,6 +1,9 @@
-// Package deliver is the writer's core: it turns an SQS batch into changes,
-// applies them to an output through a Sink, and answers with the messages that
-// failed, following the Lambda SQS event source contract.
+// Package deliver is the contract between the writer and an output: the Sink
+// interface, the classified delivery Error (transient or permanent) that a
+// sink returns, and EachDocument for sinks that write one document per
+// request. It knows nothing of SQS or Lambda, so a sink depends on this
+// package and its own client only. The delivertest subpackage is the
+// conformance suite every Sink runs.
 package deliver
 
 import (

@@ -1,6 +1,6 @@
 // Package dlq inspects and empties the dead-letter queue of one (job, output):
-// it decodes the failed changes with the reasons the writer recorded (see
-// deliver.AttrClass and the other failure attributes), groups them by reason,
+// it decodes the failed changes with the reasons the writer recorded (a
+// failure.Record in the message attributes), groups them by reason,
 // moves them back to the output's work queue (Redriver), and purges them.
 //
 // The DLQ message body is the original envelope, untouched, so a redriven
@@ -25,7 +25,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
-	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/failure"
 )
 
 // SQS is the part of the SQS client this package calls.
@@ -114,34 +114,14 @@ func QueueDepth(ctx context.Context, c SQS, url string) (Depth, error) {
 	}, nil
 }
 
-// Failure is the reason the writer recorded on a DLQ message. A message
-// moved by the work queue's redrive policy instead (the writer crashed or
-// timed out on every receive) carries none: Class is empty.
-type Failure struct {
-	Class      string    `json:"class"`
-	Reason     string    `json:"reason"`
-	Error      string    `json:"error,omitempty"`
-	HTTPStatus int       `json:"http_status,omitempty"`
-	SQLState   string    `json:"sql_state,omitempty"`
-	Attempts   int       `json:"attempts,omitempty"`
-	FirstAt    time.Time `json:"first_failure_at,omitzero"`
-	LastAt     time.Time `json:"last_failure_at,omitzero"`
-	Job        string    `json:"job,omitempty"`
-	Output     string    `json:"output,omitempty"`
-	DocID      string    `json:"doc_id,omitempty"`
-}
-
-// Recorded reports whether the writer recorded a reason.
-func (f Failure) Recorded() bool { return f.Class != "" }
-
 // Message is one decoded DLQ message.
 type Message struct {
 	ID      string    `json:"message_id"`
 	SentAt  time.Time `json:"sent_at,omitzero"` // when it entered the DLQ
 	GroupID string    `json:"group_id,omitempty"`
 	// Receives counts the DLQ's own receives (inspection included).
-	Receives int     `json:"dlq_receives"`
-	Failure  Failure `json:"failure"`
+	Receives int            `json:"dlq_receives"`
+	Failure  failure.Record `json:"failure"`
 	// Envelope is the change, nil when the body is not JSON. It is set, with
 	// EnvelopeError, when the body is JSON but not a valid envelope.
 	Envelope      *change.Envelope `json:"envelope,omitempty"`
@@ -180,23 +160,7 @@ func Decode(m sqstypes.Message) Message {
 	}
 	out.Receives, _ = strconv.Atoi(m.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
 
-	str := func(k string) string {
-		if v, ok := m.MessageAttributes[k]; ok {
-			return aws.ToString(v.StringValue)
-		}
-		return ""
-	}
-	at := func(k string) time.Time {
-		t, _ := time.Parse(time.RFC3339Nano, str(k))
-		return t
-	}
-	f := &out.Failure
-	f.Class, f.Reason, f.Error = str(deliver.AttrClass), str(deliver.AttrReason), str(deliver.AttrError)
-	f.HTTPStatus, _ = strconv.Atoi(str(deliver.AttrHTTPStatus))
-	f.SQLState = str(deliver.AttrSQLState)
-	f.Attempts, _ = strconv.Atoi(str(deliver.AttrAttempts))
-	f.FirstAt, f.LastAt = at(deliver.AttrFirstFailureAt), at(deliver.AttrLastFailureAt)
-	f.Job, f.Output, f.DocID = str(deliver.AttrJob), str(deliver.AttrOutput), str(deliver.AttrDocID)
+	out.Failure = failure.Parse(failure.SQSValues(m.MessageAttributes))
 
 	var env change.Envelope
 	if err := json.Unmarshal([]byte(out.body), &env); err != nil {

@@ -15,7 +15,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/failure"
 )
 
 func str(s string) sqstypes.MessageAttributeValue {
@@ -26,25 +26,25 @@ func num(n int) sqstypes.MessageAttributeValue {
 	return sqstypes.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(fmt.Sprint(n))}
 }
 
-// failed builds a DLQ message as deliver.Handler writes it.
+// failed builds a DLQ message as writer.Handler writes it.
 func failed(id, docID, class, reason string, status int, sqlState string, last time.Time) sqstypes.Message {
 	body := fmt.Sprintf(`{"v":1,"job":"orders","output":"pg","doc_id":%q,"rev":"1-a","seq":7,"generation":2,"counter":3,"enqueued_at":"2026-01-02T03:04:05Z","doc":{"_id":%q,"secret":"body"}}`, docID, docID)
 	attrs := map[string]sqstypes.MessageAttributeValue{
-		deliver.AttrClass:          str(class),
-		deliver.AttrReason:         str(reason),
-		deliver.AttrError:          str(class + " " + reason + ": boom " + docID),
-		deliver.AttrAttempts:       num(1),
-		deliver.AttrFirstFailureAt: str(last.Add(-time.Minute).Format(time.RFC3339Nano)),
-		deliver.AttrLastFailureAt:  str(last.Format(time.RFC3339Nano)),
-		deliver.AttrOutput:         str("pg"),
-		deliver.AttrJob:            str("orders"),
-		deliver.AttrDocID:          str(docID),
+		failure.AttrClass:          str(class),
+		failure.AttrReason:         str(reason),
+		failure.AttrError:          str(class + " " + reason + ": boom " + docID),
+		failure.AttrAttempts:       num(1),
+		failure.AttrFirstFailureAt: str(last.Add(-time.Minute).Format(time.RFC3339Nano)),
+		failure.AttrLastFailureAt:  str(last.Format(time.RFC3339Nano)),
+		failure.AttrOutput:         str("pg"),
+		failure.AttrJob:            str("orders"),
+		failure.AttrDocID:          str(docID),
 	}
 	if status != 0 {
-		attrs[deliver.AttrHTTPStatus] = num(status)
+		attrs[failure.AttrHTTPStatus] = num(status)
 	}
 	if sqlState != "" {
-		attrs[deliver.AttrSQLState] = str(sqlState)
+		attrs[failure.AttrSQLState] = str(sqlState)
 	}
 	return sqstypes.Message{
 		MessageId: aws.String(id), Body: aws.String(body), ReceiptHandle: aws.String("rh-" + id),
@@ -65,7 +65,7 @@ func TestDecode(t *testing.T) {
 			name: "writer failure",
 			in:   failed("m1", "order-1", "permanent", "http_status", 422, "", last),
 			want: func(t *testing.T, m Message) {
-				want := Failure{Class: "permanent", Reason: "http_status", Error: "permanent http_status: boom order-1", HTTPStatus: 422,
+				want := failure.Record{Class: "permanent", Reason: "http_status", Error: "permanent http_status: boom order-1", HTTPStatus: 422,
 					Attempts: 1, FirstAt: last.Add(-time.Minute), LastAt: last, Job: "orders", Output: "pg", DocID: "order-1"}
 				if diff := cmp.Diff(want, m.Failure); diff != "" {
 					t.Errorf("failure (-want +got):\n%s", diff)

@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/changes-worker/changes-worker/shared/clock"
 )
 
 // DynamoDB is the part of the DynamoDB client the journal calls.
@@ -56,7 +58,7 @@ type Journal struct {
 	Job, Output string
 	// Retention sets expires_at; default 14 days (provision.DLQRetention).
 	Retention time.Duration
-	Now       func() time.Time
+	Now       clock.Clock // zero: the system clock
 }
 
 // Journal item attributes. job_id is the state table's partition key (see
@@ -68,13 +70,6 @@ const (
 	jAttrWorkID  = "work_message_id"
 	jAttrExpires = "expires_at"
 )
-
-func (j *Journal) now() time.Time {
-	if j.Now != nil {
-		return j.Now()
-	}
-	return time.Now()
-}
 
 func (j *Journal) key(id string) string {
 	return "redrive/" + j.Job + "/" + j.Output + "/" + id
@@ -122,7 +117,7 @@ func (j *Journal) Lookup(ctx context.Context, ids []string) (map[string]Entry, e
 // Mark records state for the given DLQ message ids; workIDs, when not nil,
 // gives the work queue's message id of each.
 func (j *Journal) Mark(ctx context.Context, ids []string, state State, workIDs map[string]string) error {
-	now := j.now()
+	now := j.Now.Now()
 	retention := j.Retention
 	if retention <= 0 {
 		retention = 14 * 24 * time.Hour
@@ -226,13 +221,5 @@ func decodeEntry(item map[string]types.AttributeValue) Entry {
 
 // pause waits before retry attempt n (1, 2, ...): 50ms, 100ms, ... up to 2s.
 func pause(ctx context.Context, n int) error {
-	d := min(time.Duration(50<<min(n-1, 6))*time.Millisecond, 2*time.Second)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return clock.Sleep(ctx, min(time.Duration(50<<min(n-1, 6))*time.Millisecond, 2*time.Second))
 }

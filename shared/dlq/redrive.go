@@ -21,6 +21,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 )
 
@@ -109,7 +110,7 @@ type Redriver struct {
 	// the DLQ.
 	Progress func(done, total int64)
 	Log      *slog.Logger
-	Now      func() time.Time
+	Now      clock.Clock // zero: the system clock
 }
 
 // Result is what a redrive did.
@@ -134,13 +135,6 @@ type Result struct {
 
 // Done is every message that left the DLQ.
 func (r Result) Done() int64 { return r.Moved + r.Recovered + r.Resent }
-
-func (r *Redriver) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
-	}
-	return time.Now()
-}
 
 func (r *Redriver) log() *slog.Logger {
 	if r.Log != nil {
@@ -295,7 +289,7 @@ func (r *Redriver) copy(ctx context.Context) (Result, error) {
 	if r.Limit > 0 {
 		run.total = min(run.total, int64(r.Limit))
 	}
-	run.lastRecv.Store(r.now().UnixNano())
+	run.lastRecv.Store(r.Now.Now().UnixNano())
 	if r.Progress != nil {
 		r.Progress(0, run.total)
 	}
@@ -372,7 +366,7 @@ func (c *copyRun) loop(ctx context.Context) error {
 			}
 			continue
 		}
-		received := r.now()
+		received := r.Now.Now()
 		c.lastRecv.Store(received.UnixNano())
 		msgs := make([]Message, len(out.Messages))
 		for i, m := range out.Messages {
@@ -405,18 +399,14 @@ func (c *copyRun) drained(ctx context.Context) (bool, error) {
 	if d.InFlight == 0 {
 		return true, nil
 	}
-	idle := c.r.now().Sub(time.Unix(0, c.lastRecv.Load()))
+	idle := c.r.Now.Since(time.Unix(0, c.lastRecv.Load()))
 	return idle > c.visibility()+5*time.Second, nil
 }
 
 // batch moves one received batch (see Redriver for the steps).
 func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time) error {
 	r := c.r
-	ids := make([]string, len(msgs))
-	for i, m := range msgs {
-		ids[i] = m.ID
-	}
-	entries, err := r.Journal.Lookup(ctx, ids)
+	entries, err := r.Journal.Lookup(ctx, messageIDs(msgs))
 	if err != nil {
 		return err
 	}
@@ -446,32 +436,24 @@ func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time)
 		}
 	}
 	for _, m := range send {
-		if e := entries[m.ID]; e.State == Sending && (!r.Queues.FIFO || r.now().Sub(e.At) > fifoDedupWindow) {
+		if e := entries[m.ID]; e.State == Sending && (!r.Queues.FIFO || r.Now.Since(e.At) > fifoDedupWindow) {
 			r.log().Warn("an interrupted redrive may have sent this message; sending it again (the work queue may hold it twice, which the output ignores)",
 				"message_id", m.ID, "doc_id", m.DocID(), "interrupted_at", e.At)
 		}
 	}
 
 	var accepted []Message
-	workIDs := map[string]string{}
 	if len(send) > 0 {
-		sendIDs := make([]string, len(send))
-		for i, m := range send {
-			sendIDs[i] = m.ID
-		}
-		if err := r.Journal.Mark(ctx, sendIDs, Sending, nil); err != nil {
+		if err := r.Journal.Mark(ctx, messageIDs(send), Sending, nil); err != nil {
 			return err
 		}
+		var workIDs map[string]string
 		accepted, workIDs, err = c.send(ctx, send)
 		if err != nil {
 			return err
 		}
 		if len(accepted) > 0 {
-			accIDs := make([]string, len(accepted))
-			for i, m := range accepted {
-				accIDs[i] = m.ID
-			}
-			if err := r.Journal.Mark(ctx, accIDs, Sent, workIDs); err != nil {
+			if err := r.Journal.Mark(ctx, messageIDs(accepted), Sent, workIDs); err != nil {
 				return err
 			}
 		}
@@ -485,7 +467,7 @@ func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time)
 	// Forget entries only while our receipt handles were surely current: a
 	// delete with a handle whose visibility timeout ran out can succeed
 	// without deleting, and the message would come back unjournaled.
-	if r.now().Sub(received) < c.visibility()/2 && len(deleted) > 0 {
+	if r.Now.Since(received) < c.visibility()/2 && len(deleted) > 0 {
 		if err := r.Journal.Forget(ctx, deleted); err != nil {
 			r.log().Warn("clear redrive journal", "error", err)
 		}
@@ -521,6 +503,15 @@ func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time)
 		r.Progress(done, max(c.total, done))
 	}
 	return nil
+}
+
+// messageIDs returns the DLQ message ids of msgs.
+func messageIDs(msgs []Message) []string {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return ids
 }
 
 // send sends messages to the work queue and returns those it accepted, with
@@ -638,16 +629,8 @@ func (p *pacer) wait(ctx context.Context, n int) error {
 	at := p.next
 	p.next = p.next.Add(time.Duration(float64(n) / p.rate * float64(time.Second)))
 	p.mu.Unlock()
-	d := time.Until(at)
-	if d <= 0 {
-		return nil
+	if d := time.Until(at); d > 0 {
+		return clock.Sleep(ctx, d)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return nil
 }

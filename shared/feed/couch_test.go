@@ -40,12 +40,6 @@ type docState struct {
 	V       string // the body's "v"; "" for tombstones
 }
 
-// couchDB creates a fresh database and returns its URL.
-func couchDB(t *testing.T) string {
-	t.Helper()
-	return testenv.CouchDB(t)
-}
-
 // bulkDocs writes docs with _bulk_docs and returns the new revisions.
 func bulkDocs(t *testing.T, db string, newEdits bool, docs ...map[string]any) []string {
 	t.Helper()

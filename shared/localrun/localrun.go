@@ -8,24 +8,26 @@ package localrun
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
-	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 	"github.com/changes-worker/changes-worker/shared/poll"
+	"github.com/changes-worker/changes-worker/shared/writer"
 )
 
 // Options control a run.
@@ -58,7 +60,7 @@ type Runtime struct {
 	inflight    atomic.Int64
 	read        atomic.Int64
 	enqueued    atomic.Int64
-	writer      *deliver.Handler
+	writer      *writer.Handler
 	mu          sync.Mutex
 	caughtUp    map[string]bool
 }
@@ -143,7 +145,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 // Summary is what a run did.
 type Summary struct {
 	Read, Enqueued int64
-	Outputs        map[string]deliver.Stats // by "job/output"
+	Outputs        map[string]writer.Stats // by "job/output"
 }
 
 // Summary returns the counters of the run so far.
@@ -223,30 +225,58 @@ func (r *Runtime) queue(ctx context.Context, name string, o *config.Output) (que
 	return queue{name: name, url: aws.ToString(u.QueueUrl), arn: a.Attributes["QueueArn"], out: o}, nil
 }
 
+// receiveMargin is how long a received batch stays hidden past the writer's
+// deadline: time for the deletes that follow the handler.
+const receiveMargin = 10 * time.Second
+
+// receiveVisibility is the visibility timeout the writer loop asks for, in
+// seconds: the invocation's deadline plus receiveMargin, within SQS's limits.
+func receiveVisibility(timeout time.Duration) int32 {
+	s := int64((timeout + receiveMargin + time.Second - 1) / time.Second)
+	return int32(min(max(s, 1), 43200))
+}
+
 // writerLoop is the Lambda SQS event source: receive a batch, invoke the
 // handler with a deadline, delete what it did not report as failed.
-func (r *Runtime) writerLoop(ctx context.Context, h *deliver.Handler, q queue) {
+//
+// A receive's answer can be lost on its way back (a keep-alive connection
+// closed under it: "use of closed network connection"). The SDK retries the
+// call, as it should, but SQS already handed out the messages of the lost
+// answer, and they stay hidden for their visibility timeout. So the loop
+// does not take the queue's visibility timeout, which is sized for Lambda
+// (VisibilityFactor times the writer's timeout): each receive asks for the
+// invocation's deadline plus receiveMargin, which the handler and the
+// deletes cannot outlast, and a lost batch is back that much sooner. On a
+// FIFO queue each receive also carries a ReceiveRequestAttemptId: SQS answers
+// the SDK's retry of a receive whose answer was lost with the same messages.
+func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue) {
 	c := r.Deps.SQS
 	timeout := r.Opts.WriterTimeout
 	if timeout == 0 {
 		timeout = r.Deps.Config.Stack.WriterTimeout.D()
 	}
+	visibility := receiveVisibility(timeout)
 	// A receive is never cancelled midway: SQS may already have handed the
-	// messages out, and a dropped answer would hide them for a whole
-	// visibility timeout. Stopping waits for the current long poll instead.
+	// messages out, and a dropped answer would hide them until they come
+	// back. Stopping waits for the current long poll instead.
 	rctx := context.WithoutCancel(ctx)
 	for ctx.Err() == nil {
-		out, err := c.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
+		in := &sqs.ReceiveMessageInput{
 			QueueUrl:                    &q.url,
 			MaxNumberOfMessages:         int32(q.out.BatchSize),
 			WaitTimeSeconds:             1,
+			VisibilityTimeout:           visibility,
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},
-		})
+		}
+		if q.out.FIFO() {
+			in.ReceiveRequestAttemptId = aws.String(attemptID())
+		}
+		out, err := c.ReceiveMessage(rctx, in)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.Log.Warn("receive messages", "queue", q.name, "error", err)
-				sleep(ctx, time.Second)
+				_ = clock.Sleep(ctx, time.Second)
 			}
 			continue
 		}
@@ -259,21 +289,15 @@ func (r *Runtime) writerLoop(ctx context.Context, h *deliver.Handler, q queue) {
 	}
 }
 
-func (r *Runtime) invoke(ctx context.Context, h *deliver.Handler, q queue, msgs []sqstypes.Message, timeout time.Duration) {
-	ev := events.SQSEvent{Records: make([]events.SQSMessage, len(msgs))}
-	for i, m := range msgs {
-		ev.Records[i] = events.SQSMessage{
-			MessageId:         aws.ToString(m.MessageId),
-			ReceiptHandle:     aws.ToString(m.ReceiptHandle),
-			Body:              aws.ToString(m.Body),
-			Md5OfBody:         aws.ToString(m.MD5OfBody),
-			Attributes:        m.Attributes,
-			MessageAttributes: messageAttributes(m.MessageAttributes),
-			EventSource:       "aws:sqs",
-			EventSourceARN:    q.arn,
-			AWSRegion:         r.Deps.AWS.Region,
-		}
-	}
+// attemptID returns a fresh ReceiveRequestAttemptId.
+func attemptID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (r *Runtime) invoke(ctx context.Context, h *writer.Handler, q queue, msgs []sqstypes.Message, timeout time.Duration) {
+	ev := writer.Event(q.arn, r.Deps.AWS.Region, msgs)
 	// The messages stay with us even if the run is stopping: finish the batch.
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
@@ -282,16 +306,7 @@ func (r *Runtime) invoke(ctx context.Context, h *deliver.Handler, q queue, msgs 
 		r.Log.Error("writer invocation failed; batch will be retried", "queue", q.name, "error", err)
 		return
 	}
-	failed := map[string]bool{}
-	for _, f := range resp.BatchItemFailures {
-		failed[f.ItemIdentifier] = true
-	}
-	var del []sqstypes.DeleteMessageBatchRequestEntry
-	for i, m := range msgs {
-		if !failed[aws.ToString(m.MessageId)] {
-			del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
-		}
-	}
+	del := writer.DeleteEntries(msgs, resp)
 	if len(del) == 0 {
 		return
 	}
@@ -303,18 +318,6 @@ func (r *Runtime) invoke(ctx context.Context, h *deliver.Handler, q queue, msgs 
 	for _, f := range d.Failed {
 		r.Log.Warn("delete message", "queue", q.name, "code", aws.ToString(f.Code))
 	}
-}
-
-// messageAttributes converts SQS message attributes to their Lambda event form.
-func messageAttributes(in map[string]sqstypes.MessageAttributeValue) map[string]events.SQSMessageAttribute {
-	if len(in) == 0 {
-		return nil
-	}
-	out := make(map[string]events.SQSMessageAttribute, len(in))
-	for k, v := range in {
-		out[k] = events.SQSMessageAttribute{StringValue: v.StringValue, BinaryValue: v.BinaryValue, DataType: aws.ToString(v.DataType)}
-	}
-	return out
 }
 
 // waitIdle returns nil when, twice in a row, every job is caught up, no
@@ -361,36 +364,15 @@ func (r *Runtime) idle(ctx context.Context, jobs []*config.Job, queues []queue) 
 		return false, nil
 	}
 	for _, q := range queues {
-		n, err := Depth(ctx, r.Deps.SQS, q.url)
+		d, err := dlq.QueueDepth(ctx, r.Deps.SQS, q.url)
 		if err != nil {
 			return false, err
 		}
-		if n > 0 {
+		if d.Total() > 0 {
 			return false, nil
 		}
 	}
 	return true, nil
-}
-
-// Depth is the number of messages in a queue: visible, in flight and delayed.
-func Depth(ctx context.Context, c *sqs.Client, url string) (int, error) {
-	a, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: &url,
-		AttributeNames: []sqstypes.QueueAttributeName{
-			sqstypes.QueueAttributeNameApproximateNumberOfMessages,
-			sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-			sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed,
-		},
-	})
-	if err != nil {
-		return 0, fmt.Errorf("get queue depth: %w", err)
-	}
-	total := 0
-	for _, v := range a.Attributes {
-		n, _ := strconv.Atoi(v)
-		total += n
-	}
-	return total, nil
 }
 
 func contains(list []string, s string) bool {
@@ -400,13 +382,4 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/deliver"
 )
 
 // mappedChange is a checked and mapped change awaiting the database.
@@ -38,7 +39,7 @@ func (s *Sink) applyMapped(ctx context.Context, changes []*change.Envelope) []er
 	errs := make([]error, len(changes))
 	var todo []*mappedChange
 	for i, c := range changes {
-		if err := checkChange(c); err != nil {
+		if err := deliver.CheckChange(c); err != nil {
 			errs[i] = err
 			continue
 		}

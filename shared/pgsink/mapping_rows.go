@@ -47,7 +47,7 @@ type qualityRecord struct {
 	reason   string
 }
 
-// mapDoc maps a change checked by checkChange. Its errors are permanent
+// mapDoc maps a change checked by deliver.CheckChange. Its errors are permanent
 // *deliver.Error: they name the table, column and path, never the value.
 func (m *mapper) mapDoc(c *change.Envelope) (*mappedDoc, error) {
 	if c.Tombstone() {

@@ -352,7 +352,7 @@ func (s *Sink) apply(ctx context.Context, db batcher, changes []*change.Envelope
 
 // check rejects a change no retry can apply.
 func check(c *change.Envelope) error {
-	if err := checkChange(c); err != nil || c.Tombstone() {
+	if err := deliver.CheckChange(c); err != nil || c.Tombstone() {
 		return err
 	}
 	switch {
@@ -360,22 +360,6 @@ func check(c *change.Envelope) error {
 		return deliver.PermanentError("invalid_body", fmt.Errorf("check change %s: body is not valid JSON", c.DocID))
 	case !bytes.HasPrefix(bytes.TrimLeft(c.Doc, " \t\r\n"), []byte("{")):
 		return deliver.PermanentError("invalid_body", fmt.Errorf("check change %s: body is not a JSON object", c.DocID))
-	}
-	return nil
-}
-
-// checkChange is check without the body's JSON, which mapping mode checks
-// as it decodes it.
-func checkChange(c *change.Envelope) error {
-	switch {
-	case c == nil:
-		return deliver.PermanentError("invalid_change", errors.New("check change: change is nil"))
-	case c.DocID == "":
-		return deliver.PermanentError("invalid_change", errors.New("check change: doc_id is empty"))
-	case c.Generation < 1 || c.Counter < 1:
-		return deliver.PermanentError("invalid_change", fmt.Errorf("check change %s: version %s must have generation and counter >= 1", c.DocID, c.Version))
-	case !c.Tombstone() && len(c.Doc) == 0:
-		return deliver.PermanentError("invalid_body", fmt.Errorf("check change %s: live change has no body", c.DocID))
 	}
 	return nil
 }
@@ -420,7 +404,8 @@ func sqlStateClass(code string) deliver.Class {
 
 // Tables returns the tables of out that hold what an output has applied: the
 // data table (nil in mapping mode, whose documents span several tables) and
-// the versions table. Other packages (verify) read them under these names.
+// the versions table, for code that must name them (tests that drop or
+// tamper with them). What an output holds is read through State.
 func Tables(out config.PostgresOutput, outputID string) (data, versions pgx.Identifier, err error) {
 	n, err := resolveNames(out, outputID)
 	if err != nil {

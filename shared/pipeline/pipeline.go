@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -21,17 +19,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/changes-worker/changes-worker/shared/awsconf"
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
-	"github.com/changes-worker/changes-worker/shared/httpsink"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/metrics"
-	"github.com/changes-worker/changes-worker/shared/pgsink"
 	"github.com/changes-worker/changes-worker/shared/poll"
-	"github.com/changes-worker/changes-worker/shared/s3sink"
 	"github.com/changes-worker/changes-worker/shared/secret"
+	"github.com/changes-worker/changes-worker/shared/writer"
 )
 
 // Deps are the process-wide dependencies, built once (at cold start).
@@ -46,9 +43,9 @@ type Deps struct {
 	SQS      *sqs.Client
 	S3       *s3.Client
 
-	// Now is the clock of the poller and its lease decisions; fault tests
-	// skew it. Default time.Now.
-	Now func() time.Time
+	// Now is the clock of the poller and its lease decisions, read when a
+	// poller is built; fault tests skew it. Zero: the system clock.
+	Now clock.Clock
 
 	mu      sync.Mutex
 	pools   map[string]*pgxpool.Pool
@@ -133,20 +130,13 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 	return &poll.Poller{
 		Job:     j,
 		Feed:    fc,
-		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Now: d.now},
+		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Now: d.Now.Now},
 		Sender:  &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
 		Targets: targets,
 		Log:     d.Log,
 		Metrics: metrics.New(d.Metrics, map[string]string{"Job": j.ID}),
-		Now:     d.now,
+		Now:     d.Now.Now,
 	}, nil
-}
-
-func (d *Deps) now() time.Time {
-	if d.Now != nil {
-		return d.Now()
-	}
-	return time.Now()
 }
 
 // Feed builds the feed client of a job, with its credentials resolved.
@@ -179,8 +169,8 @@ func (d *Deps) Feed(ctx context.Context, j *config.Job) (*feed.Client, error) {
 }
 
 // Writer builds the writer handler for every output of the configuration.
-func (d *Deps) Writer() *deliver.Handler {
-	return &deliver.Handler{
+func (d *Deps) Writer() *writer.Handler {
+	return &writer.Handler{
 		Config:  d.Config,
 		Sinks:   d.Sink,
 		SQS:     d.SQS,
@@ -192,36 +182,11 @@ func (d *Deps) Writer() *deliver.Handler {
 
 // Sink opens the sink of one route.
 func (d *Deps) Sink(ctx context.Context, r config.Route) (deliver.Sink, error) {
-	o := r.Output
-	switch {
-	case o.Postgres != nil:
-		pool, err := d.Pool(ctx, o.Postgres)
-		if err != nil {
-			return nil, err
-		}
-		s, err := pgsink.New(pool, *o.Postgres, o.ID)
-		if err != nil {
-			return nil, err
-		}
-		if o.Postgres.CreateTables {
-			if err := s.CreateTables(ctx); err != nil {
-				return nil, err
-			}
-		}
-		return s, nil
-	case o.HTTP != nil:
-		var creds httpsink.Credentials
-		if a := o.HTTP.Auth; a != nil {
-			var err error
-			if creds.Username, creds.Password, creds.Token, err = d.credentials(ctx, a); err != nil {
-				return nil, fmt.Errorf("http auth: %w", err)
-			}
-		}
-		return httpsink.New(*o.HTTP, creds, &http.Client{})
-	case o.S3 != nil:
-		return s3sink.New(d.S3, *o.S3)
+	impl, err := d.implementation(r.Output)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("output %s has no settings", o.ID)
+	return impl.sink(ctx, r.Output)
 }
 
 // Pool returns one pgx pool per DSN for the life of the process (closed by

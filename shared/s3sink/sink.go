@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -84,6 +85,12 @@ const (
 // by several processes writing the same bucket.
 type Sink struct {
 	client S3API
+	place
+}
+
+// place is where an output's documents are: its bucket and the naming of
+// its keys (the layout of the package comment).
+type place struct {
 	bucket string
 	prefix string
 	tmpl   string
@@ -91,14 +98,25 @@ type Sink struct {
 
 // New returns a sink writing to out.Bucket through client. An empty
 // KeyTemplate defaults to "{doc_id}.json". The prefix and template may not
-// start with '/' or contain ".." or "//", so no key can leave the prefix.
+// start with '/', contain ".." or "//", or have a "." segment, so no key can
+// leave the prefix or name it twice.
 func New(client S3API, out config.S3Output) (*Sink, error) {
-	s := &Sink{client: client, bucket: out.Bucket, prefix: out.Prefix, tmpl: out.KeyTemplate}
+	p, err := newPlace(out, client != nil)
+	if err != nil {
+		return nil, fmt.Errorf("new s3 sink: %w", err)
+	}
+	return &Sink{client: client, place: p}, nil
+}
+
+// newPlace resolves and checks the place of out, for a reader or writer
+// that has a client or not, reporting every problem at once.
+func newPlace(out config.S3Output, hasClient bool) (place, error) {
+	s := place{bucket: out.Bucket, prefix: out.Prefix, tmpl: out.KeyTemplate}
 	if s.tmpl == "" {
 		s.tmpl = DefaultKeyTemplate
 	}
 	var errs []error
-	if client == nil {
+	if !hasClient {
 		errs = append(errs, errors.New("client is nil"))
 	}
 	if s.bucket == "" {
@@ -113,13 +131,13 @@ func New(client S3API, out config.S3Output) (*Sink, error) {
 		errs = append(errs, fmt.Errorf("prefix and key template %q must not start with '/'", whole))
 	case strings.Contains(whole, ".."), strings.Contains(whole, "//"):
 		errs = append(errs, fmt.Errorf("prefix and key template %q must not contain \"..\" or \"//\"", whole))
+	case slices.Contains(strings.Split(whole, "/"), "."):
+		// S3 keeps it, but tools that map keys to paths resolve it.
+		errs = append(errs, fmt.Errorf(`prefix and key template %q must not have a "." segment`, whole))
 	case strings.ContainsFunc(whole, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		errs = append(errs, fmt.Errorf("prefix and key template %q must not contain control characters", whole))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("new s3 sink: %w", err)
-	}
-	return s, nil
+	return s, errors.Join(errs...)
 }
 
 // EscapeID returns the document id as a key component that holds no '/' and
@@ -132,12 +150,12 @@ func EscapeID(id string) string {
 }
 
 // Key returns the object key of docID.
-func (s *Sink) Key(docID string) string {
+func (s place) Key(docID string) string {
 	return s.prefix + strings.ReplaceAll(s.tmpl, "{doc_id}", EscapeID(docID))
 }
 
 // TombstoneKey returns the key of docID's tombstone marker.
-func (s *Sink) TombstoneKey(docID string) string {
+func (s place) TombstoneKey(docID string) string {
 	return s.prefix + TombstoneDir + strings.ReplaceAll(s.tmpl, "{doc_id}", EscapeID(docID))
 }
 
@@ -155,17 +173,14 @@ func (s *Sink) Apply(ctx context.Context, changes []*change.Envelope) []error {
 }
 
 func (s *Sink) check(c *change.Envelope) error {
+	if err := deliver.CheckChange(c); err != nil {
+		return err
+	}
 	switch {
-	case c == nil:
-		return deliver.PermanentError("invalid_change", errors.New("check change: change is nil"))
-	case c.DocID == "":
-		return deliver.PermanentError("invalid_change", errors.New("check change: doc_id is empty"))
-	case c.Generation < 1 || c.Counter < 1:
-		return deliver.PermanentError("invalid_change", fmt.Errorf("check change %s: version %s must have generation and counter >= 1", c.DocID, c.Version))
 	case len(s.TombstoneKey(c.DocID)) > maxKeyBytes:
 		return deliver.PermanentError("key_too_long", fmt.Errorf("check change: key of a %d-byte document id exceeds %d bytes", len(c.DocID), maxKeyBytes))
 	case !c.Tombstone() && !json.Valid(c.Doc):
-		return deliver.PermanentError("invalid_body", fmt.Errorf("check change %s: body is missing or not valid JSON", c.DocID))
+		return deliver.PermanentError("invalid_body", fmt.Errorf("check change %s: body is not valid JSON", c.DocID))
 	}
 	return nil
 }
@@ -175,6 +190,7 @@ type object struct {
 	exists  bool
 	etag    string
 	version change.Version
+	rev     string
 }
 
 // state is what the output holds for one document.
@@ -253,10 +269,16 @@ func (s *Sink) settle(ctx context.Context, key, marker string, st state) error {
 	return s.delete(ctx, marker, st.mark.etag)
 }
 
-// head reads the version stored on key. An object without a readable version
-// (not written by this sink) counts as version zero, older than any change.
+// head reads key through the sink's client.
 func (s *Sink) head(ctx context.Context, key string) (object, error) {
-	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
+	return s.headObject(ctx, s.client, key)
+}
+
+// headObject reads the version stored on key. An object without a readable
+// version (not written by this sink) counts as version zero, older than any
+// change.
+func (s place) headObject(ctx context.Context, client s3.HeadObjectAPIClient, key string) (object, error) {
+	out, err := client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
 	if err != nil {
 		var nf *types.NotFound
 		if errors.As(err, &nf) || httpStatus(err) == 404 {
@@ -264,7 +286,7 @@ func (s *Sink) head(ctx context.Context, key string) (object, error) {
 		}
 		return object{}, fmt.Errorf("head object %s: %w", key, err)
 	}
-	o := object{exists: true, etag: aws.ToString(out.ETag)}
+	o := object{exists: true, etag: aws.ToString(out.ETag), rev: out.Metadata[MetaRev]}
 	o.version, _ = parseVersion(out.Metadata[MetaVersion])
 	return o, nil
 }
@@ -336,7 +358,7 @@ func validOrNil(raw json.RawMessage) json.RawMessage {
 func metadata(c *change.Envelope) map[string]string {
 	m := map[string]string{
 		MetaRev:     metaValue(c.Rev),
-		MetaSeq:     metaValue(compact(c.Seq)),
+		MetaSeq:     metaValue(c.SeqText()),
 		MetaVersion: c.Version.String(),
 		MetaJob:     metaValue(c.Job),
 		MetaOutput:  metaValue(c.Output),
@@ -345,14 +367,6 @@ func metadata(c *change.Envelope) map[string]string {
 		m[MetaDeleted] = "true"
 	}
 	return m
-}
-
-func compact(raw json.RawMessage) string {
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
-		return string(raw)
-	}
-	return b.String()
 }
 
 // metaValue keeps a metadata value printable ASCII, as S3 requires for

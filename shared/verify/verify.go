@@ -1,8 +1,8 @@
 // Package verify proves that an output holds what the source holds: every
 // live document of the source at its winning revision, and nothing else. It
 // compares the source's winners (_all_docs) with the output's own record of
-// what it applied (PostgreSQL: the versions table and the data table; S3: the
-// objects' rev metadata), and reports three kinds of drift:
+// what it applied, as the state reader of the output's sink reports it (the
+// sink alone knows its storage layout), and reports three kinds of drift:
 //
 //   - missing: live in the source, not held by the output;
 //   - stale: held at another revision than the source's winner (or held
@@ -29,6 +29,9 @@ import (
 	"slices"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
+
+	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/feed"
 )
 
@@ -41,33 +44,22 @@ type Source interface {
 	Get(ctx context.Context, id string) (json.RawMessage, string, error)
 }
 
-// Output reads what an output holds. Implementations are safe for
-// concurrent use.
+// Output reads what an output holds: the state reader of its sink
+// (pgsink.State, s3sink.State). Implementations are safe for concurrent use.
 type Output interface {
 	// Scan calls fn for every document the output holds, and for every one
-	// it records inconsistently; fn's error stops the scan and is returned.
+	// it records inconsistently or as filtered; fn's error stops the scan
+	// and is returned.
 	Scan(ctx context.Context, fn func(Doc) error) error
-	// Lookup reads the given documents again; a document the output knows
-	// nothing about is absent from the result.
+	// Lookup reads the given documents again; a document Scan would not
+	// list is absent from the result.
 	Lookup(ctx context.Context, ids []string) (map[string]Doc, error)
 }
 
-// Doc is what an output holds for one document.
-type Doc struct {
-	ID string
-	// Rev is the revision held; for a document not held, the revision the
-	// output last recorded, if any.
-	Rev string
-	// Held reports that the output holds a live copy.
-	Held bool
-	// Filtered marks a document the output deliberately holds no copy of
-	// (a PostgreSQL mapping's filter rejected revision Rev); it is in sync
-	// when Rev is the source's winner.
-	Filtered bool
-	// Problem describes an inconsistency inside the output ("data row
-	// without versions row", ...); such a document counts as drift.
-	Problem string
-}
+// Doc is what an output holds for one document. Compare reads its ID, Rev,
+// Held, Filtered (in sync when Rev is the source's winner) and Problem (an
+// inconsistency inside the output, which counts as drift).
+type Doc = deliver.Stored
 
 // Kind is a kind of drift.
 type Kind string
@@ -264,23 +256,16 @@ func recheck(ctx context.Context, src Source, out Output, drift []Drift, opts Op
 	if workers <= 0 {
 		workers = 8
 	}
-	sem := make(chan struct{}, workers)
-	var wg sync.WaitGroup
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
 	var mu sync.Mutex
-	var firstErr error
 	done := 0
 	for i, id := range ids {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return nil, ctx.Err()
+		if gctx.Err() != nil {
+			break
 		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			_, rev, err := src.Get(ctx, id)
-			mu.Lock()
-			defer mu.Unlock()
+		g.Go(func() error {
+			_, rev, err := src.Get(gctx, id)
 			var se *feed.StatusError
 			switch {
 			case err == nil:
@@ -289,16 +274,21 @@ func recheck(ctx context.Context, src Source, out Output, drift []Drift, opts Op
 			case errors.As(err, &se) && se.Status == http.StatusForbidden:
 				// The reader may not see it (Sync Gateway: removed from
 				// its channels), just as _all_docs did not list it.
-			case firstErr == nil:
-				firstErr = fmt.Errorf("recheck source document %q: %w", id, err)
+			default:
+				return fmt.Errorf("recheck source document %q: %w", id, err)
 			}
+			mu.Lock()
+			defer mu.Unlock()
 			done++
 			progress("recheck", done, len(ids))
+			return nil
 		})
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	var still []Drift
 	for i, id := range ids {

@@ -181,25 +181,6 @@ func TestCompare(t *testing.T) {
 	}
 }
 
-func TestS3KeysToDocIDs(t *testing.T) {
-	t.Parallel()
-	r, err := NewS3(nil, config.S3Output{Bucket: "b", Prefix: "p/", KeyTemplate: "docs/{doc_id}.json"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"plain", "with/slash", "dots.and..more", "ünïcode", "100%", "a b+c"} {
-		got, ok := r.docID(r.keys.Key(id))
-		if !ok || got != id {
-			t.Errorf("docID(Key(%q)) = %q, %t", id, got, ok)
-		}
-	}
-	for _, key := range []string{"p/_tombstones/docs/x.json", "p/docs/x.txt", "q/docs/x.json", "p/claim-check/j/1/2.json", "p/docs/a/b.json"} {
-		if id, ok := r.docID(key); ok {
-			t.Errorf("docID(%q) = %q, want no document", key, id)
-		}
-	}
-}
-
 // fakeLeases is a lease store in memory.
 type fakeLeases struct {
 	mu       sync.Mutex

@@ -13,7 +13,7 @@ package main
 //     UPDATE into a table shaped like the sink's data table, no version check;
 //   - sink: pgsink.Sink.Apply in document mode (versions table, advisory locks,
 //     guarded statements);
-//   - handler: deliver.Handler.Handle on synthetic SQS events carrying the
+//   - handler: writer.Handler.Handle on synthetic SQS events carrying the
 //     encoded envelopes (decoding and routing included, no SQS network),
 //     writing through the same kind of sink.
 
@@ -40,6 +40,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/pgsink"
 	"github.com/changes-worker/changes-worker/shared/sample"
+	"github.com/changes-worker/changes-worker/shared/writer"
 )
 
 const (
@@ -179,7 +180,7 @@ func writerEnvelopes(n int) ([]*change.Envelope, error) {
 // writerHandler returns a writer handler whose one route writes through
 // sink, and the SQS events carrying envs in batches, as the event source
 // mapping would deliver them.
-func writerHandler(prefix string, sink deliver.Sink, envs []*change.Envelope) (*deliver.Handler, []events.SQSEvent, error) {
+func writerHandler(prefix string, sink deliver.Sink, envs []*change.Envelope) (*writer.Handler, []events.SQSEvent, error) {
 	cfg, err := config.Parse(fmt.Appendf(nil, `{"stack": {"prefix": %q}, "jobs": [{"id": "bench",
   "source": {"type": "couchdb", "url": "http://127.0.0.1:5984/unused"},
   "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {"env": %q}}}]}]}`, prefix, coreDSNEnv))
@@ -188,7 +189,7 @@ func writerHandler(prefix string, sink deliver.Sink, envs []*change.Envelope) (*
 	}
 	j := cfg.Jobs[0]
 	arn := "arn:aws:sqs:us-east-1:000000000000:" + cfg.QueueName(j, j.Outputs[0])
-	h := &deliver.Handler{
+	h := &writer.Handler{
 		Config:  cfg,
 		Sinks:   func(context.Context, config.Route) (deliver.Sink, error) { return sink, nil },
 		SQS:     coreNoSQS{},

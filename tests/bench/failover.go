@@ -30,6 +30,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
@@ -62,7 +63,7 @@ func newFailoverStack(ctx context.Context, bin, dir, name string, backlog int, p
 		fs.close()
 		return nil, err
 	}
-	target, err := faults.AWSEndpoint()
+	target, err := faults.AWSEndpoint("SQS")
 	if err != nil {
 		fs.close()
 		return nil, err
@@ -177,7 +178,7 @@ func failover(ctx context.Context, r *results) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("fewer than %d handoffs in 3 minutes", failoverTrials)
 		}
-		if err := failoverSleep(ctx, time.Second); err != nil {
+		if err := clock.Sleep(ctx, time.Second); err != nil {
 			return err
 		}
 	}
@@ -243,15 +244,4 @@ func handoffGaps(fs *failoverStack, fin faults.Final, start time.Time) ([]float6
 		most = max(most, faults.Replayed(fin.Messages, ev.Generation, next.Generation))
 	}
 	return gaps, most
-}
-
-func failoverSleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

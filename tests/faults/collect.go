@@ -8,14 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/changes-worker/changes-worker/shared/change"
-	"github.com/changes-worker/changes-worker/shared/deliver"
-	"github.com/changes-worker/changes-worker/shared/localrun"
+	"github.com/changes-worker/changes-worker/shared/dlq"
+	"github.com/changes-worker/changes-worker/shared/writer"
 )
 
 // Message is one message a poller queued, as the writer received it.
@@ -37,7 +36,7 @@ type Message struct {
 // keeps the queue short (the emulator's receive slows down with its length).
 type Collector struct {
 	stack   *Stack
-	handler *deliver.Handler
+	handler *writer.Handler
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
@@ -93,15 +92,10 @@ func (c *Collector) fail(format string, args ...any) {
 }
 
 func (c *Collector) deliver(ctx context.Context, msgs []sqstypes.Message) {
-	ev := events.SQSEvent{Records: make([]events.SQSMessage, len(msgs))}
-	for i, m := range msgs {
+	for _, m := range msgs {
 		c.record(m)
-		ev.Records[i] = events.SQSMessage{
-			MessageId: aws.ToString(m.MessageId), ReceiptHandle: aws.ToString(m.ReceiptHandle),
-			Body: aws.ToString(m.Body), Attributes: m.Attributes,
-			EventSource: "aws:sqs", EventSourceARN: c.stack.QueueARN,
-		}
 	}
+	ev := writer.Event(c.stack.QueueARN, "", msgs)
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	resp, err := c.handler.Handle(ictx, ev)
@@ -109,16 +103,7 @@ func (c *Collector) deliver(ctx context.Context, msgs []sqstypes.Message) {
 		c.fail("writer: %v", err)
 		return // the messages come back after their visibility timeout
 	}
-	failed := map[string]bool{}
-	for _, f := range resp.BatchItemFailures {
-		failed[f.ItemIdentifier] = true
-	}
-	var del []sqstypes.DeleteMessageBatchRequestEntry
-	for i, m := range msgs {
-		if !failed[aws.ToString(m.MessageId)] {
-			del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
-		}
-	}
+	del := writer.DeleteEntries(msgs, resp)
 	if len(del) == 0 {
 		return
 	}
@@ -154,13 +139,14 @@ func (c *Collector) Drain(ctx context.Context, timeout time.Duration) error {
 	streak := 0
 	for streak < 3 {
 		if err := sleep(ctx, 500*time.Millisecond); err != nil {
-			n, _ := localrun.Depth(context.WithoutCancel(ctx), c.stack.Deps.SQS, c.stack.QueueURL)
-			return fmt.Errorf("work queue not drained within %s (%d messages left)", timeout, n)
+			d, _ := dlq.QueueDepth(context.WithoutCancel(ctx), c.stack.Deps.SQS, c.stack.QueueURL)
+			return fmt.Errorf("work queue not drained within %s (%d messages left)", timeout, d.Total())
 		}
-		n, err := localrun.Depth(ctx, c.stack.Deps.SQS, c.stack.QueueURL)
+		d, err := dlq.QueueDepth(ctx, c.stack.Deps.SQS, c.stack.QueueURL)
 		if err != nil {
 			return err
 		}
+		n := d.Total()
 		// Received messages count as not visible until deleted, so an
 		// empty queue means nothing is being delivered either.
 		if n == 0 {
@@ -203,6 +189,6 @@ func (c *Collector) Errors() []string {
 }
 
 // Stats are the writer handler's counters.
-func (c *Collector) Stats() deliver.Stats {
+func (c *Collector) Stats() writer.Stats {
 	return c.handler.Stats()[Job+"/"+Output]
 }

@@ -1,7 +1,7 @@
 // Package delivertest is the conformance suite every deliver.Sink runs: it
-// checks the monotonic-apply contract of DESIGN.md ("Writer") against a real
-// output, so a sink that passes cannot regress a document however its changes
-// are duplicated, reordered or interrupted.
+// checks the monotonic-apply contract of deliver.Sink against a real output,
+// so a sink that passes cannot regress a document however its changes are
+// duplicated, reordered or interrupted.
 //
 // A sink's own tests call Run with a Harness that creates a fresh output per
 // case and reads back what that output holds.

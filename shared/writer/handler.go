@@ -1,4 +1,10 @@
-package deliver
+// Package writer is the writer Lambda's handler: it turns an SQS batch of
+// change envelopes into changes (resolving claim-checked bodies), applies
+// them to their output through a deliver.Sink, moves the failures that
+// retrying cannot fix to the output's DLQ with their failure.Record, and
+// answers with the messages to retry, following the Lambda SQS event source
+// contract (ReportBatchItemFailures).
+package writer
 
 import (
 	"context"
@@ -11,17 +17,18 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/failure"
 	"github.com/changes-worker/changes-worker/shared/metrics"
 )
 
@@ -40,22 +47,7 @@ type S3 interface {
 
 // SinkFactory returns the sink of a route; it is called once per route and
 // the result reused for the life of the process.
-type SinkFactory func(ctx context.Context, r config.Route) (Sink, error)
-
-// Failure message attributes on DLQ messages, readable in the SQS console.
-const (
-	AttrClass          = "failure_class"
-	AttrReason         = "failure_reason"
-	AttrError          = "failure_error"
-	AttrHTTPStatus     = "failure_http_status"
-	AttrSQLState       = "failure_sql_state"
-	AttrAttempts       = "failure_attempts"
-	AttrFirstFailureAt = "failure_first_at"
-	AttrLastFailureAt  = "failure_last_at"
-	AttrOutput         = "failure_output"
-	AttrJob            = "failure_job"
-	AttrDocID          = "doc_id"
-)
+type SinkFactory func(ctx context.Context, r config.Route) (deliver.Sink, error)
 
 // Handler is the writer: it handles SQS batches from the work queues of every
 // configured output. Safe for concurrent use.
@@ -65,12 +57,12 @@ type Handler struct {
 	SQS     SQS
 	S3      S3
 	Log     *slog.Logger
-	Metrics io.Writer // EMF destination
-	Now     func() time.Time
+	Metrics io.Writer   // EMF destination
+	Now     clock.Clock // failure times and end-to-end latency; zero: the system clock
 
+	sinks sync.Map // "job/output" -> deliver.Sink
+	urls  sync.Map // queue name -> URL
 	mu    sync.Mutex
-	sinks map[string]Sink
-	urls  map[string]string
 	stats map[string]*Stats
 }
 
@@ -109,19 +101,12 @@ func (h *Handler) count(r config.Route, delivered, dead, retried int) {
 	st.Retried += int64(retried)
 }
 
-func (h *Handler) now() time.Time {
-	if h.Now != nil {
-		return h.Now()
-	}
-	return time.Now()
-}
-
 // item is one record on its way through the handler.
 type item struct {
 	rec   events.SQSMessage
 	env   *change.Envelope
 	group string
-	err   *Error
+	err   *deliver.Error
 	done  bool
 }
 
@@ -171,11 +156,11 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 	for _, it := range items {
 		env, err := change.Decode([]byte(it.rec.Body))
 		if err != nil {
-			it.err = PermanentError("decode", err)
+			it.err = deliver.PermanentError("decode", err)
 			continue
 		}
 		if env.Job != route.Job.ID || env.Output != route.Output.ID {
-			it.err = PermanentError("misrouted", fmt.Errorf("envelope for %s/%s on queue of %s/%s", env.Job, env.Output, route.Job.ID, route.Output.ID))
+			it.err = deliver.PermanentError("misrouted", fmt.Errorf("envelope for %s/%s on queue of %s/%s", env.Job, env.Output, route.Job.ID, route.Output.ID))
 			continue
 		}
 		it.env = env
@@ -192,7 +177,7 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		// every message is retried and the error surfaces as a function error.
 		for _, it := range items {
 			if it.err == nil {
-				it.err = TransientError("sink_unavailable", err)
+				it.err = deliver.TransientError("sink_unavailable", err)
 			}
 		}
 		log.ErrorContext(ctx, "open output", "error", err)
@@ -212,7 +197,7 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 				delivered++
 				rec.Add(metrics.Delivered, 1, metrics.Count)
 				if it.env != nil && !it.env.EnqueuedAt.IsZero() {
-					rec.Add(metrics.EndToEndLatencyMs, float64(h.now().Sub(it.env.EnqueuedAt).Milliseconds()), metrics.Milliseconds)
+					rec.Add(metrics.EndToEndLatencyMs, float64(h.Now.Since(it.env.EnqueuedAt).Milliseconds()), metrics.Milliseconds)
 				}
 			}
 			continue
@@ -220,7 +205,7 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		attempts := receiveCount(it.rec)
 		last := attempts >= route.Output.MaxReceiveCount
 		lg := log.With("doc_id", docID, "message_id", it.rec.MessageId, "attempts", attempts, "class", it.err.Class, "reason", it.err.Reason)
-		if it.err.Class == Permanent || last {
+		if it.err.Class == deliver.Permanent || last {
 			rec.Add(metrics.FailedPermanent, 1, metrics.Count)
 			if err := h.toDLQ(ctx, route, it, attempts); err != nil {
 				lg.ErrorContext(ctx, "move to dlq failed; message will be retried", "error", err)
@@ -246,7 +231,7 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 // apply sends the decodable items to the sink. On FIFO queues it goes in
 // rounds, the k-th message of every group in round k, and drops a group from
 // later rounds once one of its messages failed.
-func (h *Handler) apply(ctx context.Context, sink Sink, fifo bool, items []*item) {
+func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo bool, items []*item) {
 	if !fifo {
 		var batch []*item
 		for _, it := range items {
@@ -277,11 +262,11 @@ func (h *Handler) apply(ctx context.Context, sink Sink, fifo bool, items []*item
 			more = true
 			it := its[round]
 			if first := broken[g]; first != nil {
-				it.err = TransientError("group_blocked", fmt.Errorf("an earlier message of group %s failed (%s)", g, first.rec.MessageId))
+				it.err = deliver.TransientError("group_blocked", fmt.Errorf("an earlier message of group %s failed (%s)", g, first.rec.MessageId))
 				continue
 			}
 			if it.err != nil {
-				if it.err.Class == Transient {
+				if it.err.Class == deliver.Transient {
 					broken[g] = it
 				}
 				continue
@@ -293,14 +278,14 @@ func (h *Handler) apply(ctx context.Context, sink Sink, fifo bool, items []*item
 		}
 		h.applyRound(ctx, sink, batch)
 		for _, it := range batch {
-			if it.err != nil && it.err.Class == Transient {
+			if it.err != nil && it.err.Class == deliver.Transient {
 				broken[it.group] = it
 			}
 		}
 	}
 }
 
-func (h *Handler) applyRound(ctx context.Context, sink Sink, batch []*item) {
+func (h *Handler) applyRound(ctx context.Context, sink deliver.Sink, batch []*item) {
 	if len(batch) == 0 {
 		return
 	}
@@ -314,10 +299,10 @@ func (h *Handler) applyRound(ctx context.Context, sink Sink, batch []*item) {
 		if i < len(errs) {
 			err = errs[i]
 		} else {
-			err = TransientError("sink_contract", errors.New("sink returned fewer results than changes"))
+			err = deliver.TransientError("sink_contract", errors.New("sink returned fewer results than changes"))
 		}
 		if err != nil {
-			it.err = Classify(err)
+			it.err = deliver.Classify(err)
 			continue
 		}
 		it.done = true
@@ -325,47 +310,36 @@ func (h *Handler) applyRound(ctx context.Context, sink Sink, batch []*item) {
 }
 
 // resolve fetches a claim-checked body from S3.
-func (h *Handler) resolve(ctx context.Context, env *change.Envelope) *Error {
+func (h *Handler) resolve(ctx context.Context, env *change.Envelope) *deliver.Error {
 	out, err := h.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: &env.DocRef.Bucket, Key: &env.DocRef.Key})
 	if err != nil {
 		var nsk *s3types.NoSuchKey
 		if errors.As(err, &nsk) {
-			return PermanentError("claim_check_missing", fmt.Errorf("get claim check %s: %w", env.DocRef.Key, err))
+			return deliver.PermanentError("claim_check_missing", fmt.Errorf("get claim check %s: %w", env.DocRef.Key, err))
 		}
-		return TransientError("claim_check", fmt.Errorf("get claim check %s: %w", env.DocRef.Key, err))
+		return deliver.TransientError("claim_check", fmt.Errorf("get claim check %s: %w", env.DocRef.Key, err))
 	}
 	defer out.Body.Close()
 	b, err := io.ReadAll(out.Body)
 	if err != nil {
-		return TransientError("claim_check", fmt.Errorf("read claim check %s: %w", env.DocRef.Key, err))
+		return deliver.TransientError("claim_check", fmt.Errorf("read claim check %s: %w", env.DocRef.Key, err))
 	}
 	env.Doc = b
 	return nil
 }
 
-func (h *Handler) sink(ctx context.Context, r config.Route) (Sink, error) {
+func (h *Handler) sink(ctx context.Context, r config.Route) (deliver.Sink, error) {
 	key := r.Job.ID + "/" + r.Output.ID
-	h.mu.Lock()
-	s, ok := h.sinks[key]
-	h.mu.Unlock()
-	if ok {
-		return s, nil
+	if s, ok := h.sinks.Load(key); ok {
+		return s.(deliver.Sink), nil
 	}
 	s, err := h.Sinks(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("open output %s: %w", key, err)
 	}
-	h.mu.Lock()
-	if h.sinks == nil {
-		h.sinks = map[string]Sink{}
-	}
-	if prev, ok := h.sinks[key]; ok {
-		s = prev
-	} else {
-		h.sinks[key] = s
-	}
-	h.mu.Unlock()
-	return s, nil
+	// Two batches may open the same output at once: the first one kept wins.
+	kept, _ := h.sinks.LoadOrStore(key, s)
+	return kept.(deliver.Sink), nil
 }
 
 // toDLQ sends the original body to the route's DLQ with the failure reason in
@@ -376,42 +350,22 @@ func (h *Handler) toDLQ(ctx context.Context, r config.Route, it *item, attempts 
 	if err != nil {
 		return err
 	}
-	now := h.now().UTC()
+	now := h.Now.Now().UTC()
 	first := now
 	if ms, err := strconv.ParseInt(it.rec.Attributes["ApproximateFirstReceiveTimestamp"], 10, 64); err == nil {
 		first = time.UnixMilli(ms).UTC()
 	}
-	// A message redriven from the DLQ carries its earlier failure history.
-	if prev, ok := it.rec.MessageAttributes[AttrFirstFailureAt]; ok && prev.StringValue != nil {
-		if t, err := time.Parse(time.RFC3339Nano, *prev.StringValue); err == nil && t.Before(first) {
-			first = t
-		}
-	}
-	if prev, ok := it.rec.MessageAttributes[AttrAttempts]; ok && prev.StringValue != nil {
-		if n, err := strconv.Atoi(*prev.StringValue); err == nil {
-			attempts += n
-		}
-	}
-	msg := attrText(it.err.Error(), 1024)
-	attrs := map[string]sqstypes.MessageAttributeValue{
-		AttrClass:          strAttr(string(it.err.Class)),
-		AttrReason:         strAttr(it.err.Reason),
-		AttrError:          strAttr(msg),
-		AttrAttempts:       numAttr(attempts),
-		AttrFirstFailureAt: strAttr(first.Format(time.RFC3339Nano)),
-		AttrLastFailureAt:  strAttr(now.Format(time.RFC3339Nano)),
-		AttrOutput:         strAttr(r.Output.ID),
-		AttrJob:            strAttr(r.Job.ID),
-	}
-	if it.err.HTTPStatus != 0 {
-		attrs[AttrHTTPStatus] = numAttr(it.err.HTTPStatus)
-	}
-	if it.err.SQLState != "" {
-		attrs[AttrSQLState] = strAttr(it.err.SQLState)
+	rec := failure.Record{
+		Class: string(it.err.Class), Reason: it.err.Reason, Error: it.err.Error(),
+		HTTPStatus: it.err.HTTPStatus, SQLState: it.err.SQLState,
+		Attempts: attempts, FirstAt: first, LastAt: now, Job: r.Job.ID, Output: r.Output.ID,
 	}
 	if it.env != nil {
-		attrs[AttrDocID] = strAttr(attrText(it.env.DocID, 1024))
+		rec.DocID = it.env.DocID
 	}
+	// A message redriven from the DLQ carries its earlier failure history.
+	rec = rec.After(failure.Parse(failure.Values(it.rec.MessageAttributes, eventStringValue)))
+	attrs := rec.Attributes()
 	in := &sqs.SendMessageInput{QueueUrl: &url, MessageBody: aws.String(it.rec.Body), MessageAttributes: attrs}
 	if r.Output.FIFO() {
 		group := it.group
@@ -429,23 +383,16 @@ func (h *Handler) toDLQ(ctx context.Context, r config.Route, it *item, attempts 
 
 // queueURL resolves a queue name to its URL once per process.
 func (h *Handler) queueURL(ctx context.Context, name string) (string, error) {
-	h.mu.Lock()
-	u, ok := h.urls[name]
-	h.mu.Unlock()
-	if ok {
-		return u, nil
+	if u, ok := h.urls.Load(name); ok {
+		return u.(string), nil
 	}
 	out, err := h.SQS.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name})
 	if err != nil {
 		return "", fmt.Errorf("get queue url %s: %w", name, err)
 	}
-	h.mu.Lock()
-	if h.urls == nil {
-		h.urls = map[string]string{}
-	}
-	h.urls[name] = aws.ToString(out.QueueUrl)
-	h.mu.Unlock()
-	return aws.ToString(out.QueueUrl), nil
+	u := aws.ToString(out.QueueUrl)
+	h.urls.Store(name, u)
+	return u, nil
 }
 
 // pace sets the visibility of a transiently failed message to an exponential
@@ -487,29 +434,4 @@ func queueName(arn string) string {
 	return arn
 }
 
-// attrText makes s a valid SQS attribute value of at most max bytes: valid
-// UTF-8, no control characters SQS refuses, cut on a character boundary.
-func attrText(s string, max int) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r == 0xFFFE || r == 0xFFFF {
-			return '?'
-		}
-		return r
-	}, strings.ToValidUTF8(s, "?"))
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}
-
-func strAttr(s string) sqstypes.MessageAttributeValue {
-	return sqstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(s)}
-}
-
-func numAttr(n int) sqstypes.MessageAttributeValue {
-	return sqstypes.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(n))}
-}
+func eventStringValue(a events.SQSMessageAttribute) *string { return a.StringValue }

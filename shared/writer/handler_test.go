@@ -1,4 +1,4 @@
-package deliver
+package writer
 
 import (
 	"context"
@@ -10,14 +10,18 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/failure"
 )
 
 type fakeSink struct {
@@ -93,7 +97,7 @@ func record(t *testing.T, f *config.File, id, doc, rev string, counter int64, re
 func newHandler(f *config.File, sink *fakeSink, q *fakeSQS) *Handler {
 	return &Handler{
 		Config: f, SQS: q, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Sinks: func(context.Context, config.Route) (Sink, error) { return sink, nil },
+		Sinks: func(context.Context, config.Route) (deliver.Sink, error) { return sink, nil },
 	}
 }
 
@@ -104,7 +108,7 @@ func TestFIFOGroupBlocking(t *testing.T) {
 	f := testConfig(t, "per_document")
 	sink := &fakeSink{apply: func(c *change.Envelope) error {
 		if c.DocID == "a" && c.Rev == "1-a" {
-			return TransientError("http_status", errors.New("503"))
+			return deliver.TransientError("http_status", errors.New("503"))
 		}
 		return nil
 	}}
@@ -146,9 +150,9 @@ func TestDeadLettering(t *testing.T) {
 	sink := &fakeSink{apply: func(c *change.Envelope) error {
 		switch c.DocID {
 		case "bad":
-			return &Error{Class: Permanent, Reason: "http_status", HTTPStatus: 400, Err: errors.New("bad request")}
+			return &deliver.Error{Class: deliver.Permanent, Reason: "http_status", HTTPStatus: 400, Err: errors.New("bad request")}
 		case "flaky":
-			return TransientError("http_status", errors.New("503"))
+			return deliver.TransientError("http_status", errors.New("503"))
 		}
 		return nil
 	}}
@@ -170,7 +174,7 @@ func TestDeadLettering(t *testing.T) {
 	got := map[string]string{}
 	for _, in := range q.sent {
 		a := in.MessageAttributes
-		got[aws.ToString(a[AttrReason].StringValue)] = aws.ToString(a[AttrClass].StringValue) + "/" + aws.ToString(a[AttrAttempts].StringValue)
+		got[aws.ToString(a[failure.AttrReason].StringValue)] = aws.ToString(a[failure.AttrClass].StringValue) + "/" + aws.ToString(a[failure.AttrAttempts].StringValue)
 		if aws.ToString(in.QueueUrl) != "https://queue/"+f.DLQName(f.Jobs[0], f.Jobs[0].Outputs[0]) {
 			t.Errorf("sent to %s, want the DLQ", aws.ToString(in.QueueUrl))
 		}
@@ -192,10 +196,43 @@ func TestDeadLettering(t *testing.T) {
 	}
 }
 
-func TestAttrText(t *testing.T) {
+// A change redriven from the DLQ that fails again goes back with its whole
+// history: its earlier attempts added to this receive's, its first failure
+// kept. The message reaches the handler the way the local runtime hands it
+// over (Event), attributes included.
+func TestRedrivenFailureKeepsHistory(t *testing.T) {
 	t.Parallel()
-	got := attrText("é\x00b"+string([]byte{0xff})+"ééé", 7)
-	if got != "é?b?é" {
-		t.Errorf("attrText = %q", got)
+	f := testConfig(t, "none")
+	sink := &fakeSink{apply: func(c *change.Envelope) error {
+		return &deliver.Error{Class: deliver.Permanent, Reason: "http_status", HTTPStatus: 422, Err: errors.New("unprocessable")}
+	}}
+	q := &fakeSQS{}
+	h := newHandler(f, sink, q)
+	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	h.Now = func() time.Time { return now }
+	firstFailed := now.Add(-48 * time.Hour)
+	prev := failure.Record{Class: "transient", Reason: "connection", Error: "transient connection: refused",
+		Attempts: 3, FirstAt: firstFailed, LastAt: now.Add(-47 * time.Hour), Job: "j", Output: "o", DocID: "a"}
+	rec := record(t, f, "m1", "a", "1-a", 1, 2)
+	msg := sqstypes.Message{
+		MessageId: aws.String(rec.MessageId), ReceiptHandle: aws.String(rec.ReceiptHandle), Body: aws.String(rec.Body),
+		Attributes:        map[string]string{"ApproximateReceiveCount": "2", "ApproximateFirstReceiveTimestamp": fmt.Sprint(now.Add(-time.Minute).UnixMilli())},
+		MessageAttributes: prev.Attributes(),
+	}
+	resp, err := h.Handle(t.Context(), Event(rec.EventSourceARN, "us-east-1", []sqstypes.Message{msg}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BatchItemFailures) != 0 || len(q.sent) != 1 {
+		t.Fatalf("failures %v, %d sent to the DLQ; want the message dead-lettered", resp.BatchItemFailures, len(q.sent))
+	}
+	got := failure.Parse(failure.SQSValues(q.sent[0].MessageAttributes))
+	want := failure.Record{Class: "permanent", Reason: "http_status", Error: "permanent http_status (http 422): unprocessable",
+		HTTPStatus: 422, Attempts: 2 + 3, FirstAt: firstFailed, LastAt: now, Job: "j", Output: "o", DocID: "a"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("DLQ failure record (-want +got):\n%s", d)
+	}
+	if aws.ToString(q.sent[0].MessageBody) != rec.Body {
+		t.Errorf("DLQ body changed: %s", aws.ToString(q.sent[0].MessageBody))
 	}
 }

@@ -26,7 +26,7 @@ STATICCHECK      := $(LOCAL)/bin/staticcheck-$(STATICCHECK_VERSION)
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-up: ## start the local services (LocalStack, DynamoDB Local, CouchDB-compatible source, PostgreSQL); installs what is missing
+up: ## start the local services (LocalStack, moto for S3, DynamoDB Local, CouchDB-compatible source, PostgreSQL); installs what is missing
 	@bash localstack/up.sh
 
 sync-gateway: ## build the pinned Sync Gateway 3.1.0 into .local/bin/sync_gateway (up does it too; tests start it)
@@ -110,7 +110,7 @@ deploy: cdk-config build cdk-deps ## deploy the stack to AWS (CDK_CONFIG require
 destroy: cdk-config build cdk-deps ## delete the stack (CDK_CONFIG required; retained table and bucket stay)
 	$(CDK) destroy -c config=$(CDK_CONFIG)
 
-localstack-up: ## start LocalStack, CouchDB and PostgreSQL with Docker (where a Docker engine runs)
+localstack-up: ## start the same services as containers (localstack/docker-compose.yml; where a Docker engine runs)
 	docker compose -f localstack/docker-compose.yml up -d --wait
 
 # cdklocal is given the local AWS as 127.0.0.1 (its default host name does not

@@ -207,6 +207,23 @@ localstack_version() {
 		python3 -c 'import json, sys; print(json.load(sys.stdin).get("version", "?"))' 2>/dev/null || echo "?"
 }
 
+# front_dynamodb_local makes LocalStack's DynamoDB (which CloudFormation uses
+# to create a stack's table) forward to the DynamoDB Local that up_dynamodb
+# runs. LocalStack would download DynamoDB Local and a Java 21 of its own at
+# the first DynamoDB call, which no package registry serves; it skips both
+# when they are already in its library folder, then starts the server with
+# that java and talks to it on DYNAMODB_LOCAL_PORT. So the folder gets an
+# empty placeholder jar and a "java" that only waits (LocalStack stops it with
+# itself), and DYNAMODB_LOCAL_PORT names the port of the real DynamoDB Local.
+# Tables created through either endpoint are the same tables.
+front_dynamodb_local() {
+	local lib="$LS_DIR/filesystem/var/lib/localstack/lib"
+	mkdir -p "$lib/dynamodb-local/2" "$lib/java/21/bin"
+	[[ -f "$lib/dynamodb-local/2/DynamoDBLocal.jar" ]] || : >"$lib/dynamodb-local/2/DynamoDBLocal.jar"
+	printf '#!/bin/sh\n# placeholder: DynamoDB Local runs on its own (localstack/up.sh, up_dynamodb)\nexec sleep infinity\n' >"$lib/java/21/bin/java"
+	chmod +x "$lib/java/21/bin/java"
+}
+
 up_localstack() {
 	local pidfile="$RUN/localstack.pid" log="$LOGS/localstack.log" pid
 	if pid="$(pid_alive "$pidfile" localstack.runtime.main)"; then
@@ -231,6 +248,7 @@ up_localstack() {
 
 	localstack_installed || install_localstack
 	mkdir -p "$LS_DIR/filesystem" "$LS_DIR/tmp"
+	front_dynamodb_local
 	say "starting LocalStack on $LOCALSTACK_URL (log ${log#"$ROOT"/})"
 	# OVERRIDE_IN_DOCKER=0: this host can look like a container to LocalStack,
 	# which would then use system directories. Every directory it writes is
@@ -250,6 +268,7 @@ up_localstack() {
 			TMPDIR="$LS_DIR/tmp" \
 			SKIP_SSL_CERT_DOWNLOAD=1 \
 			DISABLE_EVENTS=1 \
+			DYNAMODB_LOCAL_PORT="$DYNAMODB_PORT" \
 			setsid "$LS_VENV/bin/python" -m localstack.runtime.main
 	) </dev/null >>"$log" 2>&1 &
 	pid=$!
@@ -514,9 +533,9 @@ install_syncgateway() {
 
 # ------------------------------------------------------------------------ main
 
+up_dynamodb
 up_localstack
 up_s3
-up_dynamodb
 up_couch
 up_postgres
 install_syncgateway

@@ -227,7 +227,7 @@ type pageReader struct {
 	lastSeq json.RawMessage
 	hasLast bool
 	results bool
-	full    bool // reading stopped at the budget
+	badLast string // what is wrong with last_seq, when the rows read stand in for it
 }
 
 // errPageFull stops reading at the page's budget.
@@ -259,16 +259,16 @@ func (p *pageReader) read(st *stream) (*Batch, error) {
 	}
 	switch {
 	case !p.hasLast || isNull(p.lastSeq):
-		if p.pos != nil {
-			return p.cut("the answer has no last_seq"), nil
-		}
-		return nil, malformed("changes", "no last_seq")
+		p.badLast = "no last_seq"
 	case emptySeq(p.lastSeq):
 		// An empty since would read the feed again from its beginning.
+		p.badLast = `last_seq is empty ("")`
+	}
+	if p.badLast != "" {
 		if p.pos != nil {
-			return p.cut("the answer's last_seq is empty"), nil
+			return p.cut("the answer's " + p.badLast + ": the batch ends after its last row"), nil
 		}
-		return nil, malformed("changes", `last_seq is empty ("")`)
+		return nil, malformed("changes", "%s", p.badLast)
 	}
 	// The answer's own position is never before the last row it holds.
 	p.b.LastSeq = NotBefore(p.lastSeq, p.pos)

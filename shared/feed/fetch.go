@@ -24,9 +24,10 @@ import (
 const bulkGetMax = 500
 
 // bulkGetFirst is how many documents a _bulk_get asks for before the client
-// has seen any body: at Couchbase's largest (20 MB), what comes back whole
-// before the answer limit is still used.
-const bulkGetFirst = 32
+// has seen any body. Too many costs the source work, never memory: the
+// answer is read no further than its limit (and a page's budget), and what
+// came whole is used.
+const bulkGetFirst = 100
 
 // FetchDocs fills Doc for every row that is neither deleted nor removed and
 // has no body yet (so with include_docs it only fills the gaps):
@@ -36,7 +37,7 @@ const bulkGetFirst = 32
 //   - every other source: POST {url}/_bulk_get?revs=false, answered as JSON
 //     (CouchDB) or multipart/mixed (Sync Gateway family), read as the answer
 //     arrives. Requests are split by bytes: before any body is seen a request
-//     asks for bulkGetFirst documents, then for as many as the average body
+//     asks for 100 documents, then for as many as the average body
 //     seen puts at a quarter of Options.MaxAnswerBytes (at most 500). An
 //     answer cut at MaxAnswerBytes keeps the bodies that came whole and the
 //     rest is asked again; a single body over the limit is a *LimitError.
@@ -445,34 +446,26 @@ type bulkResult struct {
 // errEnough stops reading an answer once enough was read.
 var errEnough = errors.New("enough read")
 
-// bulkGet asks one _bulk_get for rows[i], i in idx, and fills the rows as
-// the answers arrive. Answers are matched to rows by document id and
-// revision, not by position: pouchdb-server groups the answers of one
-// document together instead of keeping request order. Reading stops early
-// when enough(bytes of bodies so far, whether rows[idx[0]] is answered)
-// says so, when the answer goes past MaxAnswerBytes, or when it breaks after
-// whole documents; the rows not answered then stay as they were. With no
-// document whole, the error says what broke. A complete answer must answer
-// every row.
-func (c *Client) bulkGet(ctx context.Context, rows []Row, idx []int, enough func(int64, bool) bool) (*bulkResult, error) {
-	type docReq struct {
-		ID  string `json:"id"`
-		Rev string `json:"rev"`
-	}
-	var req struct {
+// docReq names one document of a _bulk_get request: a revision, or (Rev
+// empty) the current winner.
+type docReq struct {
+	ID  string `json:"id"`
+	Rev string `json:"rev,omitempty"`
+}
+
+// bulkRead sends one _bulk_get for docs and passes each answer to take as
+// it arrives; first names the document reported when nothing came whole.
+// whole is false when reading stopped before the answer's end: take
+// returned errEnough, or the answer went past MaxAnswerBytes or broke after
+// take had been called; the documents not answered are then to be asked
+// again. With nothing answered, the error says what broke; an error of
+// take other than errEnough is returned as it is.
+func (c *Client) bulkRead(ctx context.Context, docs []docReq, first string, take func(bulkAnswer) error) (whole bool, err error) {
+	body, err := json.Marshal(struct {
 		Docs []docReq `json:"docs"`
-	}
-	byReq := map[docReq][]int{}
-	for _, i := range idx {
-		d := docReq{ID: rows[i].ID, Rev: rows[i].Rev}
-		if byReq[d] == nil {
-			req.Docs = append(req.Docs, d)
-		}
-		byReq[d] = append(byReq[d], i)
-	}
-	body, err := json.Marshal(req)
+	}{docs})
 	if err != nil {
-		return nil, fmt.Errorf("bulk_get: encode request: %w", err)
+		return false, fmt.Errorf("bulk_get: encode request: %w", err)
 	}
 	// The Sync Gateway family answers only in multipart; CouchDB answers
 	// JSON, which says more (its multipart form nests per-document parts).
@@ -483,13 +476,64 @@ func (c *Client) bulkGet(ctx context.Context, rows []Row, idx []int, enough func
 	st, err := c.open(ctx, "bulk_get", http.MethodPost,
 		c.endpoint("_bulk_get", url.Values{"revs": {"false"}}), accept, body, c.o.RequestTimeout)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	defer st.close()
+	answered := 0
+	var takeErr error
+	count := func(a bulkAnswer) error {
+		answered++
+		if err := take(a); err != nil {
+			takeErr = err
+			return err
+		}
+		return nil
+	}
+	if mt, params, _ := mime.ParseMediaType(st.contentType); strings.HasPrefix(mt, "multipart/") {
+		err = readBulkMultipart(st.body, params["boundary"], count)
+	} else {
+		err = readBulkJSON(st.body, count)
+	}
+	var le *LimitError
+	switch {
+	case errors.Is(takeErr, errEnough):
+		return false, nil
+	case takeErr != nil:
+		return false, takeErr
+	case err == nil:
+		return true, nil
+	case answered > 0:
+		return false, nil // what came whole is used; the rest is asked again
+	case st.body.over:
+		return false, st.fail(err, fmt.Sprintf("document %q", first))
+	case errors.As(err, &le):
+		return false, le
+	}
+	if ferr := st.fail(err, ""); ferr != err {
+		return false, ferr
+	}
+	return false, malformed("bulk_get", "%v", err)
+}
 
+// bulkGet asks one _bulk_get for rows[i], i in idx, and fills the rows as
+// the answers arrive. Answers are matched to rows by document id and
+// revision, not by position: pouchdb-server groups the answers of one
+// document together instead of keeping request order. Reading stops early
+// when enough(bytes of bodies so far, whether rows[idx[0]] is answered)
+// says so, and as bulkRead says; the rows not answered then stay as they
+// were. A whole answer must answer every row.
+func (c *Client) bulkGet(ctx context.Context, rows []Row, idx []int, enough func(int64, bool) bool) (*bulkResult, error) {
+	var docs []docReq
+	byReq := map[docReq][]int{}
+	for _, i := range idx {
+		d := docReq{ID: rows[i].ID, Rev: rows[i].Rev}
+		if byReq[d] == nil {
+			docs = append(docs, d)
+		}
+		byReq[d] = append(byReq[d], i)
+	}
 	res := &bulkResult{answered: map[int]bool{}}
-	var docErr error // a document's own error, which ends the fetch
-	take := func(a bulkAnswer) error {
+	whole, err := c.bulkRead(ctx, docs, rows[idx[0]].ID, func(a bulkAnswer) error {
 		for _, i := range byReq[docReq{ID: a.id, Rev: a.rev}] {
 			r := &rows[i]
 			switch {
@@ -499,12 +543,10 @@ func (c *Client) bulkGet(ctx context.Context, rows []Row, idx []int, enough func
 				// Gone, or (Sync Gateway) forbidden: the winner says which.
 				res.gone = append(res.gone, i)
 			case a.err != nil:
-				docErr = fmt.Errorf("fetch doc %q rev %s: %w", r.ID, r.Rev, a.err)
-				return docErr
+				return fmt.Errorf("fetch doc %q rev %s: %w", r.ID, r.Rev, a.err)
 			default:
 				if err := apply(r, a.body); err != nil {
-					docErr = malformed("bulk_get", "document %q: %v", r.ID, err)
-					return docErr
+					return malformed("bulk_get", "document %q: %v", r.ID, err)
 				}
 			}
 			res.answered[i] = true
@@ -517,33 +559,15 @@ func (c *Client) bulkGet(ctx context.Context, rows []Row, idx []int, enough func
 			return errEnough
 		}
 		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if mt, params, _ := mime.ParseMediaType(st.contentType); strings.HasPrefix(mt, "multipart/") {
-		err = readBulkMultipart(st.body, params["boundary"], take)
-	} else {
-		err = readBulkJSON(st.body, take)
-	}
-	var le *LimitError
-	switch {
-	case docErr != nil:
-		return nil, docErr
-	case errors.Is(err, errEnough):
-		return res, nil
-	case err != nil && len(res.answered) > 0:
-		return res, nil // what came whole is used; the rest is asked again
-	case err != nil && st.body.over:
-		return nil, st.fail(err, fmt.Sprintf("document %q", rows[idx[0]].ID))
-	case errors.As(err, &le):
-		return nil, le
-	case err != nil:
-		if ferr := st.fail(err, ""); ferr != err {
-			return nil, ferr
-		}
-		return nil, malformed("bulk_get", "%v", err)
-	}
-	for _, i := range idx {
-		if !res.answered[i] {
-			return nil, malformed("bulk_get", "no answer for %q rev %s", rows[i].ID, rows[i].Rev)
+	if whole {
+		for _, i := range idx {
+			if !res.answered[i] {
+				return nil, malformed("bulk_get", "no answer for %q rev %s", rows[i].ID, rows[i].Rev)
+			}
 		}
 	}
 	return res, nil

@@ -32,10 +32,10 @@ const (
 	DefaultConcurrency    = 8
 	// DefaultMaxAnswerBytes is above the largest document Couchbase (20 MB)
 	// and CouchDB (8 MB by default) store.
-	DefaultMaxAnswerBytes = 32 << 20
+	DefaultMaxAnswerBytes = config.DefaultMaxAnswerBytes
 	// DefaultPageBytes keeps a page's bodies, and the copies queueing them
 	// makes, well within a 256 MB poller.
-	DefaultPageBytes = 16 << 20
+	DefaultPageBytes = config.DefaultPageBytes
 )
 
 // Options configure a Client. Credentials are already resolved; they are sent

@@ -144,6 +144,7 @@ func (d *Deps) Feed(ctx context.Context, j *config.Job) (*feed.Client, error) {
 	opts := feed.Options{
 		SourceType: j.Source.Type, URL: j.Source.URL, Limit: j.Feed.Limit, Fetch: j.Feed.Fetch,
 		ActiveOnly: j.Feed.ActiveOnly, Channels: j.Feed.Channels,
+		MaxAnswerBytes: j.Feed.MaxAnswerBytes, PageBytes: j.Feed.PageBytes,
 	}
 	if a := j.Source.Auth; a != nil {
 		var err error

@@ -97,6 +97,11 @@ func (c *Client) Changes(ctx context.Context, since json.RawMessage, timeout tim
 			return nil, err
 		}
 	}
+	for i := range b.Malformed {
+		if b.Malformed[i].After == nil {
+			b.Malformed[i].After = slices.Clone(since)
+		}
+	}
 	if before, ok := SeqBefore(b.LastSeq, since); ok && before && (len(b.Rows) == 0 || readSeq(b.LastSeq).kind != seqPrefixed) {
 		b.LastSeq = slices.Clone(since)
 	}

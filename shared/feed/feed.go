@@ -339,7 +339,7 @@ type Malformed struct {
 	// Seq is the row's own seq, nil when it has none that can be used.
 	Seq json.RawMessage
 	// After is the position it followed: the seq of the last row before
-	// it that had one, or nil when it came first.
+	// it that had one, or since when none did (nil: the beginning).
 	After json.RawMessage
 	// Raw is the row as the source sent it, at most MalformedRawMax bytes.
 	Raw []byte

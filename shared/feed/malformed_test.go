@@ -149,3 +149,17 @@ func TestBatchCutBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestMalformedFirstRowFollowsSince: a malformed row with no row before it
+// in the answer follows since.
+func TestMalformedFirstRowFollowsSince(t *testing.T) {
+	t.Parallel()
+	f := newFakeSource(t, reply(http.StatusOK, `{"results":[{"seq":null,"changes":[]}],"last_seq":9}`))
+	b, err := f.client(nil).Changes(t.Context(), raw(`8`), time.Second)
+	if err != nil {
+		t.Fatalf("Changes: %v", err)
+	}
+	if len(b.Malformed) != 1 || string(b.Malformed[0].After) != `8` || b.Malformed[0].Seq != nil || b.Malformed[0].Before != 0 {
+		t.Errorf("Malformed = %+v, want one after since 8, without seq", b.Malformed)
+	}
+}

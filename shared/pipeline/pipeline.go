@@ -27,6 +27,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/metrics"
 	"github.com/changes-worker/changes-worker/shared/poll"
+	"github.com/changes-worker/changes-worker/shared/quarantine"
 	"github.com/changes-worker/changes-worker/shared/secret"
 	"github.com/changes-worker/changes-worker/shared/writer"
 )
@@ -128,14 +129,15 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		targets = append(targets, fanout.Target{Output: o.ID, QueueURL: aws.ToString(out.QueueUrl), FIFO: o.FIFO()})
 	}
 	return &poll.Poller{
-		Job:     j,
-		Feed:    fc,
-		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Now: d.Now.Now},
-		Sender:  &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
-		Targets: targets,
-		Log:     d.Log,
-		Metrics: metrics.New(d.Metrics, map[string]string{"Job": j.ID}),
-		Now:     d.Now.Now,
+		Job:        j,
+		Feed:       fc,
+		Leases:     &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Now: d.Now.Now},
+		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
+		Targets:    targets,
+		Quarantine: &quarantine.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
+		Log:        d.Log,
+		Metrics:    metrics.New(d.Metrics, map[string]string{"Job": j.ID}),
+		Now:        d.Now.Now,
 	}, nil
 }
 

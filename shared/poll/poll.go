@@ -24,7 +24,7 @@ import (
 // Feed reads the source.
 type Feed interface {
 	Changes(ctx context.Context, since json.RawMessage, timeout time.Duration) (*feed.Batch, error)
-	FetchDocs(ctx context.Context, rows []feed.Row) error
+	FetchBatch(ctx context.Context, b *feed.Batch) error
 }
 
 // Leases keeps the job's lease and checkpoint.
@@ -54,9 +54,12 @@ type Poller struct {
 	Leases  Leases
 	Sender  Sender
 	Targets []fanout.Target
-	Log     *slog.Logger
-	Metrics *metrics.Recorder
-	Now     func() time.Time
+	// Quarantine records the feed rows the poller skips and the pages it
+	// is blocked on (see screen and pageFailed).
+	Quarantine Quarantine
+	Log        *slog.Logger
+	Metrics    *metrics.Recorder
+	Now        func() time.Time
 
 	// StandbyInterval is how often a standby reads the job item. Default 1s.
 	StandbyInterval time.Duration
@@ -113,6 +116,13 @@ func budgetMargin(total time.Duration) time.Duration {
 func (p *Poller) Run(ctx context.Context, inv Invocation) (Result, error) {
 	end := inv.Deadline.Add(-budgetMargin(inv.Deadline.Sub(p.now())))
 	log := p.Log.With("job", p.Job.ID, "owner", inv.Owner)
+	// What an invocation that ends on errors counted (PollerErrors,
+	// MalformedPages) is written too, not left for a later batch.
+	defer func() {
+		if err := p.Metrics.Flush(); err != nil {
+			log.Warn("flush metrics", "error", err)
+		}
+	}()
 
 	l, err := p.acquire(ctx, inv, end, log)
 	if err != nil || l == nil {
@@ -212,6 +222,7 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 	caughtUpAt := p.now()
 	var lastErr error         // the source's last failure, reported if the budget ends on it
 	var slowest time.Duration // the longest chunk so far, to plan the budget
+	seen := misreads{}        // malformed rows and pages met, to quarantine
 
 	// keepAlive renews the lease when a third of the TTL has passed since the
 	// last successful write (the heartbeat).
@@ -316,8 +327,15 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 			timeout = 250 * time.Millisecond
 		}
 		batch, err := p.Feed.Changes(ctx, since, timeout)
+		var held error // a malformed row the batch was cut before
+		if err == nil {
+			err = p.screen(ctx, since, batch, seen, log)
+			if errors.Is(err, errHeld) {
+				held, err = err, nil
+			}
+		}
 		if err == nil && len(batch.Rows) > 0 {
-			err = p.Feed.FetchDocs(ctx, batch.Rows)
+			err = p.Feed.FetchBatch(ctx, batch)
 		}
 		if serr := settle(); serr != nil {
 			return serr
@@ -327,6 +345,7 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 				return nil
 			}
 			p.count(metrics.PollerErrors, 1)
+			p.pageFailed(ctx, since, err, seen, log)
 			if !feed.Transient(err) {
 				log.Error("source failed; checkpoint unchanged", "error", err, "checkpoint", string(since))
 				return err
@@ -343,6 +362,9 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 			continue
 		}
 		backoff, lastErr = 0, nil
+		if batch.Cut != "" {
+			log.Info("page cut short", "reason", batch.Cut, "rows", len(batch.Rows), "checkpoint", string(since))
+		}
 		pending = batch.Pending
 		p.count(metrics.ChangesRead, float64(len(batch.Rows)))
 		res.Read += len(batch.Rows)
@@ -392,6 +414,8 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 			if last && len(batch.LastSeq) > 0 {
 				seq = batch.LastSeq
 			}
+			// The checkpoint never goes back where the seq format tells.
+			seq = feed.NotBefore(seq, since)
 			left := batch.Pending
 			if left >= 0 {
 				left += int64(len(batch.Rows) - stop)
@@ -432,6 +456,19 @@ func (p *Poller) active(ctx context.Context, l *lease.Lease, end time.Time, res 
 		}
 		if err := p.Metrics.Flush(); err != nil {
 			log.Warn("flush metrics", "error", err)
+		}
+		if held != nil {
+			// Read the held-back row again after a backoff.
+			p.count(metrics.PollerErrors, 1)
+			lastErr = held
+			backoff = nextBackoff(backoff)
+			log.Warn("malformed feed row; reading it again", "error", held, "backoff", backoff.String(), "checkpoint", string(since))
+			if p.now().Add(backoff).After(end) {
+				return saveQueued()
+			}
+			if err := sleep(ctx, backoff); err != nil {
+				return saveQueued()
+			}
 		}
 	}
 }

@@ -98,7 +98,7 @@ func newHostileRig(t *testing.T, pages map[string]string, docs map[string]string
 	}))
 	t.Cleanup(r.source.Close)
 	r.job = &config.Job{ID: "hostile", Source: config.Source{Type: config.SourceCouchDB, URL: r.source.URL + "/db"},
-		Feed: config.Feed{Limit: 100, Timeout: config.Duration(time.Second), Fetch: config.FetchIncludeDocs, QuarantineAfter: 3},
+		Feed:  config.Feed{Limit: 100, Timeout: config.Duration(time.Second), Fetch: config.FetchIncludeDocs, QuarantineAfter: 3},
 		Lease: config.Lease{TTL: config.Duration(10 * time.Second)}}
 	return r
 }
@@ -188,7 +188,7 @@ func TestRunQuarantinesARowThatNamesNoDocument(t *testing.T) {
 	r := newHostileRig(t, map[string]string{
 		"": `{"results":[{"seq":1,"id":"a","changes":[{"rev":"1-a"}],"doc":{"_id":"a","_rev":"1-a"}},` + bad +
 			`,{"seq":3,"id":"b","changes":[{"rev":"1-b"}],"doc":{"_id":"b","_rev":"1-b"}}],"last_seq":3}`,
-		"1": `{"results":[` + bad + `,{"seq":3,"id":"b","changes":[{"rev":"1-b"}],"doc":{"_id":"b","_rev":"1-b"}}],"last_seq":3}`,
+		"1":    `{"results":[` + bad + `,{"seq":3,"id":"b","changes":[{"rev":"1-b"}],"doc":{"_id":"b","_rev":"1-b"}}],"last_seq":3}`,
 		"last": `3`,
 	}, nil)
 	if _, err := r.run(t, 5*time.Second); err != nil {

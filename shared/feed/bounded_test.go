@@ -2,6 +2,8 @@ package feed
 
 import (
 	"encoding/json"
+	"net/http"
+	"slices"
 	"runtime"
 	"strconv"
 	"strings"
@@ -328,5 +330,43 @@ func TestFetchBatchGrowsBack(t *testing.T) {
 	}
 	if limits[0] >= 200 || limits[len(limits)-1] != 200 {
 		t.Errorf("_changes limits %v, want a shrunk first one growing back to 200", limits)
+	}
+}
+
+// TestChangesPageShrinksWhenItCannotArriveInTime: a source that takes
+// longer than the request's deadline to answer a large page (pouchdb-server
+// builds an include_docs answer whole before sending it) gets half the rows
+// asked at each attempt, until a page arrives; each failed attempt is a
+// transient error.
+func TestChangesPageShrinksWhenItCannotArriveInTime(t *testing.T) {
+	t.Parallel()
+	f := newFakeSource(t, func(w http.ResponseWriter, r *http.Request) {
+		if n, _ := strconv.Atoi(r.URL.Query().Get("limit")); n > 60 {
+			select { // too slow for the deadline
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+			}
+			return
+		}
+		reply(http.StatusOK, `{"results":[{"seq":1,"id":"a","changes":[{"rev":"1-a"}],"doc":{"_id":"a","_rev":"1-a"}}],"last_seq":1}`)(w, r)
+	})
+	c := f.client(func(o *Options) { o.Limit, o.Slack = 400, 100*time.Millisecond })
+	var errs int
+	for range 6 {
+		_, err := c.Changes(t.Context(), nil, 100*time.Millisecond)
+		if err == nil {
+			break
+		}
+		if !Transient(err) {
+			t.Fatalf("Changes: %v, want a transient error", err)
+		}
+		errs++
+	}
+	var limits []string
+	for _, r := range f.requests() {
+		limits = append(limits, queryOf(t, r.RequestURI).Get("limit"))
+	}
+	if want := []string{"400", "200", "100", "50"}; !slices.Equal(limits, want) || errs != 3 {
+		t.Errorf("limits asked %v with %d errors, want %v and 3", limits, errs, want)
 	}
 }

@@ -54,7 +54,9 @@ import (
 // Cut saying why; when no row was whole the error says what broke. After a
 // cut with include_docs the client asks for as many rows as fitted, and
 // doubles that after each full page that used at most half of PageBytes,
-// back to Limit.
+// back to Limit. A page that does not arrive (whole) within the deadline
+// halves the next one: some sources build an answer whole before sending
+// any of it, and a large page never arrives in time.
 //
 // A row that names a document but no usable revision is kept with Rev ""
 // (FetchDocs fetches the current winner); one whose seq is missing or empty
@@ -82,6 +84,12 @@ import (
 func (c *Client) Changes(ctx context.Context, since json.RawMessage, timeout time.Duration) (*Batch, error) {
 	limit := c.pages.size()
 	b, st, err := c.changes(ctx, since, timeout, limit)
+	var te *transportError
+	if errors.As(err, &te) && te.deadline {
+		// The page did not arrive within the deadline: some sources
+		// (pouchdb-server) build an answer whole before sending it.
+		c.pages.cut(limit / 2)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -134,7 +134,7 @@ func (c *Client) open(parent context.Context, op, method, target, accept string,
 		if ownDeadline {
 			err = fmt.Errorf("no answer within %s: %w", timeout, err)
 		}
-		return nil, &transportError{op: op, err: err}
+		return nil, &transportError{op: op, err: err, deadline: ownDeadline}
 	}
 	st := &stream{
 		op: op, status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), timeout: timeout,

@@ -3,8 +3,8 @@ package feed
 import (
 	"encoding/json"
 	"net/http"
-	"slices"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"

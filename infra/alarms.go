@@ -27,6 +27,10 @@ const (
 	progressPeriod = 5 * time.Minute
 	// errorPeriod is the period of the error and throttle alarms.
 	errorPeriod = 5 * time.Minute
+	// backpressurePeriods is how many error periods in a row an output must
+	// hold the writer back before its alarm fires: a short slowdown is what
+	// backpressure is for, a long one needs an operator.
+	backpressurePeriods = 3
 )
 
 // keyAdminActions are what the account (and through its IAM policies, its
@@ -147,6 +151,21 @@ func (s *changesStack) addJobAlarms(j *config.Job) {
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
 
+	s.alarm("SourceAuthFailures-"+j.ID, j.ID+"-source-auth-failures", fmt.Sprintf("The source of job %s refused our credentials (401/403, SourceAuthFailures). Check the job's source credentials.", j.ID), &awscloudwatch.AlarmProps{
+		Metric:             s.jobMetric(metrics.SourceAuthFailures, j, "Sum", errorPeriod),
+		Threshold:          jsii.Number(0),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+	s.alarm("Flood-"+j.ID, j.ID+"-flood", fmt.Sprintf("A poller invocation of job %s read more than %d changes (feed.flood_threshold, FloodBatches): the source is spiking.", j.ID, j.Feed.FloodThreshold), &awscloudwatch.AlarmProps{
+		Metric:             s.jobMetric(metrics.FloodBatches, j, "Sum", errorPeriod),
+		Threshold:          jsii.Number(0),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+
 	// Feed rows that name no document were skipped (each one recorded), or
 	// a page the poller cannot read holds the job at one position.
 	s.alarm("MalformedRows-"+j.ID, j.ID+"-malformed-rows", fmt.Sprintf("The poller of job %s skipped feed rows that name no document (MalformedRows); each is recorded with its reason and bytes in the job's quarantine: see changesctl status.", j.ID), &awscloudwatch.AlarmProps{
@@ -203,6 +222,20 @@ func (s *changesStack) addRouteAlarms(r *route) {
 		Threshold:          jsii.Number(0),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+	s.alarm("OutputAuthFailures-"+id, id+"-output-auth-failures", fmt.Sprintf("Output %s of job %s refused our credentials (HTTP 401/403, S3 AccessDenied, PostgreSQL 28P01/28000; OutputAuthFailures). Check the output's credentials.", r.out.ID, r.job.ID), &awscloudwatch.AlarmProps{
+		Metric:             s.outputMetric(metrics.OutputAuthFailures, r.job, r.out, "Sum", errorPeriod),
+		Threshold:          jsii.Number(0),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+	s.alarm("Backpressure-"+id, id+"-backpressure", fmt.Sprintf("Output %s of job %s has been slow or refusing (429/503, too many connections) for %s; the writer is holding its changes back (BackpressureActive).", r.out.ID, r.job.ID, backpressurePeriods*errorPeriod), &awscloudwatch.AlarmProps{
+		Metric:             s.outputMetric(metrics.BackpressureActive, r.job, r.out, "Minimum", errorPeriod),
+		Threshold:          jsii.Number(1),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(backpressurePeriods),
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
 	objective := r.job.LatencyObjective.D()

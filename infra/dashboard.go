@@ -113,7 +113,38 @@ func (s *changesStack) jobRows(j *config.Job) [][]awscloudwatch.IWidget {
 			Width: jsii.Number(6), Height: jsii.Number(widgetHeight),
 		}),
 	}
-	return [][]awscloudwatch.IWidget{{header}, first, second}
+	return [][]awscloudwatch.IWidget{{header}, first, second, s.healthRow(j)}
+}
+
+// healthRow shows whose credentials fail (the source's: ours; an output's:
+// theirs), request times, floods and output backpressure.
+func (s *changesStack) healthRow(j *config.Job) []awscloudwatch.IWidget {
+	m := func(name, stat string) awscloudwatch.Metric { return s.jobMetric(name, j, stat, dashboardPeriod) }
+	auth := []awscloudwatch.IMetric{m(metrics.SourceAuthFailures, "Sum").With(&awscloudwatch.MetricOptions{Label: jsii.String("source auth failures")})}
+	requests := []awscloudwatch.IMetric{m(metrics.SourceRequests, "Sum").With(&awscloudwatch.MetricOptions{Label: jsii.String("source requests")})}
+	times := []awscloudwatch.IMetric{m(metrics.SourceRequestTime, "p90").With(&awscloudwatch.MetricOptions{Label: jsii.String("source p90")})}
+	var active, delays []awscloudwatch.IMetric
+	for _, r := range s.routes {
+		if r.job != j {
+			continue
+		}
+		o := func(name, stat string) awscloudwatch.Metric {
+			return s.outputMetric(name, j, r.out, stat, dashboardPeriod)
+		}
+		auth = append(auth, o(metrics.OutputAuthFailures, "Sum"))
+		requests = append(requests, o(metrics.OutputRequests, "Sum"))
+		times = append(times, o(metrics.OutputRequestTime, "p90").With(&awscloudwatch.MetricOptions{Label: jsii.String(r.out.ID + " p90")}))
+		active = append(active, o(metrics.BackpressureActive, "Maximum"))
+		delays = append(delays, o(metrics.BackpressureDelays, "Sum"), o(metrics.BackpressureDelaySeconds, "Sum"))
+	}
+	return []awscloudwatch.IWidget{
+		graph("auth failures: source (ours) / outputs (theirs) · requests", 6, auth, requests),
+		graph("request time (ms): source / outputs", 6, times, nil),
+		graph("flood: largest batch / flood batches", 6,
+			[]awscloudwatch.IMetric{m(metrics.LargestBatch, "Maximum"), m(metrics.PendingChanges, "Maximum")},
+			[]awscloudwatch.IMetric{m(metrics.FloodBatches, "Sum")}),
+		graph("backpressure: active / delays, delay seconds", 6, active, delays),
+	}
 }
 
 func graph(title string, width float64, left, right []awscloudwatch.IMetric) awscloudwatch.IWidget {

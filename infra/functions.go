@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -17,7 +18,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/claimcheck"
 )
 
 // Environment the functions read.
@@ -253,10 +254,62 @@ func (s *changesStack) grantPoller() {
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("WriteClaimChecks"),
 		Actions:   jsii.Strings("s3:PutObject"),
-		Resources: &[]*string{s.bucket.ArnForObjects(jsii.String(config.ClaimCheckPrefix + "*"))},
+		Resources: s.claimCheckObjects(),
 	}))
-	s.suppressWildcards(role, "The poller writes claim-check payloads under a generated key; the grant is limited to the claim-check/ prefix of the stack bucket.",
-		`^Resource::.*/`+regexp.QuoteMeta(config.ClaimCheckPrefix)+`\*$`)
+	patterns := s.claimCheckPatterns()
+	for _, j := range s.cfg.Jobs {
+		a := j.Attachments
+		if a == nil || !a.Enabled {
+			continue
+		}
+		b := s.bucketNamed(a.Bucket)
+		// HEAD (s3:GetObject) finds an attachment already copied; ListBucket,
+		// limited to the prefix, makes a missing one answer 404 rather than
+		// 403. PutObject covers the multipart upload's calls but its abort.
+		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:       jsii.String("CopyAttachments" + sidSuffix(j.ID)),
+			Actions:   jsii.Strings("s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"),
+			Resources: &[]*string{b.ArnForObjects(jsii.String(a.Prefix + "*"))},
+		}))
+		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:        jsii.String("ListAttachments" + sidSuffix(j.ID)),
+			Actions:    jsii.Strings("s3:ListBucket"),
+			Resources:  &[]*string{b.BucketArn()},
+			Conditions: &map[string]any{"StringLike": map[string]any{"s3:prefix": []string{a.Prefix + "*"}}},
+		}))
+		patterns = append(patterns, `^Resource::.*/`+regexp.QuoteMeta(a.Prefix)+`\*$`)
+	}
+	s.suppressWildcards(role, "The poller writes claim-check payloads under generated keys, limited to the claim-check prefix of each configured job in the stack bucket, and copies attachments under each job's attachments prefix.",
+		patterns...)
+}
+
+// sidSuffix turns a job id into characters a statement id allows.
+func sidSuffix(id string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return -1
+	}, id)
+}
+
+// claimCheckObjects are the claim checks of the configured jobs: one object
+// ARN pattern per job, claim-check/<job>/*, in the stack bucket.
+func (s *changesStack) claimCheckObjects() *[]*string {
+	var arns []*string
+	for _, j := range s.cfg.Jobs {
+		arns = append(arns, s.bucket.ArnForObjects(jsii.String(claimcheck.Prefix(j.ID)+"*")))
+	}
+	return &arns
+}
+
+// claimCheckPatterns match the cdk-nag findings of claimCheckObjects.
+func (s *changesStack) claimCheckPatterns() []string {
+	var patterns []string
+	for _, j := range s.cfg.Jobs {
+		patterns = append(patterns, `^Resource::.*/`+regexp.QuoteMeta(claimcheck.Prefix(j.ID))+`\*$`)
+	}
+	return patterns
 }
 
 // grantWriter lets the writer move failures to the DLQs, read claim checks
@@ -273,12 +326,14 @@ func (s *changesStack) grantWriter() {
 		Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueUrl"),
 		Resources: &dlqs,
 	}))
+	// Without s3:ListBucket, S3 answers a GetObject of a missing claim check
+	// with 403 instead of 404; the writer counts both as permanent.
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("ReadClaimChecks"),
 		Actions:   jsii.Strings("s3:GetObject"),
-		Resources: &[]*string{s.bucket.ArnForObjects(jsii.String(config.ClaimCheckPrefix + "*"))},
+		Resources: s.claimCheckObjects(),
 	}))
-	patterns := []string{`^Resource::.*/` + regexp.QuoteMeta(config.ClaimCheckPrefix) + `\*$`}
+	patterns := s.claimCheckPatterns()
 	n := 0
 	for _, r := range s.routes {
 		o := r.out
@@ -306,7 +361,7 @@ func (s *changesStack) grantWriter() {
 		}))
 		patterns = append(patterns, `^Resource::.*/`+regexp.QuoteMeta(o.S3.Prefix)+`\*$`)
 	}
-	s.suppressWildcards(role, "The writer reads claim-check payloads and writes one object per document under each S3 output's prefix; every object grant is limited to those prefixes.",
+	s.suppressWildcards(role, "The writer reads claim-check payloads under each configured job's claim-check prefix and writes one object per document under each S3 output's prefix; every object grant is limited to those prefixes.",
 		patterns...)
 }
 

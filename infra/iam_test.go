@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/changes-worker/changes-worker/shared/config"
 )
 
 // policyLocations says where each resource type keeps its policy documents.
@@ -102,6 +105,7 @@ func checkStatement(t *testing.T, typ, id string, st map[string]any) {
 			t.Errorf("%s allows wildcard action %s", where, a)
 		}
 	}
+	checkObjectScope(t, where, actions, st["Resource"])
 	if !contains(strs(st["Resource"]), "*") {
 		return
 	}
@@ -112,6 +116,58 @@ func checkStatement(t *testing.T, typ, id string, st map[string]any) {
 	default:
 		t.Errorf("%s allows %v on Resource \"*\"", where, actions)
 	}
+}
+
+// wholeBucket matches the end of an object ARN that covers every object of
+// a bucket; everyJob one that covers every job's claim checks.
+var (
+	wholeBucket = regexp.MustCompile(`(^|:s3:::[^/]*)/\*$`)
+	everyJob    = regexp.MustCompile(`/` + regexp.QuoteMeta(config.ClaimCheckPrefix) + `\*$`)
+)
+
+// checkObjectScope refuses S3 object actions granted on every object of a
+// bucket, or on every job's claim checks rather than the configured jobs'.
+func checkObjectScope(t *testing.T, where string, actions []string, resource any) {
+	t.Helper()
+	object := false
+	for _, a := range actions {
+		object = object || a == "s3:GetObject" || a == "s3:PutObject" || a == "s3:DeleteObject"
+	}
+	if !object {
+		return
+	}
+	list, ok := resource.([]any)
+	if !ok {
+		list = []any{resource}
+	}
+	for _, r := range list {
+		tail := arnTail(r)
+		switch {
+		case wholeBucket.MatchString(tail):
+			t.Errorf("%s allows %v on every object of a bucket: %s", where, actions, compact(r))
+		case everyJob.MatchString(tail):
+			t.Errorf("%s allows %v on every job's claim checks: %s", where, actions, compact(r))
+		}
+	}
+}
+
+// arnTail returns the literal end of a resource: the string itself, or the
+// last part of an Fn::Join.
+func arnTail(r any) string {
+	switch r := r.(type) {
+	case string:
+		return r
+	case map[string]any:
+		join, _ := r["Fn::Join"].([]any)
+		if len(join) == 2 {
+			parts, _ := join[1].([]any)
+			if len(parts) > 0 {
+				s, _ := parts[len(parts)-1].(string)
+				return s
+			}
+		}
+	}
+	return ""
 }
 
 func allIn(actions []string, set map[string]bool) bool {

@@ -5,11 +5,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/metrics"
@@ -398,7 +400,7 @@ func TestGrants(t *testing.T) {
 		}
 	}
 	wantActions(t, "poller", poller, "sqs:", []string{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"})
-	wantActions(t, "poller", poller, "s3:", []string{"s3:PutObject"})
+	wantActions(t, "poller", poller, "s3:", []string{"s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject"})
 	wantResources(t, syn, "poller", poller, "sqs:SendMessage", func(q map[string]any) bool { return !strings.Contains(q["QueueName"].(string), "-dlq") })
 
 	writer := statementsOf(rolePolicy(t, syn, "cwtest-writer"))
@@ -413,24 +415,70 @@ func TestGrants(t *testing.T) {
 	for who, sts := range map[string][]map[string]any{"poller": poller, "writer": writer} {
 		for _, st := range sts {
 			for _, a := range strs(st["Action"]) {
-				if a == "s3:GetObject" || a == "s3:PutObject" || a == "s3:DeleteObject" {
+				if a == "s3:GetObject" || a == "s3:PutObject" || a == "s3:DeleteObject" || a == "s3:AbortMultipartUpload" {
 					objects[who] = append(objects[who], compact(st["Resource"]))
 				}
 			}
 		}
 	}
 	for _, res := range objects["poller"] {
-		if !strings.Contains(res, "/claim-check/*") {
+		if !strings.Contains(res, "/claim-check/") && !strings.Contains(res, "/attachments/orders/*") {
 			t.Errorf("poller object grant on %s", res)
 		}
 	}
+	if !strings.Contains(strings.Join(objects["poller"], " "), "/attachments/orders/*") {
+		t.Errorf("poller has no grant on the orders job's attachments prefix: %v", objects["poller"])
+	}
+	for _, st := range poller {
+		if contains(strs(st["Action"]), "s3:ListBucket") && !strings.Contains(compact(st["Condition"]), `"s3:prefix":["attachments/orders/*"]`) {
+			t.Errorf("poller lists the bucket beyond the attachments prefix: %s", compact(st))
+		}
+	}
 	for _, res := range objects["writer"] {
-		if !strings.Contains(res, "/claim-check/*") && !strings.Contains(res, "/archive/orders/*") && !strings.Contains(res, "partner-exports/catalog/*") {
+		if !strings.Contains(res, "/claim-check/") && !strings.Contains(res, "/archive/orders/*") && !strings.Contains(res, "partner-exports/catalog/*") {
 			t.Errorf("writer object grant on %s", res)
 		}
 	}
 	if !strings.Contains(strings.Join(objects["writer"], " "), "arn:\",{\"Ref\":\"AWS::Partition\"},\":s3:::partner-exports/catalog/*") {
 		t.Errorf("writer has no grant on the other bucket's prefix: %v", objects["writer"])
+	}
+}
+
+// TestClaimCheckGrants: the poller may write and the writer may read claim
+// checks only under the claim-check prefix of each configured job, in the
+// stack bucket: never every job's prefix, so a message naming another
+// stack's or an unconfigured job's claim check is refused by IAM too.
+func TestClaimCheckGrants(t *testing.T) {
+	syn := synthesized(t)
+	claimRes := regexp.MustCompile(`/claim-check/[^"]*`)
+	for _, c := range []struct{ fn, action string }{
+		{"cwtest-poller", "s3:PutObject"},
+		{"cwtest-writer", "s3:GetObject"},
+	} {
+		got := map[string]bool{}
+		for _, st := range statementsOf(rolePolicy(t, syn, c.fn)) {
+			if !contains(strs(st["Action"]), c.action) {
+				continue
+			}
+			res := st["Resource"]
+			list, ok := res.([]any)
+			if !ok {
+				list = []any{res}
+			}
+			for _, r := range list {
+				js := compact(r)
+				for _, m := range claimRes.FindAllString(js, -1) {
+					got[m] = true
+					if !strings.Contains(js, `"DataBucket`) {
+						t.Errorf("%s %s on %s: not the stack bucket", c.fn, c.action, js)
+					}
+				}
+			}
+		}
+		want := []string{"/claim-check/catalog/*", "/claim-check/orders/*"}
+		if d := cmp.Diff(want, sortedKeys(got)); d != "" {
+			t.Errorf("%s %s claim-check resources (-want +got):\n%s", c.fn, c.action, d)
+		}
 	}
 }
 
@@ -456,9 +504,10 @@ func TestAlarms(t *testing.T) {
 	}
 	var want []string
 	for _, j := range syn.cfg.Jobs {
-		want = append(want, j.ID+"-poller-errors", j.ID+"-no-progress", j.ID+"-no-lease-holder", j.ID+"-malformed-rows", j.ID+"-blocked-page")
+		want = append(want, j.ID+"-poller-errors", j.ID+"-no-progress", j.ID+"-no-lease-holder", j.ID+"-source-auth-failures", j.ID+"-flood",
+			j.ID+"-malformed-rows", j.ID+"-blocked-page")
 		for _, o := range j.Outputs {
-			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-latency")
+			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-latency", j.ID+"-"+o.ID+"-output-auth-failures", j.ID+"-"+o.ID+"-backpressure")
 		}
 	}
 	want = append(want, "poller-errors", "writer-errors", "writer-throttles")
@@ -492,7 +541,32 @@ func TestAlarms(t *testing.T) {
 				t.Errorf("%s no-progress alarm lacks %q: %s", j.ID, m, progress)
 			}
 		}
+		for name, metric := range map[string]string{"-source-auth-failures": metrics.SourceAuthFailures, "-flood": metrics.FloodBatches} {
+			a := alarms["cwtest-"+j.ID+name]
+			if a["MetricName"] != metric || a["Statistic"] != "Sum" || a["Threshold"] != float64(0) || a["ComparisonOperator"] != "GreaterThanThreshold" ||
+				compact(a["Dimensions"]) != compact([]any{map[string]any{"Name": "Job", "Value": j.ID}}) {
+				t.Errorf("%s%s alarm = %s, want %s sum > 0 for the job", j.ID, name, compact(a), metric)
+			}
+		}
 		for _, o := range j.Outputs {
+			// Labelled output metrics render as one MetricStat query.
+			stat := func(name string) string {
+				want := compact(map[string]any{"Metric": map[string]any{
+					"Dimensions": []any{map[string]any{"Name": "Job", "Value": j.ID}, map[string]any{"Name": "Output", "Value": o.ID}},
+					"MetricName": name, "Namespace": metrics.Namespace,
+				}})
+				return want[:len(want)-1]
+			}
+			auth := alarms["cwtest-"+j.ID+"-"+o.ID+"-output-auth-failures"]
+			if q := compact(auth["Metrics"]); !strings.Contains(q, stat(metrics.OutputAuthFailures)) || !strings.Contains(q, `"Stat":"Sum"`) ||
+				auth["Threshold"] != float64(0) || auth["ComparisonOperator"] != "GreaterThanThreshold" {
+				t.Errorf("%s/%s output auth alarm = %s", j.ID, o.ID, compact(auth))
+			}
+			bp := alarms["cwtest-"+j.ID+"-"+o.ID+"-backpressure"]
+			if q := compact(bp["Metrics"]); !strings.Contains(q, stat(metrics.BackpressureActive)) || !strings.Contains(q, `"Stat":"Minimum"`) ||
+				bp["Threshold"] != float64(1) || bp["EvaluationPeriods"] != float64(3) || bp["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" {
+				t.Errorf("%s/%s backpressure alarm = %s", j.ID, o.ID, compact(bp))
+			}
 			age := alarms["cwtest-"+j.ID+"-"+o.ID+"-latency"]
 			if age["MetricName"] != "ApproximateAgeOfOldestMessage" || age["Threshold"] != j.LatencyObjective.D().Seconds() {
 				t.Errorf("%s/%s latency alarm = %s", j.ID, o.ID, compact(age))
@@ -516,6 +590,8 @@ func TestDashboard(t *testing.T) {
 		metrics.PendingChanges, metrics.LagSeconds, metrics.DocumentsEnqueued, metrics.Delivered,
 		metrics.EndToEndLatencyMs, "ApproximateNumberOfMessagesVisible", metrics.Role,
 		metrics.CheckpointAgeSeconds, "lease acquired",
+		metrics.SourceAuthFailures, metrics.OutputAuthFailures, metrics.SourceRequestTime, metrics.OutputRequestTime,
+		metrics.LargestBatch, metrics.FloodBatches, metrics.BackpressureActive, metrics.BackpressureDelays, metrics.BackpressureDelaySeconds,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("dashboard lacks %q", want)

@@ -1,28 +1,40 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/config"
 )
 
 const (
-	// claimCheckExpiryDays bounds how long a claim-check payload is kept. A
-	// message can wait up to 14 days in its work queue and, on a FIFO queue
-	// (whose DLQ restarts the retention clock), 14 more in the DLQ; the
-	// payload must outlive both or a redriven message would point at nothing.
-	claimCheckExpiryDays = 30
+	// claimCheckExpiryDays bounds how long a claim-check payload is kept
+	// (see claimcheck.ExpiryDays for why).
+	claimCheckExpiryDays = claimcheck.ExpiryDays
 	// accessLogExpiryDays bounds how long S3 server access logs are kept.
 	accessLogExpiryDays = 90
 )
 
 // addStorage imports the bucket named by stack.bucket, or creates one (with a
 // generated name) together with a bucket for its server access logs.
+//
+// An imported bucket is left exactly as it is. Its claim checks need the
+// expiry rule the created bucket has, but S3 replaces a bucket's lifecycle
+// configuration as a whole: a stack that put the rule would drop the owner's
+// other rules, or have them dropped by whatever else manages the bucket. So
+// synth warns instead, and `changesctl bucket check` reads the bucket's rules.
 func (s *changesStack) addStorage() {
 	if s.in.bucketGiven {
 		s.bucket = awss3.Bucket_FromBucketName(s.stack, jsii.String("DataBucket"), jsii.String(s.cfg.Stack.Bucket))
+		awscdk.Annotations_Of(s.stack).AddWarningV2(jsii.String("changes-worker:claim-check-expiry"), jsii.String(fmt.Sprintf(
+			"stack.bucket %s is an existing bucket, whose lifecycle configuration the stack does not change: add a rule that expires "+
+				"the objects under %s after %d days (infra/README.md shows it), and verify it with `changesctl bucket check --config FILE`; "+
+				"without it, claim checks are never deleted",
+			s.cfg.Stack.Bucket, config.ClaimCheckPrefix, claimCheckExpiryDays)))
 		return
 	}
 	accessLogs := awss3.NewBucket(s.stack, jsii.String("AccessLogs"), &awss3.BucketProps{
@@ -48,7 +60,7 @@ func (s *changesStack) addStorage() {
 		ServerAccessLogsPrefix: jsii.String("data-bucket/"),
 		LifecycleRules: &[]*awss3.LifecycleRule{
 			{
-				Id:         jsii.String("expire-claim-checks"),
+				Id:         jsii.String(claimcheck.RuleID),
 				Prefix:     jsii.String(config.ClaimCheckPrefix),
 				Expiration: awscdk.Duration_Days(jsii.Number(claimCheckExpiryDays)),
 			},
@@ -65,16 +77,22 @@ func (s *changesStack) addStorage() {
 // when the output names none (or names the stack bucket), otherwise the named
 // bucket, imported by name.
 func (s *changesStack) outputBucket(o *config.Output) awss3.IBucket {
-	if o.S3.Bucket == "" || o.S3.Bucket == s.cfg.Stack.Bucket {
+	return s.bucketNamed(o.S3.Bucket)
+}
+
+// bucketNamed returns the stack bucket for "" or its own name, otherwise the
+// named bucket, imported once by name.
+func (s *changesStack) bucketNamed(name string) awss3.IBucket {
+	if name == "" || name == s.cfg.Stack.Bucket {
 		return s.bucket
 	}
-	if b, ok := s.outputBuckets[o.S3.Bucket]; ok {
+	if b, ok := s.outputBuckets[name]; ok {
 		return b
 	}
 	if s.outputBuckets == nil {
 		s.outputBuckets = map[string]awss3.IBucket{}
 	}
-	b := awss3.Bucket_FromBucketName(s.stack, jsii.String("OutputBucket-"+o.S3.Bucket), jsii.String(o.S3.Bucket))
-	s.outputBuckets[o.S3.Bucket] = b
+	b := awss3.Bucket_FromBucketName(s.stack, jsii.String("OutputBucket-"+name), jsii.String(name))
+	s.outputBuckets[name] = b
 	return b
 }

@@ -35,14 +35,16 @@ func TestConvergesToSourceWinners(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStack(t, stackOptions{limit: 250})
-	if _, err := sample.Load(ctx, http.DefaultClient, s.db, sample.Options{Docs: 2000, UpdateEvery: 3, DeleteEvery: 7, Seed: 42}); err != nil {
+	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, sample.Options{Docs: 2000, UpdateEvery: 3, DeleteEvery: 7, Seed: 42}); err != nil {
 		t.Fatal(err)
 	}
 	bigID := "big/ünïcode dóc"
-	putDoc(t, s.db, bigID, map[string]any{"type": "order", "notes": strings.Repeat("é", 200*1024)}) // ~400 KB of UTF-8
+	if _, err := s.PutDoc(ctx, bigID, map[string]any{"type": "order", "notes": strings.Repeat("é", 200*1024)}); err != nil { // ~400 KB of UTF-8
+		t.Fatal(err)
+	}
 
 	sum := s.runUntilIdle(ctx, localrun.Options{})
-	want := sourceState(t, s.db)
+	want := s.sourceState(ctx)
 	if len(want) < 1700 {
 		t.Fatalf("source holds %d live documents, want the sample's ~1,700", len(want))
 	}
@@ -66,7 +68,7 @@ func TestConvergesToSourceWinners(t *testing.T) {
 	if sum.Read < 2000 {
 		t.Errorf("read %d changes, want at least 2000", sum.Read)
 	}
-	st, err := s.store.Get(ctx, "orders")
+	st, err := s.Leases.Get(ctx, "orders")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +83,7 @@ func TestOutputFailuresRetryAndDeadLetter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStack(t, stackOptions{outputs: []string{"rest"}, maxReceive: 4})
-	if _, err := sample.Load(ctx, http.DefaultClient, s.db, sample.Options{Docs: 40, Seed: 7}); err != nil {
+	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, sample.Options{Docs: 40, Seed: 7}); err != nil {
 		t.Fatal(err)
 	}
 	poison := sample.ID(5)
@@ -98,7 +100,7 @@ func TestOutputFailuresRetryAndDeadLetter(t *testing.T) {
 	})
 	sum := s.runUntilIdle(ctx, localrun.Options{})
 
-	want := sourceState(t, s.db)
+	want := s.sourceState(ctx)
 	delete(want, poison)
 	if d := cmp.Diff(want, s.httpState()); d != "" {
 		t.Errorf("receiver (-want +got):\n%s", d)
@@ -107,7 +109,7 @@ func TestOutputFailuresRetryAndDeadLetter(t *testing.T) {
 	if st.Retried == 0 || st.DeadLettered != 1 {
 		t.Errorf("stats %+v: want retries and exactly one dead letter", st)
 	}
-	msgs := receiveAll(t, s, s.cfg.DLQName(s.cfg.Jobs[0], s.cfg.Jobs[0].Outputs[0]))
+	msgs := receiveAll(t, s, "rest")
 	if len(msgs) != 1 {
 		t.Fatalf("DLQ holds %d messages, want 1", len(msgs))
 	}
@@ -170,7 +172,7 @@ func TestConflictWinnerDeletedConverges(t *testing.T) {
 	ctx := context.Background()
 	s := newStack(t, stackOptions{outputs: []string{"pg", "archive", "rest"}})
 	id := "conflicted/doc"
-	bulkNoNewEdits(t, s.db, []map[string]any{
+	bulkNoNewEdits(t, s.SourceURL, []map[string]any{
 		{"_id": id, "_rev": "2-aaaa", "side": "a", "_revisions": map[string]any{"start": 2, "ids": []string{"aaaa", "root"}}},
 		{"_id": id, "_rev": "3-bbbb", "side": "b", "_revisions": map[string]any{"start": 3, "ids": []string{"bbbb", "bmid", "root"}}},
 	})
@@ -178,8 +180,10 @@ func TestConflictWinnerDeletedConverges(t *testing.T) {
 	if got := s.pgState(ctx)[id]; got != "3-bbbb" {
 		t.Fatalf("before the delete postgres holds %q, want the winner 3-bbbb", got)
 	}
-	deleteDoc(t, s.db, id, "3-bbbb")
-	want := sourceState(t, s.db)
+	if err := s.DeleteDoc(ctx, id, "3-bbbb"); err != nil {
+		t.Fatal(err)
+	}
+	want := s.sourceState(ctx)
 	if want[id] != "2-aaaa" {
 		t.Fatalf("source winner after deleting 3-bbbb is %q, want 2-aaaa", want[id])
 	}
@@ -219,7 +223,7 @@ func TestSourceFailuresKeepCheckpoint(t *testing.T) {
 			ctx := context.Background()
 			s := newStack(t, stackOptions{sourceURL: tt.url, outputs: []string{"pg"}})
 			setCheckpoint(t, s, json.RawMessage(`5`))
-			p, err := s.deps.Poller(ctx, "orders")
+			p, err := s.Deps.Poller(ctx, "orders")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -230,7 +234,7 @@ func TestSourceFailuresKeepCheckpoint(t *testing.T) {
 			if res.Enqueued != 0 {
 				t.Errorf("enqueued %d changes from a failing source", res.Enqueued)
 			}
-			st, err := s.store.Get(ctx, "orders")
+			st, err := s.Leases.Get(ctx, "orders")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -247,10 +251,10 @@ func TestTwoPollersOneActive(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStack(t, stackOptions{outputs: []string{"pg"}, limit: 50})
-	if _, err := sample.Load(ctx, http.DefaultClient, s.db, sample.Options{Docs: 300, Seed: 3}); err != nil {
+	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, sample.Options{Docs: 300, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := s.deps.Poller(ctx, "orders")
+	p, err := s.Deps.Poller(ctx, "orders")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,65 +281,64 @@ func TestTwoPollersOneActive(t *testing.T) {
 		t.Errorf("standby enqueued %d", results[1].Enqueued)
 	}
 	// A zombie: a lease handle of the generation before the current one.
-	st, _ := s.store.Get(ctx, "orders")
+	st, _ := s.Leases.Get(ctx, "orders")
 	zombie := &lease.Lease{JobID: "orders", Owner: "p0", Generation: st.Generation, TTL: 10 * time.Second}
-	if _, _, err := s.store.Acquire(ctx, "orders", "p2", "h", 10*time.Second); err != nil {
+	if _, _, err := s.Leases.Acquire(ctx, "orders", "p2", "h", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.store.Checkpoint(ctx, zombie, json.RawMessage(`1`), 0); !errors.Is(err, lease.ErrLeaseLost) {
+	if err := s.Leases.Checkpoint(ctx, zombie, json.RawMessage(`1`), 0); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Errorf("zombie checkpoint: %v, want ErrLeaseLost", err)
 	}
-	after, _ := s.store.Get(ctx, "orders")
+	after, _ := s.Leases.Get(ctx, "orders")
 	if string(after.Checkpoint) != string(st.Checkpoint) {
 		t.Errorf("checkpoint moved from %s to %s by a refused write", st.Checkpoint, after.Checkpoint)
 	}
 }
 
-func setCheckpoint(t *testing.T, s *stack, seq json.RawMessage) {
+func setCheckpoint(t *testing.T, s *testStack, seq json.RawMessage) {
 	t.Helper()
 	ctx := context.Background()
-	l, err := s.store.ForceTake(ctx, "orders", "setup", "h", 10*time.Second)
+	l, err := s.Leases.ForceTake(ctx, "orders", "setup", "h", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.store.SetCheckpoint(ctx, l, seq); err != nil {
+	if err := s.Leases.SetCheckpoint(ctx, l, seq); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.store.Release(ctx, l); err != nil {
+	if err := s.Leases.Release(ctx, l); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func sendEnvelopes(t *testing.T, s *stack, envs []*change.Envelope) {
+func sendEnvelopes(t *testing.T, s *testStack, envs []*change.Envelope) {
 	t.Helper()
 	ctx := context.Background()
-	j := s.cfg.Jobs[0]
 	var targets []fanout.Target
-	for _, o := range j.Outputs {
-		name := s.cfg.QueueName(j, o)
-		u, err := s.deps.SQS.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name})
+	for _, o := range s.Config.Jobs[0].Outputs {
+		q, err := s.Queues(ctx, "orders", o.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		targets = append(targets, fanout.Target{Output: o.ID, QueueURL: aws.ToString(u.QueueUrl), FIFO: o.FIFO()})
+		targets = append(targets, fanout.Target{Output: o.ID, QueueURL: q.WorkURL, FIFO: q.FIFO})
 	}
-	snd := &fanout.Sender{SQS: s.deps.SQS, S3: s.deps.S3, Bucket: s.cfg.Stack.Bucket, MaxBytes: s.cfg.Stack.MaxMessageBytes}
+	snd := &fanout.Sender{SQS: s.Deps.SQS, S3: s.Deps.S3, Bucket: s.Config.Stack.Bucket, MaxBytes: s.Config.Stack.MaxMessageBytes}
 	if _, err := snd.Send(ctx, targets, envs, func() error { return nil }); err != nil {
 		t.Fatalf("send envelopes: %v", err)
 	}
 }
 
-func receiveAll(t *testing.T, s *stack, queue string) []sqsMessage {
+// receiveAll receives the messages of an output's DLQ.
+func receiveAll(t *testing.T, s *testStack, output string) []sqsMessage {
 	t.Helper()
 	ctx := context.Background()
-	u, err := s.deps.SQS.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &queue})
+	q, err := s.Queues(ctx, "orders", output)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []sqsMessage
 	for range 5 {
-		r, err := s.deps.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl: u.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"}, VisibilityTimeout: 30,
+		r, err := s.Deps.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: &q.DLQURL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"}, VisibilityTimeout: 30,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -346,34 +349,6 @@ func receiveAll(t *testing.T, s *stack, queue string) []sqsMessage {
 		}
 	}
 	return out
-}
-
-func putDoc(t *testing.T, db, id string, body map[string]any) {
-	t.Helper()
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPut, db+"/"+url.PathEscape(id), bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("put %s: status %d", id, resp.StatusCode)
-	}
-}
-
-func deleteDoc(t *testing.T, db, id, rev string) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodDelete, db+"/"+url.PathEscape(id)+"?rev="+url.QueryEscape(rev), nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("delete %s: status %d", id, resp.StatusCode)
-	}
 }
 
 func bulkNoNewEdits(t *testing.T, db string, docs []map[string]any) {

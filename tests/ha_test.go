@@ -26,16 +26,16 @@ import (
 )
 
 var (
-	ctlOnce sync.Once
-	ctlDir  string
-	ctlBin  string
-	ctlErr  error
+	ctlOnce   sync.Once
+	ctlBin    string
+	ctlRemove func()
+	ctlErr    error
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if ctlDir != "" {
-		os.RemoveAll(ctlDir)
+	if ctlRemove != nil {
+		ctlRemove()
 	}
 	os.Exit(code)
 }
@@ -44,12 +44,9 @@ func TestMain(m *testing.M) {
 func changesctl(t *testing.T) string {
 	t.Helper()
 	ctlOnce.Do(func() {
-		if ctlDir, ctlErr = os.MkdirTemp("", "changesctl-faults-"); ctlErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 5*time.Minute)
 		defer cancel()
-		ctlBin, ctlErr = faults.Build(ctx, ctlDir)
+		ctlBin, ctlRemove, ctlErr = faults.Build(ctx)
 	})
 	if ctlErr != nil {
 		t.Fatal(ctlErr)
@@ -72,8 +69,6 @@ type haScenario struct {
 	col   *faults.Collector
 	w     *faults.Watcher
 	sqs   map[string]*faults.Proxy // each poller's SQS proxy, by URL
-	sqsAt string                   // the SQS endpoint's host:port
-	ddbAt string                   // the DynamoDB endpoint's host:port
 	bin   string
 }
 
@@ -84,19 +79,16 @@ func newHAScenario(t *testing.T, o faults.StackOptions, backlog int) *haScenario
 	testenv.PostgresDSN(t)
 	ctx := context.Background()
 	sc := &haScenario{t: t, ctx: ctx, bin: changesctl(t)}
-	o.Dir = t.TempDir()
 	var err error
 	if sc.stack, err = faults.NewStack(ctx, o); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(sc.stack.Close)
+	t.Cleanup(func() {
+		if err := sc.stack.Close(ctx); err != nil {
+			t.Errorf("close stack: %v", err)
+		}
+	})
 	if err := sc.stack.LoadSample(ctx, backlog); err != nil {
-		t.Fatal(err)
-	}
-	if sc.sqsAt, err = faults.AWSEndpoint("SQS"); err != nil {
-		t.Fatal(err)
-	}
-	if sc.ddbAt, err = faults.AWSEndpoint("DYNAMODB"); err != nil {
 		t.Fatal(err)
 	}
 	sc.sqs = map[string]*faults.Proxy{}
@@ -114,9 +106,14 @@ func newHAScenario(t *testing.T, o faults.StackOptions, backlog int) *haScenario
 	return sc
 }
 
-// proxy starts a proxy to an AWS endpoint (host:port), closed when the test ends.
-func (sc *haScenario) proxy(target string) *faults.Proxy {
+// proxy starts a proxy to the endpoint of an AWS service ("DynamoDB",
+// "SQS"), closed when the test ends.
+func (sc *haScenario) proxy(service string) *faults.Proxy {
 	sc.t.Helper()
+	target, err := faults.AWSEndpoint(service)
+	if err != nil {
+		sc.t.Fatal(err)
+	}
 	px, err := faults.NewProxy(target)
 	if err != nil {
 		sc.t.Fatal(err)
@@ -129,7 +126,7 @@ func (sc *haScenario) proxy(target string) *faults.Proxy {
 // adding sqsLatency (restarts of its slot keep it).
 func (sc *haScenario) start(o faults.ProcOptions) *faults.Proc {
 	sc.t.Helper()
-	px := sc.proxy(sc.sqsAt)
+	px := sc.proxy("SQS")
 	px.SetLatency(sqsLatency)
 	o.SQS = px.URL()
 	sc.sqs[o.SQS] = px
@@ -369,7 +366,7 @@ func TestFaultActiveLosesDynamoDB(t *testing.T) {
 	sc := newHAScenario(t, faults.StackOptions{Name: "ddb", TTL: ttl, Limit: 200, FeedTimeout: 2 * time.Second}, 3000)
 	proxyOf := map[*faults.Proc]*faults.Proxy{}
 	startBehindProxy := func(name string) {
-		px := sc.proxy(sc.ddbAt)
+		px := sc.proxy("DynamoDB")
 		p := sc.start(faults.ProcOptions{Name: name, Tick: 10 * time.Second, PollerTimeout: 30 * time.Second, DynamoDB: px.URL()})
 		proxyOf[p] = px
 	}
@@ -566,7 +563,7 @@ func TestFaultLostAcquireResponse(t *testing.T) {
 	t.Parallel()
 	const ttl = 3 * time.Second
 	sc := newHAScenario(t, faults.StackOptions{Name: "lostacq", TTL: ttl, Limit: 200, FeedTimeout: 2 * time.Second}, 500)
-	px := sc.proxy(sc.ddbAt)
+	px := sc.proxy("DynamoDB")
 	px.DropResponses(1) // the process's first DynamoDB call is its first invocation's acquire
 	p := sc.start(faults.ProcOptions{Name: "a", Tick: 20 * time.Second, PollerTimeout: 30 * time.Second, DynamoDB: px.URL()})
 	load := sc.stack.StartLoad(sc.ctx, faults.LoadOptions{Rate: 20, Max: 200, For: 30 * time.Second, Seed: 5})

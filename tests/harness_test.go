@@ -6,93 +6,69 @@ package tests
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/config"
-	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/localrun"
-	"github.com/changes-worker/changes-worker/shared/pipeline"
-	"github.com/changes-worker/changes-worker/shared/provision"
 	"github.com/changes-worker/changes-worker/shared/receiver"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
-// stack is one isolated pipeline: its own resource prefix, source database,
-// PostgreSQL table, bucket prefix and HTTP receiver.
 type sqsMessage = sqstypes.Message
 
-type stack struct {
-	t       *testing.T
-	prefix  string
-	db      string // source database URL
-	table   string
-	recv    *receiver.Server
-	recvURL string
-	cfgPath string
-	cfg     *config.File
-	deps    *pipeline.Deps
-	store   *lease.Store
-	logs    *strings.Builder
+// testStack is one isolated pipeline on the local services (stack.ForTest)
+// with one job, "orders", and an HTTP receiver for its http output.
+type testStack struct {
+	*stack.Stack
+	t    *testing.T
+	recv *receiver.Server
 }
 
 type stackOptions struct {
 	limit      int
 	fetch      string
-	ttl        string
+	ttl        time.Duration
 	sourceURL  string // overrides the created database (fault tests)
 	maxReceive int
 	outputs    []string // subset of pg, rest, archive; default all
+	// attachments, when set, is the job's attachments setting.
+	attachments *config.Attachments
 	// httpClient, when set, wraps the AWS SDK's HTTP client (fault injection).
 	httpClient func(aws.HTTPClient) aws.HTTPClient
+	// wrapRest, when set, wraps the HTTP receiver (a slow or refusing output).
+	wrapRest func(http.Handler) http.Handler
+	// rest, when set, adjusts the rest output's settings.
+	rest func(*config.Output)
 }
 
-func newStack(t *testing.T, o stackOptions) *stack {
+func newStack(t *testing.T, o stackOptions) *testStack {
 	t.Helper()
-	awsCfg := testenv.AWS(t)
-	if o.httpClient != nil {
-		awsCfg.HTTPClient = o.httpClient(awsCfg.HTTPClient)
-	}
-	s := &stack{t: t, prefix: testenv.Name(t), logs: &strings.Builder{}}
-	if len(s.prefix) > 28 {
-		s.prefix = s.prefix[len(s.prefix)-28:]
-	}
-	s.prefix = "e" + strings.TrimLeft(s.prefix, "-")
-	s.db = testenv.CouchDB(t)
-	if o.sourceURL != "" {
-		s.db = o.sourceURL
-	}
-	s.table = strings.ReplaceAll(s.prefix, "-", "_")
-	var err error
-	if s.recv, err = receiver.New(t.TempDir()); err != nil {
+	recv, err := receiver.New(t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s.recv)
+	var h http.Handler = recv
+	if o.wrapRest != nil {
+		h = o.wrapRest(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	s.recvURL = srv.URL
 	if o.limit == 0 {
 		o.limit = 200
 	}
-	if o.fetch == "" {
-		o.fetch = "include_docs"
-	}
-	if o.ttl == "" {
-		o.ttl = "10s"
+	if o.ttl == 0 {
+		o.ttl = 10 * time.Second
 	}
 	if o.maxReceive == 0 {
 		o.maxReceive = 4
@@ -100,54 +76,36 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	if o.outputs == nil {
 		o.outputs = []string{"pg", "rest", "archive"}
 	}
-	outs := map[string]string{
-		"pg":      fmt.Sprintf(`{"id":"pg","type":"postgres","max_receive_count":%d,"postgres":{"dsn":{"env":"CHANGES_TEST_PG_DSN"},"table":%q,"create_tables":true}}`, o.maxReceive, s.table),
-		"rest":    fmt.Sprintf(`{"id":"rest","type":"http","max_receive_count":%d,"http":{"url":"%s/docs/{doc_id}","timeout":"5s"}}`, o.maxReceive, s.recvURL),
-		"archive": fmt.Sprintf(`{"id":"archive","type":"s3","max_receive_count":%d,"s3":{"prefix":"%s/"}}`, o.maxReceive, s.prefix),
+	outs := map[string]*config.Output{
+		"pg":      {Type: config.OutputPostgres, Postgres: &config.PostgresOutput{CreateTables: true}},
+		"rest":    {Type: config.OutputHTTP, HTTP: &config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}", Timeout: config.Duration(5 * time.Second)}},
+		"archive": {Type: config.OutputS3, S3: &config.S3Output{Prefix: "archive/"}},
 	}
-	var selected []string
-	for _, id := range o.outputs {
-		selected = append(selected, outs[id])
-	}
-	doc := fmt.Sprintf(`{
-		"stack": {"prefix": %q, "bucket": "changes-worker-tests", "poller_timeout": "20s", "writer_timeout": "10s"},
-		"jobs": [{"id": "orders", "source": {"type": "couchdb", "url": %q},
-			"feed": {"limit": %d, "timeout": "2s", "fetch": %q}, "lease": {"ttl": %q},
-			"outputs": [%s]}]}`, s.prefix, s.db, o.limit, o.fetch, o.ttl, strings.Join(selected, ","))
-	s.cfgPath = filepath.Join(t.TempDir(), "jobs.json")
-	if err := os.WriteFile(s.cfgPath, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if s.cfg, err = config.Load(s.cfgPath); err != nil {
-		t.Fatalf("load test config: %v", err)
-	}
-	log := slog.New(slog.NewTextHandler(&syncWriter{b: s.logs}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	s.deps = pipeline.New(s.cfg, awsCfg, lookupEnv, log, io.Discard)
-	t.Cleanup(s.deps.Close)
-	if _, err := provision.Apply(context.Background(), provision.Clients{DynamoDB: s.deps.DynamoDB, SQS: s.deps.SQS, S3: s.deps.S3}, s.cfg); err != nil {
-		t.Fatalf("provision: %v", err)
-	}
-	s.store = lease.New(s.deps.DynamoDB, s.cfg.TableName())
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pipeline log:\n%s", tail(s.logs.String(), 60))
-		}
-	})
-	return s
-}
+	job := &config.Job{
+		ID:     "orders",
+		Source: config.Source{Type: config.SourceCouchDB, URL: o.sourceURL},
+		Feed:   config.Feed{Limit: o.limit, Timeout: config.Duration(2 * time.Second), Fetch: o.fetch},
+		Lease:  config.Lease{TTL: config.Duration(o.ttl)},
 
-func lookupEnv(k string) (string, bool) {
-	if k == "CHANGES_TEST_PG_DSN" {
-		if v := os.Getenv(k); v != "" {
-			return v, true
-		}
-		return testenv.DefaultPostgresDSN, true
+		Attachments: o.attachments,
 	}
-	return os.LookupEnv(k)
+	if o.rest != nil {
+		o.rest(outs["rest"])
+	}
+	for _, id := range o.outputs {
+		out := outs[id]
+		out.ID, out.MaxReceiveCount = id, o.maxReceive
+		job.Outputs = append(job.Outputs, out)
+	}
+	cfg := &config.File{
+		Stack: config.Stack{PollerTimeout: config.Duration(20 * time.Second), WriterTimeout: config.Duration(10 * time.Second)},
+		Jobs:  []*config.Job{job},
+	}
+	return &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg, HTTPClient: o.httpClient}), t: t, recv: recv}
 }
 
 // runUntilIdle runs pollers and writers in this process until idle.
-func (s *stack) runUntilIdle(ctx context.Context, opts localrun.Options) localrun.Summary {
+func (s *testStack) runUntilIdle(ctx context.Context, opts localrun.Options) localrun.Summary {
 	s.t.Helper()
 	opts.UntilIdle = true
 	if opts.Tick == 0 {
@@ -155,7 +113,7 @@ func (s *stack) runUntilIdle(ctx context.Context, opts localrun.Options) localru
 	}
 	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
-	rt := &localrun.Runtime{Deps: s.deps, Opts: opts, Log: s.deps.Log}
+	rt := &localrun.Runtime{Deps: s.Deps, Opts: opts, Log: s.Deps.Log}
 	if err := rt.Run(ctx); err != nil {
 		s.t.Fatalf("run until idle: %v", err)
 	}
@@ -163,10 +121,14 @@ func (s *stack) runUntilIdle(ctx context.Context, opts localrun.Options) localru
 }
 
 // pgState returns doc id → rev of the rows in the output table.
-func (s *stack) pgState(ctx context.Context) map[string]string {
+func (s *testStack) pgState(ctx context.Context) map[string]string {
 	s.t.Helper()
+	data, _, err := s.PostgresTables("orders", "pg")
+	if err != nil {
+		s.t.Fatal(err)
+	}
 	pool := testenv.Postgres(s.t)
-	rows, err := pool.Query(ctx, "SELECT doc_id, rev FROM "+pgx.Identifier{s.table}.Sanitize())
+	rows, err := pool.Query(ctx, "SELECT doc_id, rev FROM "+data.Sanitize())
 	if err != nil {
 		s.t.Fatalf("read output table: %v", err)
 	}
@@ -186,18 +148,22 @@ func (s *stack) pgState(ctx context.Context) map[string]string {
 
 // s3State returns doc id → rev of the objects under the output's prefix, from
 // the object metadata.
-func (s *stack) s3State(ctx context.Context) map[string]string {
+func (s *testStack) s3State(ctx context.Context) map[string]string {
 	s.t.Helper()
-	c := s3.NewFromConfig(s.deps.AWS, awsconf.S3Options)
+	_, out, err := s.Output("orders", "archive")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	c := s.Deps.S3
 	got := map[string]string{}
-	p := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Stack.Bucket), Prefix: aws.String(s.prefix + "/")})
+	p := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: &out.S3.Bucket, Prefix: &out.S3.Prefix})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
 			s.t.Fatalf("list output objects: %v", err)
 		}
 		for _, o := range page.Contents {
-			h, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.cfg.Stack.Bucket), Key: o.Key})
+			h, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &out.S3.Bucket, Key: o.Key})
 			if err != nil {
 				s.t.Fatalf("head %s: %v", aws.ToString(o.Key), err)
 			}
@@ -205,7 +171,7 @@ func (s *stack) s3State(ctx context.Context) map[string]string {
 				continue
 			}
 			var body map[string]any
-			g, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.cfg.Stack.Bucket), Key: o.Key})
+			g, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &out.S3.Bucket, Key: o.Key})
 			if err != nil {
 				s.t.Fatal(err)
 			}
@@ -221,34 +187,19 @@ func (s *stack) s3State(ctx context.Context) map[string]string {
 	return got
 }
 
-// sourceState returns doc id → winning rev of every live document in the source.
-func sourceState(t *testing.T, db string) map[string]string {
-	t.Helper()
-	resp, err := http.Get(db + "/_all_docs")
+// sourceState returns doc id → winning rev of every live document in the
+// stack's source database.
+func (s *testStack) sourceState(ctx context.Context) map[string]string {
+	s.t.Helper()
+	got, err := s.SourceWinners(ctx)
 	if err != nil {
-		t.Fatalf("read source: %v", err)
-	}
-	defer resp.Body.Close()
-	var all struct {
-		Rows []struct {
-			ID    string `json:"id"`
-			Value struct {
-				Rev string `json:"rev"`
-			} `json:"value"`
-		} `json:"rows"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&all); err != nil {
-		t.Fatalf("decode _all_docs: %v", err)
-	}
-	got := map[string]string{}
-	for _, r := range all.Rows {
-		got[r.ID] = r.Value.Rev
+		s.t.Fatal(err)
 	}
 	return got
 }
 
 // httpState returns doc id → rev of the documents the receiver holds.
-func (s *stack) httpState() map[string]string {
+func (s *testStack) httpState() map[string]string {
 	s.t.Helper()
 	got := map[string]string{}
 	entries, err := os.ReadDir(s.recv.Dir)
@@ -270,23 +221,4 @@ func (s *stack) httpState() map[string]string {
 		got[d.ID] = d.Rev
 	}
 	return got
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	b  *strings.Builder
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -109,7 +109,7 @@ func TestLostReceiveAnswerDoesNotStall(t *testing.T) {
 	if d := cmp.Diff(want, s.httpState()); d != "" {
 		t.Errorf("http receiver (-want +got):\n%s", d)
 	}
-	writer := s.cfg.Stack.WriterTimeout.D()
+	writer := s.Config.Stack.WriterTimeout.D()
 	queueVisibility := time.Duration(provision.VisibilityFactor) * writer
 	// The receive's visibility is the writer timeout plus 10 s; allow as much
 	// again for the rest of the run on a busy machine.

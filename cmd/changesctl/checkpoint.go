@@ -111,10 +111,11 @@ func cmdCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
 		return errors.New("checkpoint: not confirmed")
 	}
 	owner := fmt.Sprintf("changesctl-%s-%d", pipeline.Hostname(), time.Now().UnixNano())
-	l, err := takeLease(ctx, store, j, owner, *wait, *force)
-	if err != nil {
+	sess := lease.NewSession(store, j.ID, owner, pipeline.Hostname(), j.Lease.TTL.D())
+	if err := takeLease(ctx, sess, *wait, *force); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", verb, err)
 	}
+	l := sess.Lease()
 	err = func() error {
 		if fromNow {
 			src, err := deps.Feed(ctx, j)
@@ -127,9 +128,7 @@ func cmdCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		return store.SetCheckpoint(ctx, l, target)
 	}()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if rerr := store.Release(rctx, l); rerr != nil && err == nil {
+	if rerr := sess.Release(ctx); rerr != nil && err == nil {
 		err = rerr
 	}
 	if err != nil {
@@ -176,39 +175,20 @@ func checkpointGet(env *cliEnv, j *config.Job, st *lease.State, asJSON bool) err
 
 // takeLease takes the job's lease for an operator: at once with force
 // (generation bumped, running poller fenced out), else when it is free,
-// watching for up to wait for the holder to hand it over.
-func takeLease(ctx context.Context, store *lease.Store, j *config.Job, owner string, wait time.Duration, force bool) (*lease.Lease, error) {
-	ttl := j.Lease.TTL.D()
-	host := pipeline.Hostname()
+// standing by for up to wait for the holder to hand it over.
+func takeLease(ctx context.Context, sess *lease.Session, wait time.Duration, force bool) error {
 	if force {
-		return store.ForceTake(ctx, j.ID, owner, host, ttl)
+		return sess.Force(ctx)
 	}
-	deadline := time.Now().Add(wait)
-	for {
-		l, st, err := store.Acquire(ctx, j.ID, owner, host, ttl)
-		if err == nil {
-			return l, nil
-		}
-		if !errors.Is(err, lease.ErrLeaseHeld) {
-			return nil, err
-		}
-		for st.Held(time.Now()) {
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("a poller holds the lease (%s, generation %d); stop the pipeline, wait longer (--wait), or use --force", st.Owner, st.Generation)
-			}
-			// Standbys look once a second; look more often to win the handoff.
-			t := time.NewTimer(100 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			case <-t.C:
-			}
-			if st, err = store.Get(ctx, j.ID); err != nil {
-				return nil, err
-			}
-		}
+	// Standbys look once a second; look more often to win the handoff.
+	sess.Interval = 100 * time.Millisecond
+	err := sess.Wait(ctx, time.Now().Add(wait))
+	var held *lease.HeldError
+	if errors.As(err, &held) {
+		return fmt.Errorf("a poller holds the lease (%s, generation %d); stop the pipeline, wait longer (--wait), or use --force",
+			held.Holder.Owner, held.Holder.Generation)
 	}
+	return err
 }
 
 // pickJob finds the job, defaulting to the only one.

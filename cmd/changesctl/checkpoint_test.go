@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/lease"
 )
 
@@ -19,7 +20,7 @@ func TestCheckpoint(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s := newTestStack(t, outPG)
-	store := lease.New(s.deps.DynamoDB, s.cfg.TableName())
+	store := s.Leases
 	get := func() *lease.State {
 		t.Helper()
 		st, err := store.Get(ctx, "orders")
@@ -112,12 +113,20 @@ func TestCheckpointNowSyncGateway(t *testing.T) {
 		fmt.Fprint(w, `{"db_name":"db","update_seq":4242,"state":"Online"}`)
 	}))
 	t.Cleanup(sg.Close)
-	cfg := strings.Replace(readFile(t, s.cfgPath), `"type": "couchdb", "url": "`+s.db+`"`, `"type": "sync_gateway", "url": "`+sg.URL+`/db.inventory.orders"`, 1)
-	path := filepath.Join(t.TempDir(), "sg.json")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+	// The same stack, its job reading a Sync Gateway keyspace instead.
+	cfg, err := config.Load(s.ConfigPath)
+	if err != nil {
 		t.Fatal(err)
 	}
-	s.cfgPath = path
+	cfg.Jobs[0].Source = config.Source{Type: config.SourceSyncGateway, URL: sg.URL + "/db.inventory.orders"}
+	doc, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ConfigPath = filepath.Join(t.TempDir(), "sg.json")
+	if err := os.WriteFile(s.ConfigPath, doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	s.mustCLI(ctx, "checkpoint", "reset", "--from", "now", "--yes")
 	if out := s.mustCLI(ctx, "checkpoint", "get"); !strings.Contains(out, `orders checkpoint "4242",`) {
 		t.Errorf("get after reset --from now: %s", out)
@@ -125,13 +134,4 @@ func TestCheckpointNowSyncGateway(t *testing.T) {
 	if got := <-asked; got != "/db/" {
 		t.Errorf("the source was asked for %s, want the database's information at /db/", got)
 	}
-}
-
-func readFile(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

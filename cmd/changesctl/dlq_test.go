@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/dlq"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 // TestDLQRoundTrip puts failed changes through the real writer into the
@@ -26,7 +28,7 @@ func TestDLQRoundTrip(t *testing.T) {
 	// The output already holds a newer revision of "a" (version 5.1).
 	s.enqueue(q, envelope("pg", "a", "2-new", 5, 1))
 	s.run(true)
-	if rev, _ := s.pgRev(s.table, "a"); rev != "2-new" {
+	if rev, _ := s.pgRev(outPG, "a"); rev != "2-new" {
 		t.Fatalf("setup: output holds %q for a, want 2-new", rev)
 	}
 
@@ -114,10 +116,10 @@ func TestDLQRoundTrip(t *testing.T) {
 		if st := sum.Outputs["orders/pg"]; st.Delivered != 2 || st.DeadLettered != 0 {
 			t.Errorf("writer stats after redrive: %+v", st)
 		}
-		if rev, v := s.pgRev(s.table, "a"); rev != "2-new" || v != (change.Version{Generation: 5, Counter: 1}) {
+		if rev, v := s.pgRev(outPG, "a"); rev != "2-new" || v != (change.Version{Generation: 5, Counter: 1}) {
 			t.Errorf("a: output holds %s at %s after the stale redrive, want 2-new at 5.1", rev, v)
 		}
-		if rev, v := s.pgRev(s.table, "b"); rev != "1-b" || v != (change.Version{Generation: 4, Counter: 10}) {
+		if rev, v := s.pgRev(outPG, "b"); rev != "1-b" || v != (change.Version{Generation: 4, Counter: 10}) {
 			t.Errorf("b: output holds %q at %s, want 1-b at 4.10", rev, v)
 		}
 		if out := s.mustCLI(ctx, "dlq", "list", "--output", "pg"); !strings.Contains(out, "0 messages") {
@@ -138,12 +140,10 @@ func TestDLQRoundTrip(t *testing.T) {
 		if !strings.Contains(out, "1 messages deleted") {
 			t.Errorf("purge said:\n%s", out)
 		}
-		deadline := time.Now().Add(time.Minute)
-		for s.depth(q.DLQURL) != 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("dlq not empty a minute after purge")
-			}
-			time.Sleep(200 * time.Millisecond)
+		if err := testenv.Poll(ctx, time.Minute, 200*time.Millisecond, func(context.Context) (bool, error) {
+			return s.depth(q.DLQURL) == 0, nil
+		}); err != nil {
+			t.Fatalf("dlq not empty a minute after purge: %v", err)
 		}
 	})
 }
@@ -164,7 +164,7 @@ func TestDLQUsage(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var out, errb strings.Builder
-			err := realMain(t.Context(), &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, lookup: lookupEnv}, tt.args)
+			err := realMain(t.Context(), &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, lookup: testenv.Lookup}, tt.args)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("%v: error %v, want %q", tt.args, err, tt.want)
 			}

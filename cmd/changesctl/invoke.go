@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 )
@@ -157,8 +158,8 @@ func decodeEvent(raw []byte, v any) error {
 }
 
 // retarget points every record of ev at one output's work queue: its ARN,
-// and the job and output of each envelope (the body is re-encoded and its
-// digest recomputed). A body that is not an envelope is left as it is, for
+// the job and output of each envelope, and a claim check's bucket and job
+// prefix (the body is re-encoded and its digest recomputed). A body that is not an envelope is left as it is, for
 // the handler to refuse.
 func retarget(ctx context.Context, deps *pipeline.Deps, ev *events.SQSEvent, jobID, outputID string) error {
 	j, o, err := route(deps.Config, jobID, outputID)
@@ -179,6 +180,15 @@ func retarget(ctx context.Context, deps *pipeline.Deps, ev *events.SQSEvent, job
 		env, err := change.Decode([]byte(r.Body))
 		if err != nil {
 			continue
+		}
+		if ref := env.DocRef; ref != nil {
+			// The writer reads claim checks only from the stack bucket, under
+			// the job's prefix: point the reference where this
+			// configuration's poller would have put it.
+			ref.Bucket = deps.Config.Stack.Bucket
+			if from := claimcheck.Prefix(env.Job); strings.HasPrefix(ref.Key, from) {
+				ref.Key = claimcheck.Prefix(j.ID) + ref.Key[len(from):]
+			}
 		}
 		env.Job, env.Output = j.ID, o.ID
 		b, err := json.Marshal(env)

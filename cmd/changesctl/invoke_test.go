@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/testenv"
@@ -40,7 +39,6 @@ func (s *testStack) invokeWriter(event string, args ...string) events.SQSEventRe
 // and checks what reached PostgreSQL.
 func TestInvokeWriterSamples(t *testing.T) {
 	s := newTestStack(t, outPG, outPGFIFO)
-	fifoTable := s.table + "_fifo"
 
 	// Standard queue: two live documents and a deletion.
 	if resp := s.invokeWriter(sampleEvent("sqs-standard.json"), "--job", "orders", "--output", outPG); len(resp.BatchItemFailures) != 0 {
@@ -54,7 +52,7 @@ func TestInvokeWriterSamples(t *testing.T) {
 		"order/000013": {"2-8c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f", 1205},
 		"order-000021": {"", 1206}, // deleted: a version, no data row
 	} {
-		rev, v := s.pgRev(s.table, doc)
+		rev, v := s.pgRev(outPG, doc)
 		if rev != want.rev || v.Generation != 3 || v.Counter != want.counter {
 			t.Errorf("%s: rev %q version %s, want %q 3.%d", doc, rev, v, want.rev, want.counter)
 		}
@@ -64,10 +62,10 @@ func TestInvokeWriterSamples(t *testing.T) {
 	if resp := s.invokeWriter(sampleEvent("sqs-fifo.json"), "--job", "orders", "--output", outPGFIFO); len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("fifo batch: failures %v", resp.BatchItemFailures)
 	}
-	if rev, v := s.pgRev(fifoTable, "order-000042"); rev != "2-b2c3d4e5f60718293a4b5c6d7e8f90a1" || v.Counter != 1209 {
+	if rev, v := s.pgRev(outPGFIFO, "order-000042"); rev != "2-b2c3d4e5f60718293a4b5c6d7e8f90a1" || v.Counter != 1209 {
 		t.Errorf("fifo order-000042: rev %q version %s, want the second change (3.1209)", rev, v)
 	}
-	if rev, _ := s.pgRev(fifoTable, "commande-000017-été-注文"); rev != "3-c3d4e5f60718293a4b5c6d7e8f90a1b2" {
+	if rev, _ := s.pgRev(outPGFIFO, "commande-000017-été-注文"); rev != "3-c3d4e5f60718293a4b5c6d7e8f90a1b2" {
 		t.Errorf("fifo commande-000017-été-注文: rev %q", rev)
 	}
 
@@ -76,7 +74,7 @@ func TestInvokeWriterSamples(t *testing.T) {
 		t.Fatalf("redriven batch: failures %v", resp.BatchItemFailures)
 	}
 	for doc, want := range map[string]string{"order-000108": "4-d4e5f60718293a4b5c6d7e8f90a1b2c3", "order-000109": "1-e5f60718293a4b5c6d7e8f90a1b2c3d4"} {
-		if rev, _ := s.pgRev(s.table, doc); rev != want {
+		if rev, _ := s.pgRev(outPG, doc); rev != want {
 			t.Errorf("redriven %s: rev %q, want %q", doc, rev, want)
 		}
 	}
@@ -94,15 +92,20 @@ func TestInvokeWriterSamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := `{"_id":"order-000500","_rev":"` + env.Rev + `","type":"order","notes":"` + strings.Repeat("x", 300_000) + `"}`
-	putObject(t, s, env.DocRef.Bucket, env.DocRef.Key, body)
+	// The object has exactly the size the envelope declares, and is where
+	// the test configuration's poller would have put it: invoke points the
+	// sample's reference at the configuration's stack bucket.
+	head, tail := `{"_id":"order-000500","_rev":"`+env.Rev+`","type":"order","notes":"`, `"}`
+	wantNotes := int(env.DocRef.Size) - len(head) - len(tail)
+	putObject(t, s, s.Config.Stack.Bucket, env.DocRef.Key, head+strings.Repeat("x", wantNotes)+tail)
 	if resp := s.invokeWriter(sampleEvent("sqs-claim-check.json"), "--job", "orders", "--output", outPG); len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("claim-check batch: failures %v", resp.BatchItemFailures)
 	}
 	var notes int
 	pool := testenv.Postgres(t)
-	if err := pool.QueryRow(t.Context(), `SELECT length(body->>'notes') FROM `+pgx.Identifier{s.table}.Sanitize()+` WHERE doc_id = $1`, "order-000500").Scan(&notes); err != nil || notes != 300_000 {
-		t.Errorf("claim-checked order-000500: notes of %d characters (%v), want the body from S3 (300000)", notes, err)
+	data, _ := s.pgTables(outPG)
+	if err := pool.QueryRow(t.Context(), `SELECT length(body->>'notes') FROM `+data+` WHERE doc_id = $1`, "order-000500").Scan(&notes); err != nil || notes != wantNotes {
+		t.Errorf("claim-checked order-000500: notes of %d characters (%v), want the body from S3 (%d)", notes, err, wantNotes)
 	}
 	if d := s.depth(s.queues(outPG).DLQURL); d != 0 {
 		t.Errorf("pg DLQ holds %d messages after the samples, want 0", d)
@@ -117,7 +120,7 @@ func TestInvokeWriterMissingClaimCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	missing := "claim-check/orders/3/missing-" + s.prefix + ".json"
+	missing := "claim-check/orders/3/missing-" + s.Name + ".json"
 	raw = bytes.Replace(raw, []byte(`claim-check/orders/3/1210.json`), []byte(missing), 1)
 	event := filepath.Join(t.TempDir(), "event.json")
 	if err := os.WriteFile(event, raw, 0o644); err != nil {
@@ -198,13 +201,13 @@ func TestInvokePoller(t *testing.T) {
 func putObject(t *testing.T, s *testStack, bucket, key, body string) {
 	t.Helper()
 	ctx := t.Context()
-	_, err := s.deps.S3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket})
+	_, err := s.Deps.S3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket})
 	var owned *s3types.BucketAlreadyOwnedByYou
 	var exists *s3types.BucketAlreadyExists
 	if err != nil && !errors.As(err, &owned) && !errors.As(err, &exists) {
 		t.Fatalf("create bucket %s: %v", bucket, err)
 	}
-	if _, err := s.deps.S3.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: strings.NewReader(body), ContentType: aws.String("application/json")}); err != nil {
+	if _, err := s.Deps.S3.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: strings.NewReader(body), ContentType: aws.String("application/json")}); err != nil {
 		t.Fatalf("put %s/%s: %v", bucket, key, err)
 	}
 }

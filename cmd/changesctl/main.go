@@ -30,6 +30,7 @@ Usage:
                                          inspect failed changes, send them back, or drop them
   changesctl verify --job J --output O [--repair]
                                          compare an output with the source (exit 2 on drift)
+  changesctl bucket check --config FILE  check that the stack bucket expires claim checks
 
 Run "changesctl COMMAND -h" for a command's flags. The AWS endpoint comes from
 the standard AWS_ENDPOINT_URL (unset: AWS itself).
@@ -60,6 +61,7 @@ func commands() []command {
 		{"schema", cmdSchema},
 		{"dlq", cmdDLQ},
 		{"verify", cmdVerify},
+		{"bucket", cmdBucket},
 	}
 }
 

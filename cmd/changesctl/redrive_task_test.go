@@ -98,7 +98,7 @@ func (s *testStack) exhaustReceives(q dlq.Queues, n int) {
 		if time.Now().After(deadline) {
 			s.t.Fatalf("the redrive policy moved %d of %d messages to the dlq within a minute", s.depth(q.DLQURL), n)
 		}
-		if _, err := s.deps.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		if _, err := s.Deps.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: &q.WorkURL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 1,
 		}); err != nil {
 			s.t.Fatal(err)

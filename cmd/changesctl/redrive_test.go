@@ -65,7 +65,7 @@ func TestRedriveKilledMidway(t *testing.T) {
 			// Redrive with the binary; kill it once a third is done.
 			// Copy mode, which this process carries out itself (a move
 			// task would go on at SQS after the kill).
-			cmd := exec.CommandContext(ctx, bin, "dlq", "redrive", "--config", s.cfgPath, "--output", tc.output,
+			cmd := exec.CommandContext(ctx, bin, "dlq", "redrive", "--config", s.ConfigPath, "--output", tc.output,
 				"--mode", "copy", "--visibility", "4s", "--rate", "150")
 			cmd.Env = os.Environ()
 			stderr, err := cmd.StderrPipe()
@@ -100,8 +100,8 @@ func TestRedriveKilledMidway(t *testing.T) {
 			// journal writes it had sent before the kill have landed (a
 			// request already on its way is still applied).
 			time.Sleep(5 * time.Second)
-			j := &dlq.Journal{DB: s.deps.DynamoDB, Table: s.cfg.TableName(), Job: "orders", Output: tc.output}
-			journal, err := j.Entries(ctx, s.deps.DynamoDB)
+			j := &dlq.Journal{DB: s.Deps.DynamoDB, Table: s.Config.TableName(), Job: "orders", Output: tc.output}
+			journal, err := j.Entries(ctx, s.Deps.DynamoDB)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,7 +182,7 @@ func TestRedriveKilledMidway(t *testing.T) {
 			if int64(dups) > journaledSending {
 				t.Errorf("%d documents twice on the work queue, but only %d sends were in flight", dups, journaledSending)
 			}
-			entries, err := j.Entries(ctx, s.deps.DynamoDB)
+			entries, err := j.Entries(ctx, s.Deps.DynamoDB)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -205,7 +205,7 @@ func (s *testStack) fillDLQ(q dlq.Queues, n int) []string {
 		if len(entries) == 0 {
 			return
 		}
-		out, err := s.deps.SQS.SendMessageBatch(s.t.Context(), &sqs.SendMessageBatchInput{QueueUrl: &q.DLQURL, Entries: entries})
+		out, err := s.Deps.SQS.SendMessageBatch(s.t.Context(), &sqs.SendMessageBatchInput{QueueUrl: &q.DLQURL, Entries: entries})
 		if err != nil || len(out.Failed) > 0 {
 			s.t.Fatalf("fill dlq: %v %+v", err, out)
 		}
@@ -270,7 +270,7 @@ func (s *testStack) census(url string, consume bool) []queued {
 	deadline := time.Now().Add(time.Duration(visibility)*time.Second + time.Minute)
 	for {
 		for empty := 0; empty < 2; {
-			res, err := s.deps.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			res, err := s.Deps.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 				QueueUrl: &url, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: visibility,
 			})
 			if err != nil {
@@ -284,7 +284,7 @@ func (s *testStack) census(url string, consume bool) []queued {
 			for _, m := range res.Messages {
 				id := aws.ToString(m.MessageId)
 				if consume {
-					if _, err := s.deps.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: m.ReceiptHandle}); err != nil {
+					if _, err := s.Deps.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: m.ReceiptHandle}); err != nil {
 						s.t.Fatal(err)
 					}
 				} else {
@@ -301,7 +301,7 @@ func (s *testStack) census(url string, consume bool) []queued {
 				out = append(out, queued{id: id, doc: e.DocID})
 			}
 		}
-		d, err := dlq.QueueDepth(ctx, s.deps.SQS, url)
+		d, err := dlq.QueueDepth(ctx, s.Deps.SQS, url)
 		if err != nil {
 			s.t.Fatal(err)
 		}
@@ -323,7 +323,7 @@ func (s *testStack) census(url string, consume bool) []queued {
 		for i, m := range chunk {
 			entries = append(entries, sqstypes.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
 		}
-		if _, err := s.deps.SQS.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &url, Entries: entries}); err != nil {
+		if _, err := s.Deps.SQS.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &url, Entries: entries}); err != nil {
 			s.t.Fatal(err)
 		}
 	}

@@ -6,15 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net/http"
-	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,24 +22,19 @@ import (
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/localrun"
-	"github.com/changes-worker/changes-worker/shared/pipeline"
-	"github.com/changes-worker/changes-worker/shared/provision"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 	"github.com/changes-worker/changes-worker/shared/writer"
 )
 
-// testStack is one isolated pipeline on the local services, as the
-// end-to-end tests build them: its own resource prefix, source database,
-// PostgreSQL tables and S3 prefix.
+// testStack is one isolated pipeline on the local services (stack.ForTest)
+// with one job, "orders", and the outputs a test asks for.
 type testStack struct {
-	t       *testing.T
-	prefix  string
-	db      string // source database URL
-	table   string // PostgreSQL data table of output "pg" (and "pgfifo": table_fifo)
-	cfgPath string
-	cfg     *config.File
-	deps    *pipeline.Deps
-	logs    *bytes.Buffer
+	*stack.Stack
+	t *testing.T
+	// mapTable starts the names of the outPGMap output's mapped tables:
+	// <mapTable>_orders and <mapTable>_items.
+	mapTable string
 }
 
 // Outputs a test stack can have.
@@ -60,72 +48,35 @@ const (
 
 func newTestStack(t *testing.T, outputs ...string) *testStack {
 	t.Helper()
-	awsCfg := testenv.AWS(t)
-	s := &testStack{t: t, prefix: testenv.Name(t), logs: &bytes.Buffer{}}
-	if len(s.prefix) > 26 {
-		s.prefix = s.prefix[len(s.prefix)-26:]
+	defs := map[string]*config.Output{
+		outPG:     {ID: outPG, Type: config.OutputPostgres, Postgres: &config.PostgresOutput{CreateTables: true}},
+		outPGFIFO: {ID: outPGFIFO, Type: config.OutputPostgres, Ordering: config.OrderingPerDocument, Postgres: &config.PostgresOutput{CreateTables: true}},
+		outS3:     {ID: outS3, Type: config.OutputS3, S3: &config.S3Output{Prefix: "docs/"}},
+		outHTTP:   {ID: outHTTP, Type: config.OutputHTTP, HTTP: &config.HTTPOutput{URL: "http://127.0.0.1:9/docs/{doc_id}"}},
 	}
-	s.prefix = "c" + strings.Trim(s.prefix, "-")
-	s.db = testenv.CouchDB(t)
-	s.table = strings.ReplaceAll(s.prefix, "-", "_")
-	defs := map[string]string{
-		outPG:     fmt.Sprintf(`{"id":"pg","type":"postgres","max_receive_count":3,"postgres":{"dsn":{"env":"CHANGES_TEST_PG_DSN"},"table":%q,"create_tables":true}}`, s.table),
-		outPGFIFO: fmt.Sprintf(`{"id":"pgfifo","type":"postgres","ordering":"per_document","max_receive_count":3,"postgres":{"dsn":{"env":"CHANGES_TEST_PG_DSN"},"table":"%s_fifo","create_tables":true}}`, s.table),
-		outS3:     fmt.Sprintf(`{"id":"s3","type":"s3","max_receive_count":3,"s3":{"prefix":"%s/"}}`, s.prefix),
-		outPGMap: fmt.Sprintf(`{"id":"pgmap","type":"postgres","max_receive_count":3,"postgres":{"dsn":{"env":"CHANGES_TEST_PG_DSN"},"table":"%[1]s_map","create_tables":true,
-			"mapping":{"tables":[{"name":"%[1]s_orders","columns":[{"name":"n","path":"n","type":"integer"},{"name":"total","path":"total","type":"numeric"}]},
-			{"name":"%[1]s_items","parent":"%[1]s_orders","from":"items","columns":[{"name":"sku","path":"sku","type":"text"}]}]}}}`, s.table),
-		outHTTP: `{"id":"rest","type":"http","max_receive_count":3,"http":{"url":"http://127.0.0.1:9/docs/{doc_id}"}}`,
-	}
-	var outs []string
+	// The mapped tables are named by the mapping, not by the stack: give
+	// them a name of this test's own.
+	mapTable := strings.ReplaceAll(testenv.Name(t), "-", "_")
+	defs[outPGMap] = &config.Output{ID: outPGMap, Type: config.OutputPostgres, Postgres: &config.PostgresOutput{Table: mapTable + "_map", CreateTables: true, Mapping: mustMapping(t, mapTable)}}
+	job := &config.Job{ID: "orders", Feed: config.Feed{Limit: 100, Timeout: config.Duration(2 * time.Second)}, Lease: config.Lease{TTL: config.Duration(6 * time.Second)}}
 	for _, o := range outputs {
-		outs = append(outs, defs[o])
+		out := defs[o]
+		out.MaxReceiveCount = 3
+		job.Outputs = append(job.Outputs, out)
 	}
-	doc := fmt.Sprintf(`{
-		"stack": {"prefix": %q, "bucket": "changes-worker-tests", "poller_timeout": "15s", "writer_timeout": "10s"},
-		"jobs": [{"id": "orders", "source": {"type": "couchdb", "url": %q},
-			"feed": {"limit": 100, "timeout": "2s"}, "lease": {"ttl": "6s"},
-			"outputs": [%s]}]}`, s.prefix, s.db, strings.Join(outs, ","))
-	s.cfgPath = filepath.Join(t.TempDir(), "jobs.json")
-	if err := os.WriteFile(s.cfgPath, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
+	cfg := &config.File{
+		Stack: config.Stack{PollerTimeout: config.Duration(15 * time.Second), WriterTimeout: config.Duration(10 * time.Second)},
+		Jobs:  []*config.Job{job},
 	}
-	var err error
-	if s.cfg, err = config.Load(s.cfgPath); err != nil {
-		t.Fatalf("load test config: %v", err)
-	}
-	log := slog.New(slog.NewTextHandler(&lockedWriter{w: s.logs}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	s.deps = pipeline.New(s.cfg, awsCfg, lookupEnv, log, io.Discard)
-	t.Cleanup(s.deps.Close)
-	if _, err := provision.Apply(t.Context(), provision.Clients{DynamoDB: s.deps.DynamoDB, SQS: s.deps.SQS, S3: s.deps.S3}, s.cfg); err != nil {
-		t.Fatalf("provision: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pipeline log:\n%s", s.logs.String())
-		}
-	})
-	return s
-}
-
-// lookupEnv is the environment of the stack: the test database's DSN
-// always resolves.
-func lookupEnv(k string) (string, bool) {
-	if k == "CHANGES_TEST_PG_DSN" {
-		if v := os.Getenv(k); v != "" {
-			return v, true
-		}
-		return testenv.DefaultPostgresDSN, true
-	}
-	return os.LookupEnv(k)
+	return &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg}), t: t, mapTable: mapTable}
 }
 
 // cli runs changesctl in this process with the stack's configuration
 // appended to args, stdin as its input, and returns what it printed.
 func (s *testStack) cli(ctx context.Context, stdin string, args ...string) (stdout, stderr string, err error) {
 	var out, errb bytes.Buffer
-	env := &cliEnv{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, lookup: lookupEnv}
-	args = append(append([]string{}, args...), "--config", s.cfgPath)
+	env := &cliEnv{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, lookup: testenv.Lookup}
+	args = append(append([]string{}, args...), "--config", s.ConfigPath)
 	err = realMain(ctx, env, args)
 	return out.String(), errb.String(), err
 }
@@ -143,23 +94,16 @@ func (s *testStack) mustCLI(ctx context.Context, args ...string) string {
 // queues resolves an output's queues.
 func (s *testStack) queues(output string) dlq.Queues {
 	s.t.Helper()
-	j := s.cfg.Jobs[0]
-	for _, o := range j.Outputs {
-		if o.ID == output {
-			q, err := dlq.Resolve(s.t.Context(), s.deps.SQS, s.cfg, j, o)
-			if err != nil {
-				s.t.Fatal(err)
-			}
-			return q
-		}
+	q, err := s.Queues(s.t.Context(), "orders", output)
+	if err != nil {
+		s.t.Fatal(err)
 	}
-	s.t.Fatalf("no output %s", output)
-	return dlq.Queues{}
+	return q
 }
 
 func (s *testStack) depth(url string) int {
 	s.t.Helper()
-	d, err := dlq.QueueDepth(s.t.Context(), s.deps.SQS, url)
+	d, err := dlq.QueueDepth(s.t.Context(), s.Deps.SQS, url)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -189,7 +133,7 @@ func (s *testStack) enqueue(q dlq.Queues, envs ...*change.Envelope) {
 			in.MessageGroupId = aws.String(e.DocID)
 			in.MessageDeduplicationId = aws.String(fmt.Sprintf("%s-%d-%d-%d", e.DocID, e.Generation, e.Counter, i))
 		}
-		if _, err := s.deps.SQS.SendMessage(s.t.Context(), in); err != nil {
+		if _, err := s.Deps.SQS.SendMessage(s.t.Context(), in); err != nil {
 			s.t.Fatalf("enqueue: %v", err)
 		}
 	}
@@ -214,13 +158,13 @@ func (s *testStack) failThroughWriter(q dlq.Queues, err error) int {
 	s.t.Helper()
 	ctx := s.t.Context()
 	h := &writer.Handler{
-		Config: s.cfg,
+		Config: s.Config,
 		Sinks:  func(context.Context, config.Route) (deliver.Sink, error) { return failingSink{err}, nil },
-		SQS:    s.deps.SQS, S3: s.deps.S3, Log: s.deps.Log,
+		SQS:    s.Deps.SQS, S3: s.Deps.S3, Log: s.Deps.Log,
 	}
 	handled := 0
 	for {
-		out, rerr := s.deps.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		out, rerr := s.Deps.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: &q.WorkURL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
 		})
@@ -245,7 +189,7 @@ func (s *testStack) failThroughWriter(q dlq.Queues, err error) int {
 			s.t.Fatalf("writer reported %d failures; a permanent error should go to the DLQ", len(resp.BatchItemFailures))
 		}
 		for _, m := range out.Messages {
-			if _, err := s.deps.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &q.WorkURL, ReceiptHandle: m.ReceiptHandle}); err != nil {
+			if _, err := s.Deps.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &q.WorkURL, ReceiptHandle: m.ReceiptHandle}); err != nil {
 				s.t.Fatal(err)
 			}
 			handled++
@@ -259,7 +203,7 @@ func (s *testStack) run(writerOnly bool) localrun.Summary {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(s.t.Context(), 3*time.Minute)
 	defer cancel()
-	rt := &localrun.Runtime{Deps: s.deps, Log: s.deps.Log, Opts: localrun.Options{UntilIdle: true, Tick: time.Second, NoPoller: writerOnly}}
+	rt := &localrun.Runtime{Deps: s.Deps, Log: s.Deps.Log, Opts: localrun.Options{UntilIdle: true, Tick: time.Second, NoPoller: writerOnly}}
 	if err := rt.Run(ctx); err != nil {
 		s.t.Fatalf("run until idle: %v", err)
 	}
@@ -270,18 +214,30 @@ func (s *testStack) run(writerOnly bool) localrun.Summary {
 	return rt.Summary()
 }
 
-// pgRev returns the revision and version of a document in output pg's
-// tables ("" when it has no data row).
-func (s *testStack) pgRev(table, docID string) (rev string, v change.Version) {
+// pgTables returns the data and versions tables of a PostgreSQL output,
+// quoted.
+func (s *testStack) pgTables(output string) (data, versions string) {
 	s.t.Helper()
+	d, v, err := s.PostgresTables("orders", output)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return d.Sanitize(), v.Sanitize()
+}
+
+// pgRev returns the revision and version of a document in a PostgreSQL
+// output's tables ("" when it has no data row).
+func (s *testStack) pgRev(output, docID string) (rev string, v change.Version) {
+	s.t.Helper()
+	data, versions := s.pgTables(output)
 	pool := testenv.Postgres(s.t)
-	err := pool.QueryRow(s.t.Context(), `SELECT coalesce(d.rev, ''), v.generation, v.counter FROM `+pgx.Identifier{table + "_versions"}.Sanitize()+
-		` v LEFT JOIN `+pgx.Identifier{table}.Sanitize()+` d USING (doc_id) WHERE v.doc_id = $1`, docID).Scan(&rev, &v.Generation, &v.Counter)
+	err := pool.QueryRow(s.t.Context(), `SELECT coalesce(d.rev, ''), v.generation, v.counter FROM `+versions+
+		` v LEFT JOIN `+data+` d USING (doc_id) WHERE v.doc_id = $1`, docID).Scan(&rev, &v.Generation, &v.Counter)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", v
 	}
 	if err != nil {
-		s.t.Fatalf("read %s of %s: %v", table, docID, err)
+		s.t.Fatalf("read %s of %s: %v", output, docID, err)
 	}
 	return rev, v
 }
@@ -292,34 +248,18 @@ func (s *testStack) putDoc(id string, body map[string]any, rev string) string {
 	if rev != "" {
 		body["_rev"] = rev
 	}
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(s.t.Context(), http.MethodPut, s.db+"/"+url.PathEscape(id), bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	rev, err := s.PutDoc(s.t.Context(), id, body)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var r struct {
-		Rev string `json:"rev"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode >= 300 {
-		s.t.Fatalf("put %s: status %d, %v", id, resp.StatusCode, err)
-	}
-	return r.Rev
+	return rev
 }
 
 // deleteDoc deletes a document in the source.
 func (s *testStack) deleteDoc(id, rev string) {
 	s.t.Helper()
-	req, _ := http.NewRequestWithContext(s.t.Context(), http.MethodDelete, s.db+"/"+url.PathEscape(id)+"?rev="+url.QueryEscape(rev), nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	if err := s.DeleteDoc(s.t.Context(), id, rev); err != nil {
 		s.t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		s.t.Fatalf("delete %s: status %d", id, resp.StatusCode)
 	}
 }
 
@@ -335,16 +275,18 @@ func exitCode(err error) int {
 	return 1
 }
 
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
 // errPermanent is an output's permanent refusal of a change.
 var errPermanent = &deliver.Error{Class: deliver.Permanent, Reason: "http_status", HTTPStatus: 422, Err: errors.New("rejected")}
+
+// mustMapping is the outPGMap output's mapping: an orders table and its
+// items, named after table.
+func mustMapping(t *testing.T, table string) *config.Mapping {
+	t.Helper()
+	var m config.Mapping
+	doc := fmt.Sprintf(`{"tables":[{"name":"%[1]s_orders","columns":[{"name":"n","path":"n","type":"integer"},{"name":"total","path":"total","type":"numeric"}]},
+		{"name":"%[1]s_items","parent":"%[1]s_orders","from":"items","columns":[{"name":"sku","path":"sku","type":"text"}]}]}`, table)
+	if err := json.Unmarshal([]byte(doc), &m); err != nil {
+		t.Fatalf("mapping: %v", err)
+	}
+	return &m
+}

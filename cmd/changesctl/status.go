@@ -40,8 +40,14 @@ type jobStatus struct {
 	Handoffs            int64           `json:"handoffs"`
 	// Standby is the last invocation seen waiting for the lease, if it was
 	// seen within two lease TTLs.
-	Standby string         `json:"standby,omitempty"`
-	Outputs []outputStatus `json:"outputs"`
+	Standby string `json:"standby,omitempty"`
+	// LargestBatch is the most changes one poller invocation read, and
+	// FloodThreshold the job's feed.flood_threshold.
+	LargestBatch   int64 `json:"largest_batch"`
+	FloodThreshold int   `json:"flood_threshold"`
+	// SourceAuthFailedAt is when the source last refused our credentials.
+	SourceAuthFailedAt *time.Time     `json:"source_auth_failed_at,omitempty"`
+	Outputs            []outputStatus `json:"outputs"`
 	// Quarantine lists the feed rows the poller skipped and the pages it
 	// was (or is) blocked on.
 	Quarantine []quarantineStatus `json:"quarantine"`
@@ -201,6 +207,18 @@ func printStatus(w io.Writer, rows []jobStatus) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, r := range rows {
+		if r.SourceAuthFailedAt != nil {
+			fmt.Fprintf(w, "%s: the source last refused our credentials at %s\n", r.Job, r.SourceAuthFailedAt.Format(time.RFC3339))
+		}
+		if r.LargestBatch > 0 {
+			flood := ""
+			if r.LargestBatch > int64(r.FloodThreshold) {
+				flood = " (a flood)"
+			}
+			fmt.Fprintf(w, "%s: largest batch %d changes, flood threshold %d%s\n", r.Job, r.LargestBatch, r.FloodThreshold, flood)
+		}
+	}
 	for _, p := range problems {
 		fmt.Fprintln(w, p)
 	}
@@ -241,7 +259,12 @@ func collectStatus(ctx context.Context, deps *pipeline.Deps, jobs []*config.Job,
 		}
 		r := jobStatus{Job: j.ID, Owner: st.Owner, Host: st.Host, Role: role(st, now), Generation: st.Generation,
 			Takeover: string(st.TakeoverKind), Checkpoint: st.Checkpoint, Pending: st.Pending,
-			Failovers: st.Failovers, Handoffs: st.Handoffs, Outputs: []outputStatus{}}
+			Failovers: st.Failovers, Handoffs: st.Handoffs, Outputs: []outputStatus{},
+			LargestBatch: st.LargestBatch, FloodThreshold: j.Feed.FloodThreshold}
+		if !st.SourceAuthFailedAt.IsZero() {
+			at := st.SourceAuthFailedAt.UTC()
+			r.SourceAuthFailedAt = &at
+		}
 		if st.Standby != "" && now.Sub(st.StandbySeenAt) < 2*j.Lease.TTL.D() && st.Standby != st.Owner {
 			r.Standby = st.Standby
 		}

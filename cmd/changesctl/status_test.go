@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/quarantine"
 )
 
@@ -15,12 +14,21 @@ func TestStatus(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s := newTestStack(t, outPG, outS3)
-	store := lease.New(s.deps.DynamoDB, s.cfg.TableName())
+	store := s.Leases
 	l, _, err := store.Acquire(ctx, "orders", "poller-7", "host-a", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := store.Checkpoint(ctx, l, json.RawMessage(`"12-abc"`), 3); err != nil {
+		t.Fatal(err)
+	}
+	authAt := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	for _, n := range []int64{120, 20000, 700} { // only a larger batch replaces the recorded one
+		if err := store.NoteLargestBatch(ctx, "orders", n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.NoteSourceAuthFailure(ctx, "orders", authAt); err != nil {
 		t.Fatal(err)
 	}
 	pg := s.queues(outPG)
@@ -41,6 +49,9 @@ func TestStatus(t *testing.T) {
 		r.CheckpointAgeSecs == nil || r.HeartbeatAgeSeconds == nil || r.LeaseLeftSeconds == nil {
 		t.Errorf("job row: %+v", r)
 	}
+	if r.LargestBatch != 20000 || r.FloodThreshold != 10000 || r.SourceAuthFailedAt == nil || !r.SourceAuthFailedAt.Equal(authAt) {
+		t.Errorf("job health: largest %d threshold %d auth failed at %v", r.LargestBatch, r.FloodThreshold, r.SourceAuthFailedAt)
+	}
 	if o := r.Outputs[0]; o.Output != "pg" || o.Depth != 2 || o.DLQDepth != 0 || o.OldestAgeSeconds != nil {
 		t.Errorf("pg row: %+v", o)
 	}
@@ -50,7 +61,9 @@ func TestStatus(t *testing.T) {
 
 	table := squeeze(s.mustCLI(ctx, "status"))
 	for _, w := range []string{"JOB ROLE HOLDER GEN HEARTBEAT CHECKPOINT CP AGE PENDING OUTPUT QUEUE OLDEST DLQ",
-		"orders active poller-7", `"12-abc"`, " 3 pg 2 n/a 0", " s3 0 - 1"} {
+		"orders active poller-7", `"12-abc"`, " 3 pg 2 n/a 0", " s3 0 - 1",
+		"orders: the source last refused our credentials at 2026-03-04T05:06:07Z",
+		"orders: largest batch 20000 changes, flood threshold 10000 (a flood)"} {
 		if !strings.Contains(table, w) {
 			t.Errorf("status table lacks %q:\n%s", w, table)
 		}
@@ -87,7 +100,7 @@ func TestStatusShowsQuarantine(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s := newTestStack(t, outPG)
-	store := lease.New(s.deps.DynamoDB, s.cfg.TableName())
+	store := s.Leases
 	l, _, err := store.Acquire(ctx, "orders", "poller-7", "host-a", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +108,7 @@ func TestStatusShowsQuarantine(t *testing.T) {
 	if err := store.Checkpoint(ctx, l, json.RawMessage(`"12-abc"`), 3); err != nil {
 		t.Fatal(err)
 	}
-	q := &quarantine.Store{DB: s.deps.DynamoDB, Table: s.cfg.TableName()}
+	q := &quarantine.Store{DB: s.Deps.DynamoDB, Table: s.Config.TableName()}
 	for _, e := range []quarantine.Entry{
 		{Job: "orders", Kind: quarantine.Row, Seq: json.RawMessage(`"9-xyz"`), After: json.RawMessage(`"8-xyz"`), Reason: "the row has no id",
 			Raw: []byte(`{"seq":"9-xyz","changes":[]}`), Attempts: 3},

@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/pgsink"
 	"github.com/changes-worker/changes-worker/shared/s3sink"
 	"github.com/changes-worker/changes-worker/shared/testenv"
@@ -48,11 +47,7 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 
 	// Tamper with PostgreSQL behind the sink's back.
 	pool := testenv.Postgres(t)
-	dataTable, versionsTable, err := pgsink.Tables(*s.cfg.Jobs[0].Outputs[0].Postgres, outPG)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, versions := dataTable.Sanitize(), versionsTable.Sanitize()
+	data, versions := s.pgTables(outPG)
 	for _, stmt := range []string{
 		`DELETE FROM ` + data + ` WHERE doc_id = 'doc-03'`,
 		`UPDATE ` + data + ` SET rev = '1-stale', body = '{"stale":true}' WHERE doc_id = 'doc-05'`,
@@ -65,16 +60,16 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 		}
 	}
 	// And with S3.
-	out := s.cfg.Jobs[0].Outputs[1].S3
-	sink, err := s3sink.New(s.deps.S3, *out)
+	out := s.Config.Jobs[0].Outputs[1].S3
+	sink, err := s3sink.New(s.Deps.S3, *out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.deps.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &out.Bucket, Key: aws.String(sink.Key("doc-04"))}); err != nil {
+	if _, err := s.Deps.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &out.Bucket, Key: aws.String(sink.Key("doc-04"))}); err != nil {
 		t.Fatal(err)
 	}
 	for id, rev := range map[string]string{"doc-06": "1-stale", "ghost-s3": "1-g"} {
-		_, err := s.deps.S3.PutObject(ctx, &s3.PutObjectInput{
+		_, err := s.Deps.S3.PutObject(ctx, &s3.PutObjectInput{
 			Bucket: &out.Bucket, Key: aws.String(sink.Key(id)), Body: bytes.NewReader([]byte(`{"_id":"` + id + `"}`)),
 			Metadata: map[string]string{s3sink.MetaRev: rev, s3sink.MetaVersion: "1.1"},
 		})
@@ -87,7 +82,7 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 		"pg": {"missing 1", `"doc-03" source ` + revs["doc-03"], "stale 1", `"doc-05" source ` + revs["doc-05"] + ", output 1-stale", "unexpected 1", `"ghost" output 1-g`},
 		"s3": {"missing 1", `"doc-04" source ` + revs["doc-04"], "stale 1", `"doc-06" source ` + revs["doc-06"] + ", output 1-stale", "unexpected 1", `"ghost-s3" output 1-g`},
 	}
-	st, err := lease.New(s.deps.DynamoDB, s.cfg.TableName()).Get(ctx, "orders")
+	st, err := s.Leases.Get(ctx, "orders")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,10 +123,10 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 			t.Errorf("verify %s after the repair: exit %d (%v)\n%s\n%s", o, exitCode(err), err, got, errOut)
 		}
 	}
-	if rev, v := s.pgRev(s.table, "doc-05"); rev != revs["doc-05"] || v.Generation != gen-1 {
+	if rev, v := s.pgRev(outPG, "doc-05"); rev != revs["doc-05"] || v.Generation != gen-1 {
 		t.Errorf("doc-05 after the repair: %s at %s, want %s at generation %d", rev, v, revs["doc-05"], gen-1)
 	}
-	if rev, _ := s.pgRev(s.table, "ghost"); rev != "" {
+	if rev, _ := s.pgRev(outPG, "ghost"); rev != "" {
 		t.Errorf("ghost still has a data row at %s after the repair", rev)
 	}
 
@@ -139,7 +134,7 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 	// is higher than the repair's.
 	revs["doc-05"] = s.putDoc("doc-05", map[string]any{"n": 5, "v": 3}, revs["doc-05"])
 	s.run(false)
-	if rev, v := s.pgRev(s.table, "doc-05"); rev != revs["doc-05"] || v.Generation <= gen {
+	if rev, v := s.pgRev(outPG, "doc-05"); rev != revs["doc-05"] || v.Generation <= gen {
 		t.Errorf("doc-05 after a later change: %s at %s, want %s at a generation above %d", rev, v, revs["doc-05"], gen)
 	}
 	for _, o := range []string{"pg", "s3"} {
@@ -172,7 +167,7 @@ func TestVerifyListsWhatAllDocsSkips(t *testing.T) {
 		revs[id] = s.putDoc(id, map[string]any{"id": id}, "")
 	}
 	s.run(false)
-	if rev, _ := s.pgRev(s.table, "注文-1"); rev != revs["注文-1"] {
+	if rev, _ := s.pgRev(outPG, "注文-1"); rev != revs["注文-1"] {
 		t.Fatalf("the pipeline delivered 注文-1 at %q, want %s", rev, revs["注文-1"])
 	}
 	for _, o := range []string{"pg", "s3"} {
@@ -185,7 +180,7 @@ func TestVerifyListsWhatAllDocsSkips(t *testing.T) {
 	// Delete the copies of 注文-1 behind the sinks' backs: the data row with
 	// its versions row, and the object.
 	pool := testenv.Postgres(t)
-	dataTable, versionsTable, err := pgsink.Tables(*s.cfg.Jobs[0].Outputs[0].Postgres, outPG)
+	dataTable, versionsTable, err := pgsink.Tables(*s.Config.Jobs[0].Outputs[0].Postgres, outPG)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,12 +189,12 @@ func TestVerifyListsWhatAllDocsSkips(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	out := s.cfg.Jobs[0].Outputs[1].S3
-	sink, err := s3sink.New(s.deps.S3, *out)
+	out := s.Config.Jobs[0].Outputs[1].S3
+	sink, err := s3sink.New(s.Deps.S3, *out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.deps.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &out.Bucket, Key: aws.String(sink.Key("注文-1"))}); err != nil {
+	if _, err := s.Deps.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &out.Bucket, Key: aws.String(sink.Key("注文-1"))}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -220,7 +215,7 @@ func TestVerifyListsWhatAllDocsSkips(t *testing.T) {
 			t.Errorf("verify %s after the repair: exit %d (%v)\n%s\n%s", o, exitCode(err), err, got, errOut)
 		}
 	}
-	if rev, _ := s.pgRev(s.table, "注文-1"); rev != revs["注文-1"] {
+	if rev, _ := s.pgRev(outPG, "注文-1"); rev != revs["注文-1"] {
 		t.Errorf("注文-1 after the repair: %q, want %s", rev, revs["注文-1"])
 	}
 }
@@ -249,29 +244,29 @@ func TestVerifyComparesContent(t *testing.T) {
 
 	// One document per output gets other content at the same revision.
 	pool := testenv.Postgres(t)
-	data, _, err := pgsink.Tables(*s.cfg.Jobs[0].Outputs[0].Postgres, outPG)
+	data, _, err := pgsink.Tables(*s.Config.Jobs[0].Outputs[0].Postgres, outPG)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, stmt := range []string{
 		`UPDATE ` + data.Sanitize() + ` SET body = jsonb_set(body, '{n}', '99') WHERE doc_id = 'doc-01'`,
-		`UPDATE ` + pgx.Identifier{s.table + "_items"}.Sanitize() + ` SET sku = 'z' WHERE doc_id = 'doc-02' AND idx = 1`,
+		`UPDATE ` + pgx.Identifier{s.mapTable + "_items"}.Sanitize() + ` SET sku = 'z' WHERE doc_id = 'doc-02' AND idx = 1`,
 	} {
 		if tag, err := pool.Exec(ctx, stmt); err != nil || tag.RowsAffected() != 1 {
 			t.Fatalf("tamper: %s: %v (%d rows)", stmt, err, tag.RowsAffected())
 		}
 	}
-	out := s.cfg.Jobs[0].Outputs[2].S3
-	sink, err := s3sink.New(s.deps.S3, *out)
+	out := s.Config.Jobs[0].Outputs[2].S3
+	sink, err := s3sink.New(s.Deps.S3, *out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	key := aws.String(sink.Key("doc-03"))
-	head, err := s.deps.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &out.Bucket, Key: key})
+	head, err := s.Deps.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &out.Bucket, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.deps.S3.PutObject(ctx, &s3.PutObjectInput{Bucket: &out.Bucket, Key: key, Metadata: head.Metadata,
+	_, err = s.Deps.S3.PutObject(ctx, &s3.PutObjectInput{Bucket: &out.Bucket, Key: key, Metadata: head.Metadata,
 		Body: strings.NewReader(`{"_id":"doc-03","_rev":"` + revs["doc-03"] + `","n":3,"total":"13.50"}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +274,7 @@ func TestVerifyComparesContent(t *testing.T) {
 
 	tampered := map[string]string{
 		"pg":    `"doc-01" rev ` + revs["doc-01"] + ` (the stored body differs from the source's)`,
-		"pgmap": `"doc-02" rev ` + revs["doc-02"] + " (table " + s.table + "_items: 1 stored rows the mapping does not produce, 1 mapped rows not stored)",
+		"pgmap": `"doc-02" rev ` + revs["doc-02"] + " (table " + s.mapTable + "_items: 1 stored rows the mapping does not produce, 1 mapped rows not stored)",
 		"s3":    `"doc-03" rev ` + revs["doc-03"] + ` (the stored object differs from the source's body)`,
 	}
 	for _, o := range []string{"pg", "pgmap", "s3"} {

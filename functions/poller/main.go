@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
-	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 )
 
@@ -22,16 +21,10 @@ func main() {
 }
 
 func realMain(ctx context.Context) error {
-	log := lambdacontext.NewLogger()
-	cfg, err := pipeline.LoadConfig(os.LookupEnv)
+	deps, err := pipeline.Load(ctx, os.LookupEnv, lambdacontext.NewLogger(), os.Stdout)
 	if err != nil {
 		return err
 	}
-	awsCfg, err := awsconf.Load(ctx)
-	if err != nil {
-		return err
-	}
-	deps := pipeline.New(cfg, awsCfg, os.LookupEnv, log, os.Stdout)
 	lambda.Start(deps.HandleSchedule)
 	return nil
 }

@@ -45,6 +45,13 @@ const (
 const (
 	FetchIncludeDocs = "include_docs"
 	FetchBulkGet     = "bulk_get"
+
+	// Feed modes: how the _changes feed is read.
+	ModeLongpoll    = "longpoll"    // every source: one request per batch
+	ModeContinuous  = "continuous"  // every source: one streaming response
+	ModeWebSocket   = "websocket"   // Sync Gateway and App Services
+	ModeSSE         = "sse"         // Edge Server: server-sent events
+	ModeEventSource = "eventsource" // CouchDB: server-sent events
 )
 
 // Defaults.
@@ -63,6 +70,7 @@ const (
 	DefaultPollerTimeout    = 90 * time.Second
 	DefaultWriterTimeout    = 30 * time.Second
 	DefaultHTTPTimeout      = 10 * time.Second
+	DefaultFloodThreshold   = 10000
 )
 
 // File is the whole configuration file.
@@ -89,9 +97,9 @@ type Stack struct {
 	// invocation. Default 90s: longer than the schedule, so each invocation
 	// overlaps the next one, which stands by and takes over the moment the
 	// lease is released.
-	PollerTimeout Duration `json:"poller_timeout"`
+	PollerTimeout Duration `json:"poller_timeout,omitempty"`
 	// WriterTimeout is the writer function's timeout. Default 30s.
-	WriterTimeout Duration `json:"writer_timeout"`
+	WriterTimeout Duration `json:"writer_timeout,omitempty"`
 	// LogRetentionDays for the functions' log groups. Default 30.
 	LogRetentionDays int `json:"log_retention_days"`
 	// Retain keeps the table and bucket when the stack is deleted, and turns
@@ -116,10 +124,12 @@ type Job struct {
 	Processing Processing `json:"processing"`
 	Lease      Lease      `json:"lease"`
 	// Schedule is how often the poller is invoked. Default 1m.
-	Schedule Duration `json:"schedule"`
+	Schedule Duration `json:"schedule,omitempty"`
 	// LatencyObjective is how old a queued change may get before an alarm fires.
-	LatencyObjective Duration  `json:"latency_objective"`
+	LatencyObjective Duration  `json:"latency_objective,omitempty"`
 	Outputs          []*Output `json:"outputs"`
+	// Attachments copies the documents' attachments to S3; off by default.
+	Attachments *Attachments `json:"attachments,omitempty"`
 }
 
 // Source is the database whose _changes feed is followed.
@@ -166,7 +176,7 @@ type Feed struct {
 	// Limit bounds the rows of one _changes request. Default 500.
 	Limit int `json:"limit"`
 	// Timeout is the long-poll timeout sent to the source. Default 10s.
-	Timeout Duration `json:"timeout"`
+	Timeout Duration `json:"timeout,omitempty"`
 	// Fetch is include_docs (default) or bulk_get.
 	Fetch string `json:"fetch"`
 	// ActiveOnly skips deleted and removed documents at the source (Sync Gateway
@@ -187,6 +197,13 @@ type Feed struct {
 	// records it in the job's quarantine: such a row is then skipped, such
 	// a page stays blocked and alarmed. Default 3; 1 to 100.
 	QuarantineAfter int `json:"quarantine_after,omitempty"`
+	// Mode is longpoll (default), continuous, websocket (Sync Gateway, App
+	// Services), sse (Edge Server) or eventsource (CouchDB).
+	Mode string `json:"mode,omitempty"`
+	// FloodThreshold is how many changes one poller invocation may read
+	// before it counts as a flood (metric FloodBatches, a warning in the
+	// log). Default 10000.
+	FloodThreshold int `json:"flood_threshold"`
 }
 
 // Processing filters changes before they are queued.
@@ -198,7 +215,7 @@ type Processing struct {
 // Lease sets the job lease.
 type Lease struct {
 	// TTL is how long a lease lasts without renewal. Default 10s.
-	TTL Duration `json:"ttl"`
+	TTL Duration `json:"ttl,omitempty"`
 }
 
 // Output is one destination of a job's changes.
@@ -215,10 +232,28 @@ type Output struct {
 	BatchSize int `json:"batch_size"`
 	// MaxConcurrency bounds concurrent writer invocations for this output.
 	MaxConcurrency int `json:"max_concurrency"`
+	// Backpressure tunes how the writer detects that this output is
+	// struggling.
+	Backpressure Backpressure `json:"backpressure"`
 
 	Postgres *PostgresOutput `json:"postgres,omitempty"`
 	HTTP     *HTTPOutput     `json:"http,omitempty"`
 	S3       *S3Output       `json:"s3,omitempty"`
+}
+
+// Backpressure tunes the writer's latency tracker for one output. The
+// output's own signals (HTTP 429 or 503, PostgreSQL too_many_connections)
+// are always honoured.
+type Backpressure struct {
+	// Threshold is the ratio of the rolling average latency to the baseline
+	// above which the writer slows down. Default 2; must be above 1.
+	Threshold float64 `json:"threshold"`
+	// BaselineRequests is how many first successful requests of a writer
+	// instance make the baseline. Default 50.
+	BaselineRequests int `json:"baseline_requests"`
+	// Window is how many latest requests the rolling average covers.
+	// Default 20.
+	Window int `json:"window"`
 }
 
 // PostgresOutput writes documents to PostgreSQL.
@@ -252,7 +287,7 @@ type HTTPOutput struct {
 	// credential (CredentialName) must be a secret reference.
 	Headers         map[string]HeaderValue `json:"headers,omitempty"`
 	Auth            *Auth                  `json:"auth,omitempty"`
-	Timeout         Duration               `json:"timeout"`
+	Timeout         Duration               `json:"timeout,omitempty"`
 	FollowRedirects bool                   `json:"follow_redirects"`
 }
 
@@ -435,6 +470,12 @@ func (f *File) SetDefaults() {
 		if j.Feed.Timeout == 0 {
 			j.Feed.Timeout = Duration(DefaultFeedTimeout)
 		}
+		if j.Feed.Mode == "" {
+			j.Feed.Mode = ModeLongpoll
+		}
+		if j.Feed.FloodThreshold == 0 {
+			j.Feed.FloodThreshold = DefaultFloodThreshold
+		}
 		if j.Feed.Fetch == "" {
 			j.Feed.Fetch = FetchIncludeDocs
 		}
@@ -456,6 +497,9 @@ func (f *File) SetDefaults() {
 		if j.LatencyObjective == 0 {
 			j.LatencyObjective = Duration(DefaultLatencyObjective)
 		}
+		if a := j.Attachments; a != nil && a.Enabled {
+			a.defaults(f.Stack.Bucket, j.ID)
+		}
 		for _, o := range j.Outputs {
 			if o == nil {
 				continue
@@ -474,6 +518,15 @@ func (f *File) SetDefaults() {
 			}
 			if o.MaxConcurrency == 0 {
 				o.MaxConcurrency = 2
+			}
+			if o.Backpressure.Threshold == 0 {
+				o.Backpressure.Threshold = 2
+			}
+			if o.Backpressure.BaselineRequests == 0 {
+				o.Backpressure.BaselineRequests = 50
+			}
+			if o.Backpressure.Window == 0 {
+				o.Backpressure.Window = 20
 			}
 			switch {
 			case o.Postgres != nil:
@@ -597,12 +650,18 @@ func (j *Job) validate(p string) []error {
 	if j.Feed.Limit < 1 || j.Feed.Limit > 10000 {
 		bad("feed.limit", "%d must be between 1 and 10000", j.Feed.Limit)
 	}
+	if j.Feed.FloodThreshold < 1 {
+		bad("feed.flood_threshold", "%d must be at least 1", j.Feed.FloodThreshold)
+	}
 	if t := j.Feed.Timeout; t == zeroGiven {
 		// A long-poll of 0 would have an idle poller ask the source as
 		// fast as it answers, for its whole time budget.
 		bad("feed.timeout", zeroRefused, DefaultFeedTimeout)
 	} else if t.D() <= 0 || t.D() > 5*time.Minute {
 		bad("feed.timeout", "%s must be more than 0 and at most 5m", t.D())
+	}
+	if err := ModeFits(j.Feed.Mode, s.Type); err != nil {
+		bad("feed.mode", "%v", err)
 	}
 	if j.Feed.Fetch != FetchIncludeDocs && j.Feed.Fetch != FetchBulkGet {
 		bad("feed.fetch", "%q is not include_docs or bulk_get", j.Feed.Fetch)
@@ -641,6 +700,9 @@ func (j *Job) validate(p string) []error {
 	}
 	if len(j.Outputs) == 0 {
 		bad("outputs", "at least one output is required")
+	}
+	if a := j.Attachments; a != nil {
+		errs = append(errs, a.validate(p+".attachments")...)
 	}
 	seen := map[string]bool{}
 	for i, o := range j.Outputs {
@@ -713,6 +775,15 @@ func (o *Output) validate(p string) []error {
 	}
 	if o.MaxConcurrency < 2 || o.MaxConcurrency > 1000 {
 		bad("max_concurrency", "%d must be between 2 and 1000", o.MaxConcurrency)
+	}
+	if t := o.Backpressure.Threshold; t <= 1 || t > 100 {
+		bad("backpressure.threshold", "%g must be above 1 and at most 100", t)
+	}
+	if n := o.Backpressure.BaselineRequests; n < 1 || n > 100000 {
+		bad("backpressure.baseline_requests", "%d must be between 1 and 100000", n)
+	}
+	if n := o.Backpressure.Window; n < 1 || n > 10000 {
+		bad("backpressure.window", "%d must be between 1 and 10000", n)
 	}
 	return errs
 }
@@ -957,4 +1028,28 @@ func (j *Job) Output(id string) *Output {
 		}
 	}
 	return nil
+}
+
+// ModeFits reports whether a source type offers a feed mode.
+func ModeFits(mode, sourceType string) error {
+	switch mode {
+	case ModeLongpoll, ModeContinuous:
+		return nil
+	case ModeWebSocket:
+		if sourceType == SourceSyncGateway || sourceType == SourceAppServices {
+			return nil
+		}
+		return fmt.Errorf("%q needs a sync_gateway or app_services source", mode)
+	case ModeSSE:
+		if sourceType == SourceEdgeServer {
+			return nil
+		}
+		return fmt.Errorf("%q needs an edge_server source", mode)
+	case ModeEventSource:
+		if sourceType == SourceCouchDB {
+			return nil
+		}
+		return fmt.Errorf("%q needs a couchdb source", mode)
+	}
+	return fmt.Errorf("%q is not one of longpoll, continuous, websocket, sse, eventsource", mode)
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -48,14 +49,34 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := f.Jobs[0].Outputs
-	got := []string{o[0].Ordering, o[1].Ordering, o[2].Ordering, o[0].HTTP.Method, o[1].Postgres.Table, o[2].S3.Bucket, o[2].S3.KeyTemplate}
-	want := []string{"per_document", "none", "none", "PUT", "p", "changes-worker-data", "{doc_id}.json"}
+	bp := o[0].Backpressure
+	got := []string{o[0].Ordering, o[1].Ordering, o[2].Ordering, o[0].HTTP.Method, o[1].Postgres.Table, o[2].S3.Bucket, o[2].S3.KeyTemplate,
+		fmt.Sprint(bp.Threshold, bp.BaselineRequests, bp.Window), fmt.Sprint(f.Jobs[0].Feed.FloodThreshold)}
+	want := []string{"per_document", "none", "none", "PUT", "p", "changes-worker-data", "{doc_id}.json", "2 50 20", "10000"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}
 	fd := f.Jobs[0].Feed
 	if fd.MaxAnswerBytes != 32<<20 || fd.PageBytes != 16<<20 || fd.QuarantineAfter != 3 {
 		t.Errorf("feed bounds %d, %d, %d; want 32 MiB, 16 MiB, 3", fd.MaxAnswerBytes, fd.PageBytes, fd.QuarantineAfter)
+	}
+}
+
+func TestAttachmentDefaults(t *testing.T) {
+	t.Parallel()
+	f, err := Parse([]byte(`{"jobs":[
+		{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{}}],"attachments":{"enabled":true}},
+		{"id":"b","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Attachments{Enabled: true, Bucket: "changes-worker-data", Prefix: "attachments/a/", KeyTemplate: "{digest}",
+		MaxBytes: DefaultAttachmentMaxBytes, OnMissing: OnMissingFail}
+	if d := cmp.Diff(want, f.Jobs[0].Attachments); d != "" {
+		t.Errorf("defaults (-want +got):\n%s", d)
+	}
+	if f.Jobs[1].Attachments != nil {
+		t.Errorf("attachments of a job that names none = %+v, want off", f.Jobs[1].Attachments)
 	}
 }
 
@@ -98,6 +119,21 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 				"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"env":"D"}}}]}]}`,
 			want: []string{"feed.max_answer_bytes: 1000 must be between", "feed.page_bytes: 2000 must be between 65536 (64 KiB) and max_answer_bytes (1000)",
 				"feed.quarantine_after: -1 must be between 1 and 100"},
+		},
+		{
+			name: "backpressure and flood settings",
+			in: `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"feed":{"flood_threshold":-1},"outputs":[
+				{"id":"h","type":"http","http":{"url":"http://x/{doc_id}"},"backpressure":{"threshold":1,"baseline_requests":-2,"window":20000}}]}]}`,
+			want: []string{"feed.flood_threshold: -1 must be", "outputs[h].backpressure.threshold: 1 must be above 1",
+				"outputs[h].backpressure.baseline_requests: -2", "outputs[h].backpressure.window: 20000"},
+		},
+		{
+			name: "attachments",
+			in: `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{}}],
+				"attachments":{"enabled":true,"prefix":"/x/","key_template":"{name}-{rev}","max_bytes":-1,"on_missing":"ignore"}}]}`,
+			want: []string{`jobs[a].attachments.prefix: "/x/" must not start`, `jobs[a].attachments.key_template: "{name}-{rev}" must contain {digest}`,
+				`jobs[a].attachments.key_template: "{name}-{rev}" has a placeholder other than`,
+				`jobs[a].attachments.max_bytes: -1`, `jobs[a].attachments.on_missing: "ignore" is not one of fail, skip`},
 		},
 		{
 			name: "unknown key",
@@ -299,4 +335,39 @@ func TestZeroDurationsRefused(t *testing.T) {
 			t.Errorf("feed.timeout = %s, want the default %s", got, DefaultFeedTimeout)
 		}
 	})
+}
+
+func TestFeedModeFitsSource(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		source, mode string
+		want         string // error substring; "" means valid
+	}{
+		{source: "couchdb", mode: "", want: ""},
+		{source: "couchdb", mode: "continuous", want: ""},
+		{source: "couchdb", mode: "eventsource", want: ""},
+		{source: "couchdb", mode: "websocket", want: `feed.mode: "websocket" needs a sync_gateway or app_services source`},
+		{source: "sync_gateway", mode: "websocket", want: ""},
+		{source: "app_services", mode: "websocket", want: ""},
+		{source: "edge_server", mode: "websocket", want: `needs a sync_gateway or app_services source`},
+		{source: "edge_server", mode: "sse", want: ""},
+		{source: "sync_gateway", mode: "sse", want: `feed.mode: "sse" needs an edge_server source`},
+		{source: "sync_gateway", mode: "eventsource", want: `needs a couchdb source`},
+		{source: "sync_gateway", mode: "poll", want: `feed.mode: "poll" is not one of longpoll, continuous, websocket, sse, eventsource`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.source+"/"+tt.mode, func(t *testing.T) {
+			t.Parallel()
+			f, err := Parse([]byte(`{"jobs":[{"id":"j","source":{"type":"` + tt.source + `","url":"http://h:4984/db"},
+				"feed":{"mode":"` + tt.mode + `"},"outputs":[{"id":"pg","type":"postgres","postgres":{"dsn":{"env":"X"}}}]}]}`))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Parse: %v", err)
+			case tt.want == "" && tt.mode == "" && f.Jobs[0].Feed.Mode != ModeLongpoll:
+				t.Errorf("default mode %q, want longpoll", f.Jobs[0].Feed.Mode)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("Parse error %v, want %q", err, tt.want)
+			}
+		})
+	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
+	"time"
 )
 
 // Class says whether retrying a failed delivery can help.
@@ -26,6 +29,14 @@ type Error struct {
 	Reason     string
 	HTTPStatus int
 	SQLState   string
+	// Backpressure marks a transient failure that is the output asking us
+	// to slow down (HTTP 429 or 503, PostgreSQL too_many_connections)
+	// rather than failing the change: the writer waits instead of counting
+	// it toward the DLQ.
+	Backpressure bool
+	// RetryAfter is how long the output asked us to wait (Retry-After), zero
+	// when it did not say.
+	RetryAfter time.Duration
 	Err        error
 }
 
@@ -84,4 +95,34 @@ func HTTPStatusClass(status int) Class {
 	default:
 		return Permanent
 	}
+}
+
+// ParseRetryAfter reads a Retry-After header value: delay seconds or an HTTP
+// date (relative to now). It returns zero for an absent, malformed or past
+// value.
+func ParseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// AuthFailure says whether err is the output refusing our credentials: HTTP
+// 401 or 403 (S3's AccessDenied is a 403), or PostgreSQL's
+// invalid_password (28P01) or invalid_authorization_specification (28000).
+func AuthFailure(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	return e.HTTPStatus == 401 || e.HTTPStatus == 403 || e.SQLState == "28P01" || e.SQLState == "28000"
 }

@@ -20,7 +20,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/changes-worker/changes-worker/shared/change"
-	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/claimcheck"
 )
 
 // SQS is the part of the SQS client the sender calls.
@@ -132,7 +132,7 @@ func (s *Sender) claimCheck(ctx context.Context, c *change.Envelope) (*change.Ob
 	if c.DocRef != nil {
 		return c.DocRef, nil
 	}
-	key := fmt.Sprintf("%s%s/%d/%d.json", config.ClaimCheckPrefix, c.Job, c.Generation, c.Counter)
+	key := claimcheck.Key(c.Job, c.Version)
 	_, err := s.S3.PutObject(ctx, &s3.PutObjectInput{
 		Bucket:      &s.Bucket,
 		Key:         &key,

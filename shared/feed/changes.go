@@ -180,7 +180,10 @@ type pageStats struct {
 }
 
 func (c *Client) changes(ctx context.Context, since json.RawMessage, timeout time.Duration, limit int) (*Batch, pageStats, error) {
-	q := url.Values{}
+	q, err := c.feedQuery(since)
+	if err != nil {
+		return nil, pageStats{}, err
+	}
 	if timeout > 0 {
 		q.Set("feed", "longpoll")
 		q.Set("timeout", strconv.FormatInt(max(timeout.Milliseconds(), 1), 10))
@@ -188,14 +191,32 @@ func (c *Client) changes(ctx context.Context, since json.RawMessage, timeout tim
 		q.Set("feed", "normal")
 		timeout = 0
 	}
+	q.Set("limit", strconv.Itoa(limit))
+	st, err := c.open(ctx, "changes", http.MethodGet, c.endpoint("_changes", q), acceptJSON, nil, timeout+c.o.Slack)
+	if err != nil {
+		return nil, pageStats{}, err
+	}
+	defer st.close()
+	p := &pageReader{activeOnly: c.o.ActiveOnly, limit: limit, budget: c.o.PageBytes}
+	b, err := p.read(st)
+	stats := pageStats{rows: p.seen, bytes: st.body.n}
+	if timeout > 0 && idle(err) {
+		return &Batch{Rows: []Row{}, LastSeq: slices.Clone(since), Pending: -1}, stats, nil
+	}
+	return b, stats, err
+}
+
+// feedQuery returns the query parameters every mode of the feed shares:
+// since, include_docs, revocations, active_only and the channel filter.
+func (c *Client) feedQuery(since json.RawMessage) (url.Values, error) {
+	q := url.Values{}
 	s, err := sinceParam(since)
 	if err != nil {
-		return nil, pageStats{}, fmt.Errorf("changes: %w", err)
+		return nil, fmt.Errorf("changes: %w", err)
 	}
 	if s != "" {
 		q.Set("since", s)
 	}
-	q.Set("limit", strconv.Itoa(limit))
 	if c.o.Fetch == config.FetchIncludeDocs {
 		q.Set("include_docs", "true")
 	}
@@ -211,18 +232,7 @@ func (c *Client) changes(ctx context.Context, since json.RawMessage, timeout tim
 			q.Set("channels", strings.Join(c.o.Channels, ","))
 		}
 	}
-	st, err := c.open(ctx, "changes", http.MethodGet, c.endpoint("_changes", q), acceptJSON, nil, timeout+c.o.Slack)
-	if err != nil {
-		return nil, pageStats{}, err
-	}
-	defer st.close()
-	p := &pageReader{activeOnly: c.o.ActiveOnly, limit: limit, budget: c.o.PageBytes}
-	b, err := p.read(st)
-	stats := pageStats{rows: p.seen, bytes: st.body.n}
-	if timeout > 0 && idle(err) {
-		return &Batch{Rows: []Row{}, LastSeq: slices.Clone(since), Pending: -1}, stats, nil
-	}
-	return b, stats, err
+	return q, nil
 }
 
 // pageReader decodes a _changes answer as it arrives, one row at a time:

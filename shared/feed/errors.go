@@ -194,6 +194,10 @@ func Transient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || untrusted(err) || errors.As(err, &le) {
 		return false
 	}
+	var mt *transientError
+	if errors.As(err, &mt) {
+		return true
+	}
 	var se *StatusError
 	if errors.As(err, &se) {
 		return se.Transient()
@@ -212,4 +216,20 @@ func untrusted(err error) bool {
 	var host x509.HostnameError
 	var invalid x509.CertificateInvalidError
 	return errors.As(err, &cve) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid)
+}
+
+// transientError marks a failure outside the source (say, of a stage that
+// runs with the fetch) as worth retrying.
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
+
+// MarkTransient returns err such that Transient reports true for it (nil
+// stays nil); errors.Is and errors.As still see err.
+func MarkTransient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &transientError{err: err}
 }

@@ -7,11 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"github.com/changes-worker/changes-worker/shared/config"
 )
 
 func TestTransient(t *testing.T) {
@@ -94,4 +100,44 @@ func TestStatusError(t *testing.T) {
 			t.Errorf("Reason has %d runes (valid UTF-8: %t), want at most %d", n, utf8.ValidString(err.Reason), maxReason+1)
 		}
 	})
+}
+
+// Every request reports its operation, status and time, a refused one
+// (401) and one with no answer (status 0) included.
+func TestOnRequest(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(10 * time.Millisecond)
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"error":"unauthorized"}`))
+	}))
+	t.Cleanup(srv.Close)
+	type seen struct {
+		op     string
+		status int
+		d      time.Duration
+	}
+	var mu sync.Mutex
+	var got []seen
+	c, err := New(Options{SourceType: config.SourceCouchDB, URL: srv.URL + "/db", Username: "u", Password: "wrong",
+		OnRequest: func(op string, status int, d time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, seen{op, status, d})
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Changes(t.Context(), nil, 0); err == nil {
+		t.Fatal("Changes succeeded against a 401")
+	}
+	srv.Close()
+	if _, err := c.Changes(t.Context(), nil, 0); err == nil {
+		t.Fatal("Changes succeeded against a closed server")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0].op != "changes" || got[0].status != 401 || got[0].d < 10*time.Millisecond || got[1].status != 0 {
+		t.Fatalf("requests seen %+v, want a 401 of at least 10ms then one without an answer", got)
+	}
 }

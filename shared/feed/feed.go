@@ -87,6 +87,12 @@ type Options struct {
 	// reaches it, and the next page asks for fewer rows. Default
 	// DefaultPageBytes; at most MaxAnswerBytes.
 	PageBytes int64
+	// OnRequest, when set, is told of every request to the source once it
+	// ended: the operation ("changes", "bulk_get", "get", ...), the HTTP
+	// status (0 when no answer came) and how long it took. The poller turns
+	// it into the source request and auth failure metrics. It must be safe
+	// for concurrent use.
+	OnRequest func(op string, status int, d time.Duration)
 }
 
 // String describes the options without their secrets.

@@ -3,12 +3,14 @@ package feed
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/docid"
@@ -115,22 +117,22 @@ func (c *Client) open(parent context.Context, op, method, target, accept string,
 		cancel()
 		return nil, fmt.Errorf("%s: build request: %w", op, err)
 	}
-	req.Header.Set("Accept", accept)
-	req.Header.Set("User-Agent", userAgent)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	switch {
-	case c.o.Token != "":
-		req.Header.Set("Authorization", "Bearer "+c.o.Token)
-	case c.o.Username != "":
-		req.SetBasicAuth(c.o.Username, c.o.Password)
-	}
+	c.header(req, accept, body != nil)
+	// own says whether our deadline, not the caller's context, ended the request.
 	own := func() bool { return parent.Err() == nil && ctx.Err() != nil }
+	start := time.Now()
+	// ended tells OnRequest of the request once it is over: when its answer
+	// has been read (or given up), not when it began.
+	ended := func(status int) {
+		if c.o.OnRequest != nil {
+			c.o.OnRequest(op, status, time.Since(start))
+		}
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		ownDeadline := own()
 		cancel()
+		ended(0)
 		if ownDeadline {
 			err = fmt.Errorf("no answer within %s: %w", timeout, err)
 		}
@@ -140,10 +142,11 @@ func (c *Client) open(parent context.Context, op, method, target, accept string,
 		op: op, status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), timeout: timeout,
 		body: &boundedReader{r: resp.Body, limit: c.o.MaxAnswerBytes},
 		own:  own,
-		close: func() {
+		close: sync.OnceFunc(func() {
 			resp.Body.Close()
 			cancel()
-		},
+			ended(resp.StatusCode)
+		}),
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer st.close()
@@ -208,4 +211,25 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 // malformed wraps ErrMalformed with the operation and what was wrong.
 func malformed(op string, format string, args ...any) error {
 	return fmt.Errorf("%s: %w: %s", op, ErrMalformed, fmt.Sprintf(format, args...))
+}
+
+// header sets the headers every request carries: Accept, User-Agent, the
+// credentials, and Content-Type when there is a JSON body.
+func (c *Client) header(req *http.Request, accept string, jsonBody bool) {
+	req.Header.Set("Accept", accept)
+	if jsonBody {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	c.identify(req.Header)
+}
+
+// identify sets User-Agent and the credentials.
+func (c *Client) identify(h http.Header) {
+	h.Set("User-Agent", userAgent)
+	switch {
+	case c.o.Token != "":
+		h.Set("Authorization", "Bearer "+c.o.Token)
+	case c.o.Username != "":
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(c.o.Username+":"+c.o.Password)))
+	}
 }

@@ -431,12 +431,19 @@ func (s *Sink) send(ctx context.Context, c *change.Envelope) error {
 	if class == "" {
 		return nil
 	}
-	return &deliver.Error{
+	e := &deliver.Error{
 		Class:      class,
 		Reason:     "http_status",
 		HTTPStatus: status,
 		Err:        fmt.Errorf("send change: %s: status %d", where, status),
 	}
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		// The endpoint asks us to slow down: the writer pauses the output
+		// instead of counting the attempt toward the DLQ.
+		e.Backpressure = true
+		e.RetryAfter = deliver.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
+	return e
 }
 
 // request builds the request of one change.

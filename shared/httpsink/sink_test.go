@@ -925,3 +925,94 @@ func TestNewRejectsSecrets(t *testing.T) {
 		})
 	}
 }
+
+func TestBackpressureSignals(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The document id is "status" or "status-retryafter".
+		status, after, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/docs/"), "-")
+		code, _ := strconv.Atoi(status)
+		if after != "" {
+			w.Header().Set("Retry-After", after)
+		}
+		w.WriteHeader(code)
+	}))
+	t.Cleanup(srv.Close)
+	s := newSink(t, config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}"}, Credentials{})
+	tests := []struct {
+		id       string
+		backoff  bool
+		retryIn  time.Duration
+		wantFail bool
+	}{
+		{id: "429-7", backoff: true, retryIn: 7 * time.Second, wantFail: true},
+		{id: "503-2", backoff: true, retryIn: 2 * time.Second, wantFail: true},
+		{id: "429", backoff: true, wantFail: true},
+		{id: "500-9", wantFail: true},
+		{id: "502", wantFail: true},
+		{id: "200-5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.id, func(t *testing.T) {
+			t.Parallel()
+			err := s.Apply(t.Context(), []*change.Envelope{live(tt.id, "1-a", v(1, 1))})[0]
+			if (err != nil) != tt.wantFail {
+				t.Fatalf("got %v, want failure %v", err, tt.wantFail)
+			}
+			if err == nil {
+				return
+			}
+			var e *deliver.Error
+			if !errors.As(err, &e) {
+				t.Fatalf("got %v, want a *deliver.Error", err)
+			}
+			if e.Backpressure != tt.backoff || e.RetryAfter != tt.retryIn || e.Class != deliver.Transient {
+				t.Errorf("got backpressure %v retry after %v class %s, want %v %v transient", e.Backpressure, e.RetryAfter, e.Class, tt.backoff, tt.retryIn)
+			}
+		})
+	}
+}
+
+// limitPacer caps parallelism and counts observations.
+type limitPacer struct {
+	limit int
+	seen  atomic.Int32
+}
+
+func (p *limitPacer) Limit(int) int                { return p.limit }
+func (p *limitPacer) Observe(time.Duration, error) { p.seen.Add(1) }
+
+func TestPacerLowersParallelism(t *testing.T) {
+	t.Parallel()
+	var inFlight, peak atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}))
+	t.Cleanup(srv.Close)
+	s := newSink(t, config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}"}, Credentials{})
+	var batch []*change.Envelope
+	for i := range 12 {
+		batch = append(batch, live(fmt.Sprintf("doc-%d", i), "1-a", v(1, 1)))
+	}
+	p := &limitPacer{limit: 2}
+	ctx := deliver.WithPacer(t.Context(), p)
+	for i, err := range s.Apply(ctx, batch) {
+		if err != nil {
+			t.Fatalf("change %d: %v", i, err)
+		}
+	}
+	if got := peak.Load(); got != 2 {
+		t.Errorf("peak concurrency %d with a pacer limit of 2", got)
+	}
+	if got := p.seen.Load(); got != 12 {
+		t.Errorf("pacer observed %d requests, want 12", got)
+	}
+}

@@ -17,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/changes-worker/changes-worker/shared/clock"
 )
 
 // DynamoDB is the part of the DynamoDB client the store calls.
@@ -53,6 +55,8 @@ const (
 	attrRole         = "role"
 	attrStandby      = "standby_owner"
 	attrStandbySeen  = "standby_seen_at"
+	attrLargest      = "largest_batch"
+	attrAuthFailedAt = "source_auth_failed_at"
 )
 
 // Roles recorded on the job item.
@@ -97,6 +101,11 @@ type State struct {
 	// Standby is the last invocation seen waiting for the lease, and when.
 	Standby       string
 	StandbySeenAt time.Time
+	// LargestBatch is the most changes one poller invocation has read.
+	LargestBatch int64
+	// SourceAuthFailedAt is when the source last refused our credentials
+	// (401/403); zero when never.
+	SourceAuthFailedAt time.Time
 }
 
 // Held reports whether, by the clock value now, someone holds the lease.
@@ -127,11 +136,13 @@ func (l *Lease) Remaining(now time.Time) time.Duration { return l.RenewedAt.Add(
 type Store struct {
 	DB    DynamoDB
 	Table string
-	Now   func() time.Time
+	// Clock stamps the lease's expiry and decides whether a lease expired.
+	// Zero: the system clock.
+	Clock clock.Clock
 }
 
 // New returns a store on the given table.
-func New(db DynamoDB, table string) *Store { return &Store{DB: db, Table: table, Now: time.Now} }
+func New(db DynamoDB, table string) *Store { return &Store{DB: db, Table: table} }
 
 func (s *Store) key(job string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrJob: &types.AttributeValueMemberS{Value: job}}
@@ -169,7 +180,7 @@ func (s *Store) ForceTake(ctx context.Context, job, owner, host string, ttl time
 }
 
 func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Duration, force bool) (*Lease, *State, error) {
-	now := s.Now()
+	now := s.Clock.Now()
 	kindExpr := ":first"
 	cond := "attribute_not_exists(#owner) OR #released = :true OR #exp < :now"
 	if force {
@@ -282,7 +293,7 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 // write conditioned on the lease's owner and generation. It returns
 // ErrLeaseLost when that condition fails. pending < 0 means unknown.
 func (s *Store) Checkpoint(ctx context.Context, l *Lease, seq json.RawMessage, pending int64) error {
-	now := s.Now()
+	now := s.Clock.Now()
 	vals := map[string]types.AttributeValue{
 		":seq":    &types.AttributeValueMemberS{Value: string(seq)},
 		":nowiso": &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339Nano)},
@@ -301,11 +312,48 @@ func (s *Store) Checkpoint(ctx context.Context, l *Lease, seq json.RawMessage, p
 // Renew extends the lease (the heartbeat) and records the pending count,
 // conditioned on owner and generation. It returns ErrLeaseLost when refused.
 func (s *Store) Renew(ctx context.Context, l *Lease, pending int64) error {
-	now := s.Now()
+	now := s.Clock.Now()
 	err := s.write(ctx, l, now, "#pending = :p", "", map[string]string{"#pending": attrPending},
 		map[string]types.AttributeValue{":p": num(pending)})
 	if err != nil {
 		return fmt.Errorf("renew lease %s: %w", l.JobID, err)
+	}
+	return nil
+}
+
+// NoteLargestBatch records n as the job's largest batch when it is larger
+// than the one recorded. It is an observation for operators, not fenced by
+// the lease, and changes nothing when the job item does not exist.
+func (s *Store) NoteLargestBatch(ctx context.Context, job string, n int64) error {
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.Table,
+		Key:                       s.key(job),
+		UpdateExpression:          aws.String("SET #lb = :n"),
+		ConditionExpression:       aws.String("attribute_exists(#gen) AND (attribute_not_exists(#lb) OR #lb < :n)"),
+		ExpressionAttributeNames:  map[string]string{"#lb": attrLargest, "#gen": attrGeneration},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":n": num(n)},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("note largest batch %s: %w", job, err)
+	}
+	return nil
+}
+
+// NoteSourceAuthFailure records when the source last refused the job's
+// credentials. Like NoteLargestBatch, not fenced.
+func (s *Store) NoteSourceAuthFailure(ctx context.Context, job string, at time.Time) error {
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.Table,
+		Key:                       s.key(job),
+		UpdateExpression:          aws.String("SET #af = :t"),
+		ConditionExpression:       aws.String("attribute_exists(#gen)"),
+		ExpressionAttributeNames:  map[string]string{"#af": attrAuthFailedAt, "#gen": attrGeneration},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberS{Value: at.UTC().Format(time.RFC3339Nano)}},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("note source auth failure %s: %w", job, err)
 	}
 	return nil
 }
@@ -341,7 +389,7 @@ func (s *Store) write(ctx context.Context, l *Lease, now time.Time, sets, tail s
 // Release ends the lease so the next poller takes over without waiting for it
 // to expire. It returns ErrLeaseLost when the lease was already taken.
 func (s *Store) Release(ctx context.Context, l *Lease) error {
-	now := s.Now()
+	now := s.Clock.Now()
 	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                &s.Table,
 		Key:                      s.key(l.JobID),
@@ -374,7 +422,7 @@ func (s *Store) MarkStandby(ctx context.Context, job, owner string) error {
 		ExpressionAttributeNames: map[string]string{"#sb": attrStandby, "#sbat": attrStandbySeen},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":owner": &types.AttributeValueMemberS{Value: owner},
-			":now":   &types.AttributeValueMemberS{Value: s.Now().UTC().Format(time.RFC3339Nano)},
+			":now":   &types.AttributeValueMemberS{Value: s.Clock.Now().UTC().Format(time.RFC3339Nano)},
 		},
 	})
 	if err != nil {
@@ -388,7 +436,7 @@ func (s *Store) MarkStandby(ctx context.Context, job, owner string) error {
 // to the beginning of the feed.
 func (s *Store) SetCheckpoint(ctx context.Context, l *Lease, seq json.RawMessage) error {
 	if seq == nil {
-		now := s.Now()
+		now := s.Clock.Now()
 		err := s.write(ctx, l, now, "#cpat = :nowiso", "REMOVE #cp",
 			map[string]string{"#cp": attrCheckpoint, "#cpat": attrCheckpointAt},
 			map[string]types.AttributeValue{":nowiso": &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339Nano)}})
@@ -451,5 +499,7 @@ func decode(item map[string]types.AttributeValue) *State {
 	st.Role = str(attrRole)
 	st.Standby = str(attrStandby)
 	st.StandbySeenAt = t(attrStandbySeen)
+	st.LargestBatch = n(attrLargest)
+	st.SourceAuthFailedAt = t(attrAuthFailedAt)
 	return st
 }

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -26,7 +27,6 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
-	"github.com/changes-worker/changes-worker/shared/poll"
 	"github.com/changes-worker/changes-worker/shared/writer"
 )
 
@@ -93,6 +93,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
+				q.job = j.ID
 				queues = append(queues, q)
 				n := r.Opts.Concurrency
 				if n == 0 {
@@ -102,29 +103,19 @@ func (r *Runtime) Run(ctx context.Context) error {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						r.writerLoop(ctx, h, q)
+						r.writerLoop(ctx, h, q, i, n)
 					}()
 				}
 			}
 		}
 	}
 	if !r.Opts.NoPoller {
+		r.Deps.OnBatch = r.batchDone
 		for _, j := range jobs {
-			p, err := r.Deps.Poller(ctx, j.ID)
-			if err != nil {
+			if err := r.Deps.PreparePoller(ctx, j.ID); err != nil {
 				return err
 			}
-			id := j.ID
-			p.OnBatch = func(caughtUp bool) {
-				r.mu.Lock()
-				r.caughtUp[id] = caughtUp
-				r.mu.Unlock()
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r.schedule(ctx, j, p, errc)
-			}()
+			wg.Go(func() { r.schedule(ctx, j, errc) })
 		}
 	}
 	var err error
@@ -157,15 +148,18 @@ func (r *Runtime) Summary() Summary {
 	return s
 }
 
+// batchDone records whether a job is caught up after a poller's batch.
+func (r *Runtime) batchDone(job string, caughtUp bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.caughtUp[job] = caughtUp
+}
+
 // schedule starts a poller invocation at every tick, as EventBridge does.
-func (r *Runtime) schedule(ctx context.Context, j *config.Job, p *poll.Poller, errc chan<- error) {
+func (r *Runtime) schedule(ctx context.Context, j *config.Job, errc chan<- error) {
 	tick := r.Opts.Tick
 	if tick == 0 {
 		tick = j.Schedule.D()
-	}
-	timeout := r.Opts.PollerTimeout
-	if timeout == 0 {
-		timeout = r.Deps.Config.Stack.PollerTimeout.D()
 	}
 	host := pipeline.Hostname()
 	var wg sync.WaitGroup
@@ -175,28 +169,7 @@ func (r *Runtime) schedule(ctx context.Context, j *config.Job, p *poll.Poller, e
 	for {
 		n := r.invocations.Add(1)
 		owner := fmt.Sprintf("local-%s-%d-%d", host, os.Getpid(), n)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ictx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			deadline, _ := ictx.Deadline()
-			res, err := p.Run(ictx, poll.Invocation{Owner: owner, Host: host, Deadline: deadline})
-			r.read.Add(int64(res.Read))
-			r.enqueued.Add(int64(res.Enqueued))
-			if err != nil && ctx.Err() == nil {
-				r.Log.Error("poller invocation failed", "job", j.ID, "owner", owner, "error", err)
-				if !r.Opts.UntilIdle {
-					return // as on Lambda: the next tick tries again
-				}
-				select {
-				case errc <- fmt.Errorf("poller %s: %w", j.ID, err):
-				default:
-				}
-				return
-			}
-			r.Log.Debug("poller invocation ended", "job", j.ID, "owner", owner, "role", res.Role, "read", res.Read, "enqueued", res.Enqueued)
-		}()
+		wg.Go(func() { r.poll(ctx, j, owner, errc) })
 		select {
 		case <-ctx.Done():
 			return
@@ -205,8 +178,37 @@ func (r *Runtime) schedule(ctx context.Context, j *config.Job, p *poll.Poller, e
 	}
 }
 
+// poll runs one poller invocation through the Lambda handler, with what
+// Lambda gives it: the schedule event, and a context carrying the request
+// id (the owner) and the deadline.
+func (r *Runtime) poll(ctx context.Context, j *config.Job, owner string, errc chan<- error) {
+	timeout := r.Opts.PollerTimeout
+	if timeout == 0 {
+		timeout = r.Deps.Config.Stack.PollerTimeout.D()
+	}
+	ictx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ictx = lambdacontext.NewContext(ictx, &lambdacontext.LambdaContext{AwsRequestID: owner})
+	res, err := r.Deps.HandleSchedule(ictx, pipeline.ScheduleEvent{Job: j.ID})
+	r.read.Add(int64(res.Read))
+	r.enqueued.Add(int64(res.Enqueued))
+	if err != nil && ctx.Err() == nil {
+		r.Log.Error("poller invocation failed", "job", j.ID, "owner", owner, "error", err)
+		if !r.Opts.UntilIdle {
+			return // as on Lambda: the next tick tries again
+		}
+		select {
+		case errc <- err:
+		default:
+		}
+		return
+	}
+	r.Log.Debug("poller invocation ended", "job", j.ID, "owner", owner, "role", res.Role, "read", res.Read, "enqueued", res.Enqueued)
+}
+
 type queue struct {
 	name, url, arn string
+	job            string
 	out            *config.Output
 }
 
@@ -249,7 +251,11 @@ func receiveVisibility(timeout time.Duration) int32 {
 // deletes cannot outlast, and a lost batch is back that much sooner. On a
 // FIFO queue each receive also carries a ReceiveRequestAttemptId: SQS answers
 // the SDK's retry of a receive whose answer was lost with the same messages.
-func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue) {
+//
+// Loop i of n receives only while i is below the output's receiver limit: a
+// struggling output (writer backpressure) is fed by fewer loops, down to
+// one, until it recovers.
+func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue, i, n int) {
 	c := r.Deps.SQS
 	timeout := r.Opts.WriterTimeout
 	if timeout == 0 {
@@ -261,6 +267,10 @@ func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue) {
 	// back. Stopping waits for the current long poll instead.
 	rctx := context.WithoutCancel(ctx)
 	for ctx.Err() == nil {
+		if i >= h.ReceiverLimit(q.job, q.out.ID, n) {
+			_ = clock.Sleep(ctx, receiverIdle)
+			continue
+		}
 		in := &sqs.ReceiveMessageInput{
 			QueueUrl:                    &q.url,
 			MaxNumberOfMessages:         int32(q.out.BatchSize),
@@ -288,6 +298,10 @@ func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue) {
 		r.inflight.Add(-1)
 	}
 }
+
+// receiverIdle is how long a writer loop held back by backpressure waits
+// before it looks at the output's state again.
+const receiverIdle = 250 * time.Millisecond
 
 // attemptID returns a fresh ReceiveRequestAttemptId.
 func attemptID() string {

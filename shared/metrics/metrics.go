@@ -40,6 +40,12 @@ const (
 	// (recorded in the job's quarantine), from the QuarantineAfter-th on.
 	MalformedPages = "MalformedPages"
 
+	// Attachment stage of the poller, dimension Job.
+	AttachmentsUploaded     = "AttachmentsUploaded"
+	AttachmentsPresent      = "AttachmentsPresent" // already in S3, not fetched
+	AttachmentsSkipped      = "AttachmentsSkipped" // too large, or missing with on_missing skip
+	AttachmentBytesUploaded = "AttachmentBytesUploaded"
+
 	// Writer, dimensions Job and Output.
 	Delivered           = "Delivered"
 	Superseded          = "Superseded"
@@ -47,6 +53,24 @@ const (
 	FailedPermanent     = "FailedPermanent"
 	EndToEndLatencyMs   = "EndToEndLatency"
 	WriterBatchFailures = "WriterBatchFailures"
+
+	// Backpressure, writer, dimensions Job and Output.
+	BackpressureActive       = "BackpressureActive"       // 1 while the output is struggling, 0 otherwise (one value per batch)
+	BackpressureDelays       = "BackpressureDelays"       // messages held back for the output
+	BackpressureDelaySeconds = "BackpressureDelaySeconds" // how long each was held back
+
+	// Output requests, writer, dimensions Job and Output: "their
+	// credentials".
+	OutputRequests     = "OutputRequests"     // requests to the output (one per document, or per PostgreSQL batch)
+	OutputAuthFailures = "OutputAuthFailures" // 401/403, S3 AccessDenied, SQLSTATE 28P01/28000
+	OutputRequestTime  = "OutputRequestTime"  // milliseconds per request
+
+	// Source requests and floods, poller, dimension Job: "our credentials".
+	SourceRequests     = "SourceRequests"     // requests to the source
+	SourceAuthFailures = "SourceAuthFailures" // 401/403 from the source
+	SourceRequestTime  = "SourceRequestTime"  // milliseconds per request (a _changes long-poll included)
+	LargestBatch       = "LargestBatch"       // changes read by one poller invocation (Maximum: largest seen)
+	FloodBatches       = "FloodBatches"       // invocations that read more than feed.flood_threshold changes
 )
 
 // Unit of a value.
@@ -103,8 +127,28 @@ func (r *Recorder) add(name string, v float64, unit Unit, highRes bool) {
 	m.values = append(m.values, v)
 }
 
-// Flush writes the accumulated values as one EMF record and clears them. It
-// writes nothing when no value was recorded.
+// Sum adds v to the one value a metric holds until the next flush: for
+// counts of frequent events, so a record stays within EMF's 100 values.
+func (r *Recorder) Sum(name string, v float64, unit Unit) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.values[name]
+	if m == nil {
+		r.values[name] = &value{unit: unit, values: []float64{v}}
+		return
+	}
+	m.values[len(m.values)-1] += v
+}
+
+// maxValues is how many values of one metric an EMF record may carry.
+const maxValues = 100
+
+// Flush writes the accumulated values as EMF records and clears them: one
+// record, or more when a metric holds more than 100 values. It writes
+// nothing when no value was recorded.
 func (r *Recorder) Flush() error {
 	if r == nil {
 		return nil
@@ -113,9 +157,26 @@ func (r *Recorder) Flush() error {
 	vals := r.values
 	r.values = map[string]*value{}
 	r.mu.Unlock()
-	if len(vals) == 0 {
-		return nil
+	for len(vals) > 0 {
+		part := map[string]*value{}
+		for n, v := range vals {
+			k := min(len(v.values), maxValues)
+			part[n] = &value{unit: v.unit, highRes: v.highRes, values: v.values[:k]}
+			if k == len(v.values) {
+				delete(vals, n)
+			} else {
+				v.values = v.values[k:]
+			}
+		}
+		if err := r.write(part); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// write writes one EMF record of vals.
+func (r *Recorder) write(vals map[string]*value) error {
 	names := make([]string, 0, len(vals))
 	for n := range vals {
 		names = append(names, n)

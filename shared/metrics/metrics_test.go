@@ -48,3 +48,43 @@ func TestFlushWritesEMF(t *testing.T) {
 		t.Errorf("second flush wrote %q (err %v), want nothing", buf.String(), err)
 	}
 }
+
+func TestSumAndRecordsOfAtMostHundredValues(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	r := New(&buf, map[string]string{"Job": "orders"})
+	for i := range 250 {
+		r.Add(SourceRequestTime, float64(i), Milliseconds)
+		r.Sum(SourceRequests, 1, Count)
+	}
+	r.Sum(SourceAuthFailures, 2, Count)
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var times, requests, failures float64
+	lines := bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n"))
+	if len(lines) != 3 {
+		t.Fatalf("%d records for 250 values, want 3", len(lines))
+	}
+	for _, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal(l, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := rec[SourceRequestTime].([]any); ok {
+			if len(v) > 100 {
+				t.Errorf("record with %d values", len(v))
+			}
+			times += float64(len(v))
+		}
+		if v, ok := rec[SourceRequests].(float64); ok {
+			requests += v
+		}
+		if v, ok := rec[SourceAuthFailures].(float64); ok {
+			failures += v
+		}
+	}
+	if times != 250 || requests != 250 || failures != 2 {
+		t.Errorf("times %v requests %v failures %v, want 250 250 2", times, requests, failures)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -67,14 +68,17 @@ func (s *Sink) applyMapped(ctx context.Context, changes []*change.Envelope) []er
 		}
 	}
 
+	start := time.Now()
 	err := s.writeMapped(ctx, s.pool, newest)
+	deliver.Observe(ctx, time.Since(start), s.exhausted(classify(ctx, err)))
 	if err == nil {
 		return errs
 	}
 	var pgErr *pgconn.PgError
 	if ctx.Err() != nil || !errors.As(err, &pgErr) {
+		cerr := s.exhausted(classify(ctx, err))
 		for _, mc := range todo {
-			errs[mc.i] = classify(ctx, err)
+			errs[mc.i] = cerr
 		}
 		return errs
 	}

@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -298,15 +299,18 @@ func (s *Sink) Apply(ctx context.Context, changes []*change.Envelope) []error {
 		}
 	}
 
+	start := time.Now()
 	err := s.apply(ctx, s.pool, newest)
+	deliver.Observe(ctx, time.Since(start), s.exhausted(classify(ctx, err)))
 	if err == nil {
 		return errs
 	}
 	var pgErr *pgconn.PgError
 	if ctx.Err() != nil || !errors.As(err, &pgErr) {
 		// Nothing was committed; retrying each change alone cannot do better.
+		cerr := s.exhausted(classify(ctx, err))
 		for _, i := range todo {
-			errs[i] = classify(ctx, err)
+			errs[i] = cerr
 		}
 		return errs
 	}
@@ -376,13 +380,32 @@ func classify(ctx context.Context, err error) error {
 			Class:    sqlStateClass(pgErr.Code),
 			Reason:   "sql_error",
 			SQLState: pgErr.Code,
-			Err:      fmt.Errorf("apply change: %s", pgErr.Message),
+			// too_many_connections: the server is full, not the change
+			// wrong; the writer pauses the output instead of counting it.
+			Backpressure: pgErr.Code == sqlStateTooManyConnections,
+			Err:          fmt.Errorf("apply change: %s", pgErr.Message),
 		}
 	}
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return deliver.TransientError("timeout", err)
 	}
 	return deliver.TransientError("connection", err)
+}
+
+const sqlStateTooManyConnections = "53300"
+
+// exhausted marks a timeout as backpressure when every connection of the
+// pool is taken: the wait was for a connection, not for the change.
+func (s *Sink) exhausted(err error) error {
+	var e *deliver.Error
+	if !errors.As(err, &e) || e.Reason != "timeout" || s.pool == nil {
+		return err
+	}
+	if st := s.pool.Stat(); st.AcquiredConns() >= st.MaxConns() {
+		e.Backpressure = true
+		e.Reason = "pool_exhausted"
+	}
+	return e
 }
 
 // sqlStateClass classifies a SQLSTATE. Data exceptions (22: invalid JSON,

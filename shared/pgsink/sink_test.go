@@ -626,3 +626,110 @@ func TestUnreachableDatabase(t *testing.T) {
 		}
 	}
 }
+
+// TestTooManyConnectionsIsBackpressure connects as a role whose connection
+// limit is reached: PostgreSQL answers SQLSTATE 53300, which the writer must
+// treat as the server asking to slow down.
+func TestTooManyConnectionsIsBackpressure(t *testing.T) {
+	t.Parallel()
+	admin := testenv.Postgres(t)
+	role := "bp_" + strings.ReplaceAll(strings.ToLower(testenv.Name(t)), "-", "_")
+	if len(role) > 60 {
+		role = role[:60]
+	}
+	ctx := t.Context()
+	if _, err := admin.Exec(ctx, `DROP ROLE IF EXISTS `+role); err != nil {
+		t.Fatalf("drop role: %v", err)
+	}
+	if _, err := admin.Exec(ctx, `CREATE ROLE `+role+` LOGIN PASSWORD 'full-house' CONNECTION LIMIT 0`); err != nil {
+		t.Fatalf("create role: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = admin.Exec(ctx, `DROP ROLE IF EXISTS `+role)
+	})
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "full-house"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pgxpool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := New(pool, config.PostgresOutput{Table: "unused"}, "out-1")
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	err = s.Apply(ctx, []*change.Envelope{live("a", "1-a", v(1, 1))})[0]
+	var e *deliver.Error
+	if !errors.As(err, &e) || e.SQLState != "53300" || !e.Backpressure || e.Class != deliver.Transient {
+		t.Fatalf("got %v, want a transient backpressure error with SQLSTATE 53300", err)
+	}
+}
+
+// TestPoolExhaustedIsBackpressure waits for a connection of a pool whose
+// only one is taken: the timeout is the pool being full, not the change.
+func TestPoolExhaustedIsBackpressure(t *testing.T) {
+	t.Parallel()
+	tables, _ := newSink(t) // creates the tables
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("pgxpool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := New(pool, config.PostgresOutput{Table: tables.names.table}, "out-1")
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	held, err := pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	err = s.Apply(ctx, []*change.Envelope{live("a", "1-a", v(1, 1))})[0]
+	held.Release()
+	var e *deliver.Error
+	if !errors.As(err, &e) || !e.Backpressure || e.Reason != "pool_exhausted" {
+		t.Fatalf("got %v, want a pool_exhausted backpressure error", err)
+	}
+	// With the connection back, the same change applies.
+	if err := s.Apply(t.Context(), []*change.Envelope{live("a", "1-a", v(1, 1))})[0]; err != nil {
+		t.Fatalf("apply after release: %v", err)
+	}
+}
+
+// TestWrongPasswordIsAuthFailure connects with a wrong password: SQLSTATE
+// 28P01, which the writer counts as the output refusing our credentials.
+func TestWrongPasswordIsAuthFailure(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	cfg.ConnConfig.Password = "not-the-password"
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("pgxpool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := New(pool, config.PostgresOutput{Table: "unused"}, "out-1")
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	err = s.Apply(t.Context(), []*change.Envelope{live("a", "1-a", v(1, 1))})[0]
+	if !deliver.AuthFailure(err) || deliver.Classify(err).SQLState != "28P01" {
+		t.Fatalf("got %v, want SQLSTATE 28P01 counted as an auth failure", err)
+	}
+	if strings.Contains(err.Error(), "not-the-password") {
+		t.Fatalf("error shows the password: %v", err)
+	}
+}

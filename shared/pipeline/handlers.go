@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
@@ -18,7 +17,10 @@ type ScheduleEvent struct {
 }
 
 // HandleSchedule is the poller Lambda handler: one invocation for one job,
-// until the context's deadline.
+// until the context's deadline (without one, the stack's poller timeout by
+// the Deps clock). The invocation's owner id is the Lambda request id from
+// the context. The local runtime calls it too, with a context built the
+// same way.
 func (d *Deps) HandleSchedule(ctx context.Context, ev ScheduleEvent) (poll.Result, error) {
 	if ev.Job == "" {
 		return poll.Result{}, errors.New("handle schedule: event has no job (want {\"job\": \"<id>\"})")
@@ -29,7 +31,7 @@ func (d *Deps) HandleSchedule(ctx context.Context, ev ScheduleEvent) (poll.Resul
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		deadline = time.Now().Add(d.Config.Stack.PollerTimeout.D())
+		deadline = d.Now.Now().Add(d.Config.Stack.PollerTimeout.D())
 	}
 	owner := "unknown"
 	if lc, ok := lambdacontext.FromContext(ctx); ok {
@@ -42,6 +44,16 @@ func (d *Deps) HandleSchedule(ctx context.Context, ev ScheduleEvent) (poll.Resul
 	return res, nil
 }
 
+// PreparePoller builds the poller of a job for HandleSchedule, as a cold
+// start does on its first event, so that a configuration error shows before
+// the first tick.
+func (d *Deps) PreparePoller(ctx context.Context, job string) error {
+	_, err := d.cachedPoller(ctx, job)
+	return err
+}
+
+// cachedPoller returns the job's poller, built once per process. The
+// pollers report every batch to d.OnBatch.
 func (d *Deps) cachedPoller(ctx context.Context, job string) (*poll.Poller, error) {
 	d.mu.Lock()
 	p, ok := d.pollers[job]
@@ -53,11 +65,19 @@ func (d *Deps) cachedPoller(ctx context.Context, job string) (*poll.Poller, erro
 	if err != nil {
 		return nil, err
 	}
+	p.OnBatch = func(caughtUp bool) {
+		if d.OnBatch != nil {
+			d.OnBatch(job, caughtUp)
+		}
+	}
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	if cached, ok := d.pollers[job]; ok {
+		return cached, nil // built meanwhile by another invocation
+	}
 	if d.pollers == nil {
 		d.pollers = map[string]*poll.Poller{}
 	}
 	d.pollers[job] = p
-	d.mu.Unlock()
 	return p, nil
 }

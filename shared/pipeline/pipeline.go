@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -18,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/changes-worker/changes-worker/shared/attach"
 	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -44,9 +47,13 @@ type Deps struct {
 	SQS      *sqs.Client
 	S3       *s3.Client
 
-	// Now is the clock of the poller and its lease decisions, read when a
-	// poller is built; fault tests skew it. Zero: the system clock.
+	// Now is the clock of the poller and its lease decisions; fault tests
+	// skew it. Zero: the system clock.
 	Now clock.Clock
+	// OnBatch, when set, is told after every batch of a HandleSchedule
+	// poller whether its job is caught up (the local runtime's
+	// --until-idle). Set it before the first invocation.
+	OnBatch func(job string, caughtUp bool)
 
 	mu      sync.Mutex
 	pools   map[string]*pgxpool.Pool
@@ -115,7 +122,13 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 	if j == nil {
 		return nil, fmt.Errorf("build poller: no job %q in the configuration", jobID)
 	}
-	fc, err := d.Feed(ctx, j)
+	if j.Feed.Mode != "" && j.Feed.Mode != config.ModeLongpoll {
+		// feed.Client.Stream reads every streaming mode; the poller's loop
+		// does not call it yet (see the Stream documentation for how).
+		return nil, fmt.Errorf("build poller %s: feed.mode %q: the poller reads only longpoll for now", j.ID, j.Feed.Mode)
+	}
+	rec := metrics.New(d.Metrics, map[string]string{"Job": j.ID})
+	fc, err := d.feed(ctx, j, sourceMeter(rec))
 	if err != nil {
 		return nil, fmt.Errorf("build poller %s: %w", j.ID, err)
 	}
@@ -128,24 +141,55 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		}
 		targets = append(targets, fanout.Target{Output: o.ID, QueueURL: aws.ToString(out.QueueUrl), FIFO: o.FIFO()})
 	}
+	var source poll.Feed = fc
+	if a := j.Attachments; a != nil && a.Enabled {
+		source = &attach.Feed{
+			Inner: fc,
+			Stage: &attach.Stage{Config: a, Source: fc, S3: d.S3, Log: d.Log.With("job", j.ID)},
+			OnStats: func(s attach.Stats) {
+				rec.Add(metrics.AttachmentsUploaded, float64(s.Uploaded), metrics.Count)
+				rec.Add(metrics.AttachmentsPresent, float64(s.Present), metrics.Count)
+				rec.Add(metrics.AttachmentsSkipped, float64(s.Skipped), metrics.Count)
+				rec.Add(metrics.AttachmentBytesUploaded, float64(s.Bytes), metrics.Bytes)
+			},
+		}
+	}
 	return &poll.Poller{
 		Job:        j,
-		Feed:       fc,
-		Leases:     &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Now: d.Now.Now},
+		Feed:       source,
+		Leases:     &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
 		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
 		Targets:    targets,
 		Quarantine: &quarantine.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
 		Log:        d.Log,
-		Metrics:    metrics.New(d.Metrics, map[string]string{"Job": j.ID}),
-		Now:        d.Now.Now,
+		Metrics:    rec,
+		Clock:      d.Now,
 	}, nil
 }
 
 // Feed builds the feed client of a job, with its credentials resolved.
 func (d *Deps) Feed(ctx context.Context, j *config.Job) (*feed.Client, error) {
+	return d.feed(ctx, j, nil)
+}
+
+// sourceMeter records every request to the source: "our credentials" when
+// it answers 401 or 403.
+func sourceMeter(rec *metrics.Recorder) func(op string, status int, d time.Duration) {
+	return func(op string, status int, d time.Duration) {
+		rec.Sum(metrics.SourceRequests, 1, metrics.Count)
+		auth := 0.0
+		if status == http.StatusUnauthorized || status == http.StatusForbidden {
+			auth = 1
+		}
+		rec.Sum(metrics.SourceAuthFailures, auth, metrics.Count)
+		rec.Add(metrics.SourceRequestTime, float64(d.Microseconds())/1000, metrics.Milliseconds)
+	}
+}
+
+func (d *Deps) feed(ctx context.Context, j *config.Job, onRequest func(string, int, time.Duration)) (*feed.Client, error) {
 	opts := feed.Options{
 		SourceType: j.Source.Type, URL: j.Source.URL, Limit: j.Feed.Limit, Fetch: j.Feed.Fetch,
-		ActiveOnly: j.Feed.ActiveOnly, Channels: j.Feed.Channels,
+		ActiveOnly: j.Feed.ActiveOnly, Channels: j.Feed.Channels, OnRequest: onRequest,
 		MaxAnswerBytes: j.Feed.MaxAnswerBytes, PageBytes: j.Feed.PageBytes,
 	}
 	if a := j.Source.Auth; a != nil {

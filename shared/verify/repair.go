@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
@@ -27,16 +28,8 @@ type RepairSource interface {
 	Now(ctx context.Context) (json.RawMessage, error)
 }
 
-// Leases is the part of the lease store a repair calls.
-type Leases interface {
-	Get(ctx context.Context, job string) (*lease.State, error)
-	Acquire(ctx context.Context, job, owner, host string, ttl time.Duration) (*lease.Lease, *lease.State, error)
-	ForceTake(ctx context.Context, job, owner, host string, ttl time.Duration) (*lease.Lease, error)
-	Renew(ctx context.Context, l *lease.Lease, pending int64) error
-	Release(ctx context.Context, l *lease.Lease) error
-}
-
-// Sender queues changes (fanout.Sender).
+// Sender queues changes (fanout.Sender). It asks fence before every
+// request, retries included, and stops with fence's error.
 type Sender interface {
 	Send(ctx context.Context, targets []fanout.Target, changes []*change.Envelope, fence fanout.Fence) (fanout.Stats, error)
 }
@@ -44,9 +37,6 @@ type Sender interface {
 // ErrLeaseBusy is returned when the job's lease stayed held for the whole
 // wait and Force was not set.
 var ErrLeaseBusy = errors.New("the job's lease stayed held")
-
-// errFenced stops a send when the repair's lease could have expired.
-var errFenced = errors.New("repair lease may have expired: not sending")
 
 // Repairer re-enqueues documents to one output with their current source
 // state, at an observation version that outranks whatever the output holds
@@ -69,8 +59,7 @@ var errFenced = errors.New("repair lease may have expired: not sending")
 //   - It cannot fight a poller: while the repair holds the lease no poller
 //     sends anything (a previous holder fences itself before its lease can
 //     have expired, exactly as in a failover), so each repaired document is
-//     the newest state observed so far, as DESIGN.md's observation order
-//     requires.
+//     the newest state observed so far, as the observation order requires.
 //
 // The cost is a pause of the job's poller while the repair runs (one
 // handoff), and one extra generation. The alternatives fail: generation G
@@ -88,7 +77,9 @@ var errFenced = errors.New("repair lease may have expired: not sending")
 // Envelopes carry the source's current feed position (Now) as their seq.
 type Repairer struct {
 	Source RepairSource
-	Leases Leases
+	// Leases is the job's lease store; the repair holds the lease through a
+	// lease.Session, as a poller does.
+	Leases lease.Keeper
 	Sender Sender
 	Job    *config.Job
 	Target fanout.Target
@@ -105,7 +96,8 @@ type Repairer struct {
 	// Progress, when set, is called after each enqueued batch.
 	Progress func(done, total int)
 	Log      *slog.Logger
-	Now      func() time.Time
+	// Clock decides when the lease could have expired. Zero: the system clock.
+	Clock clock.Clock
 }
 
 // RepairResult is what a repair enqueued.
@@ -116,13 +108,6 @@ type RepairResult struct {
 	Live       int             `json:"live"`
 	Tombstones int             `json:"tombstones"`
 	Skipped    int             `json:"skipped"` // deleted or removed, left alone (KeepDeleted, KeepRemoved)
-}
-
-func (r *Repairer) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
-	}
-	return time.Now()
 }
 
 func (r *Repairer) log() *slog.Logger {
@@ -146,90 +131,27 @@ func (r *Repairer) Repair(ctx context.Context, ids []string) (RepairResult, erro
 	if len(ids) == 0 {
 		return res, nil
 	}
-	l, err := r.take(ctx)
+	sess, err := r.take(ctx)
 	if err != nil {
 		return res, err
 	}
+	l := sess.Lease()
 	res.Generation, res.Takeover = l.Generation, l.Kind
 	log := r.log().With("job", r.Job.ID, "output", r.Target.Output, "generation", l.Generation)
 	log.Info("repair lease acquired", "takeover", l.Kind, "previous_owner", l.Previous.Owner)
 	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := r.Leases.Release(rctx, l); err != nil {
+		if err := sess.Release(ctx); err != nil {
 			log.Warn("release repair lease", "error", err)
 		}
 	}()
-
-	ttl := r.Job.Lease.TTL.D()
-	pending := l.Previous.Pending
-	keepAlive := func() error {
-		if r.now().Sub(l.RenewedAt) < ttl/3 {
-			return nil
-		}
-		return r.Leases.Renew(ctx, l, pending)
-	}
-	fence := func() error {
-		if l.Remaining(r.now()) < ttl/2 {
-			return errFenced
-		}
-		return nil
-	}
-
 	if res.Seq, err = r.Source.Now(ctx); err != nil {
 		return res, fmt.Errorf("read source position: %w", err)
 	}
 	var counter int64
 	done := 0
 	for chunk := range slices.Chunk(ids, repairBatch) {
-		if err := keepAlive(); err != nil {
-			return res, fmt.Errorf("renew repair lease: %w", err)
-		}
-		states, err := r.read(ctx, chunk)
-		if err != nil {
+		if err := r.enqueue(ctx, sess, chunk, &counter, &res); err != nil {
 			return res, err
-		}
-		// Number the changes only now, after the reads, in id order.
-		var changes []*change.Envelope
-		now := r.now().UTC()
-		for i, id := range chunk {
-			st := states[i]
-			if (st.deleted && r.KeepDeleted) || (st.removed && r.KeepRemoved) {
-				res.Skipped++
-				continue
-			}
-			counter++
-			e := &change.Envelope{
-				V: change.EnvelopeVersion, Job: r.Job.ID, Output: r.Target.Output, DocID: id, Rev: st.rev,
-				Seq: res.Seq, EnqueuedAt: now, Version: change.Version{Generation: l.Generation, Counter: counter},
-			}
-			switch {
-			case st.removed:
-				e.Removed = true
-				res.Tombstones++
-			case st.deleted:
-				e.Deleted = true
-				res.Tombstones++
-			default:
-				e.Doc = st.body
-				res.Live++
-			}
-			changes = append(changes, e)
-		}
-		if len(changes) > 0 {
-			if err := keepAlive(); err != nil {
-				return res, fmt.Errorf("renew repair lease: %w", err)
-			}
-			_, err = r.Sender.Send(ctx, []fanout.Target{r.Target}, changes, fence)
-			for errors.Is(err, errFenced) {
-				if rerr := r.Leases.Renew(ctx, l, pending); rerr != nil {
-					return res, fmt.Errorf("renew repair lease: %w", rerr)
-				}
-				_, err = r.Sender.Send(ctx, []fanout.Target{r.Target}, changes, fence)
-			}
-			if err != nil {
-				return res, fmt.Errorf("enqueue repairs: %w", err)
-			}
 		}
 		done += len(chunk)
 		if r.Progress != nil {
@@ -240,47 +162,98 @@ func (r *Repairer) Repair(ctx context.Context, ids []string) (RepairResult, erro
 	return res, nil
 }
 
-// take acquires the job's lease, waiting for a holder to hand it over.
-func (r *Repairer) take(ctx context.Context) (*lease.Lease, error) {
-	ttl := r.Job.Lease.TTL.D()
+// take acquires the job's lease, waiting for a holder to hand it over, or
+// by force.
+func (r *Repairer) take(ctx context.Context) (*lease.Session, error) {
+	sess := lease.NewSession(r.Leases, r.Job.ID, r.Owner, r.Host, r.Job.Lease.TTL.D())
+	sess.Clock = r.Clock
+	// Pollers on standby look once a second: look more often, to get the
+	// lease at the next handoff.
+	sess.Interval = 100 * time.Millisecond
+	sess.Log = r.log()
 	if r.Force {
-		l, err := r.Leases.ForceTake(ctx, r.Job.ID, r.Owner, r.Host, ttl)
-		if err != nil {
+		if err := sess.Force(ctx); err != nil {
 			return nil, fmt.Errorf("take repair lease: %w", err)
 		}
-		return l, nil
+		return r.keepPending(sess), nil
 	}
 	wait := r.Wait
 	if wait <= 0 {
 		wait = 3 * time.Minute
 	}
-	deadline := r.now().Add(wait)
-	for {
-		l, st, err := r.Leases.Acquire(ctx, r.Job.ID, r.Owner, r.Host, ttl)
-		if err == nil {
-			return l, nil
-		}
-		if !errors.Is(err, lease.ErrLeaseHeld) {
-			return nil, fmt.Errorf("take repair lease: %w", err)
-		}
-		// Watch the item closely: pollers on standby look once a second,
-		// and the repair should get the lease at the next handoff.
-		for {
-			if r.now().After(deadline) {
-				return nil, fmt.Errorf("take repair lease of %s: %w for %s by %s (generation %d); retry, wait longer, or use --force",
-					r.Job.ID, ErrLeaseBusy, wait, st.Owner, st.Generation)
-			}
-			if err := sleep(ctx, 100*time.Millisecond); err != nil {
-				return nil, err
-			}
-			if st, err = r.Leases.Get(ctx, r.Job.ID); err != nil {
-				return nil, fmt.Errorf("take repair lease: %w", err)
-			}
-			if !st.Held(r.now()) {
-				break
-			}
-		}
+	err := sess.Wait(ctx, r.Clock.Now().Add(wait))
+	var held *lease.HeldError
+	if errors.As(err, &held) {
+		return nil, fmt.Errorf("take repair lease of %s: %w for %s by %s (generation %d); retry, wait longer, or use --force",
+			r.Job.ID, ErrLeaseBusy, wait, held.Holder.Owner, held.Holder.Generation)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("take repair lease: %w", err)
+	}
+	return r.keepPending(sess), nil
+}
+
+// keepPending makes the session's renewals keep the pending count the
+// poller last recorded.
+func (r *Repairer) keepPending(sess *lease.Session) *lease.Session {
+	sess.Pending = sess.Lease().Previous.Pending
+	return sess
+}
+
+// enqueue reads the documents of one chunk and enqueues their states under
+// the session's lease.
+func (r *Repairer) enqueue(ctx context.Context, sess *lease.Session, ids []string, counter *int64, res *RepairResult) error {
+	if err := sess.KeepAlive(ctx); err != nil {
+		return fmt.Errorf("renew repair lease: %w", err)
+	}
+	states, err := r.read(ctx, ids)
+	if err != nil {
+		return err
+	}
+	changes := r.changes(sess.Lease().Generation, ids, states, counter, res)
+	if len(changes) == 0 {
+		return nil
+	}
+	if err := sess.KeepAlive(ctx); err != nil {
+		return fmt.Errorf("renew repair lease: %w", err)
+	}
+	fence := func() error { return sess.Fence(ctx) }
+	if _, err := r.Sender.Send(ctx, []fanout.Target{r.Target}, changes, fence); err != nil {
+		return fmt.Errorf("enqueue repairs: %w", err)
+	}
+	return nil
+}
+
+// changes turns the states read into changes, numbered only now, after the
+// reads, in id order.
+func (r *Repairer) changes(generation int64, ids []string, states []docState, counter *int64, res *RepairResult) []*change.Envelope {
+	var out []*change.Envelope
+	now := r.Clock.Now().UTC()
+	for i, id := range ids {
+		st := states[i]
+		if (st.deleted && r.KeepDeleted) || (st.removed && r.KeepRemoved) {
+			res.Skipped++
+			continue
+		}
+		*counter++
+		e := &change.Envelope{
+			V: change.EnvelopeVersion, Job: r.Job.ID, Output: r.Target.Output, DocID: id, Rev: st.rev,
+			Seq: res.Seq, EnqueuedAt: now, Version: change.Version{Generation: generation, Counter: *counter},
+		}
+		switch {
+		case st.removed:
+			e.Removed = true
+			res.Tombstones++
+		case st.deleted:
+			e.Deleted = true
+			res.Tombstones++
+		default:
+			e.Doc = st.body
+			res.Live++
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // docState is a document as the repair read it.
@@ -308,15 +281,4 @@ func (r *Repairer) read(ctx context.Context, ids []string) ([]docState, error) {
 		out[i] = docState{body: row.Doc, rev: row.Rev, deleted: row.Deleted, removed: row.Removed}
 	}
 	return out, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

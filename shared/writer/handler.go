@@ -21,10 +21,10 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
@@ -60,10 +60,11 @@ type Handler struct {
 	Metrics io.Writer   // EMF destination
 	Now     clock.Clock // failure times and end-to-end latency; zero: the system clock
 
-	sinks sync.Map // "job/output" -> deliver.Sink
-	urls  sync.Map // queue name -> URL
-	mu    sync.Mutex
-	stats map[string]*Stats
+	sinks    sync.Map // "job/output" -> deliver.Sink
+	trackers sync.Map // "job/output" -> *backpressure.Tracker
+	urls     sync.Map // queue name -> URL
+	mu       sync.Mutex
+	stats    map[string]*Stats
 }
 
 // Stats counts what the handler did for one output since the process started.
@@ -71,6 +72,7 @@ type Stats struct {
 	Delivered    int64 // applied, or already superseded by a newer change
 	DeadLettered int64 // moved to the DLQ
 	Retried      int64 // returned to the queue for another attempt
+	Deferred     int64 // held back because the output asked to slow down (also in Retried when the receive was kept)
 }
 
 // Stats returns a copy of the counters, keyed "job/output".
@@ -84,7 +86,7 @@ func (h *Handler) Stats() map[string]Stats {
 	return out
 }
 
-func (h *Handler) count(r config.Route, delivered, dead, retried int) {
+func (h *Handler) count(r config.Route, delivered, dead, retried, deferred int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stats == nil {
@@ -99,6 +101,7 @@ func (h *Handler) count(r config.Route, delivered, dead, retried int) {
 	st.Delivered += int64(delivered)
 	st.DeadLettered += int64(dead)
 	st.Retried += int64(retried)
+	st.Deferred += int64(deferred)
 }
 
 // item is one record on its way through the handler.
@@ -171,6 +174,7 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		}
 	}
 
+	tr := h.tracker(route)
 	sink, err := h.sink(ctx, route)
 	if err != nil {
 		// The output cannot be reached at all (bad DSN, missing secret):
@@ -181,12 +185,28 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 			}
 		}
 		log.ErrorContext(ctx, "open output", "error", err)
+	} else if st := tr.State(); st.Paused > 0 {
+		// The output asked for a pause: do not knock again before it ends.
+		for _, it := range items {
+			if it.err == nil {
+				it.err = &deliver.Error{Class: deliver.Transient, Reason: "backpressure", Backpressure: true, RetryAfter: st.Paused, Err: errPaused}
+			}
+		}
 	} else {
-		h.apply(ctx, sink, route.Output.FIFO(), items)
+		if st.Active {
+			log.InfoContext(ctx, "output is slow; lowering parallelism", "ratio", st.Ratio, "baseline_ms", st.Baseline.Milliseconds())
+		}
+		h.apply(deliver.WithPacer(ctx, meter{Tracker: tr, rec: rec}), sink, route.Output.FIFO(), items)
 	}
+	for _, it := range items {
+		if it.err != nil && it.err.Backpressure {
+			tr.Pause(it.err.RetryAfter)
+		}
+	}
+	active := tr.State().Active
 
 	var failed []string
-	delivered, dead := 0, 0
+	delivered, dead, deferred := 0, 0, 0
 	for _, it := range items {
 		docID := ""
 		if it.env != nil {
@@ -204,7 +224,28 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		}
 		attempts := receiveCount(it.rec)
 		last := attempts >= route.Output.MaxReceiveCount
+		if deliver.AuthFailure(it.err) {
+			lg0 := log.With("doc_id", docID, "status", it.err.HTTPStatus, "sqlstate", it.err.SQLState)
+			lg0.ErrorContext(ctx, "output rejected our credentials")
+		}
 		lg := log.With("doc_id", docID, "message_id", it.rec.MessageId, "attempts", attempts, "class", it.err.Class, "reason", it.err.Reason)
+		if isBackpressure(it.err, active) {
+			// Not the change's fault: hold it back without counting it
+			// toward the DLQ, however many receives it has had.
+			delay := holdFor(max(it.err.RetryAfter, tr.Delay(attempts)))
+			retry, err := h.deferMessage(ctx, route, it, attempts, delay)
+			if err != nil {
+				lg.WarnContext(ctx, "hold back for backpressure", "error", err)
+			}
+			deferred++
+			rec.Add(metrics.BackpressureDelays, 1, metrics.Count)
+			rec.Add(metrics.BackpressureDelaySeconds, delay.Seconds(), metrics.Seconds)
+			lg.InfoContext(ctx, "output asked to slow down; message held back", "delay_s", delay.Seconds(), "sent_back", !retry)
+			if retry {
+				failed = append(failed, it.rec.MessageId)
+			}
+			continue
+		}
 		if it.err.Class == deliver.Permanent || last {
 			rec.Add(metrics.FailedPermanent, 1, metrics.Count)
 			if err := h.toDLQ(ctx, route, it, attempts); err != nil {
@@ -221,7 +262,8 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		h.pace(ctx, route, it, attempts)
 		failed = append(failed, it.rec.MessageId)
 	}
-	h.count(route, delivered, dead, len(failed))
+	h.count(route, delivered, dead, len(failed), deferred)
+	backpressureMetrics(rec, tr.State())
 	if len(failed) > 0 {
 		rec.Add(metrics.WriterBatchFailures, float64(len(failed)), metrics.Count)
 	}
@@ -309,23 +351,35 @@ func (h *Handler) applyRound(ctx context.Context, sink deliver.Sink, batch []*it
 	}
 }
 
-// resolve fetches a claim-checked body from S3.
+// resolve fetches a claim-checked body from S3: only from the stack bucket,
+// under the claim-check prefix of the envelope's job, and never more than the
+// size the envelope declares (claimcheck.Fetch).
 func (h *Handler) resolve(ctx context.Context, env *change.Envelope) *deliver.Error {
-	out, err := h.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: &env.DocRef.Bucket, Key: &env.DocRef.Key})
+	b, err := claimcheck.Fetch(ctx, h.S3, env.DocRef, h.Config.Stack.Bucket, env.Job)
 	if err != nil {
-		var nsk *s3types.NoSuchKey
-		if errors.As(err, &nsk) {
-			return deliver.PermanentError("claim_check_missing", fmt.Errorf("get claim check %s: %w", env.DocRef.Key, err))
-		}
-		return deliver.TransientError("claim_check", fmt.Errorf("get claim check %s: %w", env.DocRef.Key, err))
-	}
-	defer out.Body.Close()
-	b, err := io.ReadAll(out.Body)
-	if err != nil {
-		return deliver.TransientError("claim_check", fmt.Errorf("read claim check %s: %w", env.DocRef.Key, err))
+		return claimCheckError(err)
 	}
 	env.Doc = b
 	return nil
+}
+
+// claimCheckError classifies a claimcheck.Fetch error: what claimcheck marks
+// permanent goes to the DLQ at once with its reason, the rest is retried.
+func claimCheckError(err error) *deliver.Error {
+	for _, p := range []struct {
+		sentinel error
+		reason   string
+	}{
+		{claimcheck.ErrRefused, "claim_check_refused"},
+		{claimcheck.ErrSize, "claim_check_size"},
+		{claimcheck.ErrMissing, "claim_check_missing"},
+		{claimcheck.ErrDenied, "claim_check_denied"},
+	} {
+		if errors.Is(err, p.sentinel) {
+			return deliver.PermanentError(p.reason, err)
+		}
+	}
+	return deliver.TransientError("claim_check", err)
 }
 
 func (h *Handler) sink(ctx context.Context, r config.Route) (deliver.Sink, error) {

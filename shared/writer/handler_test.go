@@ -236,3 +236,140 @@ func TestRedrivenFailureKeepsHistory(t *testing.T) {
 		t.Errorf("DLQ body changed: %s", aws.ToString(q.sent[0].MessageBody))
 	}
 }
+
+// A 429 never reaches the DLQ: early receives get their visibility extended
+// to the Retry-After, the receive before the last is sent back as a new
+// message (a fresh receive count, deferrals counted) instead of failing.
+func TestBackpressureNeverDeadLetters(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		ordering   string
+		receives   int
+		wantFailed bool
+		wantVis    []int32
+		wantSent   int
+	}{
+		{name: "first receive: visibility", ordering: "none", receives: 1, wantFailed: true, wantVis: []int32{7}},
+		{name: "before last: sent back", ordering: "none", receives: 2, wantSent: 1},
+		{name: "last receive: sent back, not dead-lettered", ordering: "none", receives: 3, wantSent: 1},
+		{name: "fifo last receive: sent back", ordering: "per_document", receives: 3, wantSent: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := testConfig(t, tt.ordering)
+			sink := &fakeSink{apply: func(c *change.Envelope) error {
+				return &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 429, Backpressure: true, RetryAfter: 7 * time.Second}
+			}}
+			q := &fakeSQS{}
+			h := newHandler(f, sink, q)
+			rec := record(t, f, "m1", "a", "1-a", 1, tt.receives)
+			rec.MessageAttributes = map[string]events.SQSMessageAttribute{AttrDeferrals: {DataType: "Number", StringValue: aws.String("4")}}
+			resp, err := h.Handle(t.Context(), events.SQSEvent{Records: []events.SQSMessage{rec}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(resp.BatchItemFailures) == 1; got != tt.wantFailed {
+				t.Fatalf("reported failed %v, want %v", got, tt.wantFailed)
+			}
+			if diff := cmp.Diff(tt.wantVis, q.visibility); diff != "" {
+				t.Errorf("visibility (-want +got):\n%s", diff)
+			}
+			if len(q.sent) != tt.wantSent {
+				t.Fatalf("sent %d messages, want %d", len(q.sent), tt.wantSent)
+			}
+			st := h.Stats()["j/o"]
+			if st.DeadLettered != 0 || st.Deferred != 1 {
+				t.Errorf("stats %+v, want nothing dead-lettered and one deferred", st)
+			}
+			if tt.wantSent == 0 {
+				return
+			}
+			in := q.sent[0]
+			if got := aws.ToString(in.QueueUrl); got != "https://queue/"+f.QueueName(f.Jobs[0], f.Jobs[0].Outputs[0]) {
+				t.Errorf("sent to %s, want the work queue", got)
+			}
+			if got := aws.ToString(in.MessageAttributes[AttrDeferrals].StringValue); got != "5" {
+				t.Errorf("deferrals %q, want 5", got)
+			}
+			if in.MessageBody == nil || *in.MessageBody != rec.Body {
+				t.Error("body changed on the way back")
+			}
+			if tt.ordering == "none" && in.DelaySeconds != 7 {
+				t.Errorf("delay %d, want 7", in.DelaySeconds)
+			}
+			if tt.ordering == "per_document" && (aws.ToString(in.MessageGroupId) != "a" || in.DelaySeconds != 0) {
+				t.Errorf("fifo resend group %q delay %d", aws.ToString(in.MessageGroupId), in.DelaySeconds)
+			}
+		})
+	}
+}
+
+// While the output's pause lasts, the sink is not called at all, and an
+// ordinary transient failure still reaches the DLQ on its last receive.
+func TestPauseSkipsTheSink(t *testing.T) {
+	t.Parallel()
+	f := testConfig(t, "none")
+	calls := 0
+	sink := &fakeSink{apply: func(c *change.Envelope) error {
+		calls++
+		if c.DocID == "busy" {
+			return &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 503, Backpressure: true, RetryAfter: 30 * time.Second}
+		}
+		return deliver.TransientError("http_status", errors.New("500"))
+	}}
+	q := &fakeSQS{}
+	h := newHandler(f, sink, q)
+	if _, err := h.Handle(t.Context(), events.SQSEvent{Records: []events.SQSMessage{record(t, f, "m1", "busy", "1-a", 1, 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.Backpressure("j", "o"); !st.Active || st.Paused <= 0 {
+		t.Fatalf("not paused after a 503: %+v", st)
+	}
+	resp, err := h.Handle(t.Context(), events.SQSEvent{Records: []events.SQSMessage{record(t, f, "m2", "other", "1-a", 2, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 || len(resp.BatchItemFailures) != 1 {
+		t.Fatalf("sink called %d times, %d failed; want the paused batch not sent", calls, len(resp.BatchItemFailures))
+	}
+	if h.ReceiverLimit("j", "o", 4) != 1 {
+		t.Errorf("receiver limit while paused = %d, want 1", h.ReceiverLimit("j", "o", 4))
+	}
+
+	g := newHandler(f, sink, &fakeSQS{})
+	if _, err := g.Handle(t.Context(), events.SQSEvent{Records: []events.SQSMessage{record(t, f, "m3", "other", "1-a", 3, 3)}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := g.Stats()["j/o"]; st.DeadLettered != 1 || st.Deferred != 0 {
+		t.Errorf("ordinary failure on last receive: %+v, want dead-lettered", st)
+	}
+}
+
+// A message redriven from the DLQ already carries ten attributes, SQS's
+// limit: it is sent back with them all and without the deferral counter.
+func TestBackpressureResendKeepsTenAttributes(t *testing.T) {
+	t.Parallel()
+	f := testConfig(t, "none")
+	sink := &fakeSink{apply: func(c *change.Envelope) error {
+		return &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 503, Backpressure: true}
+	}}
+	q := &fakeSQS{}
+	h := newHandler(f, sink, q)
+	rec := record(t, f, "m1", "a", "1-a", 1, 3)
+	rec.MessageAttributes = map[string]events.SQSMessageAttribute{}
+	for i := range 10 {
+		rec.MessageAttributes[fmt.Sprintf("attr-%d", i)] = events.SQSMessageAttribute{DataType: "String", StringValue: aws.String("x")}
+	}
+	resp, err := h.Handle(t.Context(), events.SQSEvent{Records: []events.SQSMessage{rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BatchItemFailures) != 0 || len(q.sent) != 1 {
+		t.Fatalf("failed %v, sent %d: want the message sent back and handled", resp.BatchItemFailures, len(q.sent))
+	}
+	if got := q.sent[0].MessageAttributes; len(got) != 10 {
+		t.Errorf("sent back with %d attributes, want the 10 it had", len(got))
+	}
+}

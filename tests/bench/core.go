@@ -7,36 +7,26 @@ package main
 //	e2e-latency        core_latency.go
 //	poller-memory      core_memory.go
 //
-// This file holds what they share: the local service addresses, unique
-// names, and an isolated stack (its own resource prefix) provisioned on the
-// AWS emulator and torn down afterwards.
+// This file holds what they share: an isolated stack (testenv/stack) with
+// one job reading a source database of its own into one PostgreSQL output,
+// loading that source, and PostgreSQL helpers.
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/config"
-	"github.com/changes-worker/changes-worker/shared/pipeline"
-	"github.com/changes-worker/changes-worker/shared/provision"
 	"github.com/changes-worker/changes-worker/shared/sample"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
 func init() {
@@ -46,175 +36,61 @@ func init() {
 	register("poller-memory", pollerMemory)
 }
 
-// coreDSNEnv is the environment variable the benchmark configurations name for
-// the PostgreSQL DSN; coreLookup answers it with pgDSN when it is unset.
-const coreDSNEnv = "PG_DSN"
+// coreStackSettings shape the one job of a stack.
+type coreStackSettings struct {
+	limit         int
+	feedTimeout   time.Duration // default 10s
+	pollerTimeout time.Duration // default 60s
+	createTables  bool
+	logLevel      slog.Level // of the captured pipeline log; default info
+}
 
-// coreCouchURL is the CouchDB-compatible source's base URL.
-func coreCouchURL() string {
-	for _, k := range []string{"CHANGES_TEST_COUCH_URL", "COUCH_URL"} {
-		if v := os.Getenv(k); v != "" {
-			return strings.TrimRight(v, "/")
-		}
+// newCoreStack provisions a stack named after kind whose job "bench" reads
+// the stack's own source database and has one PostgreSQL output "pg"
+// (document mode, standard queue).
+func newCoreStack(ctx context.Context, kind string, s coreStackSettings) (*stack.Stack, error) {
+	if s.feedTimeout == 0 {
+		s.feedTimeout = 10 * time.Second
 	}
-	return testenv.DefaultCouchURL
-}
-
-// pgDSN is the PostgreSQL connection string.
-func pgDSN() string {
-	for _, k := range []string{"CHANGES_TEST_PG_DSN", coreDSNEnv} {
-		if v := os.Getenv(k); v != "" {
-			return v
-		}
+	if s.pollerTimeout == 0 {
+		s.pollerTimeout = time.Minute
 	}
-	return testenv.DefaultPostgresDSN
-}
-
-// coreLookup is the environment the pipeline resolves secrets from.
-func coreLookup(k string) (string, bool) {
-	if k == coreDSNEnv {
-		return pgDSN(), true
+	cfg := &config.File{
+		Stack: config.Stack{PollerTimeout: config.Duration(s.pollerTimeout), WriterTimeout: config.Duration(30 * time.Second)},
+		Jobs: []*config.Job{{
+			ID:    "bench",
+			Feed:  config.Feed{Limit: s.limit, Timeout: config.Duration(s.feedTimeout), Fetch: config.FetchIncludeDocs},
+			Lease: config.Lease{TTL: config.Duration(10 * time.Second)},
+			Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, Ordering: config.OrderingNone,
+				Postgres: &config.PostgresOutput{CreateTables: s.createTables}}},
+		}},
 	}
-	return os.LookupEnv(k)
+	return stack.New(ctx, stack.Options{Name: "bench-" + kind, Config: cfg, LogLevel: s.logLevel})
 }
 
-// coreName returns "bench-<kind>-<8 hex digits>": lowercase letters, digits
-// and '-', short enough for a stack prefix, a database or a job id.
-func coreName(kind string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return "bench-" + kind + "-" + hex.EncodeToString(b)
-}
-
-// coreTableName turns a unique name into a PostgreSQL identifier.
-func coreTableName(name string) string { return strings.ReplaceAll(name, "-", "_") }
-
-var coreDiscardLog = slog.New(slog.DiscardHandler)
-
-// coreSourceDB is a fresh database on the source, deleted by drop.
-type coreSourceDB struct {
-	url string
-	hc  *http.Client
-}
-
-// newCoreSourceDB creates the database name on the source.
-func newCoreSourceDB(ctx context.Context, name string) (*coreSourceDB, error) {
-	s := &coreSourceDB{url: coreCouchURL() + "/" + name, hc: &http.Client{Timeout: 5 * time.Minute}}
-	if err := sample.CreateDB(ctx, s.hc, s.url); err != nil {
-		return nil, fmt.Errorf("create source db %s (start the local services with `make up`): %w", name, err)
+// coreClose closes a stack, printing what it could not remove.
+func coreClose(ctx context.Context, st interface{ Close(context.Context) error }) {
+	if err := st.Close(ctx); err != nil {
+		fmt.Printf("  cleanup: %v\n", err)
 	}
-	return s, nil
 }
 
-// load writes n sample orders with bodies padded to about padding bytes.
-func (s *coreSourceDB) load(ctx context.Context, n, padding int) error {
-	if _, err := sample.Load(ctx, s.hc, s.url, sample.Options{Docs: n, BodyBytes: padding, Seed: 2}); err != nil {
+// coreSourceClient writes to the source; loads of tens of thousands of
+// documents take minutes.
+var coreSourceClient = &http.Client{Timeout: 5 * time.Minute}
+
+// coreLoad writes n sample orders with bodies padded to about padding bytes
+// into the source database db.
+func coreLoad(ctx context.Context, db string, n, padding int) error {
+	if _, err := sample.Load(ctx, coreSourceClient, db, sample.Options{Docs: n, BodyBytes: padding, Seed: 2}); err != nil {
 		return fmt.Errorf("load source db: %w", err)
 	}
 	return nil
 }
 
-func (s *coreSourceDB) drop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = sample.DeleteDB(ctx, s.hc, s.url)
-}
-
-// coreStack is one isolated pipeline configuration, provisioned on the AWS
-// emulator: its own table, queues and bucket, all named after its prefix.
-type coreStack struct {
-	name string
-	cfg  *config.File
-	deps *pipeline.Deps
-	raw  string // the configuration document
-}
-
-// coreStackSettings shape the one job of a stack.
-type coreStackSettings struct {
-	source        string // database URL
-	limit         int
-	feedTimeout   string
-	pollerTimeout string
-	table         string // PostgreSQL table of the output
-	createTables  bool
-}
-
-// newCoreStack provisions a stack whose job "bench" reads s.source and has one
-// PostgreSQL output "pg" (document mode, standard queue).
-func newCoreStack(ctx context.Context, name string, s coreStackSettings) (*coreStack, error) {
-	testenv.SetAWSEnv()
-	if s.feedTimeout == "" {
-		s.feedTimeout = "10s"
-	}
-	if s.pollerTimeout == "" {
-		s.pollerTimeout = "60s"
-	}
-	if s.table == "" {
-		s.table = coreTableName(name)
-	}
-	doc := fmt.Sprintf(`{
-  "stack": {"prefix": %q, "bucket": %q, "poller_timeout": %q, "writer_timeout": "30s"},
-  "jobs": [{
-    "id": "bench",
-    "source": {"type": "couchdb", "url": %q},
-    "feed": {"limit": %d, "timeout": %q, "fetch": "include_docs"},
-    "lease": {"ttl": "10s"},
-    "outputs": [{"id": "pg", "type": "postgres", "ordering": "none",
-      "postgres": {"dsn": {"env": %q}, "table": %q, "create_tables": %t}}]
-  }]
-}`, name, name+"-data", s.pollerTimeout, s.source, s.limit, s.feedTimeout, coreDSNEnv, s.table, s.createTables)
-	cfg, err := config.Parse([]byte(doc))
-	if err != nil {
-		return nil, fmt.Errorf("bench config: %w", err)
-	}
-	awsCfg, err := awsconf.Load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	deps := pipeline.New(cfg, awsCfg, coreLookup, coreDiscardLog, io.Discard)
-	st := &coreStack{name: name, cfg: cfg, deps: deps, raw: doc}
-	pctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if _, err := provision.Apply(pctx, provision.Clients{DynamoDB: deps.DynamoDB, SQS: deps.SQS, S3: deps.S3}, cfg); err != nil {
-		st.close()
-		return nil, fmt.Errorf("provision %s (is the AWS emulator running? `make up`): %w", name, err)
-	}
-	return st, nil
-}
-
-// queueURL is the work queue of the stack's one output.
-func (s *coreStack) queueURL(ctx context.Context) (string, error) {
-	j := s.cfg.Jobs[0]
-	name := s.cfg.QueueName(j, j.Outputs[0])
-	out, err := s.deps.SQS.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name})
-	if err != nil {
-		return "", fmt.Errorf("get queue url %s: %w", name, err)
-	}
-	return aws.ToString(out.QueueUrl), nil
-}
-
-// close deletes the stack's queues, table and bucket (best effort) and
-// closes its pools.
-func (s *coreStack) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s.deps.Close()
-	for _, j := range s.cfg.Jobs {
-		for _, o := range j.Outputs {
-			for _, name := range []string{s.cfg.QueueName(j, o), s.cfg.DLQName(j, o)} {
-				if out, err := s.deps.SQS.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name}); err == nil {
-					_, _ = s.deps.SQS.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: out.QueueUrl})
-				}
-			}
-		}
-	}
-	_, _ = s.deps.DynamoDB.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(s.cfg.TableName())})
-	_, _ = s.deps.S3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String(s.cfg.Stack.Bucket)})
-}
-
 // coreOpenPool connects to PostgreSQL with at most maxConns connections.
 func coreOpenPool(ctx context.Context, maxConns int) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(pgDSN())
+	cfg, err := pgxpool.ParseConfig(testenv.DSN())
 	if err != nil {
 		return nil, errors.New("parse postgres dsn: malformed connection string")
 	}
@@ -231,11 +107,11 @@ func coreOpenPool(ctx context.Context, maxConns int) (*pgxpool.Pool, error) {
 }
 
 // coreDropTables drops tables (best effort), with a context of its own.
-func coreDropTables(pool *pgxpool.Pool, tables ...string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+func coreDropTables(ctx context.Context, pool *pgxpool.Pool, tables ...pgx.Identifier) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	for _, t := range tables {
-		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{t}.Sanitize())
+		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+t.Sanitize())
 	}
 }
 

@@ -14,12 +14,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
+	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
 const (
@@ -33,37 +34,23 @@ func init() {
 }
 
 func pollerLargeDocs(ctx context.Context, r *results) error {
-	dir, err := os.MkdirTemp("", "bench-poller-large-")
+	bin, remove, err := faults.Build(ctx)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := coreBuildChangesctl(ctx, dir)
+	defer remove()
+	st, err := newCoreStack(ctx, "pl", coreStackSettings{limit: 500, pollerTimeout: 5 * time.Minute})
 	if err != nil {
 		return err
 	}
-	name := coreName("pl")
-	src, err := newCoreSourceDB(ctx, name)
-	if err != nil {
-		return err
-	}
-	defer src.drop()
+	defer coreClose(ctx, st)
 	t0 := time.Now()
-	if err := loadLargeDocs(ctx, src, memoryLargeDocs, memoryLargeBytes); err != nil {
+	if err := loadLargeDocs(ctx, st.SourceURL, memoryLargeDocs, memoryLargeBytes); err != nil {
 		return err
 	}
 	loaded := time.Since(t0)
-	st, err := newCoreStack(ctx, name, coreStackSettings{source: src.url, limit: 500, pollerTimeout: "5m"})
-	if err != nil {
-		return err
-	}
-	defer st.close()
-	cfgPath := filepath.Join(dir, "jobs.json")
-	if err := os.WriteFile(cfgPath, []byte(st.raw), 0o644); err != nil {
-		return err
-	}
 	t1 := time.Now()
-	m, err := coreMeasureProcess(ctx, bin, "run", "--config", cfgPath, "--no-writer", "--until-idle", "--timeout", "4m")
+	m, err := coreMeasureProcess(ctx, bin, "run", "--config", st.ConfigPath, "--no-writer", "--until-idle", "--timeout", "4m")
 	if err != nil {
 		return err
 	}
@@ -87,8 +74,9 @@ func pollerLargeDocs(ctx context.Context, r *results) error {
 	return nil
 }
 
-// loadLargeDocs writes n documents of about size bytes, 20 per _bulk_docs.
-func loadLargeDocs(ctx context.Context, src *coreSourceDB, n, size int) error {
+// loadLargeDocs writes n documents of about size bytes into the source
+// database db, 20 per _bulk_docs.
+func loadLargeDocs(ctx context.Context, db string, n, size int) error {
 	pad := strings.Repeat("0123456789abcdef", size/16)
 	for start := 0; start < n; start += 20 {
 		var docs []map[string]any
@@ -99,12 +87,12 @@ func loadLargeDocs(ctx context.Context, src *coreSourceDB, n, size int) error {
 		if err != nil {
 			return err
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, src.url+"/_bulk_docs", bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, db+"/_bulk_docs", bytes.NewReader(body))
 		if err != nil {
 			return err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := src.hc.Do(req)
+		resp, err := coreSourceClient.Do(req)
 		if err != nil {
 			return fmt.Errorf("load large documents: %w", err)
 		}
@@ -118,15 +106,16 @@ func loadLargeDocs(ctx context.Context, src *coreSourceDB, n, size int) error {
 
 // queuedDocs receives every message of the stack's queue (leaving them
 // invisible) and returns the distinct document ids and the claim checks.
-func queuedDocs(ctx context.Context, st *coreStack) (map[string]bool, int, error) {
-	url, err := st.queueURL(ctx)
+func queuedDocs(ctx context.Context, st *stack.Stack) (map[string]bool, int, error) {
+	q, err := st.Queues(ctx, "bench", "pg")
 	if err != nil {
 		return nil, 0, err
 	}
+	url := q.WorkURL
 	ids := map[string]bool{}
 	claims, empty := 0, 0
 	for empty < 3 {
-		out, err := st.deps.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10, VisibilityTimeout: 600, WaitTimeSeconds: 1})
+		out, err := st.Deps.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10, VisibilityTimeout: 600, WaitTimeSeconds: 1})
 		if err != nil {
 			return nil, 0, fmt.Errorf("receive: %w", err)
 		}

@@ -53,52 +53,45 @@ const (
 func e2eLatency(ctx context.Context, r *results) error {
 	// The default: invocations overlap, the next one stands by before the
 	// current one releases the lease.
-	if err := latencyRun(ctx, r, "", "90s"); err != nil {
+	if err := latencyRun(ctx, r, "", 90*time.Second); err != nil {
 		return err
 	}
 	// No overlap: each invocation ends its budget 5 s before its deadline
 	// and the next one starts only at the next tick.
-	return latencyRun(ctx, r, " (poller_timeout 60s, no overlap)", "60s")
+	return latencyRun(ctx, r, " (poller_timeout 60s, no overlap)", time.Minute)
 }
 
 // latencyRun measures one configuration and records its figures with suffix.
-func latencyRun(ctx context.Context, r *results, suffix, pollerTimeout string) error {
-	name := coreName("el")
-	src, err := newCoreSourceDB(ctx, name)
+func latencyRun(ctx context.Context, r *results, suffix string, pollerTimeout time.Duration) error {
+	// Keep the pipeline's debug log and its metrics, to explain slow documents.
+	st, err := newCoreStack(ctx, "el", coreStackSettings{limit: 500, pollerTimeout: pollerTimeout, createTables: true, logLevel: slog.LevelDebug})
 	if err != nil {
 		return err
 	}
-	defer src.drop()
-	table := coreTableName(name)
-	st, err := newCoreStack(ctx, name, coreStackSettings{source: src.url, limit: 500, pollerTimeout: pollerTimeout, table: table, createTables: true})
+	defer coreClose(ctx, st)
+	table, _, err := st.PostgresTables("bench", "pg")
 	if err != nil {
 		return err
 	}
-	defer st.close()
 	pool, err := coreOpenPool(ctx, 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	defer coreDropTables(pool, table, table+"_versions")
 
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
-	// Keep the pipeline's log and metrics, to explain slow documents.
-	logs, emf := &coreLogBuffer{}, &coreLogBuffer{}
-	st.deps.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	st.deps.Metrics = emf
-	rt := &localrun.Runtime{Deps: st.deps, Log: st.deps.Log}
+	rt := &localrun.Runtime{Deps: st.Deps, Log: st.Deps.Log}
 	run := &coreRunState{done: make(chan struct{})}
 	started := time.Now()
 	go func() { run.err = rt.Run(rctx); close(run.done) }()
 	defer func() { stop(); <-run.done }()
 
-	w := &coreRowWatcher{pool: pool, table: table, sent: map[string]time.Time{}, seen: map[string]time.Time{}}
+	w := &coreRowWatcher{pool: pool, table: table, source: st.SourceURL, sent: map[string]time.Time{}, seen: map[string]time.Time{}}
 	go w.run(rctx)
 
 	// Warm up: the writer creates the table with its first message.
-	if err := w.write(ctx, src, "warmup", 0); err != nil {
+	if err := w.write(ctx, "warmup", 0); err != nil {
 		return err
 	}
 	if err := w.wait(ctx, run, 90*time.Second); err != nil {
@@ -117,7 +110,7 @@ func latencyRun(ctx context.Context, r *results, suffix, pollerTimeout string) e
 	tick := time.NewTicker(latencyInterval)
 	defer tick.Stop()
 	for i := range latencyDocs {
-		if err := w.write(ctx, src, fmt.Sprintf("lat-%04d", i), i+1); err != nil {
+		if err := w.write(ctx, fmt.Sprintf("lat-%04d", i), i+1); err != nil {
 			return err
 		}
 		select {
@@ -149,13 +142,13 @@ func latencyRun(ctx context.Context, r *results, suffix, pollerTimeout string) e
 	r.add("over 1s"+suffix, len(late), note)
 	// The writer's EndToEndLatency metric runs from the poller's enqueue to
 	// the delivery: what SQS and the writer add.
-	queued := emfValues(emf.String(), "EndToEndLatency")
+	queued := emfValues(st.Metrics().String(), "EndToEndLatency")
 	r.add("enqueue to delivery p99 ms"+suffix, percentile(queued, 99), fmt.Sprintf("the writer's EndToEndLatency metric; p50 %.0f ms, max %.0f ms", percentile(queued, 50), percentile(queued, 100)))
 	from, to := time.Duration(0), time.Duration(0)
 	if len(late) > 0 {
 		from, to = late[0]-500*time.Millisecond, late[len(late)-1]+4*time.Second
 	}
-	if lines := logs.lines(started, from, to); len(lines) > 0 {
+	if lines := logLines(st.Logs().String(), started, from, to); len(lines) > 0 {
 		fmt.Printf("  pipeline log%s: warnings, errors, and lines around the slow documents (seconds after the runtime started):\n", suffix)
 		for _, l := range lines {
 			fmt.Printf("    %s\n", l)
@@ -184,30 +177,12 @@ func emfValues(records, metric string) []float64 {
 	return out
 }
 
-// coreLogBuffer collects lines (log records, EMF records) written concurrently.
-type coreLogBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *coreLogBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *coreLogBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// lines returns the text-handler lines at level warning or above, and those
-// written between from and to after started (when to > 0), at most 40, with
-// their time made relative to started.
-func (l *coreLogBuffer) lines(started time.Time, from, to time.Duration) []string {
+// logLines returns the text-handler lines of log at level warning or above,
+// and those written between from and to after started (when to > 0), at
+// most 40, with their time made relative to started.
+func logLines(log string, started time.Time, from, to time.Duration) []string {
 	var out []string
-	for _, line := range strings.Split(l.String(), "\n") {
+	for _, line := range strings.Split(log, "\n") {
 		rest, ok := strings.CutPrefix(line, "time=")
 		if !ok {
 			continue
@@ -249,8 +224,9 @@ func (r *coreRunState) stopped() error {
 // coreRowWatcher records when each written document first appears in the
 // table.
 type coreRowWatcher struct {
-	pool  *pgxpool.Pool
-	table string
+	pool   *pgxpool.Pool
+	table  pgx.Identifier
+	source string // the source database
 
 	mu   sync.Mutex
 	sent map[string]time.Time // doc id -> just before its PUT
@@ -258,9 +234,9 @@ type coreRowWatcher struct {
 }
 
 // write PUTs one document, recording the time first.
-func (w *coreRowWatcher) write(ctx context.Context, src *coreSourceDB, id string, n int) error {
+func (w *coreRowWatcher) write(ctx context.Context, id string, n int) error {
 	body, _ := json.Marshal(map[string]any{"type": "latency", "n": n, "written_at": time.Now().UTC()})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, src.url+"/"+url.PathEscape(id), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, w.source+"/"+url.PathEscape(id), bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -268,7 +244,7 @@ func (w *coreRowWatcher) write(ctx context.Context, src *coreSourceDB, id string
 	w.mu.Lock()
 	w.sent[id] = time.Now()
 	w.mu.Unlock()
-	resp, err := src.hc.Do(req)
+	resp, err := coreSourceClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", id, err)
 	}
@@ -283,7 +259,7 @@ func (w *coreRowWatcher) write(ctx context.Context, src *coreSourceDB, id string
 // run queries the table for the documents not yet seen, every latencyPoll.
 // Errors (the table does not exist before the first delivery) are retried.
 func (w *coreRowWatcher) run(ctx context.Context) {
-	q := "SELECT doc_id FROM " + pgx.Identifier{w.table}.Sanitize() + " WHERE doc_id = ANY($1)"
+	q := "SELECT doc_id FROM " + w.table.Sanitize() + " WHERE doc_id = ANY($1)"
 	t := time.NewTicker(latencyPoll)
 	defer t.Stop()
 	for {

@@ -18,7 +18,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -26,6 +25,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
 const (
@@ -35,38 +37,24 @@ const (
 )
 
 func pollerMemory(ctx context.Context, r *results) error {
-	dir, err := os.MkdirTemp("", "bench-poller-memory-")
+	bin, remove, err := faults.Build(ctx)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := coreBuildChangesctl(ctx, dir)
-	if err != nil {
-		return err
-	}
+	defer remove()
 
-	name := coreName("pm")
-	src, err := newCoreSourceDB(ctx, name)
+	st, err := newCoreStack(ctx, "pm", coreStackSettings{limit: memoryLimit, pollerTimeout: 5 * time.Minute})
 	if err != nil {
 		return err
 	}
-	defer src.drop()
+	defer coreClose(ctx, st)
 	t0 := time.Now()
-	if err := src.load(ctx, memoryDocs, memoryPadding); err != nil {
+	if err := coreLoad(ctx, st.SourceURL, memoryDocs, memoryPadding); err != nil {
 		return err
 	}
 	loaded := time.Since(t0)
-	st, err := newCoreStack(ctx, name, coreStackSettings{source: src.url, limit: memoryLimit, pollerTimeout: "5m"})
-	if err != nil {
-		return err
-	}
-	defer st.close()
-	cfgPath := filepath.Join(dir, "jobs.json")
-	if err := os.WriteFile(cfgPath, []byte(st.raw), 0o644); err != nil {
-		return err
-	}
 
-	m, err := coreMeasureProcess(ctx, bin, "run", "--config", cfgPath, "--no-writer", "--until-idle", "--timeout", "4m")
+	m, err := coreMeasureProcess(ctx, bin, "run", "--config", st.ConfigPath, "--no-writer", "--until-idle", "--timeout", "4m")
 	if err != nil {
 		return err
 	}
@@ -77,22 +65,6 @@ func pollerMemory(ctx context.Context, r *results) error {
 	r.add("Go live heap max MiB", m.liveMax, "largest live heap a GC left")
 	r.add("Go heap goal max MiB", m.goalMax, "")
 	return nil
-}
-
-// coreBuildChangesctl builds the CLI into dir.
-func coreBuildChangesctl(ctx context.Context, dir string) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(out)))
-	bin := filepath.Join(dir, "changesctl")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/changesctl")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build changesctl: %w: %s", err, b)
-	}
-	return bin, nil
 }
 
 // coreProcessMemory is what one process used.
@@ -114,7 +86,7 @@ var coreGCLine = regexp.MustCompile(`^gc \d+ .* (\d+)->(\d+)->(\d+) MB, (\d+) MB
 func coreMeasureProcess(ctx context.Context, bin string, args ...string) (coreProcessMemory, error) {
 	var m coreProcessMemory
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
+	cmd.Env = append(testenv.Environ(), "GODEBUG=gctrace=1")
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	stderr, err := cmd.StderrPipe()

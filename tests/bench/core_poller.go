@@ -57,28 +57,22 @@ const (
 )
 
 func pollerThroughput(ctx context.Context, r *results) error {
-	name := coreName("pt")
-	src, err := newCoreSourceDB(ctx, name)
+	st, err := newCoreStack(ctx, "pt", coreStackSettings{limit: throughputLimit})
 	if err != nil {
 		return err
 	}
-	defer src.drop()
+	defer coreClose(ctx, st)
 	t0 := time.Now()
-	if err := src.load(ctx, throughputDocs, 0); err != nil {
+	if err := coreLoad(ctx, st.SourceURL, throughputDocs, 0); err != nil {
 		return err
 	}
 	r.add("docs", throughputDocs, fmt.Sprintf("small orders (~250 B), limit %d, loaded in %s", throughputLimit, time.Since(t0).Round(time.Millisecond)))
 
-	st, err := newCoreStack(ctx, name, coreStackSettings{source: src.url, limit: throughputLimit})
+	base, err := st.Deps.Poller(ctx, "bench")
 	if err != nil {
 		return err
 	}
-	defer st.close()
-	base, err := st.deps.Poller(ctx, "bench")
-	if err != nil {
-		return err
-	}
-	qURL, err := st.queueURL(ctx)
+	q, err := st.Queues(ctx, "bench", "pg")
 	if err != nil {
 		return err
 	}
@@ -101,14 +95,14 @@ func pollerThroughput(ctx context.Context, r *results) error {
 		run  func(ctx context.Context, round int) (time.Duration, error)
 	}{
 		{"raw", throughputDocs, func(ctx context.Context, _ int) (time.Duration, error) {
-			return coreRawChanges(ctx, rawClient, src.url, throughputLimit, throughputDocs)
+			return coreRawChanges(ctx, rawClient, st.SourceURL, throughputLimit, throughputDocs)
 		}},
 		{"poller", throughputDocs, poller("discard", coreDiscardSender{}, throughputDocs)},
-		{"poller+encode", throughputDocs, poller("encode", &fanout.Sender{SQS: coreDiscardSQS{}, MaxBytes: st.cfg.Stack.MaxMessageBytes}, throughputDocs)},
+		{"poller+encode", throughputDocs, poller("encode", &fanout.Sender{SQS: coreDiscardSQS{}, MaxBytes: st.Config.Stack.MaxMessageBytes}, throughputDocs)},
 		{"poller+sqs", throughputSQS, func(ctx context.Context, round int) (time.Duration, error) {
 			d, err := poller("sqs", base.Sender, throughputSQS)(ctx, round)
 			// Empty the queue for the next round (the emulator keeps it in memory).
-			_, _ = st.deps.SQS.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: &qURL})
+			_, _ = st.Deps.SQS.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: &q.WorkURL})
 			return d, err
 		}},
 	}
@@ -239,7 +233,11 @@ func coreRunPoller(ctx context.Context, base *poll.Poller, job string, sender po
 	defer cancel()
 	var sp corePollerSpans
 	var done atomic.Bool // set once the end is recorded: later calls are not counted
-	p := *base
+	// A new Poller with base's settings (a Poller holds state of its own).
+	p := poll.Poller{
+		Job: base.Job, Feed: base.Feed, Leases: base.Leases, Sender: base.Sender, Targets: base.Targets,
+		Log: base.Log, Metrics: base.Metrics, Clock: base.Clock, StandbyInterval: base.StandbyInterval, OnBatch: base.OnBatch,
+	}
 	j := *base.Job
 	j.ID = job
 	p.Job = &j

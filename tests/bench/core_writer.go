@@ -23,9 +23,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/pgsink"
 	"github.com/changes-worker/changes-worker/shared/sample"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 	"github.com/changes-worker/changes-worker/shared/writer"
 )
 
@@ -56,12 +59,25 @@ func writerPostgres(ctx context.Context, r *results) error {
 		return err
 	}
 	defer pool.Close()
-	name := coreName("wp")
-	base := coreTableName(name)
-	rawTable, sinkTable, handlerTable := base+"_raw", base+"_sink", base+"_handler"
-	defer coreDropTables(pool, rawTable, sinkTable, sinkTable+"_versions", handlerTable, handlerTable+"_versions")
+	name := testenv.UniqueName("bench-wp")
+	base := strings.ReplaceAll(name, "-", "_")
+	raw := pgx.Identifier{"public", base + "_raw"}
+	outs := map[string]config.PostgresOutput{"sink": {Table: base + "_sink"}, "handler": {Table: base + "_handler"}}
+	tables := map[string][]pgx.Identifier{"raw": {raw}} // by variant, the data table first
+	sinks := map[string]*pgsink.Sink{}
+	for variant, out := range outs {
+		data, versions, err := pgsink.Tables(out, "pg")
+		if err != nil {
+			return err
+		}
+		tables[variant] = []pgx.Identifier{data, versions}
+		if sinks[variant], err = pgsink.New(pool, out, "pg"); err != nil {
+			return err
+		}
+	}
+	defer coreDropTables(ctx, pool, slices.Concat(tables["raw"], tables["sink"], tables["handler"])...)
 
-	if _, err := pool.Exec(ctx, `CREATE TABLE `+pgx.Identifier{rawTable}.Sanitize()+` (
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+raw.Sanitize()+` (
     doc_id     text PRIMARY KEY,
     rev        text NOT NULL,
     seq        text NOT NULL,
@@ -70,51 +86,43 @@ func writerPostgres(ctx context.Context, r *results) error {
 )`); err != nil {
 		return fmt.Errorf("create raw table: %w", err)
 	}
-	sink, err := pgsink.New(pool, config.PostgresOutput{Table: sinkTable}, "pg")
-	if err != nil {
-		return err
-	}
-	hsink, err := pgsink.New(pool, config.PostgresOutput{Table: handlerTable}, "pg")
-	if err != nil {
-		return err
-	}
-	for _, s := range []*pgsink.Sink{sink, hsink} {
+	for _, s := range sinks {
 		if err := s.CreateTables(ctx); err != nil {
 			return err
 		}
 	}
+	sink := sinks["sink"]
 
 	envs, err := writerEnvelopes(writerDocs)
 	if err != nil {
 		return err
 	}
-	handler, events, err := writerHandler(name, hsink, envs)
+	handler, events, err := writerHandler(name, sinks["handler"], envs)
 	if err != nil {
 		return err
 	}
 	batches := slices.Collect(slices.Chunk(envs, writerBatch))
 	r.add("docs", writerDocs, fmt.Sprintf("small orders, batches of %d, %d goroutines, pool of %d", writerBatch, writerWorkers, writerWorkers))
 
-	upsert := `INSERT INTO ` + pgx.Identifier{rawTable}.Sanitize() + ` AS d (doc_id, rev, seq, body, updated_at)
+	upsert := `INSERT INTO ` + raw.Sanitize() + ` AS d (doc_id, rev, seq, body, updated_at)
 VALUES ($1::text, $2::text, $3::text, $4::jsonb, now())
 ON CONFLICT (doc_id) DO UPDATE
 SET rev = EXCLUDED.rev, seq = EXCLUDED.seq, body = EXCLUDED.body, updated_at = EXCLUDED.updated_at`
 	variants := []struct {
-		name   string
-		tables []string
-		apply  func(ctx context.Context, i int) error
+		name  string
+		apply func(ctx context.Context, i int) error
 	}{
-		{"raw", []string{rawTable}, func(ctx context.Context, i int) error {
+		{"raw", func(ctx context.Context, i int) error {
 			b := &pgx.Batch{}
 			for _, e := range batches[i] {
 				b.Queue(upsert, e.DocID, e.Rev, string(e.Seq), []byte(e.Doc))
 			}
 			return pool.SendBatch(ctx, b).Close()
 		}},
-		{"sink", []string{sinkTable, sinkTable + "_versions"}, func(ctx context.Context, i int) error {
+		{"sink", func(ctx context.Context, i int) error {
 			return errors.Join(sink.Apply(ctx, batches[i])...)
 		}},
-		{"handler", []string{handlerTable, handlerTable + "_versions"}, func(ctx context.Context, i int) error {
+		{"handler", func(ctx context.Context, i int) error {
 			resp, err := handler.Handle(ctx, events[i])
 			if err != nil {
 				return err
@@ -131,14 +139,14 @@ SET rev = EXCLUDED.rev, seq = EXCLUDED.seq, body = EXCLUDED.body, updated_at = E
 		got := map[string]float64{}
 		for k := range variants {
 			v := variants[(k+round)%len(variants)]
-			if err := coreTruncate(ctx, pool, v.tables...); err != nil {
+			if err := coreTruncate(ctx, pool, tables[v.name]...); err != nil {
 				return err
 			}
 			d, err := coreParallel(ctx, len(batches), writerWorkers, v.apply)
 			if err != nil {
 				return fmt.Errorf("round %d %s: %w", round+1, v.name, err)
 			}
-			if err := coreCountRows(ctx, pool, v.tables[0], writerDocs); err != nil {
+			if err := coreCountRows(ctx, pool, tables[v.name][0], writerDocs); err != nil {
 				return fmt.Errorf("round %d %s: %w", round+1, v.name, err)
 			}
 			got[v.name] = coreRate(writerDocs, d)
@@ -183,7 +191,7 @@ func writerEnvelopes(n int) ([]*change.Envelope, error) {
 func writerHandler(prefix string, sink deliver.Sink, envs []*change.Envelope) (*writer.Handler, []events.SQSEvent, error) {
 	cfg, err := config.Parse(fmt.Appendf(nil, `{"stack": {"prefix": %q}, "jobs": [{"id": "bench",
   "source": {"type": "couchdb", "url": "http://127.0.0.1:5984/unused"},
-  "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {"env": %q}}}]}]}`, prefix, coreDSNEnv))
+  "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {"env": %q}}}]}]}`, prefix, testenv.DSNEnv))
 	if err != nil {
 		return nil, nil, fmt.Errorf("handler config: %w", err)
 	}
@@ -193,7 +201,7 @@ func writerHandler(prefix string, sink deliver.Sink, envs []*change.Envelope) (*
 		Config:  cfg,
 		Sinks:   func(context.Context, config.Route) (deliver.Sink, error) { return sink, nil },
 		SQS:     coreNoSQS{},
-		Log:     coreDiscardLog,
+		Log:     slog.New(slog.DiscardHandler),
 		Metrics: io.Discard,
 	}
 	var evs []events.SQSEvent
@@ -265,23 +273,23 @@ func coreParallel(ctx context.Context, n, workers int, apply func(ctx context.Co
 	return time.Since(start), first
 }
 
-func coreTruncate(ctx context.Context, pool *pgxpool.Pool, tables ...string) error {
+func coreTruncate(ctx context.Context, pool *pgxpool.Pool, tables ...pgx.Identifier) error {
 	for _, t := range tables {
-		if _, err := pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{t}.Sanitize()); err != nil {
-			return fmt.Errorf("truncate %s: %w", t, err)
+		if _, err := pool.Exec(ctx, "TRUNCATE "+t.Sanitize()); err != nil {
+			return fmt.Errorf("truncate %s: %w", t.Sanitize(), err)
 		}
 	}
 	return nil
 }
 
 // coreCountRows checks that table holds want rows.
-func coreCountRows(ctx context.Context, pool *pgxpool.Pool, table string, want int) error {
+func coreCountRows(ctx context.Context, pool *pgxpool.Pool, table pgx.Identifier, want int) error {
 	var n int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&n); err != nil {
-		return fmt.Errorf("count rows of %s: %w", table, err)
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table.Sanitize()).Scan(&n); err != nil {
+		return fmt.Errorf("count rows of %s: %w", table.Sanitize(), err)
 	}
 	if n != want {
-		return fmt.Errorf("%s holds %d rows, want %d", table, n, want)
+		return fmt.Errorf("%s holds %d rows, want %d", table.Sanitize(), n, want)
 	}
 	return nil
 }

@@ -25,12 +25,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"time"
 
-	"github.com/changes-worker/changes-worker/shared/clock"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
@@ -53,19 +53,19 @@ type failoverStack struct {
 	proxies []*faults.Proxy
 }
 
-func newFailoverStack(ctx context.Context, bin, dir, name string, backlog int, procs ...faults.ProcOptions) (*failoverStack, error) {
-	s, err := faults.NewStack(ctx, faults.StackOptions{Name: name, Dir: dir, Limit: 200})
+func newFailoverStack(ctx context.Context, bin, name string, backlog int, procs ...faults.ProcOptions) (*failoverStack, error) {
+	s, err := faults.NewStack(ctx, faults.StackOptions{Name: name, Limit: 200})
 	if err != nil {
 		return nil, err
 	}
 	fs := &failoverStack{s: s}
 	if err := s.LoadSample(ctx, backlog); err != nil {
-		fs.close()
+		fs.close(ctx)
 		return nil, err
 	}
 	target, err := faults.AWSEndpoint("SQS")
 	if err != nil {
-		fs.close()
+		fs.close(ctx)
 		return nil, err
 	}
 	fs.col = s.StartCollector(ctx, 4)
@@ -74,14 +74,14 @@ func newFailoverStack(ctx context.Context, bin, dir, name string, backlog int, p
 	for _, o := range procs {
 		px, err := faults.NewProxy(target)
 		if err != nil {
-			fs.close()
+			fs.close(ctx)
 			return nil, err
 		}
 		px.SetLatency(failoverSQSLatency)
 		fs.proxies = append(fs.proxies, px)
 		o.SQS = px.URL()
 		if _, err := fs.cl.Add(o); err != nil {
-			fs.close()
+			fs.close(ctx)
 			return nil, err
 		}
 	}
@@ -98,7 +98,7 @@ func (fs *failoverStack) finish(ctx context.Context) (faults.Final, error) {
 	return faults.Finish(ctx, fs.s, fs.cl, fs.col, fs.w, 3*time.Minute)
 }
 
-func (fs *failoverStack) close() {
+func (fs *failoverStack) close(ctx context.Context) {
 	if fs.load != nil {
 		fs.load.Stop()
 	}
@@ -114,27 +114,23 @@ func (fs *failoverStack) close() {
 	for _, px := range fs.proxies {
 		px.Close()
 	}
-	fs.s.Close()
+	coreClose(ctx, fs.s)
 }
 
 func failover(ctx context.Context, r *results) error {
-	dir, err := os.MkdirTemp("", "bench-failover-")
+	bin, remove, err := faults.Build(ctx)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := faults.Build(ctx, dir)
-	if err != nil {
-		return err
-	}
+	defer remove()
 	ttl := 10 * time.Second // the default
-	fs, err := newFailoverStack(ctx, bin, dir, "bench-failover", 8000,
+	fs, err := newFailoverStack(ctx, bin, "bench-failover", 8000,
 		faults.ProcOptions{Name: "a", Tick: 20 * time.Second, PollerTimeout: time.Minute},
 		faults.ProcOptions{Name: "b", Tick: 20 * time.Second, PollerTimeout: time.Minute})
 	if err != nil {
 		return err
 	}
-	defer fs.close()
+	defer fs.close(ctx)
 
 	var trials []faults.Failover
 	for attempt := 0; len(trials) < failoverTrials; attempt++ {
@@ -171,16 +167,15 @@ func failover(ctx context.Context, r *results) error {
 		}
 	}
 	handoffStart := time.Now()
-	for deadline := time.Now().Add(3 * time.Minute); ; {
-		if gaps, _ := handoffGaps(fs, faults.Final{}, handoffStart); len(gaps) >= failoverTrials {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("fewer than %d handoffs in 3 minutes", failoverTrials)
-		}
-		if err := clock.Sleep(ctx, time.Second); err != nil {
-			return err
-		}
+	err = testenv.Poll(ctx, 3*time.Minute, time.Second, func(context.Context) (bool, error) {
+		gaps, _ := handoffGaps(fs, faults.Final{}, handoffStart)
+		return len(gaps) >= failoverTrials, nil
+	})
+	if errors.Is(err, testenv.ErrTimeout) {
+		return fmt.Errorf("fewer than %d handoffs in 3 minutes", failoverTrials)
+	}
+	if err != nil {
+		return err
 	}
 	fin, err := fs.finish(ctx)
 	if err != nil {

@@ -12,13 +12,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +26,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/pgsink"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 func init() {
@@ -82,37 +81,33 @@ func pgMapping(ctx context.Context, r *results) error {
 	if err := dec.Decode(&m); err != nil {
 		return fmt.Errorf("decode mapping: %w", err)
 	}
-	cfg, err := pgxpool.ParseConfig(pgDSN())
+	pool, err := coreOpenPool(ctx, pgmWorkers)
 	if err != nil {
-		return errors.New("parse postgres dsn: malformed connection string")
-	}
-	cfg.MaxConns = pgmWorkers
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("open postgres pool: %w", err)
+		return err
 	}
 	defer pool.Close()
 
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	sinkSchema := "bench_pgmapping_" + hex.EncodeToString(suffix)
+	sinkSchema := strings.ReplaceAll(testenv.UniqueName("bench-pgmapping"), "-", "_")
 	rawSchema := sinkSchema + "_raw"
 	for _, s := range []string{sinkSchema, rawSchema} {
 		if _, err := pool.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{s}.Sanitize()); err != nil {
 			return fmt.Errorf("create schema (start the local services with `make up`): %w", err)
 		}
 		defer func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
 			_, _ = pool.Exec(dctx, `DROP SCHEMA `+pgx.Identifier{s}.Sanitize()+` CASCADE`)
 		}()
 	}
-	sink, err := pgsink.New(pool, config.PostgresOutput{Schema: sinkSchema, Table: "bench", Mapping: &m}, "pg-mapping")
+	out := config.PostgresOutput{Schema: sinkSchema, Table: "bench", Mapping: &m}
+	sink, err := pgsink.New(pool, out, "pg-mapping")
 	if err != nil {
 		return err
 	}
 	// The raw sides write to identical tables of their own.
-	rawTables, err := pgsink.New(pool, config.PostgresOutput{Schema: rawSchema, Table: "bench", Mapping: &m}, "pg-mapping")
+	rawOut := out
+	rawOut.Schema = rawSchema
+	rawTables, err := pgsink.New(pool, rawOut, "pg-mapping")
 	if err != nil {
 		return err
 	}
@@ -160,7 +155,7 @@ func pgMapping(ctx context.Context, r *results) error {
 	// whole as they grow, and every round is slower than the one before.
 	for round := range pgmRounds + 1 {
 		if round == 1 {
-			if err := pgmAnalyze(ctx, pool, &m, sinkSchema, rawSchema); err != nil {
+			if err := pgmAnalyze(ctx, pool, out, rawOut); err != nil {
 				return err
 			}
 		}
@@ -189,15 +184,19 @@ func pgMapping(ctx context.Context, r *results) error {
 	return nil
 }
 
-// pgmAnalyze updates the planner statistics of both sides' tables.
-func pgmAnalyze(ctx context.Context, pool *pgxpool.Pool, m *config.Mapping, schemas ...string) error {
-	for _, schema := range schemas {
-		names := []string{"bench_versions", "bench_data_quality"}
-		for _, t := range m.Tables {
-			names = append(names, t.Name)
+// pgmAnalyze updates the planner statistics of the outputs' tables.
+func pgmAnalyze(ctx context.Context, pool *pgxpool.Pool, outs ...config.PostgresOutput) error {
+	for _, out := range outs {
+		_, versions, err := pgsink.Tables(out, "pg-mapping")
+		if err != nil {
+			return err
 		}
-		for _, n := range names {
-			if _, err := pool.Exec(ctx, `ANALYZE `+pgx.Identifier{schema, n}.Sanitize()); err != nil {
+		tables := []pgx.Identifier{versions, {out.Schema, out.Table + "_data_quality"}}
+		for _, t := range out.Mapping.Tables {
+			tables = append(tables, pgx.Identifier{out.Schema, t.Name})
+		}
+		for _, t := range tables {
+			if _, err := pool.Exec(ctx, `ANALYZE `+t.Sanitize()); err != nil {
 				return fmt.Errorf("analyze: %w", err)
 			}
 		}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/changes-worker/changes-worker/shared/clock"
 )
 
 // Cluster is a set of poller processes of one stack, each in a slot that can
@@ -232,7 +234,7 @@ func (c *Cluster) KillActive(ctx context.Context, w *Watcher, o KillOptions) (Fa
 		return Failover{}, err
 	}
 	if o.Delay > 0 {
-		if err := sleep(ctx, o.Delay); err != nil {
+		if err := clock.Sleep(ctx, o.Delay); err != nil {
 			return Failover{}, err
 		}
 	}

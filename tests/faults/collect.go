@@ -13,6 +13,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/writer"
 )
@@ -74,7 +75,7 @@ func (c *Collector) loop(ctx context.Context) {
 		})
 		if err != nil {
 			c.fail("receive: %v", err)
-			_ = sleep(ctx, time.Second)
+			_ = clock.Sleep(ctx, time.Second)
 			continue
 		}
 		if len(out.Messages) > 0 {
@@ -138,7 +139,7 @@ func (c *Collector) Drain(ctx context.Context, timeout time.Duration) error {
 	defer cancel()
 	streak := 0
 	for streak < 3 {
-		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, 500*time.Millisecond); err != nil {
 			d, _ := dlq.QueueDepth(context.WithoutCancel(ctx), c.stack.Deps.SQS, c.stack.QueueURL)
 			return fmt.Errorf("work queue not drained within %s (%d messages left)", timeout, d.Total())
 		}

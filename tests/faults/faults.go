@@ -20,9 +20,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/changes-worker/changes-worker/shared/clock"
-	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 // Job is the id of the one job of every stack built here.
@@ -41,50 +38,25 @@ const ChunkRows = 100
 // fenced poller can have at most one such request in flight.
 const SendBatchLimit = 10
 
-// dsnEnv is the variable the stacks' configurations name for the PostgreSQL
-// DSN; it is set for the poller processes and answered in process.
-const dsnEnv = "CHANGES_FAULTS_PG_DSN"
-
 // packagePath is cmd/changesctl's import path, so Build works from any
 // directory of the module.
 const packagePath = "github.com/changes-worker/changes-worker/cmd/changesctl"
 
-// Build compiles cmd/changesctl into dir and returns the binary's path.
-func Build(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "changesctl")
+// Build compiles cmd/changesctl into a new temporary directory. It returns
+// the binary's path and a function that removes the directory.
+func Build(ctx context.Context) (bin string, remove func(), err error) {
+	dir, err := os.MkdirTemp("", "changesctl-")
+	if err != nil {
+		return "", nil, fmt.Errorf("build changesctl: %w", err)
+	}
+	remove = func() { _ = os.RemoveAll(dir) }
+	bin = filepath.Join(dir, "changesctl")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, packagePath)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build changesctl: %w: %s", err, out)
+		remove()
+		return "", nil, fmt.Errorf("build changesctl: %w: %s", err, out)
 	}
-	return bin, nil
-}
-
-// couchURL is the CouchDB-compatible source's base URL.
-func couchURL() string {
-	for _, k := range []string{"CHANGES_TEST_COUCH_URL", "COUCH_URL"} {
-		if v := os.Getenv(k); v != "" {
-			return strings.TrimRight(v, "/")
-		}
-	}
-	return testenv.DefaultCouchURL
-}
-
-// postgresDSN is the PostgreSQL connection string of the local services.
-func postgresDSN() string {
-	for _, k := range []string{"CHANGES_TEST_PG_DSN", "PG_DSN"} {
-		if v := os.Getenv(k); v != "" {
-			return v
-		}
-	}
-	return testenv.DefaultPostgresDSN
-}
-
-// lookup is the environment the in-process pipeline resolves secrets from.
-func lookup(k string) (string, bool) {
-	if k == dsnEnv {
-		return postgresDSN(), true
-	}
-	return os.LookupEnv(k)
+	return bin, remove, nil
 }
 
 // OwnerPID returns the process id in a local runtime's lease owner id
@@ -100,6 +72,3 @@ func OwnerPID(owner string) int {
 	}
 	return pid
 }
-
-// sleep waits d or until ctx ends (clock.Sleep).
-var sleep = clock.Sleep

@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/pgsink"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 func TestParseEvent(t *testing.T) {
@@ -113,11 +113,18 @@ func TestAnalyses(t *testing.T) {
 func TestAuditCountsStaleWrites(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := NewStack(ctx, StackOptions{Name: "audit", Dir: t.TempDir()})
+	testenv.AWS(t)
+	testenv.CouchURL(t)
+	testenv.PostgresDSN(t)
+	s, err := NewStack(ctx, StackOptions{Name: "audit"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() {
+		if err := s.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
 	out := s.Config.Jobs[0].Outputs[0]
 	sink, err := pgsink.New(s.pool, *out.Postgres, out.ID)
 	if err != nil {
@@ -140,8 +147,8 @@ func TestAuditCountsStaleWrites(t *testing.T) {
 		t.Errorf("after one change, an older one and a duplicate: applied %d, stale %d; want 1 and 0", applied, stale)
 	}
 	for _, q := range []string{
-		`UPDATE ` + pgx.Identifier{s.versionsTable()}.Sanitize() + ` SET rev = '1-a', counter = counter WHERE doc_id = 'x'`,
-		`UPDATE ` + pgx.Identifier{s.Table}.Sanitize() + ` SET rev = '1-a' WHERE doc_id = 'x'`,
+		`UPDATE ` + s.versions.Sanitize() + ` SET rev = '1-a', counter = counter WHERE doc_id = 'x'`,
+		`UPDATE ` + s.data.Sanitize() + ` SET rev = '1-a' WHERE doc_id = 'x'`,
 	} {
 		if _, err := s.pool.Exec(ctx, q); err != nil {
 			t.Fatal(err)

@@ -3,15 +3,19 @@ package faults
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 // ProcOptions shape one `changesctl run --no-writer` process.
@@ -67,7 +71,7 @@ func (s *Stack) Start(bin string, o ProcOptions) (*Proc, error) {
 		args = append(args, "--clock-skew", o.ClockSkew.String())
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), dsnEnv+"="+postgresDSN())
+	cmd.Env = testenv.Environ()
 	if o.DynamoDB != "" {
 		cmd.Env = append(cmd.Env, "AWS_ENDPOINT_URL_DYNAMODB="+o.DynamoDB)
 	}
@@ -207,20 +211,19 @@ func (p *Proc) Tail(n int) string {
 
 // WaitEvent waits until the process logged an event that match accepts.
 func (p *Proc) WaitEvent(ctx context.Context, timeout time.Duration, match func(Event) bool) (Event, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		for _, ev := range p.Events() {
-			if match(ev) {
-				return ev, nil
-			}
+	var found Event
+	err := testenv.Poll(ctx, timeout, 50*time.Millisecond, func(context.Context) (bool, error) {
+		evs := p.Events()
+		i := slices.IndexFunc(evs, match)
+		if i >= 0 {
+			found = evs[i]
 		}
-		if time.Now().After(deadline) {
-			return Event{}, fmt.Errorf("process %s (pid %d) logged no such event within %s", p.Name, p.PID(), timeout)
-		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
-			return Event{}, err
-		}
+		return i >= 0, nil
+	})
+	if errors.Is(err, testenv.ErrTimeout) {
+		err = fmt.Errorf("process %s (pid %d) logged no such event within %s", p.Name, p.PID(), timeout)
 	}
+	return found, err
 }
 
 // Exited reports whether the process has ended.

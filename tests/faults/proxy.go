@@ -2,10 +2,10 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,19 +33,14 @@ type Proxy struct {
 	wg    sync.WaitGroup
 }
 
-// AWSEndpoint is the host:port the stacks use for one AWS service, named as
-// in the SDK's per-service endpoint setting ("SQS", "DYNAMODB"):
-// AWS_ENDPOINT_URL_<SERVICE> when set, else AWS_ENDPOINT_URL.
+// AWSEndpoint is the host:port of the endpoint the stacks use for an AWS
+// service ("DynamoDB", "SQS"), as the SDK's settings name it
+// (testenv.Endpoint).
 func AWSEndpoint(service string) (string, error) {
-	testenv.SetAWSEnv()
-	name := "AWS_ENDPOINT_URL_" + service
-	raw := os.Getenv(name)
-	if raw == "" {
-		name, raw = "AWS_ENDPOINT_URL", os.Getenv("AWS_ENDPOINT_URL")
-	}
-	u, err := url.Parse(raw)
+	e := testenv.Endpoint(service)
+	u, err := url.Parse(e)
 	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("%s %q is not a URL with a host", name, raw)
+		return "", fmt.Errorf("the %s endpoint %q is not a URL with a host", service, e)
 	}
 	return u.Host, nil
 }
@@ -225,18 +220,16 @@ func (p *Proxy) pipe(dst, src net.Conn, request bool) {
 // through it (read, not yet forwarded), so the request is delivered only
 // after Release. It gives up after timeout.
 func (p *Proxy) HoldInFlight(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	err := testenv.Poll(ctx, timeout, time.Millisecond, func(context.Context) (bool, error) {
 		p.Hold()
 		if p.Waiting() > 0 {
-			return nil
+			return true, nil
 		}
 		p.Release()
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no request passed through the proxy within %s", timeout)
-		}
-		if err := sleep(ctx, time.Millisecond); err != nil {
-			return err
-		}
+		return false, nil
+	})
+	if errors.Is(err, testenv.ErrTimeout) {
+		err = fmt.Errorf("no request passed through the proxy within %s", timeout)
 	}
+	return err
 }

@@ -2,11 +2,13 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 // Sample is the job item as read at one moment.
@@ -59,7 +61,7 @@ func (s *Stack) Watch(ctx context.Context, every time.Duration) *Watcher {
 }
 
 func (w *Watcher) sample(ctx context.Context) {
-	st, err := w.stack.Store.Get(ctx, Job)
+	st, err := w.stack.Leases.Get(ctx, Job)
 	at := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -137,26 +139,24 @@ func (w *Watcher) ReadErrors() int {
 // WaitFor waits for a sample, taken at index from or later, that match
 // accepts, and returns it.
 func (w *Watcher) WaitFor(ctx context.Context, from int, timeout time.Duration, match func(Sample) bool) (Sample, error) {
-	deadline := time.Now().Add(timeout)
-	for {
+	var found Sample
+	err := testenv.Poll(ctx, timeout, 20*time.Millisecond, func(context.Context) (bool, error) {
 		w.mu.Lock()
+		defer w.mu.Unlock()
 		for ; from < len(w.samples); from++ {
 			if match(w.samples[from]) {
-				s := w.samples[from]
-				w.mu.Unlock()
-				return s, nil
+				found = w.samples[from]
+				return true, nil
 			}
 		}
-		w.mu.Unlock()
-		if time.Now().After(deadline) {
-			last, _ := w.Last()
-			return Sample{}, fmt.Errorf("job item never matched within %s (last: generation %d owner %s released %v checkpoint %s)",
-				timeout, last.State.Generation, last.State.Owner, last.State.Released, last.State.Checkpoint)
-		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
-			return Sample{}, err
-		}
+		return false, nil
+	})
+	if errors.Is(err, testenv.ErrTimeout) {
+		last, _ := w.Last()
+		err = fmt.Errorf("job item never matched within %s (last: generation %d owner %s released %v checkpoint %s)",
+			timeout, last.State.Generation, last.State.Owner, last.State.Released, last.State.Checkpoint)
 	}
+	return found, err
 }
 
 // FirstCheckpoint returns the first sample showing a checkpoint written by

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/changes-worker/changes-worker/shared/awsconf"
+	"github.com/changes-worker/changes-worker/shared/claimcheck"
+	"github.com/changes-worker/changes-worker/shared/testenv"
+)
+
+// TestBucketCheck: `changesctl bucket check` reads the lifecycle rules of an
+// existing stack bucket, fails while no rule expires the claim checks and
+// prints the rule to add, and passes once that very rule is in place.
+func TestBucketCheck(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	client := s3.NewFromConfig(testenv.AWS(t), awsconf.S3Options)
+	bucket := testenv.Name(t)
+	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "jobs.json")
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(`{"stack": {"prefix": "cwb", "bucket": %q},
+		"jobs": [{"id": "j", "source": {"type": "couchdb", "url": "http://127.0.0.1:5984/x"},
+		"outputs": [{"id": "files", "type": "s3", "s3": {"prefix": "docs/"}}]}]}`, bucket)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func() (string, error) {
+		var out, errb bytes.Buffer
+		err := realMain(ctx, &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, lookup: testenv.Lookup},
+			[]string{"bucket", "check", "--config", cfgPath})
+		return out.String(), err
+	}
+
+	out, err := run()
+	if err == nil || !strings.Contains(err.Error(), "never expire") {
+		t.Fatalf("bucket check without a rule: %v, want a failure saying claim checks never expire\n%s", err, out)
+	}
+	// The rule printed is the lifecycle configuration to merge, in the form
+	// `aws s3api put-bucket-lifecycle-configuration` takes.
+	start := strings.Index(out, "{")
+	if start < 0 {
+		t.Fatalf("no rule printed:\n%s", out)
+	}
+	var printed struct {
+		Rules []struct {
+			ID         string
+			Status     string
+			Filter     struct{ Prefix string }
+			Expiration struct{ Days int32 }
+		}
+	}
+	if err := json.NewDecoder(strings.NewReader(out[start:])).Decode(&printed); err != nil {
+		t.Fatalf("decode the printed rule: %v\n%s", err, out)
+	}
+	if len(printed.Rules) != 1 {
+		t.Fatalf("printed %d rules, want 1:\n%s", len(printed.Rules), out)
+	}
+	p := printed.Rules[0]
+	rule := s3types.LifecycleRule{ID: &p.ID, Status: s3types.ExpirationStatus(p.Status),
+		Filter: &s3types.LifecycleRuleFilter{Prefix: &p.Filter.Prefix}, Expiration: &s3types.LifecycleExpiration{Days: &p.Expiration.Days}}
+	other := claimcheck.Rule()
+	other.ID, other.Filter = strPtr("tmp"), &s3types.LifecycleRuleFilter{Prefix: strPtr("tmp/")}
+	if _, err := client.PutBucketLifecycleConfiguration(ctx, &s3.PutBucketLifecycleConfigurationInput{
+		Bucket: &bucket, LifecycleConfiguration: &s3types.BucketLifecycleConfiguration{Rules: []s3types.LifecycleRule{other, rule}},
+	}); err != nil {
+		t.Fatalf("put the printed rule: %v", err)
+	}
+	out, err = run()
+	if err != nil || !strings.Contains(out, claimcheck.RuleID) {
+		t.Errorf("bucket check with the printed rule: %v\n%s", err, out)
+	}
+}
+
+func strPtr(s string) *string { return &s }

@@ -1,0 +1,201 @@
+package claimcheck_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/changes-worker/changes-worker/shared/awsconf"
+	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/claimcheck"
+	"github.com/changes-worker/changes-worker/shared/fanout"
+	"github.com/changes-worker/changes-worker/shared/testenv"
+)
+
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	key := claimcheck.Key("orders", change.Version{Generation: 3, Counter: 41})
+	if key != "claim-check/orders/3/41.json" {
+		t.Fatalf("Key = %q", key)
+	}
+	tests := []struct {
+		name string
+		ref  change.ObjectRef
+		want error // nil, ErrRefused or ErrSize
+	}{
+		{"made by Key", change.ObjectRef{Bucket: "stack", Key: key, Size: 1}, nil},
+		{"largest size", change.ObjectRef{Bucket: "stack", Key: key, Size: claimcheck.MaxSize}, nil},
+		{"one byte too large", change.ObjectRef{Bucket: "stack", Key: key, Size: claimcheck.MaxSize + 1}, claimcheck.ErrSize},
+		{"negative size", change.ObjectRef{Bucket: "stack", Key: key, Size: -1}, claimcheck.ErrSize},
+		{"other bucket", change.ObjectRef{Bucket: "stack2", Key: key, Size: 1}, claimcheck.ErrRefused},
+		{"empty bucket", change.ObjectRef{Key: key, Size: 1}, claimcheck.ErrRefused},
+		{"job whose id extends ours", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders-eu/3/41.json", Size: 1}, claimcheck.ErrRefused},
+		{"job prefix without slash", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders", Size: 1}, claimcheck.ErrRefused},
+		{"another output's prefix", change.ObjectRef{Bucket: "stack", Key: "archive/orders/1.json", Size: 1}, claimcheck.ErrRefused},
+		{"double slash", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders//41.json", Size: 1}, claimcheck.ErrRefused},
+		{"dot segment", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/./41.json", Size: 1}, claimcheck.ErrRefused},
+		{"escape upwards", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/../../x", Size: 1}, claimcheck.ErrRefused},
+		{"control character", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/a\nb", Size: 1}, claimcheck.ErrRefused},
+		{"invalid UTF-8", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/\xff", Size: 1}, claimcheck.ErrRefused},
+		{"too long", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/" + strings.Repeat("x", 1010), Size: 1}, claimcheck.ErrRefused},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := claimcheck.Check(&tt.ref, "stack", "orders")
+			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
+				t.Errorf("Check = %v, want %v", err, tt.want)
+			}
+			if err != nil && len(err.Error()) > 600 {
+				t.Errorf("error of %d bytes: the key must be cut short", len(err.Error()))
+			}
+		})
+	}
+}
+
+// countingClient counts the body bytes read through it.
+type countingClient struct {
+	c    claimcheck.GetObjecter
+	read atomic.Int64
+}
+
+func (c *countingClient) GetObject(ctx context.Context, in *s3.GetObjectInput, opts ...func(*s3.Options)) (*s3.GetObjectOutput, error) {
+	out, err := c.c.GetObject(ctx, in, opts...)
+	if err == nil {
+		out.Body = readCloser{Reader: io.TeeReader(out.Body, countWriter{&c.read}), Closer: out.Body}
+	}
+	return out, err
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+type countWriter struct{ n *atomic.Int64 }
+
+func (w countWriter) Write(p []byte) (int, error) { w.n.Add(int64(len(p))); return len(p), nil }
+
+// An S3 peer that sends no Content-Length (chunked) or breaks off: the read
+// still stops one byte past the declared size, and a body cut short is not
+// mistaken for a wrong size (a retry may get it whole).
+func TestFetchWithoutLength(t *testing.T) {
+	t.Parallel()
+	const declared = 10
+	tests := []struct {
+		name    string
+		serve   func(w http.ResponseWriter)
+		want    error // sentinel, or nil for success
+		wantAny bool  // any error that is none of the sentinels
+	}{
+		{name: "chunked, larger", want: claimcheck.ErrSize, serve: func(w http.ResponseWriter) {
+			for i := 0; i < 1024; i++ {
+				w.Write([]byte(strings.Repeat("x", 1024)))
+				w.(http.Flusher).Flush()
+			}
+		}},
+		{name: "chunked, exact", serve: func(w http.ResponseWriter) {
+			w.Write([]byte(`{"a":1234}`))
+			w.(http.Flusher).Flush()
+		}},
+		{name: "chunked, shorter", want: claimcheck.ErrSize, serve: func(w http.ResponseWriter) {
+			w.Write([]byte(`{}`))
+			w.(http.Flusher).Flush()
+		}},
+		{name: "broken off", wantAny: true, serve: func(w http.ResponseWriter) {
+			w.Header().Set("Content-Length", fmt.Sprint(declared))
+			w.WriteHeader(http.StatusOK)
+			w.Write([]byte(`{"a"`))
+			w.(http.Flusher).Flush()
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tt.serve(w) }))
+			defer srv.Close()
+			c := &countingClient{c: s3.New(s3.Options{
+				BaseEndpoint: aws.String(srv.URL), UsePathStyle: true, Region: "us-east-1", RetryMaxAttempts: 1,
+				Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", ""),
+			})}
+			ref := &change.ObjectRef{Bucket: "stack", Key: "claim-check/j/1/1.json", Size: declared}
+			b, err := claimcheck.Fetch(t.Context(), c, ref, "stack", "j")
+			sentinel := errors.Is(err, claimcheck.ErrSize) || errors.Is(err, claimcheck.ErrRefused) ||
+				errors.Is(err, claimcheck.ErrMissing) || errors.Is(err, claimcheck.ErrDenied)
+			switch {
+			case tt.wantAny:
+				if err == nil || sentinel {
+					t.Errorf("Fetch error %v, want a retryable one", err)
+				}
+			case tt.want == nil:
+				if err != nil || string(b) != `{"a":1234}` {
+					t.Errorf("Fetch = %q, %v", b, err)
+				}
+			case !errors.Is(err, tt.want):
+				t.Errorf("Fetch error %v, want %v", err, tt.want)
+			}
+			if n := c.read.Load(); n > declared+1 {
+				t.Errorf("read %d bytes, want at most %d", n, declared+1)
+			}
+		})
+	}
+}
+
+// The claim checks the poller's sender writes are the ones the writer's
+// Fetch accepts, from the emulator's S3.
+func TestFanoutClaimChecksAccepted(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg := testenv.AWS(t)
+	sq, s3c := sqs.NewFromConfig(cfg), s3.NewFromConfig(cfg, awsconf.S3Options)
+	name := testenv.Name(t)
+	if _, err := s3c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &name}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sq.DeleteQueue(context.WithoutCancel(ctx), &sqs.DeleteQueueInput{QueueUrl: q.QueueUrl}) })
+	body := fmt.Sprintf(`{"big":%q}`, strings.Repeat("é", 3000))
+	c := &change.Envelope{V: 1, Job: "orders", DocID: "d", Rev: "1-a", Seq: json.RawMessage(`1`),
+		Version: change.Version{Generation: 2, Counter: 9}, Doc: json.RawMessage(body)}
+	snd := &fanout.Sender{SQS: sq, S3: s3c, Bucket: name, MaxBytes: 1024}
+	if _, err := snd.Send(ctx, []fanout.Target{{Output: "o", QueueURL: *q.QueueUrl}}, []*change.Envelope{c}, func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	out, err := sq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, WaitTimeSeconds: 1})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("receive: %v, %d messages", err, len(out.Messages))
+	}
+	env, err := change.Decode([]byte(*out.Messages[0].Body))
+	if err != nil || env.DocRef == nil {
+		t.Fatalf("decode: %v, doc_ref %v", err, env)
+	}
+	if want := claimcheck.Key("orders", c.Version); env.DocRef.Key != want {
+		t.Errorf("claim check key %q, want %q", env.DocRef.Key, want)
+	}
+	got, err := claimcheck.Fetch(ctx, s3c, env.DocRef, name, "orders")
+	if err != nil || string(got) != body {
+		t.Fatalf("Fetch = %d bytes, %v; want the body", len(got), err)
+	}
+	if _, err := claimcheck.Fetch(ctx, s3c, env.DocRef, name, "other"); !errors.Is(err, claimcheck.ErrRefused) {
+		t.Errorf("Fetch for another job: %v, want ErrRefused", err)
+	}
+}

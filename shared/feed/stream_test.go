@@ -1,0 +1,202 @@
+package feed
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+)
+
+// streamed answers a streaming request with the chunks, flushing after each
+// and pausing between them, then holds the connection until the client
+// leaves (or closes it when hangUp is set).
+func streamed(contentType string, pause time.Duration, hangUp bool, chunks ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		w.WriteHeader(http.StatusOK)
+		rc := http.NewResponseController(w)
+		for _, c := range chunks {
+			io.WriteString(w, c)
+			rc.Flush()
+			select {
+			case <-time.After(pause):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if !hangUp {
+			<-r.Context().Done()
+		}
+	}
+}
+
+func sgRow(seq, id, rev string) string {
+	return fmt.Sprintf(`{"seq":%s,"id":%q,"changes":[{"rev":%q}]}`, seq, id, rev)
+}
+
+func TestStreamContinuousAndEvents(t *testing.T) {
+	t.Parallel()
+	continuous := []string{
+		sgRow(`1`, "a", "1-a") + "\n",
+		"\n", // heartbeat
+		sgRow(`2`, "b", "1-b") + "\n" + `{"seq":3,"id":"c","deleted":true,"changes":[{"rev":"2-c"}]}` + "\n",
+	}
+	events := []string{
+		": comment\n\n",
+		"id: 1\ndata: " + sgRow(`1`, "a", "1-a") + "\n\n",
+		"event: heartbeat\ndata:\n\n",
+		"data: " + sgRow(`2`, "b", "1-b") + "\nid: 2\n\ndata: " + `{"seq":3,"id":"c","deleted":true,"changes":[{"rev":"2-c"}]}` + "\n\n",
+	}
+	want := []Row{
+		{Seq: raw(`1`), ID: "a", Rev: "1-a"},
+		{Seq: raw(`2`), ID: "b", Rev: "1-b"},
+		{Seq: raw(`3`), ID: "c", Rev: "2-c", Deleted: true},
+	}
+	tests := []struct {
+		name, mode, source, contentType string
+		chunks                          []string
+	}{
+		{name: "continuous couchdb", mode: config.ModeContinuous, source: config.SourceCouchDB, contentType: "application/json", chunks: continuous},
+		{name: "eventsource couchdb", mode: config.ModeEventSource, source: config.SourceCouchDB, contentType: "text/event-stream", chunks: events},
+		{name: "sse edge server", mode: config.ModeSSE, source: config.SourceEdgeServer, contentType: "text/event-stream; charset=utf-8", chunks: events},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeSource(t, streamed(tt.contentType, 20*time.Millisecond, false, tt.chunks...))
+			c := f.client(func(o *Options) { o.SourceType, o.Fetch = tt.source, config.FetchBulkGet })
+			s, err := c.Stream(t.Context(), raw(`0`), StreamOptions{Mode: tt.mode, Heartbeat: time.Second})
+			if err != nil {
+				t.Fatalf("Stream: %v", err)
+			}
+			defer s.Close()
+			var got []Row
+			for len(got) < 3 {
+				b, err := s.Next(t.Context(), 2*time.Second)
+				if err != nil {
+					t.Fatalf("Next: %v", err)
+				}
+				if len(b.Rows) == 0 {
+					t.Fatalf("no row within 2s; have %+v", got)
+				}
+				got = append(got, b.Rows...)
+				if want := got[len(got)-1].Seq; string(b.LastSeq) != string(want) {
+					t.Errorf("LastSeq %s, want the last row's %s", b.LastSeq, want)
+				}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("rows (-want +got):\n%s", diff)
+			}
+			b, err := s.Next(t.Context(), 100*time.Millisecond)
+			if err != nil || len(b.Rows) != 0 || !b.CaughtUp() || string(b.LastSeq) != `3` {
+				t.Errorf("quiet stream: %+v, %v; want an empty caught-up batch at 3", b, err)
+			}
+			u := f.requests()[0].RequestURI
+			if !strings.Contains(u, "feed="+tt.mode) || !strings.Contains(u, "heartbeat=1000") || !strings.Contains(u, "since=0") {
+				t.Errorf("request %s", u)
+			}
+		})
+	}
+}
+
+// TestStreamGreedyDrain: rows already received leave together, at most Limit.
+func TestStreamGreedyDrain(t *testing.T) {
+	t.Parallel()
+	var all strings.Builder
+	for i := 1; i <= 25; i++ {
+		all.WriteString(sgRow(fmt.Sprint(i), fmt.Sprint("d", i), "1-x") + "\n")
+	}
+	f := newFakeSource(t, streamed("application/json", 0, false, all.String()))
+	c := f.client(func(o *Options) { o.Limit, o.Fetch = 10, config.FetchBulkGet })
+	s, err := c.Stream(t.Context(), nil, StreamOptions{Mode: config.ModeContinuous, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	time.Sleep(200 * time.Millisecond) // let every row arrive
+	var sizes []int
+	var full []bool
+	for range 3 {
+		time.Sleep(100 * time.Millisecond) // the reader refills the buffer
+		b, err := s.Next(t.Context(), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes, full = append(sizes, len(b.Rows)), append(full, b.Full)
+	}
+	if !cmp.Equal(sizes, []int{10, 10, 5}) || !cmp.Equal(full, []bool{true, true, false}) {
+		t.Errorf("batch sizes %v full %v, want [10 10 5] [true true false]", sizes, full)
+	}
+}
+
+// TestStreamEnds: a source that ends the feed, drops it, or falls silent
+// makes Next fail with a transient error once the buffered rows are out.
+func TestStreamEnds(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		h    http.HandlerFunc
+	}{
+		{name: "last_seq ends the feed", h: streamed("application/json", 0, true, sgRow(`1`, "a", "1-a")+"\n"+`{"last_seq":1}`+"\n")},
+		{name: "connection dropped", h: streamed("application/json", 0, true, sgRow(`1`, "a", "1-a")+"\n")},
+		{name: "silent past three heartbeats", h: streamed("application/json", 0, false, sgRow(`1`, "a", "1-a")+"\n")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeSource(t, tt.h)
+			c := f.client(func(o *Options) { o.Fetch = config.FetchBulkGet })
+			s, err := c.Stream(t.Context(), nil, StreamOptions{Mode: config.ModeContinuous, Heartbeat: 100 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			b, err := s.Next(t.Context(), time.Second)
+			if err != nil || len(b.Rows) != 1 {
+				t.Fatalf("first Next: %+v, %v; want the row", b, err)
+			}
+			deadline := time.Now().Add(3 * time.Second)
+			for {
+				_, err = s.Next(t.Context(), 100*time.Millisecond)
+				if err != nil || time.Now().After(deadline) {
+					break
+				}
+			}
+			if !errors.Is(err, ErrStreamEnded) || !Transient(err) {
+				t.Errorf("Next after the end: %v, want a transient ErrStreamEnded", err)
+			}
+		})
+	}
+}
+
+// TestStreamRefused: errors before the stream starts.
+func TestStreamRefused(t *testing.T) {
+	t.Parallel()
+	f := newFakeSource(t, reply(401, `{"error":"unauthorized","reason":"Login required"}`))
+	_, err := f.client(nil).Stream(t.Context(), nil, StreamOptions{Mode: config.ModeContinuous})
+	var se *StatusError
+	if !errors.As(err, &se) || se.Status != 401 || Transient(err) {
+		t.Errorf("401: %v", err)
+	}
+	// pouchdb-server answers feed=eventsource as a normal JSON feed.
+	g := newFakeSource(t, replyType(200, "text/plain; charset=utf-8", `{"results":[],"last_seq":0}`))
+	if _, err := g.client(nil).Stream(t.Context(), nil, StreamOptions{Mode: config.ModeEventSource}); !errors.Is(err, ErrModeUnsupported) || Transient(err) {
+		t.Errorf("eventsource answered as JSON: %v, want permanent ErrModeUnsupported", err)
+	}
+	for _, tt := range []struct{ mode, source string }{
+		{config.ModeWebSocket, config.SourceCouchDB}, {config.ModeSSE, config.SourceSyncGateway},
+		{config.ModeEventSource, config.SourceEdgeServer}, {config.ModeLongpoll, config.SourceCouchDB}, {"poll", config.SourceCouchDB},
+	} {
+		c := g.client(func(o *Options) { o.SourceType = tt.source })
+		if _, err := c.Stream(t.Context(), nil, StreamOptions{Mode: tt.mode}); !errors.Is(err, ErrModeUnsupported) {
+			t.Errorf("mode %s on %s: %v, want ErrModeUnsupported", tt.mode, tt.source, err)
+		}
+	}
+}

@@ -1,0 +1,459 @@
+package poll
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/clock"
+	"github.com/changes-worker/changes-worker/shared/feed"
+	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/metrics"
+)
+
+// invocation is the state of one Run. Its methods run on Run's goroutine;
+// the one exception is the checkpoint write left in flight while the next
+// batch is read (see checkpoint), which every other lease write and every
+// send waits for first (settle).
+type invocation struct {
+	p     *Poller
+	log   *slog.Logger
+	sess  *lease.Session
+	lease *lease.Lease // held, from the session
+	end   time.Time    // the budget: the deadline minus a margin
+	res   Result
+
+	since        json.RawMessage // where the next read starts: the last checkpoint
+	counter      int64           // observation order within this generation
+	backoff      time.Duration   // after the source's last failure
+	lastErr      error           // the source's last failure, reported if the budget ends on it
+	slowest      time.Duration   // the longest chunk so far, to plan the budget
+	checkpointAt time.Time
+	caughtUpAt   time.Time
+	standby      bool // "standing by" was logged
+
+	seen misreads // malformed rows and unreadable pages met, to quarantine
+	held error    // the malformed row the last batch was cut before, or nil
+
+	inflight    chan error      // the checkpoint write in flight, or nil
+	unsaved     json.RawMessage // queued but not yet checkpointed
+	unsavedLeft int64
+}
+
+func (v *invocation) now() time.Time { return v.p.Clock.Now() }
+
+// acquire takes the lease, or stands by watching the job item until the
+// lease is released or expires. A standby whose budget ends, or whose
+// context does, leaves v.lease nil and returns nil.
+func (v *invocation) acquire(ctx context.Context) error {
+	err := v.sess.Wait(ctx, v.end)
+	switch {
+	case err == nil:
+		v.lease = v.sess.Lease()
+		return nil
+	case errors.Is(err, lease.ErrLeaseHeld):
+		return nil // stood by for the whole budget
+	case ctx.Err() != nil && err == ctx.Err():
+		return nil // stopped while standing by (a failed write comes back wrapped)
+	}
+	v.p.count(metrics.PollerErrors, 1)
+	return err
+}
+
+// standingBy runs on every round of the standby's watch.
+func (v *invocation) standingBy(holder *lease.State) {
+	if !v.standby {
+		v.log.Info("standing by", "holder", holder.Owner, "generation", holder.Generation)
+		v.standby = true
+	}
+	v.p.Metrics.AddHighRes(metrics.Role, 0, metrics.None)
+	if holder.Exists && !holder.HeartbeatAt.IsZero() {
+		v.p.Metrics.AddHighRes(metrics.HeartbeatAgeSeconds, v.now().Sub(holder.HeartbeatAt).Seconds(), metrics.Seconds)
+	}
+}
+
+// start records the takeover.
+func (v *invocation) start() {
+	l := v.lease
+	v.res = Result{Role: "active", Generation: l.Generation, Takeover: l.Kind, Checkpoint: l.Checkpoint}
+	v.since, v.checkpointAt, v.caughtUpAt = l.Checkpoint, l.Previous.CheckpointAt, v.now()
+	v.log = v.log.With("generation", l.Generation)
+	v.log.Info("lease acquired", "takeover", l.Kind, "previous_owner", l.Previous.Owner, "checkpoint", string(l.Checkpoint))
+	v.p.count(metrics.LeaseAcquired, 1)
+	switch l.Kind {
+	case lease.Failover:
+		v.p.count(metrics.Failovers, 1)
+	case lease.Handoff:
+		v.p.count(metrics.Handoffs, 1)
+	}
+	v.p.Metrics.AddHighRes(metrics.Role, 1, metrics.None)
+}
+
+// finish ends an active invocation: a lost lease is left alone (someone
+// else holds it), otherwise the lease is released.
+func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
+	if errors.Is(err, lease.ErrLeaseLost) {
+		v.log.Warn("lease lost; stopping", "error", err)
+		v.p.count(metrics.LeaseLost, 1)
+		v.res.Role = "fenced"
+		return v.res, nil
+	}
+	if n, ok := v.p.Leases.(notes); ok && int64(v.res.Read) > v.p.largest.Load() {
+		if nerr := n.NoteLargestBatch(ctx, v.p.Job.ID, int64(v.res.Read)); nerr != nil {
+			v.log.Warn("record largest batch", "error", nerr)
+		} else {
+			v.p.largest.Store(int64(v.res.Read))
+		}
+	}
+	if rerr := v.sess.Release(ctx); rerr != nil {
+		v.log.Warn("release lease", "error", rerr)
+	} else {
+		v.log.Info("lease released", "checkpoint", string(v.res.Checkpoint))
+	}
+	return v.res, err
+}
+
+// loop reads, queues and checkpoints batches until the budget is spent
+// (nil, or the source's last failure), the lease is lost (ErrLeaseLost) or
+// something fails for good.
+func (v *invocation) loop(ctx context.Context) error {
+	defer func() { _ = v.settle() }()
+	for {
+		v.p.Metrics.AddHighRes(metrics.Role, 1, metrics.None)
+		// Start another batch only if the slowest one so far would still
+		// fit. Checked before the heartbeat: past the budget the context
+		// may be done, and the lease is about to be released anyway.
+		if !v.fits() {
+			return v.lastErr
+		}
+		if v.inflight == nil {
+			if err := v.sess.KeepAlive(ctx); err != nil {
+				return err
+			}
+		}
+		batch, err := v.read(ctx)
+		if serr := v.settle(); serr != nil {
+			return serr
+		}
+		if err != nil {
+			if stop, err := v.sourceFailed(ctx, err); stop {
+				return err
+			}
+			continue
+		}
+		v.received(batch)
+		if stop, err := v.queue(ctx, batch); stop {
+			return err
+		}
+		v.report(batch)
+		if v.held != nil {
+			if stop, err := v.holdBack(ctx); stop {
+				return err
+			}
+		}
+	}
+}
+
+// holdBack waits before the malformed row the last batch was cut before is
+// read again (see Poller.screen), as after a source failure. stop reports
+// that the invocation ends, with err, what was queued recorded.
+func (v *invocation) holdBack(ctx context.Context) (stop bool, _ error) {
+	v.p.count(metrics.PollerErrors, 1)
+	v.lastErr = v.held
+	v.backoff = nextBackoff(v.backoff)
+	v.log.Warn("malformed feed row; reading it again", "error", v.held, "backoff", v.backoff.String(), "checkpoint", string(v.since))
+	if v.now().Add(v.backoff).After(v.end) || clock.Sleep(ctx, v.backoff) != nil {
+		return true, v.saveQueued(ctx)
+	}
+	return false, nil
+}
+
+// fits reports whether the budget still has room for the slowest chunk so
+// far.
+func (v *invocation) fits() bool {
+	return v.end.Sub(v.now()) >= 500*time.Millisecond+v.slowest
+}
+
+// read reads the next batch from the checkpoint, with the bodies. It
+// long-polls no longer than the heartbeat interval (minus the time the
+// client allows a source past its timeout), so renewals keep their pace,
+// and never past the budget.
+func (v *invocation) read(ctx context.Context) (*feed.Batch, error) {
+	ttl := v.p.Job.Lease.TTL.D()
+	remaining := v.end.Sub(v.now())
+	timeout := max(min(v.p.Job.Feed.Timeout.D(), ttl/3-feed.DefaultSlack, remaining-feed.DefaultSlack), 250*time.Millisecond)
+	batch, err := v.p.Feed.Changes(ctx, v.since, timeout)
+	v.held = nil
+	if err == nil {
+		if v.seen == nil {
+			v.seen = misreads{}
+		}
+		v.held = v.p.screen(ctx, v.since, batch, v.seen, v.log)
+	}
+	if err == nil && len(batch.Rows) > 0 {
+		err = v.p.Feed.FetchBatch(ctx, batch)
+	}
+	return batch, err
+}
+
+// sourceFailed handles a failed read: the checkpoint stays where it is; a
+// transient failure is retried after a backoff while the budget allows.
+// stop reports that the invocation ends, with err.
+func (v *invocation) sourceFailed(ctx context.Context, err error) (stop bool, _ error) {
+	if ctx.Err() != nil {
+		return true, nil
+	}
+	v.p.count(metrics.PollerErrors, 1)
+	if v.seen == nil {
+		v.seen = misreads{}
+	}
+	v.p.pageFailed(ctx, v.since, err, v.seen, v.log)
+	var se *feed.StatusError
+	if n, ok := v.p.Leases.(notes); ok && errors.As(err, &se) && (se.Status == 401 || se.Status == 403) {
+		v.log.Error("source refused our credentials", "status", se.Status)
+		if err := n.NoteSourceAuthFailure(ctx, v.p.Job.ID, v.now()); err != nil {
+			v.log.Warn("record source auth failure", "error", err)
+		}
+	}
+	if !feed.Transient(err) {
+		v.log.Error("source failed; checkpoint unchanged", "error", err, "checkpoint", string(v.since))
+		return true, err
+	}
+	v.lastErr = err
+	v.backoff = nextBackoff(v.backoff)
+	v.log.Warn("source unavailable; retrying", "error", err, "backoff", v.backoff.String(), "checkpoint", string(v.since))
+	if v.now().Add(v.backoff).After(v.end) {
+		return true, err
+	}
+	if clock.Sleep(ctx, v.backoff) != nil {
+		return true, nil
+	}
+	return false, nil
+}
+
+// received records a batch read.
+func (v *invocation) received(b *feed.Batch) {
+	if v.held == nil {
+		v.backoff, v.lastErr = 0, nil
+	}
+	if b.Cut != "" {
+		v.log.Info("page cut short", "reason", b.Cut, "rows", len(b.Rows), "checkpoint", string(v.since))
+	}
+	v.sess.Pending = b.Pending
+	v.p.count(metrics.ChangesRead, float64(len(b.Rows)))
+	before := v.res.Read
+	v.res.Read += len(b.Rows)
+	// Flood detection counts what one invocation read: the changes the
+	// source had waiting for this tick.
+	v.p.Metrics.Add(metrics.LargestBatch, float64(v.res.Read), metrics.Count)
+	if thr := v.p.Job.Feed.FloodThreshold; thr > 0 && before <= thr && v.res.Read > thr {
+		v.p.count(metrics.FloodBatches, 1)
+		v.log.Warn("flood detected: more changes in one invocation than the threshold", "changes", v.res.Read, "threshold", thr, "pending", b.Pending)
+	}
+	if b.Pending >= 0 {
+		v.p.Metrics.Add(metrics.PendingChanges, float64(b.Pending), metrics.Count)
+	}
+}
+
+// queue queues the batch in chunks of rows: every row's seq is a valid
+// place to resume, so a slow output or the end of the budget costs at most
+// one chunk, never the whole batch. stop reports that the invocation ends,
+// with err.
+func (v *invocation) queue(ctx context.Context, b *feed.Batch) (stop bool, err error) {
+	for start := 0; start < len(b.Rows); start += chunkRows {
+		end := min(start+chunkRows, len(b.Rows))
+		if start > 0 && !v.fits() {
+			return true, v.saveQueued(ctx)
+		}
+		began := v.now()
+		if stop, err := v.send(ctx, b.Rows[start:end]); stop {
+			return true, err
+		}
+		if err := v.queued(ctx, b, end); err != nil {
+			return true, err
+		}
+		v.slowest = max(v.slowest, v.now().Sub(began))
+	}
+	if len(b.Rows) == 0 && len(b.LastSeq) > 0 && string(b.LastSeq) != string(v.since) {
+		// Nothing to queue, but the feed moved (filtered or local docs).
+		if err := v.checkpoint(ctx, b.LastSeq, b.Pending, true); err != nil {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
+// send queues the changes of rows to every output, the fence asked before
+// every request. stop reports that the invocation ends, with err.
+func (v *invocation) send(ctx context.Context, rows []feed.Row) (stop bool, err error) {
+	changes := v.envelopes(rows)
+	if len(changes) == 0 {
+		return false, nil
+	}
+	if err := v.sess.KeepAlive(ctx); err != nil {
+		return true, err
+	}
+	st, err := v.p.Sender.Send(ctx, v.p.Targets, changes, func() error { return v.sess.Fence(ctx) })
+	if err != nil {
+		return true, v.sendFailed(ctx, err)
+	}
+	v.res.Enqueued += len(changes)
+	v.p.count(metrics.DocumentsEnqueued, float64(st.Messages))
+	v.p.count(metrics.BytesEnqueued, float64(st.Bytes))
+	v.p.Metrics.Add(metrics.BatchSize, float64(len(changes)), metrics.Count)
+	return false, nil
+}
+
+// sendFailed ends the invocation after a failed send: the checkpoint stays
+// before the chunk (the next holder sends it again), after recording what
+// earlier chunks queued.
+func (v *invocation) sendFailed(ctx context.Context, err error) error {
+	if errors.Is(err, lease.ErrLeaseLost) {
+		return err // refused by the fence's renewal
+	}
+	if ctx.Err() != nil {
+		v.log.Warn("deadline reached while queueing", "checkpoint", string(v.since))
+		return v.saveQueued(ctx)
+	}
+	v.p.count(metrics.PollerErrors, 1)
+	v.log.Error("queue changes; checkpoint stays before them", "error", err, "checkpoint", string(v.since))
+	if serr := v.saveQueued(ctx); serr != nil {
+		return serr
+	}
+	return fmt.Errorf("queue changes: %w", err)
+}
+
+// queued records that b's rows up to end are queued. The last row's seq (the
+// batch's last_seq after the final chunk) is a safe place to resume. The
+// final chunk's checkpoint is written while the next batch is read; within
+// a batch, a chunk is checkpointed only when checkpointEvery has passed since
+// the last checkpoint, so a failover replays at most about a second of sends
+// or one batch.
+func (v *invocation) queued(ctx context.Context, b *feed.Batch, end int) error {
+	seq := b.Rows[end-1].Seq
+	last := end == len(b.Rows)
+	if last && len(b.LastSeq) > 0 {
+		seq = b.LastSeq
+	}
+	left := b.Pending
+	if left >= 0 {
+		left += int64(len(b.Rows) - end)
+	}
+	if len(seq) == 0 {
+		return nil
+	}
+	// The checkpoint never goes back where the seq format tells.
+	seq = feed.NotBefore(seq, v.since)
+	v.unsaved, v.unsavedLeft = seq, left
+	switch {
+	case last:
+		return v.checkpoint(ctx, seq, left, true)
+	case v.now().Sub(v.checkpointAt) >= checkpointEvery:
+		return v.checkpoint(ctx, seq, left, false)
+	}
+	return nil
+}
+
+// checkpoint stores seq as the checkpoint (renewing the lease). Reads have
+// no side effects, so only the order of writes matters: an async write is
+// left in flight while the next batch is read, and the next lease write or
+// send waits for it first.
+func (v *invocation) checkpoint(ctx context.Context, seq json.RawMessage, left int64, async bool) error {
+	if err := v.settle(); err != nil {
+		return err
+	}
+	v.checkpointAt, v.since, v.res.Checkpoint, v.unsaved = v.now(), seq, seq, nil
+	if async {
+		v.inflight = v.writeAsync(ctx, seq, left)
+		return nil
+	}
+	if err := v.p.Leases.Checkpoint(ctx, v.lease, seq, left); err != nil {
+		return err
+	}
+	v.p.count(metrics.Checkpoints, 1)
+	return nil
+}
+
+// writeAsync writes a checkpoint in the background. The write outlives a
+// cancelled invocation context: what was queued should be recorded, and the
+// lease condition still guards it.
+func (v *invocation) writeAsync(ctx context.Context, seq json.RawMessage, left int64) chan error {
+	done := make(chan error, 1)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.p.Job.Lease.TTL.D()/2)
+	go func() {
+		defer cancel()
+		err := v.p.Leases.Checkpoint(cctx, v.lease, seq, left)
+		if err == nil {
+			v.p.count(metrics.Checkpoints, 1)
+		}
+		done <- err
+	}()
+	return done
+}
+
+// settle waits for the checkpoint write in flight, if any.
+func (v *invocation) settle() error {
+	if v.inflight == nil {
+		return nil
+	}
+	err := <-v.inflight
+	v.inflight = nil
+	return err
+}
+
+// saveQueued checkpoints what was queued but not yet recorded, before the
+// invocation stops.
+func (v *invocation) saveQueued(ctx context.Context) error {
+	if v.unsaved == nil {
+		return nil
+	}
+	return v.checkpoint(ctx, v.unsaved, v.unsavedLeft, false)
+}
+
+// report publishes where the job stands after a batch.
+func (v *invocation) report(b *feed.Batch) {
+	caughtUp := b.CaughtUp()
+	v.res.CaughtUp = caughtUp
+	if v.p.OnBatch != nil {
+		v.p.OnBatch(caughtUp)
+	}
+	if caughtUp {
+		v.caughtUpAt = v.now()
+	}
+	// Lag: how long since the poller last saw the end of the feed.
+	v.p.Metrics.Add(metrics.LagSeconds, v.now().Sub(v.caughtUpAt).Seconds(), metrics.Seconds)
+	if !v.checkpointAt.IsZero() {
+		v.p.Metrics.Add(metrics.CheckpointAgeSeconds, v.now().Sub(v.checkpointAt).Seconds(), metrics.Seconds)
+	}
+	if err := v.p.Metrics.Flush(); err != nil {
+		v.log.Warn("flush metrics", "error", err)
+	}
+}
+
+// envelopes turns feed rows into changes, applying the job's filters and
+// numbering them in observation order.
+func (v *invocation) envelopes(rows []feed.Row) []*change.Envelope {
+	now := v.now().UTC()
+	proc := v.p.Job.Processing
+	out := make([]*change.Envelope, 0, len(rows))
+	for _, r := range rows {
+		if (r.Deleted && proc.IgnoreDelete) || (r.Removed && proc.IgnoreRemove) {
+			continue
+		}
+		v.counter++
+		e := &change.Envelope{
+			V: change.EnvelopeVersion, Job: v.p.Job.ID, DocID: r.ID, Rev: r.Rev, Seq: r.Seq,
+			Deleted: r.Deleted, Removed: r.Removed, EnqueuedAt: now,
+			Version: change.Version{Generation: v.lease.Generation, Counter: v.counter},
+		}
+		if !e.Tombstone() {
+			e.Doc = r.Doc
+		}
+		out = append(out, e)
+	}
+	return out
+}

@@ -1,0 +1,559 @@
+package poll_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/changes-worker/changes-worker/shared/feed"
+	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/metrics"
+)
+
+// thenIdle answers the first read with b and every later one with nothing
+// new after b, each idle read taking a second of the clock.
+func thenIdle(r *rig, b *feed.Batch) func(int, string) (*feed.Batch, error) {
+	return func(call int, _ string) (*feed.Batch, error) {
+		if call == 1 {
+			return b, nil
+		}
+		r.w.Advance(time.Second)
+		return empty(string(b.LastSeq)), nil
+	}
+}
+
+var errSQS = errors.New("sqs: service unavailable")
+
+// takeOverAt makes another poller take the lease before request n, and
+// moves the clock by jump.
+func takeOverAt(r *rig, n int, jump time.Duration) func(int) error {
+	return func(request int) error {
+		if request == n {
+			r.leases.takeOver()
+			r.w.Advance(jump)
+		}
+		return nil
+	}
+}
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+	unavailable := &feed.StatusError{Op: "changes", Status: 503, Reason: "Service Unavailable"}
+	unauthorized := &feed.StatusError{Op: "changes", Status: 401, Reason: "unauthorized"}
+	tests := []struct {
+		name     string
+		setup    func(r *rig)
+		deadline time.Duration
+
+		wantErr         error
+		wantRole        string // default "active": an active invocation ends by releasing the lease
+		wantSent        []string
+		wantCheckpoints []string // successful checkpoint writes, in order
+		wantStored      string   // default: the last checkpoint written
+		check           func(t *testing.T, r *rig)
+	}{
+		{
+			name: "queues a batch in chunks of 100, checkpointing at most once a second",
+			setup: func(r *rig) {
+				r.feed.batch = thenIdle(r, batchOf(1, 1000))
+				r.sender.perRequest = 30 * time.Millisecond // 300ms a chunk
+			},
+			deadline: 8 * time.Second,
+			wantSent: docIDs(1, 1000),
+			// The first chunk at once (no checkpoint yet), then the first
+			// chunk ending a second or more after the last write, then the
+			// end of the batch.
+			wantCheckpoints: []string{"checkpoint 100", "checkpoint 500", "checkpoint 900", "checkpoint 1000"},
+			check: func(t *testing.T, r *rig) {
+				if r.feed.sinces[0] != "" || r.feed.sinces[1] != "1000" {
+					t.Errorf("reads from %q then %q, want the beginning then 1000", r.feed.sinces[0], r.feed.sinces[1])
+				}
+			},
+		},
+		{
+			name: "a send slower than the TTL renews the lease in place",
+			setup: func(r *rig) {
+				r.feed.batch = thenIdle(r, batchOf(1, 100))
+				r.sender.perRequest = time.Second // 10s for the chunk, the TTL is 9s
+			},
+			deadline:        30 * time.Second,
+			wantSent:        docIDs(1, 100),
+			wantCheckpoints: []string{"checkpoint 100"},
+			check: func(t *testing.T, r *rig) {
+				sends := between(r.w.log(), "send d001-d010", "send d091-d100")
+				// Without a renewal the lease expires at the ninth request.
+				if n := len(matching(sends, "renew")); n < 1 {
+					t.Errorf("no renewal during the chunk: %v", sends)
+				}
+			},
+		},
+		{
+			name: "lease lost mid-batch: nothing sent after",
+			setup: func(r *rig) {
+				r.feed.batch = thenIdle(r, batchOf(1, 250))
+				r.sender.perRequest = 10 * time.Millisecond
+				// At chunk 2's third request; the clock jumps a TTL, so the
+				// fence must renew before the next request.
+				r.sender.before = takeOverAt(r, 13, ttl)
+			},
+			deadline:        8 * time.Second,
+			wantRole:        "fenced",
+			wantSent:        docIDs(1, 130),
+			wantCheckpoints: []string{"checkpoint 100"},
+			check: func(t *testing.T, r *rig) {
+				want := []string{"send d121-d130", "refused renew"}
+				if diff := cmp.Diff(want, after(r.w.log(), "taken over")); diff != "" {
+					t.Errorf("events after the takeover (-want +got):\n%s", diff)
+				}
+				if !strings.Contains(r.logs.String(), `msg="lease lost; stopping"`) {
+					t.Errorf("logs:\n%s", r.logs)
+				}
+			},
+		},
+		{
+			name: "a send that fails halfway: the checkpoint stays before the unsent rows",
+			setup: func(r *rig) {
+				// A recent checkpoint: the first chunk is not recorded at once.
+				r.leases.checkpoint, r.leases.checkpointAt = json.RawMessage("0"), r.w.Now()
+				r.feed.batch = thenIdle(r, &feed.Batch{Rows: rows(1, 250), LastSeq: json.RawMessage("250"), Pending: 5})
+				r.sender.perRequest = 10 * time.Millisecond
+				r.sender.before = func(n int) error {
+					if n == 15 { // chunk 2's fifth request
+						return errSQS
+					}
+					return nil
+				}
+			},
+			deadline:        8 * time.Second,
+			wantErr:         errSQS,
+			wantSent:        docIDs(1, 140),
+			wantCheckpoints: []string{"checkpoint 100"},
+		},
+		{
+			name: "a transient source error: checkpoint unchanged, retried after a backoff",
+			setup: func(r *rig) {
+				r.leases.checkpoint = json.RawMessage("0")
+				r.feed.batch = func(call int, _ string) (*feed.Batch, error) {
+					switch {
+					case call <= 2:
+						return nil, unavailable
+					case call == 3:
+						return batchOf(1, 20), nil
+					}
+					r.w.Advance(time.Second)
+					return empty("20"), nil
+				}
+			},
+			deadline:        6 * time.Second,
+			wantSent:        docIDs(1, 20),
+			wantCheckpoints: []string{"checkpoint 20"},
+			check: func(t *testing.T, r *rig) {
+				if diff := cmp.Diff([]string{"0", "0", "0", "20"}, r.feed.sinces[:4]); diff != "" {
+					t.Errorf("reads from (-want +got):\n%s", diff)
+				}
+				// Backoffs: 125-250ms, then half to all of twice that.
+				for i := 1; i <= 2; i++ {
+					if gap := r.feed.at[i].Sub(r.feed.at[i-1]); gap < 125*time.Millisecond {
+						t.Errorf("retry %d after %s, want at least 125ms", i, gap)
+					}
+				}
+				if ev := matching(before(r.w.log(), "send"), "checkpoint"); len(ev) != 0 {
+					t.Errorf("checkpoints before the source recovered: %v", ev)
+				}
+			},
+		},
+		{
+			name: "a permanent source error: checkpoint unchanged, lease released",
+			setup: func(r *rig) {
+				r.leases.checkpoint = json.RawMessage("7")
+				r.feed.batch = func(int, string) (*feed.Batch, error) { return nil, unauthorized }
+			},
+			deadline:   8 * time.Second,
+			wantErr:    unauthorized,
+			wantStored: "7",
+			check: func(t *testing.T, r *rig) {
+				if diff := cmp.Diff([]string{"7"}, r.feed.sinces); diff != "" {
+					t.Errorf("reads from (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			name: "the budget ends on a failing source: its error is reported",
+			setup: func(r *rig) {
+				r.feed.batch = func(int, string) (*feed.Batch, error) {
+					r.w.Advance(600 * time.Millisecond)
+					return nil, unavailable
+				}
+			},
+			deadline: 3 * time.Second,
+			wantErr:  unavailable,
+		},
+		{
+			name: "a refused checkpoint: stop, send nothing more",
+			setup: func(r *rig) {
+				r.feed.batch = thenIdle(r, batchOf(1, 250))
+				r.sender.before = takeOverAt(r, 10, 0) // the last request of chunk 1
+			},
+			deadline: 8 * time.Second,
+			wantRole: "fenced",
+			wantSent: docIDs(1, 100),
+			check: func(t *testing.T, r *rig) {
+				want := []string{"send d091-d100", "refused checkpoint 100"}
+				if diff := cmp.Diff(want, after(r.w.log(), "taken over")); diff != "" {
+					t.Errorf("events after the takeover (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			name: "a refused checkpoint left in flight: the next read sends nothing",
+			setup: func(r *rig) {
+				r.feed.batch = func(call int, _ string) (*feed.Batch, error) {
+					if call == 1 {
+						return batchOf(1, 50), nil
+					}
+					return batchOf(51, 80), nil
+				}
+				r.sender.before = takeOverAt(r, 5, 0) // the batch's last request
+			},
+			deadline: 8 * time.Second,
+			wantRole: "fenced",
+			wantSent: docIDs(1, 50),
+			check: func(t *testing.T, r *rig) {
+				if got := matching(after(r.w.log(), "taken over"), "send"); len(got) != 1 {
+					t.Errorf("sends after the takeover: %v, want only the one under way", got)
+				}
+				if diff := cmp.Diff([]string{"", "50"}, r.feed.sinces); diff != "" {
+					t.Errorf("reads from (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			name: "deadline reached mid-batch: what was queued is checkpointed, the lease released",
+			setup: func(r *rig) {
+				r.leases.checkpoint, r.leases.checkpointAt = json.RawMessage("0"), r.w.Now()
+				r.feed.batch = thenIdle(r, batchOf(1, 300))
+				r.sender.perRequest = 90 * time.Millisecond // 0.9s a chunk; the budget is 2s
+			},
+			deadline:        3 * time.Second,
+			wantSent:        docIDs(1, 100),
+			wantCheckpoints: []string{"checkpoint 100"},
+		},
+		{
+			name: "deadline reached while idle: the lease is released",
+			setup: func(r *rig) {
+				r.leases.checkpoint = json.RawMessage("3")
+				r.feed.batch = func(int, string) (*feed.Batch, error) {
+					r.w.Advance(time.Second)
+					return empty("3"), nil
+				}
+			},
+			deadline:   5 * time.Second,
+			wantStored: "3",
+			check: func(t *testing.T, r *rig) {
+				// Budget 4s (a 1s margin), a second a read, 500ms kept free.
+				if n := len(r.feed.sinces); n != 4 {
+					t.Errorf("%d reads, want 4", n)
+				}
+			},
+		},
+		{
+			name: "a read that ends past the budget: no heartbeat, the lease is released",
+			setup: func(r *rig) {
+				r.leases.checkpoint = json.RawMessage("3")
+				r.feed.batch = func(int, string) (*feed.Batch, error) {
+					r.w.Advance(3500 * time.Millisecond) // more than a third of the TTL
+					return empty("3"), nil
+				}
+			},
+			deadline:   5 * time.Second,
+			wantStored: "3",
+			check: func(t *testing.T, r *rig) {
+				if diff := cmp.Diff([]string{"acquire 1", "read 3", "release"}, r.w.log()); diff != "" {
+					t.Errorf("events (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			name: "a standby takes over when the holder releases the lease",
+			setup: func(r *rig) {
+				r.leases.checkpoint = json.RawMessage("40")
+				r.leases.holdBy("poller-0")
+				r.leases.freeAfterReads = 3
+				r.feed.batch = thenIdle(r, batchOf(41, 45))
+			},
+			deadline:        5 * time.Second,
+			wantSent:        docIDs(41, 45),
+			wantCheckpoints: []string{"checkpoint 45"},
+			check: func(t *testing.T, r *rig) {
+				if r.leases.marks < 1 {
+					t.Error("the standby never recorded itself on the job item")
+				}
+				if !strings.Contains(r.logs.String(), `msg="standing by" job=orders owner=me holder=poller-0 generation=1`) {
+					t.Errorf("logs:\n%s", r.logs)
+				}
+				if r.feed.sinces[0] != "40" {
+					t.Errorf("first read from %q, want the checkpoint 40", r.feed.sinces[0])
+				}
+			},
+		},
+		{
+			name: "a standby whose budget ends without the lease",
+			setup: func(r *rig) {
+				r.leases.holdBy("poller-0")
+				r.leases.perRead = 500 * time.Millisecond
+				r.feed.batch = func(int, string) (*feed.Batch, error) { return nil, errors.New("read by a standby") }
+			},
+			deadline: 3 * time.Second,
+			wantRole: "standby",
+			check: func(t *testing.T, r *rig) {
+				if len(r.feed.sinces) != 0 {
+					t.Errorf("a standby read the feed %d times", len(r.feed.sinces))
+				}
+				if r.leases.owner != "poller-0" {
+					t.Errorf("the lease moved to %s", r.leases.owner)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(nil)
+			tt.setup(r)
+			res, err := r.run(t, tt.deadline)
+			wantRole := tt.wantRole
+			if wantRole == "" {
+				wantRole = "active"
+			}
+			wantReleased := wantRole == "active"
+			if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
+				t.Fatalf("Run error = %v, want %v", err, tt.wantErr)
+			}
+			if res.Role != wantRole {
+				t.Errorf("role %q, want %q", res.Role, wantRole)
+			}
+			if diff := cmp.Diff(tt.wantSent, r.sender.docs()); diff != "" {
+				t.Errorf("sent (-want +got):\n%s", diff)
+			}
+			events := r.w.log()
+			if diff := cmp.Diff(tt.wantCheckpoints, matching(events, "checkpoint")); diff != "" {
+				t.Errorf("checkpoints (-want +got):\n%s", diff)
+			}
+			wantStored := tt.wantStored
+			if n := len(tt.wantCheckpoints); n > 0 {
+				wantStored = strings.TrimPrefix(tt.wantCheckpoints[n-1], "checkpoint ")
+			}
+			if got := r.leases.stored(); got != wantStored {
+				t.Errorf("stored checkpoint %q, want %q", got, wantStored)
+			}
+			if got := len(matching(events, "release")) == 1; got != wantReleased {
+				t.Errorf("released %t, want %t (events %v)", got, wantReleased, events)
+			}
+			if wantReleased && events[len(events)-1] != "release" {
+				t.Errorf("events after the release: %v", events)
+			}
+			if res.Role == "active" && tt.wantErr == nil && (res.Read < len(tt.wantSent) || res.Enqueued != len(tt.wantSent)) {
+				t.Errorf("result read %d enqueued %d, want %d", res.Read, res.Enqueued, len(tt.wantSent))
+			}
+			if len(r.sender.unsafe) > 0 {
+				t.Errorf("sent while the lease could have expired: %v", r.sender.unsafe)
+			}
+			checkCheckpointsFollowSends(t, events)
+			if tt.check != nil {
+				tt.check(t, r)
+			}
+		})
+	}
+}
+
+// checkCheckpointsFollowSends fails the test when a checkpoint write
+// started before every change from the first sent up to its seq was sent.
+func checkCheckpointsFollowSends(t *testing.T, events []string) {
+	t.Helper()
+	sent := map[int]bool{}
+	first := 0
+	for _, e := range events {
+		var from, to, seq int
+		switch {
+		case strings.HasPrefix(e, "send "):
+			if _, err := fmt.Sscanf(e, "send d%d-d%d", &from, &to); err != nil {
+				t.Fatalf("event %q: %v", e, err)
+			}
+			for i := from; i <= to; i++ {
+				sent[i] = true
+			}
+			if first == 0 {
+				first = from
+			}
+		case strings.HasPrefix(e, "checkpoint "):
+			if _, err := fmt.Sscanf(e, "checkpoint %d", &seq); err != nil {
+				t.Fatalf("event %q: %v", e, err)
+			}
+			for i := max(first, 1); i <= seq; i++ {
+				if !sent[i] {
+					t.Errorf("%s before d%03d was sent", e, i)
+					break
+				}
+			}
+		}
+	}
+}
+
+// TestRunTakesOverAnExpiredLease: a holder's lease that expired by the
+// clock is taken over at once, as a failover.
+func TestRunTakesOverAnExpiredLease(t *testing.T) {
+	t.Parallel()
+	r := newRig(nil)
+	r.leases.holdBy("crashed")
+	r.w.Advance(ttl + time.Second)
+	r.feed.batch = thenIdle(r, batchOf(1, 3))
+	res, err := r.run(t, 4*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Role != "active" || res.Takeover != lease.Failover || res.Generation != 2 {
+		t.Errorf("result %+v, want active failover at generation 2", res)
+	}
+}
+
+func index(events []string, prefix string) int {
+	for i, e := range events {
+		if strings.HasPrefix(e, prefix) {
+			return i
+		}
+	}
+	return -1
+}
+
+// before returns the events before the first with the prefix.
+func before(events []string, prefix string) []string {
+	if i := index(events, prefix); i >= 0 {
+		return events[:i]
+	}
+	return events
+}
+
+// between returns the events from the first with prefix from to the first
+// with prefix to after it.
+func between(events []string, from, to string) []string {
+	rest := events[max(index(events, from), 0):]
+	if j := index(rest, to); j >= 0 {
+		return rest[:j+1]
+	}
+	return rest
+}
+
+// An invocation that reads more than feed.flood_threshold changes counts one
+// flood and warns; LargestBatch carries the changes it read.
+func TestFloodDetection(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		threshold int
+		wantFlood float64
+	}{
+		{"over the threshold", 250, 1},
+		{"at the threshold", 300, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(nil)
+			r.feed.batch = thenIdle(r, batchOf(1, 300))
+			r.poller.Job.Feed.FloodThreshold = tt.threshold
+			var emf bytes.Buffer
+			r.poller.Metrics = metrics.New(&emf, map[string]string{"Job": "orders"})
+			if _, err := r.run(t, 8*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			var flood, largest float64
+			for _, line := range bytes.Split(bytes.TrimSpace(emf.Bytes()), []byte("\n")) {
+				var rec map[string]any
+				if err := json.Unmarshal(line, &rec); err != nil {
+					t.Fatalf("EMF: %v", err)
+				}
+				for name, into := range map[string]*float64{metrics.FloodBatches: &flood, metrics.LargestBatch: &largest} {
+					switch v := rec[name].(type) {
+					case float64:
+						if name == metrics.FloodBatches {
+							*into += v
+						} else {
+							*into = max(*into, v)
+						}
+					case []any:
+						for _, x := range v {
+							*into = max(*into, x.(float64))
+						}
+					}
+				}
+			}
+			if flood != tt.wantFlood || largest != 300 {
+				t.Errorf("FloodBatches %v LargestBatch %v, want %v and 300", flood, largest, tt.wantFlood)
+			}
+			if warned := strings.Contains(r.logs.String(), "flood detected"); warned != (tt.wantFlood > 0) {
+				t.Errorf("flood warning %v, want %v:\n%s", warned, tt.wantFlood > 0, r.logs)
+			}
+		})
+	}
+}
+
+// notingLeases records what the poller notes for operators.
+type notingLeases struct {
+	*fakeLeases
+	mu      sync.Mutex
+	largest []int64
+	authAt  []time.Time
+}
+
+func (n *notingLeases) NoteLargestBatch(_ context.Context, _ string, v int64) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.largest = append(n.largest, v)
+	return nil
+}
+
+func (n *notingLeases) NoteSourceAuthFailure(_ context.Context, _ string, at time.Time) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.authAt = append(n.authAt, at)
+	return nil
+}
+
+// The job item learns the largest batch (only when it grew) and when the
+// source refused our credentials.
+func TestNotesForOperators(t *testing.T) {
+	t.Parallel()
+	r := newRig(nil)
+	r.feed.batch = thenIdle(r, batchOf(1, 300))
+	nl := &notingLeases{fakeLeases: r.leases}
+	r.poller.Leases = nl
+	if _, err := r.run(t, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.feed.batch = thenIdle(r, batchOf(301, 400)) // 100: less than 300
+	if _, err := r.run(t, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.feed.batch = func(int, string) (*feed.Batch, error) {
+		return nil, &feed.StatusError{Op: "changes", Status: 401, Reason: "unauthorized"}
+	}
+	if _, err := r.run(t, 5*time.Second); err == nil {
+		t.Fatal("run succeeded against a 401")
+	}
+	nl.mu.Lock()
+	defer nl.mu.Unlock()
+	if diff := cmp.Diff([]int64{300}, nl.largest); diff != "" {
+		t.Errorf("largest batches noted (-want +got):\n%s", diff)
+	}
+	if len(nl.authAt) != 1 {
+		t.Errorf("auth failures noted %v, want one", nl.authAt)
+	}
+}

@@ -1,0 +1,100 @@
+package writer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/httpsink"
+	"github.com/changes-worker/changes-worker/shared/metrics"
+)
+
+// Requests to a real HTTP output are counted and timed, and a 401 or 403 is
+// an output auth failure ("their credentials").
+func TestOutputRequestMetrics(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/locked"):
+			w.WriteHeader(http.StatusUnauthorized)
+		case strings.HasSuffix(r.URL.Path, "/forbidden"):
+			w.WriteHeader(http.StatusForbidden)
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	f := testConfig(t, "none")
+	sink, err := httpsink.New(config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}"}, httpsink.Credentials{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	h := newHandler(f, nil, &fakeSQS{})
+	h.Sinks = func(context.Context, config.Route) (deliver.Sink, error) { return sink, nil }
+	h.Metrics = &out
+	ev := events.SQSEvent{Records: []events.SQSMessage{
+		record(t, f, "m1", "ok", "1-a", 1, 1), record(t, f, "m2", "locked", "1-a", 2, 1), record(t, f, "m3", "forbidden", "1-a", 3, 1),
+	}}
+	if _, err := h.Handle(t.Context(), ev); err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(out.Bytes(), &rec); err != nil {
+		t.Fatalf("EMF record: %v\n%s", err, out.String())
+	}
+	count := func(name string) int {
+		switch v := rec[name].(type) {
+		case float64:
+			return int(v)
+		case []any:
+			n := 0
+			for _, x := range v {
+				n += int(x.(float64))
+			}
+			return n
+		}
+		return 0
+	}
+	if got := count(metrics.OutputRequests); got != 3 {
+		t.Errorf("OutputRequests = %d, want 3", got)
+	}
+	if got := count(metrics.OutputAuthFailures); got != 2 {
+		t.Errorf("OutputAuthFailures = %d, want 2", got)
+	}
+	if times, ok := rec[metrics.OutputRequestTime].([]any); !ok || len(times) != 3 {
+		t.Errorf("OutputRequestTime = %v, want 3 values", rec[metrics.OutputRequestTime])
+	}
+	if got := count(metrics.BackpressureActive); got != 0 {
+		t.Errorf("BackpressureActive = %d, want 0", got)
+	}
+}
+
+func TestAuthFailure(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{&deliver.Error{HTTPStatus: 401}, true},
+		{&deliver.Error{HTTPStatus: 403}, true},
+		{&deliver.Error{SQLState: "28P01"}, true},
+		{&deliver.Error{SQLState: "28000"}, true},
+		{&deliver.Error{HTTPStatus: 404}, false},
+		{&deliver.Error{SQLState: "53300"}, false},
+		{nil, false},
+	}
+	for _, tt := range tests {
+		if got := deliver.AuthFailure(tt.err); got != tt.want {
+			t.Errorf("AuthFailure(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}

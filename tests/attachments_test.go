@@ -1,0 +1,150 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/localrun"
+	"github.com/changes-worker/changes-worker/shared/testenv"
+)
+
+// With attachments enabled, every output (PostgreSQL body, HTTP body, S3
+// object) receives the documents with s3_bucket/s3_key references whose
+// objects hold the attachments' bytes.
+func TestAttachmentsReachEveryOutput(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{attachments: &config.Attachments{Enabled: true}})
+	contents := map[string][]byte{}
+	for _, id := range []string{"a", "b", "c"} {
+		b := make([]byte, 70<<10)
+		if _, err := crand.Read(b); err != nil {
+			t.Fatal(err)
+		}
+		contents[id] = b
+		if _, err := s.PutDoc(ctx, id, map[string]any{"type": "order", "_attachments": map[string]any{
+			"scan.pdf": map[string]any{"content_type": "application/pdf", "data": base64.StdEncoding.EncodeToString(b)},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := s.runUntilIdle(ctx, localrun.Options{})
+	for k, st := range sum.Outputs {
+		if st.DeadLettered != 0 {
+			t.Errorf("%s: %d dead-lettered", k, st.DeadLettered)
+		}
+	}
+	c := s.Deps.S3
+	bucket := s.Config.Stack.Bucket
+	if a := s.Config.Job("orders").Attachments; a.Bucket != bucket || a.Prefix != "attachments/orders/" {
+		t.Fatalf("attachments setting after defaults: %+v", a)
+	}
+	check := func(output, id string, body []byte) {
+		t.Helper()
+		var d struct {
+			Attachments map[string]struct {
+				Bucket string `json:"s3_bucket"`
+				Key    string `json:"s3_key"`
+				Stub   any    `json:"stub"`
+				Length int    `json:"length"`
+			} `json:"_attachments"`
+		}
+		if err := json.Unmarshal(body, &d); err != nil {
+			t.Fatalf("%s %s: %v", output, id, err)
+		}
+		e, ok := d.Attachments["scan.pdf"]
+		if !ok || e.Bucket != bucket || !strings.HasPrefix(e.Key, "attachments/orders/") || e.Key == "" || e.Stub != nil || e.Length != len(contents[id]) {
+			t.Errorf("%s %s: entry %+v", output, id, e)
+			return
+		}
+		g, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &e.Bucket, Key: &e.Key})
+		if err != nil {
+			t.Fatalf("%s %s: get %s: %v", output, id, e.Key, err)
+		}
+		got, _ := io.ReadAll(g.Body)
+		g.Body.Close()
+		if !bytes.Equal(got, contents[id]) {
+			t.Errorf("%s %s: object %s is not the attachment", output, id, e.Key)
+		}
+	}
+	pool := testenv.Postgres(t)
+	table, _, err := s.PostgresTables("orders", "pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := range contents {
+		var body []byte
+		if err := pool.QueryRow(ctx, "SELECT body FROM "+table.Sanitize()+" WHERE doc_id = $1", id).Scan(&body); err != nil {
+			t.Fatalf("postgres %s: %v", id, err)
+		}
+		check("postgres", id, body)
+	}
+	entries, err := os.ReadDir(s.recv.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(s.recv.Dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			ID string `json:"_id"`
+		}
+		_ = json.Unmarshal(b, &d)
+		if _, ok := contents[d.ID]; ok {
+			seen++
+			check("http", d.ID, b)
+		}
+	}
+	if seen != len(contents) {
+		t.Errorf("http receiver holds %d of the %d documents", seen, len(contents))
+	}
+	_, archive, err := s.Output("orders", "archive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: &archive.S3.Bucket, Prefix: &archive.S3.Prefix})
+	seen = 0
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range page.Contents {
+			if strings.Contains(aws.ToString(o.Key), "_tombstones/") {
+				continue
+			}
+			g, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &archive.S3.Bucket, Key: o.Key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(g.Body)
+			g.Body.Close()
+			var d struct {
+				ID string `json:"_id"`
+			}
+			_ = json.Unmarshal(b, &d)
+			if _, ok := contents[d.ID]; ok {
+				seen++
+				check("s3", d.ID, b)
+			}
+		}
+	}
+	if seen != len(contents) {
+		t.Errorf("s3 output holds %d of the %d documents", seen, len(contents))
+	}
+}

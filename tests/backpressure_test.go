@@ -1,0 +1,189 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/localrun"
+	"github.com/changes-worker/changes-worker/shared/metrics"
+	"github.com/changes-worker/changes-worker/shared/sample"
+)
+
+// emfValues returns, in order, every value of metric name that the writer
+// recorded for output.
+func emfValues(t *testing.T, out, output, name string) []float64 {
+	t.Helper()
+	var vals []float64
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var rec map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("metrics line is not JSON: %v", err)
+		}
+		if rec["Output"] != output {
+			continue
+		}
+		switch v := rec[name].(type) {
+		case float64:
+			vals = append(vals, v)
+		case []any:
+			for _, x := range v {
+				vals = append(vals, x.(float64))
+			}
+		}
+	}
+	return vals
+}
+
+func sum(vs []float64) float64 {
+	var s float64
+	for _, v := range vs {
+		s += v
+	}
+	return s
+}
+
+// An output that answers 429 with Retry-After for longer than its messages'
+// receives would last without backpressure: the writer holds them back
+// (visibility, then a resend with a fresh receive count), nothing is
+// dead-lettered, and everything arrives once the output accepts again.
+func TestBackpressureRetryAfterNothingDeadLettered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var refusing atomic.Bool
+	refusing.Store(true)
+	var refused atomic.Int32
+	var once sync.Once
+	s := newStack(t, stackOptions{
+		outputs: []string{"rest"}, maxReceive: 3, rest: func(o *config.Output) { o.Ordering = config.OrderingNone },
+		wrapRest: func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				// 429 for 8 s from the first request: with a receive count
+				// of 3 and the plain transient backoff (2 s, 4 s), every
+				// message would reach the DLQ before that.
+				once.Do(func() { time.AfterFunc(8*time.Second, func() { refusing.Store(false) }) })
+				if refusing.Load() {
+					refused.Add(1)
+					w.Header().Set("Retry-After", "1")
+					w.WriteHeader(http.StatusTooManyRequests)
+					return
+				}
+				next.ServeHTTP(w, r)
+			})
+		},
+	})
+	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, sample.Options{Docs: 40, Seed: 11}); err != nil {
+		t.Fatal(err)
+	}
+	sum0 := s.runUntilIdle(ctx, localrun.Options{})
+
+	if d := cmp.Diff(s.sourceState(ctx), s.httpState()); d != "" {
+		t.Errorf("receiver (-want +got):\n%s", d)
+	}
+	st := sum0.Outputs["orders/rest"]
+	if st.DeadLettered != 0 || st.Deferred == 0 || refused.Load() == 0 {
+		t.Errorf("stats %+v after %d refusals: want deferrals and nothing dead-lettered", st, refused.Load())
+	}
+	if msgs := receiveAll(t, s, "rest"); len(msgs) != 0 {
+		t.Errorf("DLQ holds %d messages, want none", len(msgs))
+	}
+	out := s.Metrics().String()
+	active := emfValues(t, out, "rest", metrics.BackpressureActive)
+	if len(active) == 0 || sum(active) == 0 || active[len(active)-1] != 0 {
+		t.Errorf("BackpressureActive values %v: want some 1 and a final 0", active)
+	}
+	if n := sum(emfValues(t, out, "rest", metrics.BackpressureDelays)); n != float64(st.Deferred) {
+		t.Errorf("BackpressureDelays total %v, want %d (the deferrals)", n, st.Deferred)
+	}
+	if secs := sum(emfValues(t, out, "rest", metrics.BackpressureDelaySeconds)); secs < float64(st.Deferred) {
+		t.Errorf("BackpressureDelaySeconds total %v for %d deferrals of at least 1 s", secs, st.Deferred)
+	}
+	t.Logf("refused %d requests, deferred %d messages, retried %d", refused.Load(), st.Deferred, st.Retried)
+}
+
+// An output whose latency rises far past its baseline and then recovers:
+// the writer lowers its parallelism (one request at a time, one receiver)
+// while it is slow, returns to normal afterwards, and delivers everything
+// with nothing dead-lettered.
+func TestBackpressureLatencyRisesAndRecovers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const (
+		fastFirst = 15  // requests that make the baseline (and a few more)
+		slowUntil = 100 // requests after which the output is fast again
+		checkFrom = 50  // slow requests from here on start after the tracker reacted
+	)
+	var n, inFlight, peakSlow, peakFast atomic.Int32
+	peak := func(p *atomic.Int32, v int32) {
+		for {
+			old := p.Load()
+			if v <= old || p.CompareAndSwap(old, v) {
+				return
+			}
+		}
+	}
+	s := newStack(t, stackOptions{
+		outputs: []string{"rest"}, maxReceive: 3,
+		rest: func(o *config.Output) {
+			o.Ordering = config.OrderingNone
+			o.Backpressure = config.Backpressure{BaselineRequests: 10, Window: 5}
+		},
+		wrapRest: func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				i := n.Add(1)
+				cur := inFlight.Add(1)
+				defer inFlight.Add(-1)
+				switch {
+				case i > fastFirst && i <= slowUntil:
+					if i >= checkFrom {
+						peak(&peakSlow, cur)
+					}
+					time.Sleep(80 * time.Millisecond)
+				default:
+					if i <= fastFirst {
+						peak(&peakFast, cur)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				next.ServeHTTP(w, r)
+			})
+		},
+	})
+	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, sample.Options{Docs: 150, Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	sum0 := s.runUntilIdle(ctx, localrun.Options{})
+
+	if d := cmp.Diff(s.sourceState(ctx), s.httpState()); d != "" {
+		t.Errorf("receiver (-want +got):\n%s", d)
+	}
+	st := sum0.Outputs["orders/rest"]
+	if st.DeadLettered != 0 {
+		t.Errorf("stats %+v: want nothing dead-lettered", st)
+	}
+	if msgs := receiveAll(t, s, "rest"); len(msgs) != 0 {
+		t.Errorf("DLQ holds %d messages, want none", len(msgs))
+	}
+	if p := peakSlow.Load(); p > 2 {
+		t.Errorf("%d requests at once while the output was slow, want at most 2 (one receiver, one request, and a batch started before)", p)
+	}
+	if p := peakFast.Load(); p < 3 {
+		t.Errorf("only %d requests at once before the slowdown: the test does not show a lowered parallelism", p)
+	}
+	active := emfValues(t, s.Metrics().String(), "rest", metrics.BackpressureActive)
+	if len(active) == 0 || sum(active) == 0 || active[len(active)-1] != 0 {
+		t.Errorf("BackpressureActive values %v: want some 1 and a final 0 (recovered)", active)
+	}
+	t.Logf("requests %d, peak at once before %d, while slow %d; BackpressureActive %v", n.Load(), peakFast.Load(), peakSlow.Load(), active)
+}

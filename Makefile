@@ -56,6 +56,9 @@ FUZZ_TARGETS := \
 	./shared/change:FuzzDecode \
 	./shared/config:FuzzParse \
 	./shared/docid:FuzzPathSegment \
+	./shared/feed:FuzzChanges \
+	./shared/feed:FuzzBulkGetJSON \
+	./shared/feed:FuzzBulkGetMultipart \
 	./shared/httpsink:FuzzURL \
 	./shared/s3sink:FuzzKey \
 	./shared/pgsink:FuzzDecodeDoc \

@@ -166,6 +166,23 @@ func (s *changesStack) addJobAlarms(j *config.Job) {
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
 
+	// Feed rows that name no document were skipped (each one recorded), or
+	// a page the poller cannot read holds the job at one position.
+	s.alarm("MalformedRows-"+j.ID, j.ID+"-malformed-rows", fmt.Sprintf("The poller of job %s skipped feed rows that name no document (MalformedRows); each is recorded with its reason and bytes in the job's quarantine: see changesctl status.", j.ID), &awscloudwatch.AlarmProps{
+		Metric:             s.jobMetric(metrics.MalformedRows, j, "Sum", errorPeriod),
+		Threshold:          jsii.Number(0),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+	s.alarm("BlockedPage-"+j.ID, j.ID+"-blocked-page", fmt.Sprintf("The poller of job %s is blocked on a page of the feed it cannot read (MalformedPages) and does not move past it; the position and the reason are in the job's quarantine: see changesctl status.", j.ID), &awscloudwatch.AlarmProps{
+		Metric:             s.jobMetric(metrics.MalformedPages, j, "Sum", errorPeriod),
+		Threshold:          jsii.Number(0),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+
 	// No checkpoint in a whole window while the source reports pending changes.
 	stalled := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
 		Expression: jsii.String("IF(pending > 0 AND FILL(checkpoints, 0) == 0, 1, 0)"),

@@ -520,7 +520,8 @@ func TestAlarms(t *testing.T) {
 	}
 	var want []string
 	for _, j := range syn.cfg.Jobs {
-		want = append(want, j.ID+"-poller-errors", j.ID+"-no-progress", j.ID+"-no-lease-holder", j.ID+"-source-auth-failures", j.ID+"-flood")
+		want = append(want, j.ID+"-poller-errors", j.ID+"-no-progress", j.ID+"-no-lease-holder", j.ID+"-source-auth-failures", j.ID+"-flood",
+			j.ID+"-malformed-rows", j.ID+"-blocked-page")
 		for _, o := range j.Outputs {
 			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-latency", j.ID+"-"+o.ID+"-output-auth-failures", j.ID+"-"+o.ID+"-backpressure")
 			if o.Halts() {
@@ -544,6 +545,14 @@ func TestAlarms(t *testing.T) {
 		if lease["Period"] != float64(10) || lease["EvaluationPeriods"] != wantPeriods || lease["TreatMissingData"] != "breaching" ||
 			lease["MetricName"] != metrics.Role || lease["Statistic"] != "Maximum" || lease["ComparisonOperator"] != "LessThanThreshold" || lease["Threshold"] != float64(1) {
 			t.Errorf("%s no-lease-holder alarm = %s, want Role max < 1 over %v x 10 s, missing data breaching", j.ID, compact(lease), wantPeriods)
+		}
+		for suffix, metric := range map[string]string{"-malformed-rows": metrics.MalformedRows, "-blocked-page": metrics.MalformedPages} {
+			a := alarms["cwtest-"+j.ID+suffix]
+			if a["MetricName"] != metric || a["Statistic"] != "Sum" || a["Threshold"] != float64(0) ||
+				a["ComparisonOperator"] != "GreaterThanThreshold" || !strings.Contains(compact(a["Dimensions"]), j.ID) ||
+				!strings.Contains(fmt.Sprint(a["AlarmDescription"]), "changesctl status") {
+				t.Errorf("%s%s alarm = %s, want %s summed > 0, pointing at changesctl status", j.ID, suffix, compact(a), metric)
+			}
 		}
 		progress := compact(alarms["cwtest-"+j.ID+"-no-progress"]["Metrics"])
 		for _, m := range []string{metrics.Checkpoints, metrics.PendingChanges, "IF(pending > 0 AND FILL(checkpoints, 0) == 0, 1, 0)"} {

@@ -8,6 +8,8 @@
 #   DynamoDB            DynamoDB Local 2.6.1 (Maven Central)     127.0.0.1:8000
 #   CouchDB source      pouchdb-server 4.2.0, in memory (npm)    127.0.0.1:5984
 #   PostgreSQL          Debian cluster "15 main"                 127.0.0.1:5432
+#   Sync Gateway        3.1.0 built from its Go module           .local/bin/sync_gateway
+#                       (installed only: tests start their own, on free ports)
 #
 # LocalStack runs from a virtualenv made with Python 3.13 (pyenv's, or
 # python3.13 on PATH) and installed from localstack/requirements.txt with
@@ -16,9 +18,6 @@
 # (17 or later) from the jars localstack/dynamodb-local.pom.xml names.
 # localstack/README.md says why S3 and DynamoDB are separate servers. All
 # three keep their state in memory.
-#
-#   Sync Gateway        3.1.0 built from its Go module           .local/bin/sync_gateway
-#                       (installed only: tests start their own, on free ports)
 #
 # State (installs, pid files, logs) lives in .local/ at the repository root,
 # which git ignores. localstack/down.sh stops what this script started.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/halt"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
+	"github.com/changes-worker/changes-worker/shared/quarantine"
 )
 
 // jobStatus is one job's row in `changesctl status`.
@@ -47,6 +49,24 @@ type jobStatus struct {
 	// SourceAuthFailedAt is when the source last refused our credentials.
 	SourceAuthFailedAt *time.Time     `json:"source_auth_failed_at,omitempty"`
 	Outputs            []outputStatus `json:"outputs"`
+	// Quarantine lists the feed rows the poller skipped and the pages it
+	// was (or is) blocked on.
+	Quarantine []quarantineStatus `json:"quarantine"`
+}
+
+// quarantineStatus is one entry of a job's quarantine.
+type quarantineStatus struct {
+	Kind string `json:"kind"` // row or page
+	// State: "skipped" (a row), "blocked" (a page at the current
+	// checkpoint), "passed" (a page the checkpoint has moved from since).
+	State     string          `json:"state"`
+	Seq       json.RawMessage `json:"seq"`
+	After     json.RawMessage `json:"after,omitempty"`
+	Reason    string          `json:"reason"`
+	Raw       string          `json:"raw,omitempty"`
+	Attempts  int64           `json:"attempts"`
+	FirstSeen time.Time       `json:"first_seen"`
+	LastSeen  time.Time       `json:"last_seen"`
 }
 
 type outputStatus struct {
@@ -225,7 +245,31 @@ func printStatus(w io.Writer, rows []jobStatus) error {
 	for _, p := range problems {
 		fmt.Fprintln(w, p)
 	}
+	for _, r := range rows {
+		for _, q := range r.Quarantine {
+			fmt.Fprintln(w, quarantineLine(r.Job, q))
+		}
+	}
 	return nil
+}
+
+// quarantineLine describes one quarantine entry on one line.
+func quarantineLine(job string, q quarantineStatus) string {
+	seen := fmt.Sprintf("%d reads, first %s, last %s", q.Attempts, q.FirstSeen.Format(time.RFC3339), q.LastSeen.Format(time.RFC3339))
+	pos := string(q.Seq)
+	if pos == "" {
+		pos = "the beginning"
+	}
+	switch {
+	case q.Kind == string(quarantine.Page) && q.State == "blocked":
+		return fmt.Sprintf("%s: BLOCKED at %s, the poller cannot read the page from there (%s): %s", job, pos, seen, q.Reason)
+	case q.Kind == string(quarantine.Page):
+		return fmt.Sprintf("%s: was blocked at %s, passed since (%s): %s", job, pos, seen, q.Reason)
+	}
+	if q.Seq == nil {
+		pos = "without seq"
+	}
+	return fmt.Sprintf("%s: skipped row %s (after %s; %s): %s: %s", job, pos, dash(string(q.After)), seen, q.Reason, truncate(q.Raw, 200))
 }
 
 func collectStatus(ctx context.Context, deps *pipeline.Deps, jobs []*config.Job, now time.Time, peek bool) ([]jobStatus, error) {
@@ -256,9 +300,34 @@ func collectStatus(ctx context.Context, deps *pipeline.Deps, jobs []*config.Job,
 		for _, o := range j.Outputs {
 			r.Outputs = append(r.Outputs, outputState(ctx, deps, j, o, now, peek))
 		}
+		if r.Quarantine, err = quarantineState(ctx, deps, j.ID, st.Checkpoint); err != nil {
+			return nil, err
+		}
 		rows = append(rows, r)
 	}
 	return rows, nil
+}
+
+// quarantineState lists a job's quarantine; a page entry is blocked while
+// the checkpoint is where it was recorded.
+func quarantineState(ctx context.Context, deps *pipeline.Deps, job string, checkpoint json.RawMessage) ([]quarantineStatus, error) {
+	entries, err := quarantine.List(ctx, deps.DynamoDB, deps.Config.TableName(), job)
+	if err != nil {
+		return nil, err
+	}
+	out := []quarantineStatus{}
+	for _, e := range entries {
+		q := quarantineStatus{Kind: string(e.Kind), State: "skipped", Seq: e.Seq, After: e.After, Reason: e.Reason,
+			Raw: strings.ToValidUTF8(string(e.Raw), "\ufffd"), Attempts: e.Attempts, FirstSeen: e.FirstSeen, LastSeen: e.LastSeen}
+		if e.Kind == quarantine.Page {
+			q.State = "passed"
+			if string(e.Seq) == string(checkpoint) {
+				q.State = "blocked"
+			}
+		}
+		out = append(out, q)
+	}
+	return out, nil
 }
 
 // outputState reads one output's queues; a failure is reported in the row.

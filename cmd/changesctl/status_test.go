@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/changes-worker/changes-worker/shared/quarantine"
 )
 
 func TestStatus(t *testing.T) {
@@ -88,5 +90,60 @@ func TestStatus(t *testing.T) {
 	}
 	if n := strings.Count(out, "changesctl status, every 500ms"); n < 2 {
 		t.Errorf("status --watch drew %d times in 2.5s:\n%s", n, out)
+	}
+}
+
+// TestStatusShowsQuarantine lists what the poller skipped and where it is
+// blocked: a page recorded at the current checkpoint is blocked, one at an
+// older position was passed since.
+func TestStatusShowsQuarantine(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newTestStack(t, outPG)
+	store := s.Leases
+	l, _, err := store.Acquire(ctx, "orders", "poller-7", "host-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Checkpoint(ctx, l, json.RawMessage(`"12-abc"`), 3); err != nil {
+		t.Fatal(err)
+	}
+	q := &quarantine.Store{DB: s.Deps.DynamoDB, Table: s.Config.TableName()}
+	for _, e := range []quarantine.Entry{
+		{Job: "orders", Kind: quarantine.Row, Seq: json.RawMessage(`"9-xyz"`), After: json.RawMessage(`"8-xyz"`), Reason: "the row has no id",
+			Raw: []byte(`{"seq":"9-xyz","changes":[]}`), Attempts: 3},
+		{Job: "orders", Kind: quarantine.Page, Seq: json.RawMessage(`"5-old"`), Reason: "changes: malformed response: gone since", Attempts: 3},
+		{Job: "orders", Kind: quarantine.Page, Seq: json.RawMessage(`"12-abc"`), Reason: "changes: malformed response: unexpected EOF", Attempts: 4},
+	} {
+		if err := q.Record(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rows []jobStatus
+	if err := json.Unmarshal([]byte(s.mustCLI(ctx, "status", "--json")), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || len(rows[0].Quarantine) != 3 {
+		t.Fatalf("status --json quarantine: %+v", rows)
+	}
+	got := map[string]quarantineStatus{}
+	for _, e := range rows[0].Quarantine {
+		got[e.Kind+" "+string(e.Seq)] = e
+	}
+	if e := got[`row "9-xyz"`]; e.State != "skipped" || e.Reason != "the row has no id" || e.Raw != `{"seq":"9-xyz","changes":[]}` ||
+		e.Attempts != 3 || string(e.After) != `"8-xyz"` || e.FirstSeen.IsZero() {
+		t.Errorf("row entry: %+v", e)
+	}
+	if e := got[`page "12-abc"`]; e.State != "blocked" || e.Attempts != 4 {
+		t.Errorf("page at the checkpoint: %+v, want blocked", e)
+	}
+	if e := got[`page "5-old"`]; e.State != "passed" {
+		t.Errorf("page behind the checkpoint: %+v, want passed", e)
+	}
+	text := s.mustCLI(ctx, "status")
+	for _, w := range []string{`orders: BLOCKED at "12-abc"`, `orders: skipped row "9-xyz" (after "8-xyz";`, "the row has no id", `{"seq":"9-xyz","changes":[]}`} {
+		if !strings.Contains(text, w) {
+			t.Errorf("status text lacks %q:\n%s", w, text)
+		}
 	}
 }

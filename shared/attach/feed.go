@@ -12,9 +12,10 @@ import (
 type Inner interface {
 	Changes(ctx context.Context, since json.RawMessage, timeout time.Duration) (*feed.Batch, error)
 	FetchDocs(ctx context.Context, rows []feed.Row) error
+	FetchBatch(ctx context.Context, b *feed.Batch) error
 }
 
-// Feed is a feed whose FetchDocs also copies the attachments of the fetched
+// Feed is a feed whose FetchDocs and FetchBatch also copy the attachments of the fetched
 // bodies (Stage.Process), so the poller queues documents that reference S3
 // objects which already exist. Errors keep feed.Transient's meaning.
 type Feed struct {
@@ -29,6 +30,21 @@ func (f *Feed) FetchDocs(ctx context.Context, rows []feed.Row) error {
 	if err := f.Inner.FetchDocs(ctx, rows); err != nil {
 		return err
 	}
+	return f.process(ctx, rows)
+}
+
+// FetchBatch fetches the bodies within the page's budget (the batch may be
+// cut, see feed.Client.FetchBatch), then copies the attachments of the rows
+// it kept.
+func (f *Feed) FetchBatch(ctx context.Context, b *feed.Batch) error {
+	if err := f.Inner.FetchBatch(ctx, b); err != nil {
+		return err
+	}
+	return f.process(ctx, b.Rows)
+}
+
+// process copies the attachments of fetched rows.
+func (f *Feed) process(ctx context.Context, rows []feed.Row) error {
 	st, err := f.Stage.Process(ctx, rows)
 	if err != nil {
 		return err

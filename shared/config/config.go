@@ -76,6 +76,9 @@ const (
 	DefaultPrefix           = "changes-worker"
 	DefaultLimit            = 500
 	DefaultFeedTimeout      = 10 * time.Second
+	DefaultMaxAnswerBytes   = 32 << 20
+	DefaultPageBytes        = 16 << 20
+	DefaultQuarantineAfter  = 3
 	DefaultLeaseTTL         = 10 * time.Second
 	DefaultMaxReceiveCount  = 5
 	DefaultMaxMessageBytes  = 256 * 1024
@@ -198,6 +201,19 @@ type Feed struct {
 	ActiveOnly bool `json:"active_only"`
 	// Channels restricts the feed to these channels (Sync Gateway family only).
 	Channels []string `json:"channels,omitempty"`
+	// MaxAnswerBytes bounds every answer read from the source: one larger is
+	// cut there (what came whole is used) or, when nothing did, refused
+	// with an error naming this setting. Default 32 MiB; 1 MiB to 128 MiB.
+	MaxAnswerBytes int64 `json:"max_answer_bytes,omitempty"`
+	// PageBytes is the budget of one page's document bodies: a page is cut
+	// after the row that reaches it and the next one asks for fewer rows.
+	// Default 16 MiB; 64 KiB to max_answer_bytes.
+	PageBytes int64 `json:"page_bytes,omitempty"`
+	// QuarantineAfter is how many times in a row the poller reads a feed
+	// row that names no document (or a page it cannot parse) before it
+	// records it in the job's quarantine: such a row is then skipped, such
+	// a page stays blocked and alarmed. Default 3; 1 to 100.
+	QuarantineAfter int `json:"quarantine_after,omitempty"`
 	// Mode is longpoll (default), continuous, websocket (Sync Gateway, App
 	// Services), sse (Edge Server) or eventsource (CouchDB).
 	Mode string `json:"mode,omitempty"`
@@ -486,6 +502,15 @@ func (f *File) SetDefaults() {
 		if j.Feed.Fetch == "" {
 			j.Feed.Fetch = FetchIncludeDocs
 		}
+		if j.Feed.MaxAnswerBytes == 0 {
+			j.Feed.MaxAnswerBytes = DefaultMaxAnswerBytes
+		}
+		if j.Feed.PageBytes == 0 {
+			j.Feed.PageBytes = min(DefaultPageBytes, j.Feed.MaxAnswerBytes)
+		}
+		if j.Feed.QuarantineAfter == 0 {
+			j.Feed.QuarantineAfter = DefaultQuarantineAfter
+		}
 		if j.Lease.TTL == 0 {
 			j.Lease.TTL = Duration(DefaultLeaseTTL)
 		}
@@ -666,6 +691,15 @@ func (j *Job) validate(p string) []error {
 	}
 	if j.Feed.Fetch != FetchIncludeDocs && j.Feed.Fetch != FetchBulkGet {
 		bad("feed.fetch", "%q is not include_docs or bulk_get", j.Feed.Fetch)
+	}
+	if n := j.Feed.MaxAnswerBytes; n < 1<<20 || n > 128<<20 {
+		bad("feed.max_answer_bytes", "%d must be between 1048576 (1 MiB) and 134217728 (128 MiB)", n)
+	}
+	if n := j.Feed.PageBytes; n < 64<<10 || n > j.Feed.MaxAnswerBytes {
+		bad("feed.page_bytes", "%d must be between 65536 (64 KiB) and max_answer_bytes (%d)", n, j.Feed.MaxAnswerBytes)
+	}
+	if n := j.Feed.QuarantineAfter; n < 1 || n > 100 {
+		bad("feed.quarantine_after", "%d must be between 1 and 100", n)
 	}
 	if len(j.Feed.Channels) > 0 && s.Type == SourceCouchDB {
 		bad("feed.channels", "channels need a Sync Gateway, App Services or Edge Server source")

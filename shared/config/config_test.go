@@ -56,6 +56,10 @@ func TestDefaults(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}
+	fd := f.Jobs[0].Feed
+	if fd.MaxAnswerBytes != 32<<20 || fd.PageBytes != 16<<20 || fd.QuarantineAfter != 3 {
+		t.Errorf("feed bounds %d, %d, %d; want 32 MiB, 16 MiB, 3", fd.MaxAnswerBytes, fd.PageBytes, fd.QuarantineAfter)
+	}
 }
 
 func TestAttachmentDefaults(t *testing.T) {
@@ -108,6 +112,13 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 			name: "dot segments in s3 keys",
 			in:   `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{"prefix":"p/./","key_template":"x/./{doc_id}"}}]}]}`,
 			want: []string{`s3.prefix: "p/./" must not`, `s3.key_template: "x/./{doc_id}" must not`},
+		},
+		{
+			name: "feed bounds",
+			in: `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"feed":{"max_answer_bytes":1000,"page_bytes":2000,"quarantine_after":-1},
+				"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"env":"D"}}}]}]}`,
+			want: []string{"feed.max_answer_bytes: 1000 must be between", "feed.page_bytes: 2000 must be between 65536 (64 KiB) and max_answer_bytes (1000)",
+				"feed.quarantine_after: -1 must be between 1 and 100"},
 		},
 		{
 			name: "backpressure and flood settings",

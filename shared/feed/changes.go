@@ -47,19 +47,77 @@ import (
 // is not mistaken for the end of the feed (see Batch.CaughtUp). Doc is set
 // only for live rows when the source included it.
 //
+// A page is bounded twice (see Options): reading stops after the row whose
+// bytes reach PageBytes, and an answer past MaxAnswerBytes is cut there. A
+// page cut either way, or cut short by a broken answer after whole rows,
+// keeps those rows, with LastSeq the position after the last of them and
+// Cut saying why; when no row was whole the error says what broke. After a
+// cut with include_docs the client asks for as many rows as fitted, and
+// doubles that after each full page that used at most half of PageBytes,
+// back to Limit. A page that does not arrive (whole) within the deadline
+// halves the next one: some sources build an answer whole before sending
+// any of it, and a large page never arrives in time.
+//
+// A row that names a document but no usable revision is kept with Rev ""
+// (FetchDocs fetches the current winner); one whose seq is missing or empty
+// is kept with Seq nil. A row that names no document is not in Rows but in
+// Batch.Malformed, for the caller to decide on.
+//
+// The position never goes back where the seq format tells (SeqBefore):
+// LastSeq is never before the last row read, nor before since. The one
+// exception is a CouchDB 2+ answer that comes with rows: its numeric prefix
+// is a sum over shards, and a lower one is CouchDB reading again a shard
+// range it could not resume, which holding since would repeat forever. An
+// empty last_seq is never used: it would read the feed from its beginning.
+// It is ErrMalformed when the answer has no row, and cuts the batch after
+// its rows otherwise.
+//
 // A Sync Gateway family answer never goes back: when one holds rows at or
 // before since (Sync Gateway 3.1.0 restarts a revocation paged by a small
 // limit), the request is made again with limit 10000 and the rows at or
 // before since, which were read before, are dropped; a full page of nothing
-// else is ErrMalformed. A last_seq before since is reported as since.
+// else is ErrMalformed.
 //
-// Errors are *StatusError, ErrMalformed (wrapped) or transport errors; see
-// Transient. Changes is safe for concurrent use and has no side effects.
+// Errors are *StatusError, *LimitError, ErrMalformed (wrapped) or transport
+// errors; see Transient. Changes is safe for concurrent use; its only side
+// effect is the page size the client learns.
 func (c *Client) Changes(ctx context.Context, since json.RawMessage, timeout time.Duration) (*Batch, error) {
-	b, err := c.changes(ctx, since, timeout, c.o.Limit)
-	if err != nil || !syncGatewayFamily(c.o.SourceType) {
-		return b, err
+	limit := c.pages.size()
+	b, st, err := c.changes(ctx, since, timeout, limit)
+	var te *transportError
+	if errors.As(err, &te) && te.deadline {
+		// The page did not arrive within the deadline: some sources
+		// (pouchdb-server) build an answer whole before sending it.
+		c.pages.cut(limit / 2)
 	}
+	if err != nil {
+		return nil, err
+	}
+	if c.o.Fetch == config.FetchIncludeDocs {
+		if b.Cut != "" {
+			c.pages.cut(st.rows)
+		} else {
+			c.pages.done(st.rows >= limit, st.bytes, c.o.PageBytes)
+		}
+	}
+	if syncGatewayFamily(c.o.SourceType) {
+		if b, err = c.forward(ctx, since, timeout, b); err != nil {
+			return nil, err
+		}
+	}
+	for i := range b.Malformed {
+		if b.Malformed[i].After == nil {
+			b.Malformed[i].After = slices.Clone(since)
+		}
+	}
+	if before, ok := SeqBefore(b.LastSeq, since); ok && before && (len(b.Rows) == 0 || readSeq(b.LastSeq).kind != seqPrefixed) {
+		b.LastSeq = slices.Clone(since)
+	}
+	return b, nil
+}
+
+// forward makes a Sync Gateway family answer start after since (see Changes).
+func (c *Client) forward(ctx context.Context, since json.RawMessage, timeout time.Duration, b *Batch) (*Batch, error) {
 	from, ok := parseSGSeq(since)
 	if !ok {
 		return b, nil
@@ -69,18 +127,16 @@ func (c *Client) Changes(ctx context.Context, since json.RawMessage, timeout tim
 		// last revoked row can start the revocation over, and a small limit
 		// then cycles through it forever. The whole revocation in one page
 		// ends it; the rows up to since were read before.
-		if b, err = c.changes(ctx, since, timeout, revocationPage); err != nil {
+		var err error
+		if b, _, err = c.changes(ctx, since, timeout, revocationPage); err != nil {
 			return nil, err
 		}
 	}
 	if b.rowsBehind(from) {
 		b.dropUpTo(from)
-		if len(b.Rows) == 0 && b.Full {
+		if len(b.Rows) == 0 && b.Full && b.Cut == "" {
 			return nil, malformed("changes", "every row of a full page is at or before since %s", since)
 		}
-	}
-	if last, ok := parseSGSeq(b.LastSeq); ok && last.before(from) {
-		b.LastSeq = slices.Clone(since)
 	}
 	return b, nil
 }
@@ -101,16 +157,32 @@ func (b *Batch) rowsBehind(from sgSeq) bool {
 
 // dropUpTo removes the rows that are not after from.
 func (b *Batch) dropUpTo(from sgSeq) {
-	b.Rows = slices.DeleteFunc(b.Rows, func(r Row) bool {
-		s, ok := parseSGSeq(r.Seq)
-		return ok && !from.before(s)
-	})
+	kept := make([]int, len(b.Rows)+1) // kept[i]: rows kept before index i
+	rows := b.Rows[:0]
+	for i, r := range b.Rows {
+		kept[i] = len(rows)
+		if s, ok := parseSGSeq(r.Seq); ok && !from.before(s) {
+			continue
+		}
+		rows = append(rows, r)
+	}
+	kept[len(b.Rows)] = len(rows)
+	for k := range b.Malformed {
+		b.Malformed[k].Before = kept[b.Malformed[k].Before]
+	}
+	b.Rows = rows
 }
 
-func (c *Client) changes(ctx context.Context, since json.RawMessage, timeout time.Duration, limit int) (*Batch, error) {
+// pageStats is what reading one page took.
+type pageStats struct {
+	rows  int   // rows read, kept or not
+	bytes int64 // of the answer, as far as it was read
+}
+
+func (c *Client) changes(ctx context.Context, since json.RawMessage, timeout time.Duration, limit int) (*Batch, pageStats, error) {
 	q, err := c.feedQuery(since)
 	if err != nil {
-		return nil, err
+		return nil, pageStats{}, err
 	}
 	if timeout > 0 {
 		q.Set("feed", "longpoll")
@@ -120,14 +192,18 @@ func (c *Client) changes(ctx context.Context, since json.RawMessage, timeout tim
 		timeout = 0
 	}
 	q.Set("limit", strconv.Itoa(limit))
-	resp, err := c.roundTrip(ctx, "changes", http.MethodGet, c.endpoint("_changes", q), nil, timeout+c.o.Slack)
-	if timeout > 0 && idle(err) {
-		return &Batch{Rows: []Row{}, LastSeq: slices.Clone(since), Pending: -1}, nil
-	}
+	st, err := c.open(ctx, "changes", http.MethodGet, c.endpoint("_changes", q), acceptJSON, nil, timeout+c.o.Slack)
 	if err != nil {
-		return nil, err
+		return nil, pageStats{}, err
 	}
-	return parseChanges(resp.body, c.o.ActiveOnly, limit)
+	defer st.close()
+	p := &pageReader{activeOnly: c.o.ActiveOnly, limit: limit, budget: c.o.PageBytes}
+	b, err := p.read(st)
+	stats := pageStats{rows: p.seen, bytes: st.body.n}
+	if timeout > 0 && idle(err) {
+		return &Batch{Rows: []Row{}, LastSeq: slices.Clone(since), Pending: -1}, stats, nil
+	}
+	return b, stats, err
 }
 
 // feedQuery returns the query parameters every mode of the feed shares:
@@ -157,6 +233,278 @@ func (c *Client) feedQuery(since json.RawMessage) (url.Values, error) {
 		}
 	}
 	return q, nil
+}
+
+// pageReader decodes a _changes answer as it arrives, one row at a time:
+// nothing holds the whole answer, and reading stops once the rows read hold
+// budget bytes (include_docs), so a page of large documents costs its
+// budget, not its size. Not safe for concurrent use.
+type pageReader struct {
+	activeOnly bool
+	limit      int   // the request's limit
+	budget     int64 // stop after the row that reaches this many bytes
+
+	b       *Batch
+	seen    int             // rows read, kept or not
+	pos     json.RawMessage // the seq of the last row read that had one
+	lastSeq json.RawMessage
+	hasLast bool
+	results bool
+	badLast string // what is wrong with last_seq, when the rows read stand in for it
+}
+
+// errPageFull stops reading at the page's budget.
+var errPageFull = errors.New("page budget reached")
+
+// read decodes the answer. An answer that breaks after whole rows (cut
+// short, over the answer limit, not JSON further on) yields those rows as a
+// cut batch: each row's seq is a place to resume from. With no whole row,
+// the error is the stream's (see stream.fail) or ErrMalformed.
+func (p *pageReader) read(st *stream) (*Batch, error) {
+	p.b = &Batch{Rows: []Row{}, Pending: -1}
+	dec := json.NewDecoder(st.body)
+	err := p.answer(dec)
+	switch {
+	case errors.Is(err, errPageFull):
+		return p.cut(fmt.Sprintf("page_bytes: the rows read reached %d bytes", p.budget)), nil
+	case err != nil && p.pos != nil:
+		return p.cut(st.fail(err, "").Error()), nil
+	case err != nil:
+		if st.body.over {
+			return nil, st.fail(err, "its first row")
+		}
+		if ferr := st.fail(err, ""); ferr != err {
+			return nil, ferr
+		}
+		return nil, malformed("changes", "%v", err)
+	case !p.results:
+		return nil, malformed("changes", "no results")
+	}
+	switch {
+	case !p.hasLast || isNull(p.lastSeq):
+		p.badLast = "no last_seq"
+	case emptySeq(p.lastSeq):
+		// An empty since would read the feed again from its beginning.
+		p.badLast = `last_seq is empty ("")`
+	}
+	if p.badLast != "" {
+		if p.pos != nil {
+			return p.cut("the answer's " + p.badLast + ": the batch ends after its last row"), nil
+		}
+		return nil, malformed("changes", "%s", p.badLast)
+	}
+	// The answer's own position is never before the last row it holds.
+	p.b.LastSeq = NotBefore(p.lastSeq, p.pos)
+	p.b.Full = p.seen >= p.limit
+	return p.b, nil
+}
+
+// cut ends the batch after the rows read.
+func (p *pageReader) cut(why string) *Batch {
+	p.b.LastSeq, p.b.Full, p.b.Pending, p.b.Cut = p.pos, true, -1, why
+	return p.b
+}
+
+// answer reads the answer's object: results, last_seq and pending, in any
+// order; other members are skipped.
+func (p *pageReader) answer(dec *json.Decoder) error {
+	if err := delim(dec, '{'); err != nil {
+		return err
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case "results":
+			if err := p.rows(dec); err != nil {
+				return err
+			}
+		case "last_seq":
+			p.hasLast = true
+			if err := dec.Decode(&p.lastSeq); err != nil {
+				return err
+			}
+		case "pending":
+			var n json.RawMessage
+			if err := dec.Decode(&n); err != nil {
+				return err
+			}
+			if v, err := strconv.ParseInt(string(n), 10, 64); err == nil && v >= 0 {
+				p.b.Pending = v
+			}
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return err
+			}
+		}
+	}
+	return delim(dec, '}')
+}
+
+// rows reads the results array row by row.
+func (p *pageReader) rows(dec *json.Decoder) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok == nil {
+		return nil // "results":null: no results
+	}
+	if tok != json.Delim('[') {
+		return fmt.Errorf("results is %v, not a list", tok)
+	}
+	p.results = true
+	for dec.More() {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		p.row(raw)
+		if p.budget > 0 && dec.InputOffset() >= p.budget && p.pos != nil && dec.More() {
+			return errPageFull
+		}
+	}
+	return delim(dec, ']')
+}
+
+// delim reads the next token, which must be d.
+func delim(dec *json.Decoder, d json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != d {
+		return fmt.Errorf("found %v where %v belongs", tok, d)
+	}
+	return nil
+}
+
+// rowFields are a row's members, read leniently: a member of an
+// unexpected type makes that member unusable, not the row.
+type rowFields struct {
+	Seq     json.RawMessage `json:"seq"`
+	ID      json.RawMessage `json:"id"`
+	Changes json.RawMessage `json:"changes"`
+	Deleted json.RawMessage `json:"deleted"`
+	Removed json.RawMessage `json:"removed"`
+	Revoked json.RawMessage `json:"revoked"`
+	Doc     json.RawMessage `json:"doc"`
+}
+
+// row turns one row into a Row, a dropped row, or a Malformed one:
+//
+//   - a row whose id is a non-empty string is a change of that document.
+//     Without a usable revision (no changes list, an empty one, no rev) its
+//     revision comes from the included doc, or else FetchDocs fetches the
+//     current winner (Rev ""). Without a usable seq, Seq is nil: the row is
+//     read again from the position before it until a later row moves on;
+//   - a row without a usable id is Malformed;
+//   - Sync Gateway's principal rows ("_user/..." without a revision) are
+//     dropped, as are deleted and removed rows under ActiveOnly.
+func (p *pageReader) row(raw json.RawMessage) {
+	p.seen++
+	var f rowFields
+	if err := json.Unmarshal(raw, &f); err != nil {
+		p.malformed(raw, nil, "the row is not a JSON object")
+		return
+	}
+	seq := usableSeq(f.Seq)
+	var id string
+	if err := json.Unmarshal(f.ID, &id); err != nil || id == "" {
+		why := "the row has no id"
+		if !isNull(f.ID) {
+			why = fmt.Sprintf("the row's id %s is not a non-empty string", truncateRaw(f.ID, 64))
+		}
+		p.malformed(raw, seq, why)
+		return
+	}
+	row := Row{Seq: seq, ID: id, Rev: firstRev(f.Changes), Deleted: isTrue(f.Deleted),
+		Removed: present(f.Removed) || isTrue(f.Revoked), Revoked: isTrue(f.Revoked)}
+	if !isNull(f.Doc) {
+		// A row's doc can be a stub that says more than the row's flags:
+		// Sync Gateway's {"_removed":true} on a revoked row. A doc that is
+		// not a document is left out: the body is fetched instead.
+		if m, err := meta(f.Doc); err == nil {
+			row.Deleted = row.Deleted || m.Deleted
+			row.Removed = row.Removed || m.Removed
+			if row.Rev == "" && m.Rev != "" {
+				row.Rev = m.Rev
+			}
+			if !row.Deleted && !row.Removed {
+				row.Doc = f.Doc
+			}
+		}
+	}
+	if seq != nil {
+		p.pos = seq
+	}
+	if row.Rev == "" && strings.HasPrefix(id, "_user/") {
+		return // a Sync Gateway principal change, not a document
+	}
+	// A deletion seen by a channel-restricted reader also lists the
+	// channels it left (the tombstone has none): it is a deletion.
+	if row.Deleted {
+		row.Removed, row.Revoked = false, false
+	}
+	if p.activeOnly && (row.Deleted || row.Removed) {
+		return
+	}
+	p.b.Rows = append(p.b.Rows, row)
+}
+
+// malformed records a row that names no document.
+func (p *pageReader) malformed(raw json.RawMessage, seq json.RawMessage, why string) {
+	p.b.Malformed = append(p.b.Malformed, Malformed{
+		Before: len(p.b.Rows), Seq: seq, After: p.pos,
+		Raw: slices.Clone(raw[:min(len(raw), MalformedRawMax)]), Reason: why,
+	})
+}
+
+// usableSeq returns a row's seq when it can be sent back as since: any JSON
+// value but null and the empty string.
+func usableSeq(v json.RawMessage) json.RawMessage {
+	if isNull(v) || emptySeq(v) {
+		return nil
+	}
+	return v
+}
+
+// emptySeq reports whether v is the JSON string "".
+func emptySeq(v json.RawMessage) bool {
+	return string(bytes.TrimSpace(v)) == `""`
+}
+
+// firstRev returns changes[0].rev, or "" when the list is not one.
+func firstRev(changes json.RawMessage) string {
+	var list []json.RawMessage
+	if err := json.Unmarshal(changes, &list); err != nil || len(list) == 0 {
+		return ""
+	}
+	var c struct {
+		Rev json.RawMessage `json:"rev"`
+	}
+	if err := json.Unmarshal(list[0], &c); err != nil {
+		return ""
+	}
+	var rev string
+	if err := json.Unmarshal(c.Rev, &rev); err != nil {
+		return ""
+	}
+	return rev
+}
+
+// isTrue reports whether v is the JSON literal true.
+func isTrue(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "true" }
+
+// truncateRaw shortens raw JSON for a message.
+func truncateRaw(v json.RawMessage, n int) string {
+	if len(v) <= n {
+		return string(v)
+	}
+	return string(v[:n]) + "…"
 }
 
 // revocations reports whether a source reports lost channel access when
@@ -205,93 +553,6 @@ func sinceParam(seq json.RawMessage) (string, error) {
 		return "", fmt.Errorf("compact since: %w", err)
 	}
 	return b.String(), nil
-}
-
-type changesAnswer struct {
-	Results []changeRow     `json:"results"`
-	LastSeq json.RawMessage `json:"last_seq"`
-	Pending *int64          `json:"pending"`
-}
-
-type changeRow struct {
-	Seq     json.RawMessage `json:"seq"`
-	ID      string          `json:"id"`
-	Changes []struct {
-		Rev string `json:"rev"`
-	} `json:"changes"`
-	Deleted bool            `json:"deleted"`
-	Removed json.RawMessage `json:"removed"`
-	Revoked bool            `json:"revoked"`
-	Doc     json.RawMessage `json:"doc"`
-}
-
-func parseChanges(body []byte, activeOnly bool, limit int) (*Batch, error) {
-	var a changesAnswer
-	if err := json.Unmarshal(body, &a); err != nil {
-		return nil, malformed("changes", "%v", err)
-	}
-	if a.Results == nil {
-		return nil, malformed("changes", "no results")
-	}
-	if isNull(a.LastSeq) {
-		return nil, malformed("changes", "no last_seq")
-	}
-	b := &Batch{Rows: make([]Row, 0, len(a.Results)), LastSeq: a.LastSeq, Pending: -1, Full: len(a.Results) >= limit}
-	if a.Pending != nil {
-		b.Pending = *a.Pending
-	}
-	for i, r := range a.Results {
-		row, keep, err := r.row(i, activeOnly)
-		if err != nil {
-			return nil, err
-		}
-		if keep {
-			b.Rows = append(b.Rows, row)
-		}
-	}
-	return b, nil
-}
-
-// row converts the i-th row of an answer; keep is false for a row the
-// client drops (a Sync Gateway "_user/" row, or a deleted or removed row
-// under activeOnly).
-func (r *changeRow) row(i int, activeOnly bool) (Row, bool, error) {
-	if isNull(r.Seq) {
-		return Row{}, false, malformed("changes", "row %d has no seq", i)
-	}
-	if r.ID == "" {
-		return Row{}, false, malformed("changes", "row %d (seq %s) has no id", i, r.Seq)
-	}
-	if len(r.Changes) == 0 || r.Changes[0].Rev == "" {
-		if strings.HasPrefix(r.ID, "_user/") {
-			return Row{}, false, nil // a Sync Gateway principal change, not a document
-		}
-		return Row{}, false, malformed("changes", "row %d (seq %s) has no rev", i, r.Seq)
-	}
-	row := Row{Seq: r.Seq, ID: r.ID, Rev: r.Changes[0].Rev, Deleted: r.Deleted,
-		Removed: present(r.Removed) || r.Revoked, Revoked: r.Revoked}
-	if !isNull(r.Doc) {
-		// A row's doc can be a stub that says more than the row's flags:
-		// Sync Gateway's {"_removed":true} on a revoked row.
-		m, err := meta(r.Doc)
-		if err != nil {
-			return Row{}, false, malformed("changes", "row %d (seq %s) doc: %v", i, r.Seq, err)
-		}
-		row.Deleted = row.Deleted || m.Deleted
-		row.Removed = row.Removed || m.Removed
-		if !row.Deleted && !row.Removed {
-			row.Doc = r.Doc
-		}
-	}
-	// A deletion seen by a channel-restricted reader also lists the channels
-	// it left (the tombstone has none): it is a deletion.
-	if row.Deleted {
-		row.Removed, row.Revoked = false, false
-	}
-	if activeOnly && (row.Deleted || row.Removed) {
-		return Row{}, false, nil
-	}
-	return row, true, nil
 }
 
 // isNull reports whether a raw value is absent or JSON null.

@@ -2,14 +2,10 @@ package feed
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
-	"net/url"
 	"slices"
-	"strings"
 
 	"github.com/changes-worker/changes-worker/shared/config"
 )
@@ -23,13 +19,14 @@ import (
 //   - Edge Server, which has no _bulk_get: GET {url}/{id} per document, at
 //     most Options.Concurrency at a time;
 //   - every other source: POST {url}/_bulk_get?revs=false naming ids
-//     without revisions (so the source answers each winner), at most 500
-//     documents per request. A document the answer does not settle is read
-//     with its own GET: pouchdb-server answers a deleted or never written
-//     document with an empty object, which says neither.
+//     without revisions (so the source answers each winner), split by bytes
+//     as FetchDocs splits its requests (at most 500 documents each) and read
+//     as the answer arrives. A document a whole answer does not settle is
+//     read with its own GET: pouchdb-server answers a deleted or never
+//     written document with an empty object, which says neither.
 //
-// So reading N documents costs about N/500 requests, plus one per document
-// deleted on pouchdb-server. Current does not retry; errors name the
+// So reading N documents costs about N/500 requests for small documents,
+// plus one per document deleted on pouchdb-server. Current does not retry; errors name the
 // operation and, for one document, its id; see Transient. It is safe for
 // concurrent use.
 func (c *Client) Current(ctx context.Context, ids []string) ([]Row, error) {
@@ -45,12 +42,25 @@ func (c *Client) Current(ctx context.Context, ids []string) ([]Row, error) {
 		return rows, c.each(ctx, rows, all, c.fetchWinner)
 	}
 	var unsettled []int
-	for chunk := range slices.Chunk(all, bulkGetMax) {
-		u, err := c.bulkGetWinners(ctx, rows, chunk)
+	queue := all
+	force1 := false
+	for len(queue) > 0 {
+		count := c.bulkCount(len(queue), 0, 0)
+		if force1 {
+			count = 1
+		}
+		chunk := queue[:count]
+		answered, u, err := c.bulkGetWinners(ctx, rows, chunk)
 		if err != nil {
 			return nil, err
 		}
+		force1 = len(answered) == 0 && u == nil
+		if force1 && len(chunk) == 1 {
+			return nil, &LimitError{Op: "bulk_get", Bound: BoundAnswerBytes, Limit: c.o.MaxAnswerBytes,
+				Where: fmt.Sprintf("document %q", rows[chunk[0]].ID)}
+		}
 		unsettled = append(unsettled, u...)
+		queue = slices.DeleteFunc(slices.Clone(queue), func(i int) bool { return answered[i] || slices.Contains(u, i) })
 	}
 	if err := c.each(ctx, rows, unsettled, c.fetchWinner); err != nil {
 		return nil, err
@@ -59,68 +69,66 @@ func (c *Client) Current(ctx context.Context, ids []string) ([]Row, error) {
 }
 
 // bulkGetWinners fills rows[i] for i in idx with the winners one _bulk_get
-// answers, and returns the indexes the answer did not settle.
-func (c *Client) bulkGetWinners(ctx context.Context, rows []Row, idx []int) ([]int, error) {
-	type docReq struct {
-		ID string `json:"id"`
-	}
-	var req struct {
-		Docs []docReq `json:"docs"`
-	}
-	asked := map[string]bool{}
+// answers, read as it arrives (see bulkRead). It returns the indexes it
+// settled, and, when the answer was read whole, those it did not settle
+// (nil otherwise: they are asked again).
+func (c *Client) bulkGetWinners(ctx context.Context, rows []Row, idx []int) (map[int]bool, []int, error) {
+	var docs []docReq
+	asked := map[string][]int{}
 	for _, i := range idx {
-		if id := rows[i].ID; !asked[id] {
-			asked[id] = true
-			req.Docs = append(req.Docs, docReq{ID: id})
+		id := rows[i].ID
+		if asked[id] == nil {
+			docs = append(docs, docReq{ID: id})
 		}
+		asked[id] = append(asked[id], i)
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("bulk_get: encode request: %w", err)
-	}
-	resp, err := c.roundTrip(ctx, "bulk_get", http.MethodPost,
-		c.endpoint("_bulk_get", url.Values{"revs": {"false"}}), body, c.o.RequestTimeout)
-	if err != nil {
-		return nil, err
-	}
-	var answers []bulkAnswer
-	if mt, params, _ := mime.ParseMediaType(resp.contentType); strings.HasPrefix(mt, "multipart/") {
-		answers, err = parseBulkMultipart(resp.body, params["boundary"])
-	} else {
-		answers, err = parseBulkJSON(resp.body)
-	}
-	if err != nil {
-		return nil, err
-	}
-	byID := make(map[string]bulkAnswer, len(answers))
-	for _, a := range answers {
-		if !asked[a.id] {
-			return nil, malformed("bulk_get", "answer for %q, which was not asked for", a.id)
+	byID := map[string]bulkAnswer{}
+	settled := map[int]bool{}
+	var bodies int
+	var bytes int64
+	whole, err := c.bulkRead(ctx, docs, rows[idx[0]].ID, func(a bulkAnswer) error {
+		if asked[a.id] == nil {
+			return malformed("bulk_get", "answer for %q, which was not asked for", a.id)
 		}
 		if prev, dup := byID[a.id]; dup && (prev.rev != a.rev || prev.gone != a.gone || (prev.err == nil) != (a.err == nil)) {
-			return nil, malformed("bulk_get", "two different answers for %q", a.id)
+			return malformed("bulk_get", "two different answers for %q", a.id)
 		}
 		byID[a.id] = a
-	}
-	var unsettled []int
-	for _, i := range idx {
-		r := &rows[i]
-		a, ok := byID[r.ID]
-		var se *StatusError
-		switch {
-		case !ok:
-			unsettled = append(unsettled, i)
-		case a.gone:
-			r.Deleted = true
-		case errors.As(a.err, &se) && se.Status == http.StatusForbidden && syncGatewayFamily(c.o.SourceType):
-			r.Removed = true
-		case a.err != nil:
-			return nil, fmt.Errorf("fetch doc %q winner: %w", r.ID, a.err)
-		default:
-			if err := apply(r, a.body); err != nil {
-				return nil, malformed("bulk_get", "document %q: %v", r.ID, err)
+		if a.body != nil {
+			bodies++
+			bytes += int64(len(a.body))
+		}
+		for _, i := range asked[a.id] {
+			r := &rows[i]
+			var se *StatusError
+			switch {
+			case a.gone:
+				r.Deleted = true
+			case errors.As(a.err, &se) && se.Status == http.StatusForbidden && syncGatewayFamily(c.o.SourceType):
+				r.Removed = true
+			case a.err != nil:
+				return fmt.Errorf("fetch doc %q winner: %w", r.ID, a.err)
+			default:
+				if err := apply(r, a.body); err != nil {
+					return malformed("bulk_get", "document %q: %v", r.ID, err)
+				}
 			}
+			settled[i] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	c.pages.observe(bodies, bytes)
+	if !whole {
+		return settled, nil, nil
+	}
+	unsettled := []int{}
+	for _, i := range idx {
+		if !settled[i] {
+			unsettled = append(unsettled, i)
 		}
 	}
-	return unsettled, nil
+	return settled, unsettled, nil
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -115,6 +116,46 @@ func statusFor(name string, status int) int {
 	return http.StatusBadGateway
 }
 
+// Bounds a LimitError names: the setting a person changes, or the rule the
+// answer broke.
+const (
+	// BoundAnswerBytes is Options.MaxAnswerBytes (feed.max_answer_bytes).
+	BoundAnswerBytes = "max_answer_bytes"
+	// BoundMultipartDepth is the one nested multipart level a _bulk_get
+	// answer may hold (a document with its attachments).
+	BoundMultipartDepth = "multipart_depth"
+)
+
+// LimitError is an answer that breaks one of the client's bounds: more
+// bytes than Options.MaxAnswerBytes before anything usable in it was whole,
+// or multipart nested deeper than one level. It is not transient.
+type LimitError struct {
+	// Op is the operation: changes, bulk_get, get or all_docs.
+	Op string
+	// Bound is BoundAnswerBytes or BoundMultipartDepth.
+	Bound string
+	// Limit is the bound's value: bytes, or levels.
+	Limit int64
+	// Where says what was being read ("its first row", `document "a"`).
+	Where string
+}
+
+func (e *LimitError) Error() string {
+	var msg string
+	switch e.Bound {
+	case BoundAnswerBytes:
+		msg = fmt.Sprintf("answer exceeds the limit of %d bytes (%s)", e.Limit, e.Bound)
+	case BoundMultipartDepth:
+		msg = fmt.Sprintf("multipart nested deeper than %d level (%s): a document's attachments are the only nesting a source sends", e.Limit, e.Bound)
+	default:
+		msg = fmt.Sprintf("answer breaks %s (%d)", e.Bound, e.Limit)
+	}
+	if e.Where != "" {
+		msg += " in " + e.Where
+	}
+	return e.Op + ": " + msg
+}
+
 // transportError is a request that got no complete answer: the connection
 // failed, was dropped, or the deadline passed.
 type transportError struct {
@@ -123,7 +164,8 @@ type transportError struct {
 	// When the answer began but its body did not complete: the status, the
 	// bytes that did arrive, and whether our own deadline cut it short.
 	status   int
-	partial  []byte
+	partial  []byte // the answer's first bytes
+	more     bool   // more arrived than partial holds
 	deadline bool
 }
 
@@ -140,13 +182,16 @@ func (e *transportError) Unwrap() error { return e.err }
 //     balancer or restart, and the next attempt gets a whole one. The error
 //     still says "malformed response" so that a source that keeps doing it
 //     is visible;
+//   - false: a *LimitError (the same request gets the same answer: a
+//     person raises the limit or fixes the source);
 //   - false: 3xx, 400, 401, 403, 404 and every other 4xx (bad URL, bad
 //     credentials, missing database: a person must act), a certificate the
 //     client does not trust (unknown authority, wrong host name, expired: a
 //     person must fix the CA bundle or the URL), a cancelled context (the
 //     caller gave up), invalid arguments, and nil.
 func Transient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || untrusted(err) {
+	var le *LimitError
+	if err == nil || errors.Is(err, context.Canceled) || untrusted(err) || errors.As(err, &le) {
 		return false
 	}
 	var mt *transientError

@@ -9,6 +9,7 @@
 package feed
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -29,6 +30,12 @@ const (
 	DefaultSlack          = 2 * time.Second
 	DefaultRequestTimeout = 30 * time.Second
 	DefaultConcurrency    = 8
+	// DefaultMaxAnswerBytes is above the largest document Couchbase (20 MB)
+	// and CouchDB (8 MB by default) store.
+	DefaultMaxAnswerBytes = config.DefaultMaxAnswerBytes
+	// DefaultPageBytes keeps a page's bodies, and the copies queueing them
+	// makes, well within a 256 MB poller.
+	DefaultPageBytes = config.DefaultPageBytes
 )
 
 // Options configure a Client. Credentials are already resolved; they are sent
@@ -70,6 +77,16 @@ type Options struct {
 	// Concurrency bounds the per-document GETs of FetchDocs. Default
 	// DefaultConcurrency.
 	Concurrency int
+	// MaxAnswerBytes bounds every answer the client reads. An answer that
+	// goes past it is cut there: what was whole before is used, and when
+	// nothing was, the error is a *LimitError naming the limit. Default
+	// DefaultMaxAnswerBytes.
+	MaxAnswerBytes int64
+	// PageBytes is the budget of the document bodies one page holds (see
+	// Changes and FetchBatch): a page is cut after the row whose body
+	// reaches it, and the next page asks for fewer rows. Default
+	// DefaultPageBytes; at most MaxAnswerBytes.
+	PageBytes int64
 	// OnRequest, when set, is told of every request to the source once it
 	// ended: the operation ("changes", "bulk_get", "get", ...), the HTTP
 	// status (0 when no answer came) and how long it took. The poller turns
@@ -139,6 +156,15 @@ func (o Options) Validate() error {
 	if o.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("concurrency: %d is negative", o.Concurrency))
 	}
+	if o.MaxAnswerBytes < 0 {
+		errs = append(errs, fmt.Errorf("max_answer_bytes: %d is negative", o.MaxAnswerBytes))
+	}
+	if o.PageBytes < 0 {
+		errs = append(errs, fmt.Errorf("page_bytes: %d is negative", o.PageBytes))
+	}
+	if maxAnswer := cmp.Or(o.MaxAnswerBytes, DefaultMaxAnswerBytes); o.PageBytes > maxAnswer {
+		errs = append(errs, fmt.Errorf("page_bytes: %d is more than max_answer_bytes (%d)", o.PageBytes, maxAnswer))
+	}
 	return errors.Join(errs...)
 }
 
@@ -175,11 +201,15 @@ func syncGatewayFamily(sourceType string) bool {
 	return false
 }
 
-// Client reads one source. It is safe for concurrent use.
+// Client reads one source. It is safe for concurrent use. It keeps no
+// position, only what it learnt about the sizes of the source's documents:
+// the page size that fits Options.PageBytes (see pager) and the average body
+// size that splits _bulk_get requests.
 type Client struct {
-	o    Options
-	base string // the URL without a trailing slash
-	hc   *http.Client
+	o     Options
+	base  string // the URL without a trailing slash
+	hc    *http.Client
+	pages pager
 }
 
 // New validates the options, fills in defaults and returns a Client.
@@ -202,6 +232,12 @@ func New(o Options) (*Client, error) {
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultConcurrency
 	}
+	if o.MaxAnswerBytes == 0 {
+		o.MaxAnswerBytes = DefaultMaxAnswerBytes
+	}
+	if o.PageBytes == 0 {
+		o.PageBytes = min(DefaultPageBytes, o.MaxAnswerBytes)
+	}
 	o.Channels = slices.Clone(o.Channels)
 	hc := o.HTTPClient
 	if hc == nil {
@@ -214,7 +250,7 @@ func New(o Options) (*Client, error) {
 		}
 		hc = defaultHTTPClient(o.Concurrency, roots)
 	}
-	return &Client{o: o, base: strings.TrimRight(o.URL, "/"), hc: hc}, nil
+	return &Client{o: o, base: strings.TrimRight(o.URL, "/"), hc: hc, pages: pager{max: o.Limit}}, nil
 }
 
 // certPool returns the system roots plus the certificates of a PEM bundle.
@@ -275,6 +311,8 @@ func (r *Row) needsBody() bool { return !r.Deleted && !r.Removed && len(r.Doc) =
 
 // Batch is the answer to one _changes request.
 type Batch struct {
+	// Rows are the changes, in the source's order. A row's Seq is nil when
+	// the source sent none (see Changes).
 	Rows []Row
 	// LastSeq is the source's last_seq exactly as sent; the next request
 	// starts from it. It covers rows the client dropped (ActiveOnly on
@@ -284,8 +322,55 @@ type Batch struct {
 	// does not report it.
 	Pending int64
 	// Full is set when the source sent as many rows as the request's limit
-	// (counting the rows dropped from Rows), so more may follow at once.
+	// (counting the rows dropped from Rows), so more may follow at once. A
+	// cut batch is full.
 	Full bool
+	// Cut, when set, says why the batch ends before the source's answer
+	// did: the page's byte budget, an answer over its limit, or an answer
+	// broken after whole rows. LastSeq is then the position after the last
+	// row kept, and Pending is -1.
+	Cut string
+	// Malformed are the rows that name no document (see Malformed), in the
+	// order met; LastSeq covers them.
+	Malformed []Malformed
+}
+
+// Malformed is a row of a _changes answer that names no usable document: not
+// an object, or without an id. It cannot be fetched; the caller decides
+// whether to read it again (CutBefore) or to record it and move on.
+type Malformed struct {
+	// Before is the index in Batch.Rows of the first row after it
+	// (len(Rows) when none).
+	Before int
+	// Seq is the row's own seq, nil when it has none that can be used.
+	Seq json.RawMessage
+	// After is the position it followed: the seq of the last row before
+	// it that had one, or since when none did (nil: the beginning).
+	After json.RawMessage
+	// Raw is the row as the source sent it, at most MalformedRawMax bytes.
+	Raw []byte
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+// MalformedRawMax bounds Malformed.Raw.
+const MalformedRawMax = 4 << 10
+
+// CutBefore ends the batch before Rows[i], so that the next read starts
+// with it: LastSeq becomes the seq of the last row before it that has one
+// (since when none does), Full is set, Pending is unknown, Cut says why, and
+// Malformed keeps only the rows before the cut.
+func (b *Batch) CutBefore(i int, since json.RawMessage, why string) {
+	b.Rows = b.Rows[:i]
+	b.LastSeq = since
+	for k := i - 1; k >= 0; k-- {
+		if b.Rows[k].Seq != nil {
+			b.LastSeq = b.Rows[k].Seq
+			break
+		}
+	}
+	b.Full, b.Pending, b.Cut = true, -1, why
+	b.Malformed = slices.DeleteFunc(b.Malformed, func(m Malformed) bool { return m.Before >= i })
 }
 
 // CaughtUp reports whether the batch reached the end of the feed: the

@@ -1,7 +1,6 @@
 package feed
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
@@ -23,19 +23,31 @@ import (
 // bulkGetMax bounds the documents of one _bulk_get request.
 const bulkGetMax = 500
 
+// bulkGetFirst is how many documents a _bulk_get asks for before the client
+// has seen any body. Too many costs the source work, never memory: the
+// answer is read no further than its limit (and a page's budget), and what
+// came whole is used.
+const bulkGetFirst = 100
+
 // FetchDocs fills Doc for every row that is neither deleted nor removed and
 // has no body yet (so with include_docs it only fills the gaps):
 //
 //   - Edge Server, which has no _bulk_get: GET {url}/{id}?rev=REV per row,
 //     at most Options.Concurrency at a time;
 //   - every other source: POST {url}/_bulk_get?revs=false, answered as JSON
-//     (CouchDB) or multipart/mixed (Sync Gateway family).
+//     (CouchDB) or multipart/mixed (Sync Gateway family), read as the answer
+//     arrives. Requests are split by bytes: before any body is seen a request
+//     asks for 100 documents, then for as many as the average body
+//     seen puts at a quarter of Options.MaxAnswerBytes (at most 500). An
+//     answer cut at MaxAnswerBytes keeps the bodies that came whole and the
+//     rest is asked again; a single body over the limit is a *LimitError.
 //
-// A revision the source still holds comes back as it was, even when a newer
-// one has been written since (the feed reports that one at a later seq).
-// When the requested revision is gone (compacted away, or unknown to this
-// source), the document's current winner is fetched instead and Rev and Doc
-// are set to it; when there is no winner (deleted, 404) the row is marked
+// A row without a revision (Rev "", see Changes) gets the document's current
+// winner. A revision the source still holds comes back as it was, even when
+// a newer one has been written since (the feed reports that one at a later
+// seq). When the requested revision is gone (compacted away, or unknown to
+// this source), the document's current winner is fetched instead and Rev and
+// Doc are set to it; when there is no winner (deleted, 404) the row is marked
 // Deleted. A revision the reader can no longer see (Sync Gateway "_removed",
 // or 403 on the fallback GET from a Sync Gateway family source) marks the row
 // Removed. Tombstones and removals keep Doc nil.
@@ -45,27 +57,147 @@ const bulkGetMax = 500
 // does not retry. Errors name the operation and, for one document, its id;
 // see Transient. Concurrent calls must not share rows.
 func (c *Client) FetchDocs(ctx context.Context, rows []Row) error {
-	var want []int
+	_, _, err := c.fetch(ctx, rows, 0)
+	return err
+}
+
+// FetchBatch fills the bodies of a batch's rows as FetchDocs does, within
+// the page's budget (Options.PageBytes): once the bodies the batch holds
+// reach it, fetching stops and the batch is cut before the first row still
+// without its body (see Batch.CutBefore), so the next page starts there. The
+// first body a batch needs is always fetched, whatever its size (up to
+// MaxAnswerBytes), and a batch is only cut after a row that has a seq. A cut
+// makes the client ask for as many rows next time; with bulk_get or Edge
+// Server a full page that used at most half the budget doubles it again, up
+// to Options.Limit (include_docs pages adapt in Changes). Errors are
+// FetchDocs's.
+func (c *Client) FetchBatch(ctx context.Context, b *Batch) error {
+	n, used, err := c.fetch(ctx, b.Rows, c.o.PageBytes)
+	if err != nil {
+		return err
+	}
+	if n < len(b.Rows) {
+		b.CutBefore(n, nil, fmt.Sprintf("page_bytes: the bodies fetched reached %d bytes", c.o.PageBytes))
+		c.pages.cut(n)
+		return nil
+	}
+	if c.o.Fetch != config.FetchIncludeDocs {
+		c.pages.done(b.Full, used, c.o.PageBytes)
+	}
+	return nil
+}
+
+// fetch fills the rows' bodies; with a budget it stops once they hold that
+// many bytes (0: no budget). It returns how many leading rows are complete
+// (len(rows) unless the budget stopped it) and the bytes of bodies they hold.
+func (c *Client) fetch(ctx context.Context, rows []Row, budget int64) (int, int64, error) {
+	var used int64
+	var want, winners []int
 	for i := range rows {
-		if rows[i].needsBody() {
+		switch {
+		case !rows[i].needsBody():
+			used += int64(len(rows[i].Doc))
+		case rows[i].Rev == "":
+			winners = append(winners, i) // no revision to ask for: the winner
+		default:
 			want = append(want, i)
 		}
 	}
-	if len(want) == 0 {
-		return nil
-	}
 	if c.o.SourceType == config.SourceEdgeServer {
-		return c.each(ctx, rows, want, c.fetchRev)
+		want = append(want, winners...)
+		slices.Sort(want)
+		return c.fetchEach(ctx, rows, want, budget, used)
 	}
-	var gone []int
-	for chunk := range slices.Chunk(want, bulkGetMax) {
-		g, err := c.bulkGet(ctx, rows, chunk)
-		if err != nil {
-			return err
+	n := len(rows)
+	queue := want
+	force1 := false // the last request had nothing whole under the limit
+	for len(queue) > 0 {
+		if budget > 0 && used >= budget && resumable(rows, queue[0]) {
+			n = queue[0]
+			break
 		}
-		gone = append(gone, g...)
+		count := c.bulkCount(len(queue), budget, used)
+		if force1 {
+			count = 1
+		}
+		chunk := queue[:count]
+		res, err := c.bulkGet(ctx, rows, chunk, func(got int64, firstDone bool) bool {
+			return budget > 0 && firstDone && used+got >= budget
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		force1 = len(res.answered) == 0
+		if force1 && len(chunk) == 1 {
+			return 0, 0, &LimitError{Op: "bulk_get", Bound: BoundAnswerBytes, Limit: c.o.MaxAnswerBytes,
+				Where: fmt.Sprintf("document %q", rows[chunk[0]].ID)}
+		}
+		used += res.bytes
+		c.pages.observe(res.bodies, res.bytes)
+		winners = append(winners, res.gone...)
+		queue = slices.DeleteFunc(slices.Clone(queue), func(i int) bool { return res.answered[i] })
 	}
-	return c.each(ctx, rows, gone, c.fetchWinner)
+	winners = slices.DeleteFunc(winners, func(i int) bool { return i >= n })
+	if err := c.each(ctx, rows, winners, c.fetchWinner); err != nil {
+		return 0, 0, err
+	}
+	for _, i := range winners {
+		used += int64(len(rows[i].Doc))
+	}
+	return n, used, nil
+}
+
+// resumable reports whether a batch can end before rows[i]: some row
+// before it has a seq to resume from.
+func resumable(rows []Row, i int) bool {
+	for k := i - 1; k >= 0; k-- {
+		if rows[k].Seq != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// bulkCount is how many documents the next _bulk_get asks for (see
+// FetchDocs), within what is left of the budget when there is one.
+func (c *Client) bulkCount(queued int, budget, used int64) int {
+	avg := c.pages.average()
+	if avg <= 0 {
+		return min(queued, bulkGetFirst)
+	}
+	target := c.o.MaxAnswerBytes / 4
+	if budget > 0 {
+		target = min(target, budget-used)
+	}
+	return min(queued, bulkGetMax, max(int(target/avg), 1))
+}
+
+// fetchEach fetches with one GET per row (Edge Server), up to
+// Options.Concurrency at a time; with a budget, a round asks for no more
+// bodies than the average size seen says are left in it, and fetching stops
+// once it is reached.
+func (c *Client) fetchEach(ctx context.Context, rows []Row, want []int, budget, used int64) (int, int64, error) {
+	for start := 0; start < len(want); {
+		if budget > 0 && used >= budget && resumable(rows, want[start]) {
+			return want[start], used, nil
+		}
+		n := c.o.Concurrency
+		if avg := c.pages.average(); budget > 0 && avg > 0 {
+			n = min(n, max(int((budget-used)/avg), 1))
+		}
+		round := want[start:min(start+n, len(want))]
+		if err := c.each(ctx, rows, round, c.fetchRev); err != nil {
+			return 0, 0, err
+		}
+		var got int64
+		for _, i := range round {
+			got += int64(len(rows[i].Doc))
+		}
+		used += got
+		c.pages.observe(len(round), got)
+		start += len(round)
+	}
+	return len(rows), used, nil
 }
 
 // Get returns a document's current winning body and revision. A missing or
@@ -303,29 +435,37 @@ func (c *Client) each(ctx context.Context, rows []Row, idx []int, fn func(contex
 	return nil
 }
 
-// bulkGet fills rows[i] for i in idx with one _bulk_get and returns the
-// indexes whose revision is gone. Answers are matched to rows by document id
-// and revision, not by position: pouchdb-server groups the answers of one
-// document together instead of keeping request order.
-func (c *Client) bulkGet(ctx context.Context, rows []Row, idx []int) ([]int, error) {
-	type docReq struct {
-		ID  string `json:"id"`
-		Rev string `json:"rev"`
-	}
-	var req struct {
+// bulkResult is what one _bulk_get brought.
+type bulkResult struct {
+	answered map[int]bool // row indexes filled, or in gone
+	gone     []int        // rows whose revision is gone (or, Sync Gateway, forbidden)
+	bodies   int
+	bytes    int64 // of the bodies
+}
+
+// errEnough stops reading an answer once enough was read.
+var errEnough = errors.New("enough read")
+
+// docReq names one document of a _bulk_get request: a revision, or (Rev
+// empty) the current winner.
+type docReq struct {
+	ID  string `json:"id"`
+	Rev string `json:"rev,omitempty"`
+}
+
+// bulkRead sends one _bulk_get for docs and passes each answer to take as
+// it arrives; first names the document reported when nothing came whole.
+// whole is false when reading stopped before the answer's end: take
+// returned errEnough, or the answer went past MaxAnswerBytes or broke after
+// take had been called; the documents not answered are then to be asked
+// again. With nothing answered, the error says what broke; an error of
+// take other than errEnough is returned as it is.
+func (c *Client) bulkRead(ctx context.Context, docs []docReq, first string, take func(bulkAnswer) error) (whole bool, err error) {
+	body, err := json.Marshal(struct {
 		Docs []docReq `json:"docs"`
-	}
-	asked := map[docReq]bool{}
-	for _, i := range idx {
-		d := docReq{ID: rows[i].ID, Rev: rows[i].Rev}
-		if !asked[d] {
-			asked[d] = true
-			req.Docs = append(req.Docs, d)
-		}
-	}
-	body, err := json.Marshal(req)
+	}{docs})
 	if err != nil {
-		return nil, fmt.Errorf("bulk_get: encode request: %w", err)
+		return false, fmt.Errorf("bulk_get: encode request: %w", err)
 	}
 	// The Sync Gateway family answers only in multipart; CouchDB answers
 	// JSON, which says more (its multipart form nests per-document parts).
@@ -333,43 +473,104 @@ func (c *Client) bulkGet(ctx context.Context, rows []Row, idx []int) ([]int, err
 	if syncGatewayFamily(c.o.SourceType) {
 		accept = acceptMultipart
 	}
-	resp, err := c.roundTripAccept(ctx, "bulk_get", http.MethodPost,
+	st, err := c.open(ctx, "bulk_get", http.MethodPost,
 		c.endpoint("_bulk_get", url.Values{"revs": {"false"}}), accept, body, c.o.RequestTimeout)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
-	var answers []bulkAnswer
-	if mt, params, _ := mime.ParseMediaType(resp.contentType); strings.HasPrefix(mt, "multipart/") {
-		answers, err = parseBulkMultipart(resp.body, params["boundary"])
+	defer st.close()
+	answered := 0
+	var takeErr error
+	count := func(a bulkAnswer) error {
+		answered++
+		if err := take(a); err != nil {
+			takeErr = err
+			return err
+		}
+		return nil
+	}
+	if mt, params, _ := mime.ParseMediaType(st.contentType); strings.HasPrefix(mt, "multipart/") {
+		err = readBulkMultipart(st.body, params["boundary"], count)
 	} else {
-		answers, err = parseBulkJSON(resp.body)
+		err = readBulkJSON(st.body, count)
 	}
+	var le *LimitError
+	switch {
+	case errors.Is(takeErr, errEnough):
+		return false, nil
+	case takeErr != nil:
+		return false, takeErr
+	case err == nil:
+		return true, nil
+	case answered > 0:
+		return false, nil // what came whole is used; the rest is asked again
+	case st.body.over:
+		return false, st.fail(err, fmt.Sprintf("document %q", first))
+	case errors.As(err, &le):
+		return false, le
+	}
+	if ferr := st.fail(err, ""); ferr != err {
+		return false, ferr
+	}
+	return false, malformed("bulk_get", "%v", err)
+}
+
+// bulkGet asks one _bulk_get for rows[i], i in idx, and fills the rows as
+// the answers arrive. Answers are matched to rows by document id and
+// revision, not by position: pouchdb-server groups the answers of one
+// document together instead of keeping request order. Reading stops early
+// when enough(bytes of bodies so far, whether rows[idx[0]] is answered)
+// says so, and as bulkRead says; the rows not answered then stay as they
+// were. A whole answer must answer every row.
+func (c *Client) bulkGet(ctx context.Context, rows []Row, idx []int, enough func(int64, bool) bool) (*bulkResult, error) {
+	var docs []docReq
+	byReq := map[docReq][]int{}
+	for _, i := range idx {
+		d := docReq{ID: rows[i].ID, Rev: rows[i].Rev}
+		if byReq[d] == nil {
+			docs = append(docs, d)
+		}
+		byReq[d] = append(byReq[d], i)
+	}
+	res := &bulkResult{answered: map[int]bool{}}
+	whole, err := c.bulkRead(ctx, docs, rows[idx[0]].ID, func(a bulkAnswer) error {
+		for _, i := range byReq[docReq{ID: a.id, Rev: a.rev}] {
+			r := &rows[i]
+			switch {
+			case res.answered[i]:
+				continue
+			case a.gone, forbidden(a.err) && syncGatewayFamily(c.o.SourceType):
+				// Gone, or (Sync Gateway) forbidden: the winner says which.
+				res.gone = append(res.gone, i)
+			case a.err != nil:
+				return fmt.Errorf("fetch doc %q rev %s: %w", r.ID, r.Rev, a.err)
+			default:
+				if err := apply(r, a.body); err != nil {
+					return malformed("bulk_get", "document %q: %v", r.ID, err)
+				}
+			}
+			res.answered[i] = true
+		}
+		if a.body != nil {
+			res.bodies++
+			res.bytes += int64(len(a.body))
+		}
+		if len(res.answered) < len(idx) && enough(res.bytes, res.answered[idx[0]]) {
+			return errEnough
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	byRev := make(map[docReq]bulkAnswer, len(answers))
-	for _, a := range answers {
-		byRev[docReq{ID: a.id, Rev: a.rev}] = a
-	}
-	var gone []int
-	for _, i := range idx {
-		r := &rows[i]
-		a, ok := byRev[docReq{ID: r.ID, Rev: r.Rev}]
-		switch {
-		case !ok:
-			return nil, malformed("bulk_get", "no answer for %q rev %s", r.ID, r.Rev)
-		case a.gone, forbidden(a.err) && syncGatewayFamily(c.o.SourceType):
-			// Gone, or (Sync Gateway) forbidden: the winner says which.
-			gone = append(gone, i)
-		case a.err != nil:
-			return nil, fmt.Errorf("fetch doc %q rev %s: %w", r.ID, r.Rev, a.err)
-		default:
-			if err := apply(r, a.body); err != nil {
-				return nil, malformed("bulk_get", "document %q: %v", r.ID, err)
+	if whole {
+		for _, i := range idx {
+			if !res.answered[i] {
+				return nil, malformed("bulk_get", "no answer for %q rev %s", rows[i].ID, rows[i].Rev)
 			}
 		}
 	}
-	return gone, nil
+	return res, nil
 }
 
 // bulkAnswer is the source's answer for one revision of one document: a
@@ -410,98 +611,150 @@ func bodyAnswer(body json.RawMessage) (bulkAnswer, error) {
 	return bulkAnswer{id: m.ID, rev: m.Rev, body: body}, nil
 }
 
-// parseBulkJSON reads CouchDB's answer:
+// readBulkJSON reads CouchDB's answer as it arrives, passing each
+// document's answer to take and stopping at take's first error:
 //
 //	{"results":[{"id":..,"docs":[{"ok":{..}} | {"error":{..}}]}]}
 //
 // pouchdb-server answers a missing revision with {"missing":"REV"} instead of
 // an error, and an invalid one with {}, which matches no request.
-func parseBulkJSON(body []byte) ([]bulkAnswer, error) {
-	var a struct {
-		Results []struct {
-			ID   string `json:"id"`
-			Docs []struct {
-				OK      json.RawMessage `json:"ok"`
-				Error   *bulkError      `json:"error"`
-				Missing string          `json:"missing"`
-			} `json:"docs"`
-		} `json:"results"`
+func readBulkJSON(r io.Reader, take func(bulkAnswer) error) error {
+	dec := json.NewDecoder(r)
+	if err := delim(dec, '{'); err != nil {
+		return err
 	}
-	if err := json.Unmarshal(body, &a); err != nil {
-		return nil, malformed("bulk_get", "%v", err)
-	}
-	if a.Results == nil {
-		return nil, malformed("bulk_get", "no results")
-	}
-	var out []bulkAnswer
-	for k, res := range a.Results {
-		for _, d := range res.Docs {
-			switch {
-			case !isNull(d.OK):
-				ans, err := bodyAnswer(d.OK)
-				if err != nil {
-					return nil, malformed("bulk_get", "result %d (%q): %v", k, res.ID, err)
-				}
-				out = append(out, ans)
-			case d.Error != nil:
-				if d.Error.ID == "" {
-					d.Error.ID = res.ID
-				}
-				out = append(out, d.Error.answer())
-			case d.Missing != "":
-				out = append(out, bulkAnswer{id: res.ID, rev: d.Missing, gone: true})
+	results := false
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if key != "results" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return err
 			}
-		}
-	}
-	return out, nil
-}
-
-// parseBulkMultipart reads the Sync Gateway family's answer: one part per
-// requested revision, each the document's JSON (or a nested
-// multipart/related whose first part is) or an error object
-// {"id","rev","error","reason","status"}.
-func parseBulkMultipart(body []byte, boundary string) ([]bulkAnswer, error) {
-	if boundary == "" {
-		return nil, malformed("bulk_get", "multipart answer without a boundary")
-	}
-	mr := multipart.NewReader(bytes.NewReader(body), boundary)
-	var out []bulkAnswer
-	for {
-		p, err := mr.NextPart()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, malformed("bulk_get", "part %d: %v", len(out), err)
-		}
-		b, err := partJSON(p)
-		if err != nil {
-			return nil, malformed("bulk_get", "part %d: %v", len(out), err)
-		}
-		if ans, err := bodyAnswer(b); err == nil {
-			out = append(out, ans)
 			continue
 		}
-		var e bulkError
-		if err := json.Unmarshal(b, &e); err != nil || e.Error == "" {
-			return nil, malformed("bulk_get", "part %d is neither a document nor an error", len(out))
+		tok, err := dec.Token()
+		if err != nil {
+			return err
 		}
-		out = append(out, e.answer())
+		if tok == nil {
+			continue // "results":null
+		}
+		if tok != json.Delim('[') {
+			return fmt.Errorf("results is %v, not a list", tok)
+		}
+		results = true
+		for k := 0; dec.More(); k++ {
+			var res struct {
+				ID   string `json:"id"`
+				Docs []struct {
+					OK      json.RawMessage `json:"ok"`
+					Error   *bulkError      `json:"error"`
+					Missing string          `json:"missing"`
+				} `json:"docs"`
+			}
+			if err := dec.Decode(&res); err != nil {
+				return fmt.Errorf("result %d: %w", k, err)
+			}
+			for _, d := range res.Docs {
+				var ans bulkAnswer
+				switch {
+				case !isNull(d.OK):
+					if ans, err = bodyAnswer(d.OK); err != nil {
+						return fmt.Errorf("result %d (%q): %w", k, res.ID, err)
+					}
+				case d.Error != nil:
+					if d.Error.ID == "" {
+						d.Error.ID = res.ID
+					}
+					ans = d.Error.answer()
+				case d.Missing != "":
+					ans = bulkAnswer{id: res.ID, rev: d.Missing, gone: true}
+				default:
+					continue
+				}
+				if err := take(ans); err != nil {
+					return err
+				}
+			}
+		}
+		if err := delim(dec, ']'); err != nil {
+			return err
+		}
+	}
+	if err := delim(dec, '}'); err != nil {
+		return err
+	}
+	if !results {
+		return errors.New("no results")
+	}
+	return nil
+}
+
+// readBulkMultipart reads the Sync Gateway family's answer as it arrives:
+// one part per requested revision, each the document's JSON (or a nested
+// multipart/related whose first part is) or an error object
+// {"id","rev","error","reason","status"}. It passes each answer to take and
+// stops at take's first error.
+func readBulkMultipart(r io.Reader, boundary string, take func(bulkAnswer) error) error {
+	if boundary == "" {
+		return errors.New("multipart answer without a boundary")
+	}
+	mr := multipart.NewReader(r, boundary)
+	for k := 0; ; k++ {
+		p, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("part %d: %w", k, err)
+		}
+		b, err := partJSON(p)
+		var le *LimitError
+		if errors.As(err, &le) {
+			le.Where = fmt.Sprintf("part %d", k)
+			return le
+		}
+		if err != nil {
+			return fmt.Errorf("part %d: %w", k, err)
+		}
+		ans, err := bodyAnswer(b)
+		if err != nil {
+			var e bulkError
+			if err := json.Unmarshal(b, &e); err != nil || e.Error == "" {
+				return fmt.Errorf("part %d is neither a document nor an error", k)
+			}
+			ans = e.answer()
+		}
+		if err := take(ans); err != nil {
+			return err
+		}
 	}
 }
 
-// partJSON returns the JSON document of a part, descending into a nested
-// multipart/related (a document with attachments) to its first part.
+// partJSON returns the JSON document of a part. A document with attachments
+// is a nested multipart/related whose first part is the document: that one
+// level is read (the attachments are skipped, never held); a multipart
+// nested in it is a *LimitError, so that no answer can make the reader
+// descend level after level.
 func partJSON(p *multipart.Part) ([]byte, error) {
-	mt, params, err := mime.ParseMediaType(p.Header.Get("Content-Type"))
-	if err == nil && strings.HasPrefix(mt, "multipart/") {
-		inner, err := multipart.NewReader(p, params["boundary"]).NextPart()
+	var r io.Reader = p
+	if inner, ok, err := nested(p.Header); err != nil {
+		return nil, err
+	} else if ok {
+		first, err := multipart.NewReader(p, inner).NextPart()
 		if err != nil {
 			return nil, fmt.Errorf("nested part: %w", err)
 		}
-		return partJSON(inner)
+		if _, deeper, _ := nested(first.Header); deeper {
+			return nil, &LimitError{Op: "bulk_get", Bound: BoundMultipartDepth, Limit: 1}
+		}
+		r = first
 	}
-	b, err := io.ReadAll(p)
+	b, err := io.ReadAll(r)
 	if err != nil {
 		return nil, err
 	}
@@ -509,4 +762,16 @@ func partJSON(p *multipart.Part) ([]byte, error) {
 		return nil, errors.New("not JSON")
 	}
 	return b, nil
+}
+
+// nested reports whether a part is itself multipart, with its boundary.
+func nested(h textproto.MIMEHeader) (string, bool, error) {
+	mt, params, err := mime.ParseMediaType(h.Get("Content-Type"))
+	if err != nil || !strings.HasPrefix(mt, "multipart/") {
+		return "", false, nil
+	}
+	if params["boundary"] == "" {
+		return "", false, errors.New("nested multipart without a boundary")
+	}
+	return params["boundary"], true, nil
 }

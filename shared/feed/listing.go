@@ -30,8 +30,10 @@ import (
 // faster than it can be listed keeps the listing going.
 //
 // An error from fn stops the listing and is returned as it is. Errors are
-// as for Changes; a page whose last_seq is empty or does not move past
-// since is ErrMalformed (wrapped). List is safe for concurrent use.
+// as for Changes; a page whose last_seq is missing, empty or does not move
+// past since is ErrMalformed (wrapped). Each page is read as it arrives,
+// within Options.MaxAnswerBytes; one cut there ends after its last whole
+// row, and the next page starts after it. List is safe for concurrent use.
 func (c *Client) List(ctx context.Context, pageSize int, fn func([]Row) error) error {
 	if pageSize <= 0 {
 		pageSize = c.o.Limit
@@ -50,34 +52,29 @@ func (c *Client) List(ctx context.Context, pageSize int, fn func([]Row) error) e
 		if s != "" {
 			q.Set("since", s)
 		}
-		resp, err := c.roundTrip(ctx, "changes", http.MethodGet, c.endpoint("_changes", q), nil, c.o.RequestTimeout)
+		st, err := c.open(ctx, "changes", http.MethodGet, c.endpoint("_changes", q), acceptJSON, nil, c.o.RequestTimeout)
 		if err != nil {
 			return err
 		}
-		var page struct {
-			Results []json.RawMessage `json:"results"`
-		}
-		if err := json.Unmarshal(resp.body, &page); err != nil {
-			return malformed("changes", "%v", err)
-		}
-		if page.Results == nil {
-			return malformed("changes", "no results")
-		}
-		if len(page.Results) == 0 {
+		p := &pageReader{limit: pageSize}
+		b, err := p.read(st)
+		st.close()
+		switch {
+		case err != nil:
+			return err
+		case p.seen == 0:
 			return nil
-		}
-		b, err := parseChanges(resp.body, false, pageSize)
-		if err != nil {
-			return err
+		case p.badLast != "":
+			return malformed("changes", "%s after %d rows", p.badLast, p.seen)
 		}
 		next, err := sinceParam(b.LastSeq)
 		switch {
 		case err != nil:
 			return malformed("changes", "last_seq: %v", err)
 		case next == "":
-			return malformed("changes", "last_seq is empty after %d rows", len(page.Results))
+			return malformed("changes", "last_seq is empty after %d rows", p.seen)
 		case next == s:
-			return malformed("changes", "last_seq %s does not move past since after %d rows", b.LastSeq, len(page.Results))
+			return malformed("changes", "last_seq %s does not move past since after %d rows", b.LastSeq, p.seen)
 		}
 		if len(b.Rows) > 0 {
 			if err := fn(b.Rows); err != nil {

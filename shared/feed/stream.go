@@ -164,21 +164,22 @@ drain:
 			break drain
 		}
 	}
+	// Rows are read as Changes reads them: one that names a document is
+	// kept whatever else it lacks, one that names none is in Malformed.
 	b := &Batch{Rows: make([]Row, 0, len(raws)), Pending: -1, Full: len(raws) >= s.c.o.Limit}
+	p := &pageReader{activeOnly: s.c.o.ActiveOnly, b: b}
 	for _, raw := range raws {
-		var cr changeRow
-		if err := json.Unmarshal(raw, &cr); err != nil {
-			return nil, malformed("stream", "row after seq %s: %v", s.pos, err)
-		}
-		row, keep, err := cr.row(s.n, s.c.o.ActiveOnly)
-		if err != nil {
-			return nil, err
-		}
+		p.row(raw)
 		s.n++
-		if keep {
-			b.Rows = append(b.Rows, row)
+	}
+	b.LastSeq = s.pos
+	if p.pos != nil {
+		b.LastSeq = p.pos
+	}
+	for i := range b.Malformed {
+		if b.Malformed[i].After == nil {
+			b.Malformed[i].After = s.pos
 		}
-		b.LastSeq = cr.Seq
 	}
 	s.pos = b.LastSeq
 	return b, nil

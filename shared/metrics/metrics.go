@@ -33,6 +33,12 @@ const (
 	Role                 = "Role" // 1 active, 0 standby (high resolution)
 	HeartbeatAgeSeconds  = "HeartbeatAgeSeconds"
 	PollerErrors         = "PollerErrors"
+	// MalformedRows counts feed rows that name no document, recorded in the
+	// job's quarantine and skipped.
+	MalformedRows = "MalformedRows"
+	// MalformedPages counts failed reads of a page the poller is blocked on
+	// (recorded in the job's quarantine), from the QuarantineAfter-th on.
+	MalformedPages = "MalformedPages"
 
 	// Attachment stage of the poller, dimension Job.
 	AttachmentsUploaded     = "AttachmentsUploaded"

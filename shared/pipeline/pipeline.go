@@ -31,6 +31,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/metrics"
 	"github.com/changes-worker/changes-worker/shared/poll"
+	"github.com/changes-worker/changes-worker/shared/quarantine"
 	"github.com/changes-worker/changes-worker/shared/secret"
 	"github.com/changes-worker/changes-worker/shared/writer"
 )
@@ -155,14 +156,15 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		}
 	}
 	return &poll.Poller{
-		Job:     j,
-		Feed:    source,
-		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
-		Sender:  &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
-		Targets: targets,
-		Log:     d.Log,
-		Metrics: rec,
-		Clock:   d.Now,
+		Job:        j,
+		Feed:       source,
+		Leases:     &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
+		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
+		Targets:    targets,
+		Quarantine: &quarantine.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
+		Log:        d.Log,
+		Metrics:    rec,
+		Clock:      d.Now,
 	}, nil
 }
 
@@ -189,6 +191,7 @@ func (d *Deps) feed(ctx context.Context, j *config.Job, onRequest func(string, i
 	opts := feed.Options{
 		SourceType: j.Source.Type, URL: j.Source.URL, Limit: j.Feed.Limit, Fetch: j.Feed.Fetch,
 		ActiveOnly: j.Feed.ActiveOnly, Channels: j.Feed.Channels, OnRequest: onRequest,
+		MaxAnswerBytes: j.Feed.MaxAnswerBytes, PageBytes: j.Feed.PageBytes,
 	}
 	if a := j.Source.Auth; a != nil {
 		var err error

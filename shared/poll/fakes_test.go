@@ -225,7 +225,7 @@ func (f *fakeFeed) Changes(_ context.Context, since json.RawMessage, _ time.Dura
 	return f.batch(call, string(since))
 }
 
-func (f *fakeFeed) FetchDocs(context.Context, []feed.Row) error { return nil }
+func (f *fakeFeed) FetchBatch(context.Context, *feed.Batch) error { return nil }
 
 // fakeSender sends groups of ten changes per target, one "request" each,
 // asking the fence first, as fanout.Sender does. Before request n (counted

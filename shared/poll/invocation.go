@@ -36,6 +36,9 @@ type invocation struct {
 	caughtUpAt   time.Time
 	standby      bool // "standing by" was logged
 
+	seen misreads // malformed rows and unreadable pages met, to quarantine
+	held error    // the malformed row the last batch was cut before, or nil
+
 	inflight    chan error      // the checkpoint write in flight, or nil
 	unsaved     json.RawMessage // queued but not yet checkpointed
 	unsavedLeft int64
@@ -147,7 +150,26 @@ func (v *invocation) loop(ctx context.Context) error {
 			return err
 		}
 		v.report(batch)
+		if v.held != nil {
+			if stop, err := v.holdBack(ctx); stop {
+				return err
+			}
+		}
 	}
+}
+
+// holdBack waits before the malformed row the last batch was cut before is
+// read again (see Poller.screen), as after a source failure. stop reports
+// that the invocation ends, with err, what was queued recorded.
+func (v *invocation) holdBack(ctx context.Context) (stop bool, _ error) {
+	v.p.count(metrics.PollerErrors, 1)
+	v.lastErr = v.held
+	v.backoff = nextBackoff(v.backoff)
+	v.log.Warn("malformed feed row; reading it again", "error", v.held, "backoff", v.backoff.String(), "checkpoint", string(v.since))
+	if v.now().Add(v.backoff).After(v.end) || clock.Sleep(ctx, v.backoff) != nil {
+		return true, v.saveQueued(ctx)
+	}
+	return false, nil
 }
 
 // fits reports whether the budget still has room for the slowest chunk so
@@ -165,8 +187,15 @@ func (v *invocation) read(ctx context.Context) (*feed.Batch, error) {
 	remaining := v.end.Sub(v.now())
 	timeout := max(min(v.p.Job.Feed.Timeout.D(), ttl/3-feed.DefaultSlack, remaining-feed.DefaultSlack), 250*time.Millisecond)
 	batch, err := v.p.Feed.Changes(ctx, v.since, timeout)
+	v.held = nil
+	if err == nil {
+		if v.seen == nil {
+			v.seen = misreads{}
+		}
+		v.held = v.p.screen(ctx, v.since, batch, v.seen, v.log)
+	}
 	if err == nil && len(batch.Rows) > 0 {
-		err = v.p.Feed.FetchDocs(ctx, batch.Rows)
+		err = v.p.Feed.FetchBatch(ctx, batch)
 	}
 	return batch, err
 }
@@ -179,6 +208,10 @@ func (v *invocation) sourceFailed(ctx context.Context, err error) (stop bool, _ 
 		return true, nil
 	}
 	v.p.count(metrics.PollerErrors, 1)
+	if v.seen == nil {
+		v.seen = misreads{}
+	}
+	v.p.pageFailed(ctx, v.since, err, v.seen, v.log)
 	var se *feed.StatusError
 	if n, ok := v.p.Leases.(notes); ok && errors.As(err, &se) && (se.Status == 401 || se.Status == 403) {
 		v.log.Error("source refused our credentials", "status", se.Status)
@@ -204,7 +237,12 @@ func (v *invocation) sourceFailed(ctx context.Context, err error) (stop bool, _ 
 
 // received records a batch read.
 func (v *invocation) received(b *feed.Batch) {
-	v.backoff, v.lastErr = 0, nil
+	if v.held == nil {
+		v.backoff, v.lastErr = 0, nil
+	}
+	if b.Cut != "" {
+		v.log.Info("page cut short", "reason", b.Cut, "rows", len(b.Rows), "checkpoint", string(v.since))
+	}
 	v.sess.Pending = b.Pending
 	v.p.count(metrics.ChangesRead, float64(len(b.Rows)))
 	before := v.res.Read
@@ -308,6 +346,8 @@ func (v *invocation) queued(ctx context.Context, b *feed.Batch, end int) error {
 	if len(seq) == 0 {
 		return nil
 	}
+	// The checkpoint never goes back where the seq format tells.
+	seq = feed.NotBefore(seq, v.since)
 	v.unsaved, v.unsavedLeft = seq, left
 	switch {
 	case last:

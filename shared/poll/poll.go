@@ -24,7 +24,7 @@ import (
 // Feed reads the source.
 type Feed interface {
 	Changes(ctx context.Context, since json.RawMessage, timeout time.Duration) (*feed.Batch, error)
-	FetchDocs(ctx context.Context, rows []feed.Row) error
+	FetchBatch(ctx context.Context, b *feed.Batch) error
 }
 
 // Leases keeps the job's lease and checkpoint (*lease.Store): what the
@@ -57,8 +57,11 @@ type Poller struct {
 	Leases  Leases
 	Sender  Sender
 	Targets []fanout.Target
-	Log     *slog.Logger
-	Metrics *metrics.Recorder
+	// Quarantine records the feed rows the poller skips and the pages it
+	// is blocked on (see screen and pageFailed).
+	Quarantine Quarantine
+	Log        *slog.Logger
+	Metrics    *metrics.Recorder
 	// Clock is the time of the poller's budget and lease decisions; fault
 	// tests skew it. Zero: the system clock.
 	Clock clock.Clock
@@ -110,6 +113,13 @@ func budgetMargin(total time.Duration) time.Duration {
 // moves past a change that SQS did not accept.
 func (p *Poller) Run(ctx context.Context, in Invocation) (Result, error) {
 	v := p.invocation(in)
+	// What an invocation that ends on errors counted (PollerErrors,
+	// MalformedPages) is written too, not left for a later batch.
+	defer func() {
+		if err := p.Metrics.Flush(); err != nil {
+			v.log.Warn("flush metrics", "error", err)
+		}
+	}()
 	if err := v.acquire(ctx); err != nil || v.lease == nil {
 		return Result{Role: "standby"}, err
 	}

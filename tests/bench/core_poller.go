@@ -282,9 +282,9 @@ func (t *coreTimedFeed) Changes(ctx context.Context, since json.RawMessage, time
 	return b, err
 }
 
-func (t *coreTimedFeed) FetchDocs(ctx context.Context, rows []feed.Row) error {
+func (t *coreTimedFeed) FetchBatch(ctx context.Context, b *feed.Batch) error {
 	start := time.Now()
-	err := t.next.FetchDocs(ctx, rows)
+	err := t.next.FetchBatch(ctx, b)
 	if !t.done.Load() {
 		*t.spent += time.Since(start)
 	}

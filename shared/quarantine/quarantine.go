@@ -1,0 +1,235 @@
+// Package quarantine records, per job, what the poller met in the source's
+// feed and could not deliver: a row that names no document, which the
+// poller skips once it has read it the same way often enough, and a page it
+// cannot read as sent, which it keeps retrying. Entries live in the stack's
+// state table beside the job's item (keyed "quarantine/<job>/<position>";
+// job ids cannot contain '/', so these keys never meet a job item), where
+// `changesctl status` lists them and an alarm counts them.
+package quarantine
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/changes-worker/changes-worker/shared/clock"
+)
+
+// Kind says what an entry is about.
+type Kind string
+
+const (
+	// Row is a feed row that names no document (no usable id, or not an
+	// object). Its entry says the poller skipped it.
+	Row Kind = "row"
+	// Page is a page the poller cannot read from a position: nothing whole
+	// in it before it breaks, or an answer over a limit. The poller does
+	// not move past it; the entry says it is blocked there.
+	Page Kind = "page"
+)
+
+// Entry is one quarantined row or blocked page.
+type Entry struct {
+	Job  string
+	Kind Kind
+	// Seq is the row's seq (nil when it had none), or the position the
+	// page is read from (nil: the beginning).
+	Seq json.RawMessage
+	// After is the position a row without seq followed.
+	After json.RawMessage
+	// Reason says what is wrong.
+	Reason string
+	// Raw is the row as the source sent it (at most RawMax bytes); for a
+	// page, the start of the answer when known.
+	Raw []byte
+	// Attempts is how many times it was read and failed the same way.
+	Attempts  int64
+	FirstSeen time.Time
+	LastSeen  time.Time
+}
+
+// RawMax bounds Entry.Raw.
+const RawMax = 4 << 10
+
+// Item attributes. job_id is the state table's partition key.
+const (
+	attrKey       = "job_id"
+	attrKind      = "q_kind"
+	attrSeq       = "q_seq"
+	attrAfter     = "q_after"
+	attrReason    = "q_reason"
+	attrRaw       = "q_raw"
+	attrAttempts  = "q_attempts"
+	attrFirstSeen = "q_first_seen"
+	attrLastSeen  = "q_last_seen"
+	attrExpires   = "expires_at"
+)
+
+// keyMax bounds the position part of a key; longer ones are hashed.
+const keyMax = 512
+
+// Prefix is the key prefix of a job's entries.
+func Prefix(job string) string { return "quarantine/" + job + "/" }
+
+// Key is the entry's item key: the row's seq as JSON text, or for a row
+// without one "after <position> <digest of the row>", or for a page
+// "page <position>". The same row or page read again has the same key.
+func (e *Entry) Key() string {
+	var pos string
+	switch {
+	case e.Kind == Page:
+		pos = "page " + text(e.Seq)
+	case e.Seq != nil:
+		pos = text(e.Seq)
+	default:
+		sum := sha256.Sum256(e.Raw)
+		pos = "after " + text(e.After) + " " + hex.EncodeToString(sum[:8])
+	}
+	if len(pos) > keyMax {
+		sum := sha256.Sum256([]byte(pos))
+		pos = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return Prefix(e.Job) + pos
+}
+
+// text is a position as compact JSON ("beginning" for none).
+func text(seq json.RawMessage) string {
+	if len(bytes.TrimSpace(seq)) == 0 {
+		return "beginning"
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, seq); err != nil {
+		return string(seq)
+	}
+	return b.String()
+}
+
+// DynamoDB is what Store calls.
+type DynamoDB interface {
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+}
+
+// Store writes entries. Safe for concurrent use.
+type Store struct {
+	DB    DynamoDB
+	Table string
+	// Retention sets expires_at (for a TTL on the table, if enabled).
+	// Default 30 days.
+	Retention time.Duration
+	Clock     clock.Clock // zero: the system clock
+}
+
+// Record writes e: a new entry, or the same one seen again (attempts added,
+// last seen moved; first seen kept). It is idempotent only in that a
+// repeated call counts one more attempt.
+func (s *Store) Record(ctx context.Context, e Entry) error {
+	now := s.Clock.Now().UTC()
+	retention := s.Retention
+	if retention == 0 {
+		retention = 30 * 24 * time.Hour
+	}
+	attempts := max(e.Attempts, 1)
+	names := map[string]string{"#first": attrFirstSeen, "#last": attrLastSeen, "#exp": attrExpires, "#n": attrAttempts}
+	vals := map[string]types.AttributeValue{
+		":n":       &types.AttributeValueMemberN{Value: strconv.FormatInt(attempts, 10)},
+		":now":     &types.AttributeValueMemberS{Value: now.Format(time.RFC3339Nano)},
+		":expires": &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(retention).Unix(), 10)},
+	}
+	set := []string{"#first = if_not_exists(#first, :now)", "#last = :now", "#exp = :expires"}
+	var remove []string
+	field := func(name, attr string, v types.AttributeValue, empty bool) {
+		names["#"+name] = attr
+		if empty {
+			remove = append(remove, "#"+name)
+			return
+		}
+		vals[":"+name] = v
+		set = append(set, "#"+name+" = :"+name)
+	}
+	raw := e.Raw[:min(len(e.Raw), RawMax)]
+	field("kind", attrKind, &types.AttributeValueMemberS{Value: string(e.Kind)}, e.Kind == "")
+	field("seq", attrSeq, &types.AttributeValueMemberS{Value: string(e.Seq)}, len(e.Seq) == 0)
+	field("after", attrAfter, &types.AttributeValueMemberS{Value: string(e.After)}, len(e.After) == 0)
+	field("reason", attrReason, &types.AttributeValueMemberS{Value: e.Reason}, e.Reason == "")
+	field("raw", attrRaw, &types.AttributeValueMemberB{Value: raw}, len(raw) == 0)
+	expr := "SET " + strings.Join(set, ", ") + " ADD #n :n"
+	if len(remove) > 0 {
+		expr += " REMOVE " + strings.Join(remove, ", ")
+	}
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.Table,
+		Key:                       map[string]types.AttributeValue{attrKey: &types.AttributeValueMemberS{Value: e.Key()}},
+		UpdateExpression:          &expr,
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: vals,
+	})
+	if err != nil {
+		return fmt.Errorf("record quarantine entry %s: %w", e.Key(), err)
+	}
+	return nil
+}
+
+// Scanner is the DynamoDB call List makes.
+type Scanner interface {
+	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+}
+
+// List returns a job's entries, oldest first seen first. It scans the state
+// table, which holds one item per job besides such entries, so it is cheap.
+func List(ctx context.Context, db Scanner, table, job string) ([]Entry, error) {
+	p := dynamodb.NewScanPaginator(db, &dynamodb.ScanInput{
+		TableName:                 &table,
+		ConsistentRead:            aws.Bool(true),
+		FilterExpression:          aws.String("begins_with(#k, :p)"),
+		ExpressionAttributeNames:  map[string]string{"#k": attrKey},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: Prefix(job)}},
+	})
+	var out []Entry
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("scan quarantine of %s: %w", job, err)
+		}
+		for _, item := range page.Items {
+			out = append(out, decode(job, item))
+		}
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return a.FirstSeen.Compare(b.FirstSeen) })
+	return out, nil
+}
+
+func decode(job string, item map[string]types.AttributeValue) Entry {
+	s := func(k string) string {
+		if v, ok := item[k].(*types.AttributeValueMemberS); ok {
+			return v.Value
+		}
+		return ""
+	}
+	raw := func(k string) json.RawMessage {
+		if v := s(k); v != "" {
+			return json.RawMessage(v)
+		}
+		return nil
+	}
+	e := Entry{Job: job, Kind: Kind(s(attrKind)), Seq: raw(attrSeq), After: raw(attrAfter), Reason: s(attrReason)}
+	if v, ok := item[attrRaw].(*types.AttributeValueMemberB); ok {
+		e.Raw = v.Value
+	}
+	if v, ok := item[attrAttempts].(*types.AttributeValueMemberN); ok {
+		e.Attempts, _ = strconv.ParseInt(v.Value, 10, 64)
+	}
+	e.FirstSeen, _ = time.Parse(time.RFC3339Nano, s(attrFirstSeen))
+	e.LastSeen, _ = time.Parse(time.RFC3339Nano, s(attrLastSeen))
+	return e
+}

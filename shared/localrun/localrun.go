@@ -20,7 +20,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
@@ -44,7 +43,8 @@ type Options struct {
 	// UntilIdle stops the run, successfully, once every job is caught up and
 	// every work queue is drained.
 	UntilIdle bool
-	// Concurrency is the number of writer loops per queue. Default 2.
+	// Concurrency is the number of receivers per work queue, each invoking
+	// the writer on the batches it receives. Default DefaultReceivers.
 	Concurrency int
 }
 
@@ -92,17 +92,8 @@ func (r *Runtime) Run(ctx context.Context) error {
 					return err
 				}
 				queues = append(queues, q)
-				n := r.Opts.Concurrency
-				if n == 0 {
-					n = 2
-				}
-				for i := 0; i < n; i++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						r.writerLoop(ctx, h, q)
-					}()
-				}
+				src := newEventSource(r, h, q)
+				wg.Go(func() { src.run(ctx) })
 			}
 		}
 	}
@@ -221,66 +212,6 @@ func (r *Runtime) queue(ctx context.Context, name string, o *config.Output) (que
 		return queue{}, fmt.Errorf("get queue arn %s: %w", name, err)
 	}
 	return queue{name: name, url: aws.ToString(u.QueueUrl), arn: a.Attributes["QueueArn"], out: o}, nil
-}
-
-// writerLoop is the Lambda SQS event source: receive a batch, invoke the
-// handler with a deadline, delete what it did not report as failed.
-func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue) {
-	c := r.Deps.SQS
-	timeout := r.Opts.WriterTimeout
-	if timeout == 0 {
-		timeout = r.Deps.Config.Stack.WriterTimeout.D()
-	}
-	// A receive is never cancelled midway: SQS may already have handed the
-	// messages out, and a dropped answer would hide them for a whole
-	// visibility timeout. Stopping waits for the current long poll instead.
-	rctx := context.WithoutCancel(ctx)
-	for ctx.Err() == nil {
-		out, err := c.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
-			QueueUrl:                    &q.url,
-			MaxNumberOfMessages:         int32(q.out.BatchSize),
-			WaitTimeSeconds:             1,
-			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
-			MessageAttributeNames:       []string{"All"},
-		})
-		if err != nil {
-			if ctx.Err() == nil {
-				r.Log.Warn("receive messages", "queue", q.name, "error", err)
-				_ = clock.Sleep(ctx, time.Second)
-			}
-			continue
-		}
-		if len(out.Messages) == 0 {
-			continue
-		}
-		r.inflight.Add(1)
-		r.invoke(ctx, h, q, out.Messages, timeout)
-		r.inflight.Add(-1)
-	}
-}
-
-func (r *Runtime) invoke(ctx context.Context, h *writer.Handler, q queue, msgs []sqstypes.Message, timeout time.Duration) {
-	ev := writer.Event(q.arn, r.Deps.AWS.Region, msgs)
-	// The messages stay with us even if the run is stopping: finish the batch.
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
-	resp, err := h.Handle(ictx, ev)
-	if err != nil {
-		r.Log.Error("writer invocation failed; batch will be retried", "queue", q.name, "error", err)
-		return
-	}
-	del := writer.DeleteEntries(msgs, resp)
-	if len(del) == 0 {
-		return
-	}
-	d, err := r.Deps.SQS.DeleteMessageBatch(ictx, &sqs.DeleteMessageBatchInput{QueueUrl: &q.url, Entries: del})
-	if err != nil {
-		r.Log.Warn("delete messages", "queue", q.name, "error", err)
-		return
-	}
-	for _, f := range d.Failed {
-		r.Log.Warn("delete message", "queue", q.name, "code", aws.ToString(f.Code))
-	}
 }
 
 // waitIdle returns nil when, twice in a row, every job is caught up, no

@@ -1,0 +1,135 @@
+package localrun
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/changes-worker/changes-worker/shared/clock"
+	"github.com/changes-worker/changes-worker/shared/writer"
+)
+
+// DefaultReceivers is the number of receivers per work queue when
+// Options.Concurrency is zero.
+const DefaultReceivers = 4
+
+// eventSource plays the Lambda SQS event source mapping of one work queue:
+// its receivers long-poll the queue, each invoking the handler with what it
+// received, and the messages the handler did not report failed are deleted
+// in the background while the receiver already waits for its next batch.
+// Failed messages are left to the queue's visibility timeout, receive count
+// and redrive policy.
+type eventSource struct {
+	rt      *Runtime
+	h       *writer.Handler
+	q       queue
+	timeout time.Duration // each invocation's deadline
+
+	deletes sync.WaitGroup
+	slots   chan struct{} // bounds the deletes in flight
+}
+
+func newEventSource(rt *Runtime, h *writer.Handler, q queue) *eventSource {
+	timeout := rt.Opts.WriterTimeout
+	if timeout == 0 {
+		timeout = rt.Deps.Config.Stack.WriterTimeout.D()
+	}
+	return &eventSource{rt: rt, h: h, q: q, timeout: timeout, slots: make(chan struct{}, 2*rt.receivers())}
+}
+
+func (r *Runtime) receivers() int {
+	if r.Opts.Concurrency > 0 {
+		return r.Opts.Concurrency
+	}
+	return DefaultReceivers
+}
+
+// run receives until ctx ends, then waits for the deletes in flight.
+func (s *eventSource) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range s.rt.receivers() {
+		wg.Go(func() { s.receive(ctx) })
+	}
+	wg.Wait()
+	s.deletes.Wait()
+}
+
+// receive is one receiver: receive a batch, invoke the handler with a
+// deadline, hand the deletion of what it did not report failed to the
+// background, receive again.
+func (s *eventSource) receive(ctx context.Context) {
+	c := s.rt.Deps.SQS
+	// A receive is never cancelled midway: SQS may already have handed the
+	// messages out, and a dropped answer would hide them for a whole
+	// visibility timeout. Stopping waits for the current long poll instead.
+	rctx := context.WithoutCancel(ctx)
+	for ctx.Err() == nil {
+		out, err := c.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
+			QueueUrl:                    &s.q.url,
+			MaxNumberOfMessages:         int32(s.q.out.BatchSize),
+			WaitTimeSeconds:             1,
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+			MessageAttributeNames:       []string{"All"},
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				s.rt.Log.Warn("receive messages", "queue", s.q.name, "error", err)
+				_ = clock.Sleep(ctx, time.Second)
+			}
+			continue
+		}
+		if len(out.Messages) == 0 {
+			continue
+		}
+		// In flight from the receive until the deletion is done, so that
+		// --until-idle never sees a drained queue with work still pending.
+		s.rt.inflight.Add(1)
+		del := s.invoke(ctx, out.Messages)
+		if len(del) == 0 {
+			s.rt.inflight.Add(-1)
+			continue
+		}
+		s.slots <- struct{}{}
+		s.deletes.Add(1)
+		go func() {
+			defer s.deletes.Done()
+			defer s.rt.inflight.Add(-1)
+			defer func() { <-s.slots }()
+			s.delete(ctx, del)
+		}()
+	}
+}
+
+// invoke runs the handler on one batch and returns the messages to delete.
+func (s *eventSource) invoke(ctx context.Context, msgs []sqstypes.Message) []sqstypes.DeleteMessageBatchRequestEntry {
+	ev := writer.Event(s.q.arn, s.rt.Deps.AWS.Region, msgs)
+	// The messages stay with us even if the run is stopping: finish the batch.
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	resp, err := s.h.Handle(ictx, ev)
+	if err != nil {
+		s.rt.Log.Error("writer invocation failed; batch will be retried", "queue", s.q.name, "error", err)
+		return nil
+	}
+	return writer.DeleteEntries(msgs, resp)
+}
+
+// delete removes handled messages from the queue (one DeleteMessageBatch:
+// a receive returns at most ten). A message whose deletion fails is
+// delivered again after its visibility timeout, which the sinks absorb.
+func (s *eventSource) delete(ctx context.Context, del []sqstypes.DeleteMessageBatchRequestEntry) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	d, err := s.rt.Deps.SQS.DeleteMessageBatch(dctx, &sqs.DeleteMessageBatchInput{QueueUrl: &s.q.url, Entries: del})
+	if err != nil {
+		s.rt.Log.Warn("delete messages", "queue", s.q.name, "error", err)
+		return
+	}
+	for _, f := range d.Failed {
+		s.rt.Log.Warn("delete message", "queue", s.q.name, "code", aws.ToString(f.Code))
+	}
+}

@@ -58,6 +58,8 @@ type Runtime struct {
 	inflight    atomic.Int64
 	read        atomic.Int64
 	enqueued    atomic.Int64
+	invoked     atomic.Int64 // writer invocations
+	handling    atomic.Int64 // time.Duration the writer spent in them
 	writer      *writer.Handler
 	mu          sync.Mutex
 	caughtUp    map[string]bool
@@ -135,11 +137,16 @@ func (r *Runtime) Run(ctx context.Context) error {
 type Summary struct {
 	Read, Enqueued int64
 	Outputs        map[string]writer.Stats // by "job/output"
+	// WriterInvocations is the number of batches handed to the writer, and
+	// WriterTime the time it spent on them: what Lambda would bill.
+	WriterInvocations int64
+	WriterTime        time.Duration
 }
 
 // Summary returns the counters of the run so far.
 func (r *Runtime) Summary() Summary {
-	s := Summary{Read: r.read.Load(), Enqueued: r.enqueued.Load()}
+	s := Summary{Read: r.read.Load(), Enqueued: r.enqueued.Load(),
+		WriterInvocations: r.invoked.Load(), WriterTime: time.Duration(r.handling.Load())}
 	if r.writer != nil {
 		s.Outputs = r.writer.Stats()
 	}

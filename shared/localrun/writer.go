@@ -110,7 +110,10 @@ func (s *eventSource) invoke(ctx context.Context, msgs []sqstypes.Message) []sqs
 	// The messages stay with us even if the run is stopping: finish the batch.
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
+	start := time.Now()
 	resp, err := s.h.Handle(ictx, ev)
+	s.rt.invoked.Add(1)
+	s.rt.handling.Add(int64(time.Since(start)))
 	if err != nil {
 		s.rt.Log.Error("writer invocation failed; batch will be retried", "queue", s.q.name, "error", err)
 		return nil

@@ -8,7 +8,12 @@ CTL       := $(LOCAL)/bin/changesctl
 CONFIG    ?= localstack/jobs.json
 ENV       := source localstack/env.sh &&
 FUNCTIONS := poller writer
-CDK_CONFIG       ?= $(CONFIG)
+# The configuration a deploy ships: no default, name it (make deploy CDK_CONFIG=path/to/jobs.json).
+CDK_CONFIG       ?=
+# localstack-deploy: the demo's configuration unless CDK_CONFIG names another;
+# the full stack where a Docker engine runs Lambda functions, else the local variant.
+LOCALSTACK_CONFIG  = $(or $(CDK_CONFIG),$(CONFIG))
+LOCALSTACK_VARIANT ?= $(shell docker info >/dev/null 2>&1 && echo full || echo local)
 CDK              := infra/node_modules/.bin/cdk
 CDKLOCAL         := infra/node_modules/.bin/cdklocal
 CFN_LINT_VERSION := 1.51.0
@@ -16,12 +21,12 @@ CFN_LINT_VERSION := 1.51.0
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK      := $(LOCAL)/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: help up down build ctl test test-infra demo bench lint cdk-deps synth diff deploy destroy localstack-up localstack-deploy
+.PHONY: help up down build ctl test test-infra fuzz demo bench lint cdk-deps cdk-config synth diff deploy destroy localstack-up localstack-deploy
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-up: ## start the local services (AWS emulator, CouchDB-compatible source, PostgreSQL); installs what is missing
+up: ## start the local services (LocalStack, moto for S3, DynamoDB Local, CouchDB-compatible source, PostgreSQL); installs what is missing
 	@bash localstack/up.sh
 
 down: ## stop the local services
@@ -36,11 +41,32 @@ build: ## build the Lambda bootstraps for linux/arm64 into build/<function>/boot
 		echo "build/$$f/bootstrap"; \
 	done
 
-test: lint up ## lint, then run every test (unit, integration, end-to-end, infra) against the local services
+test: lint up cdk-deps ## lint, then run every test (unit, integration, end-to-end, infra) against the local services
 	@command -v cfn-lint >/dev/null 2>&1 || pip install --quiet "cfn-lint==$(CFN_LINT_VERSION)"
 	@$(ENV) $(GO) test -count=1 -timeout 45m ./...
 
-test-infra: up ## only the CDK stack tests: assertions, IAM, cdk-nag, cfn-lint, deploy to the local emulator
+# Fuzz targets as package:Target. Their seed corpora (f.Add and testdata/fuzz)
+# also run as ordinary tests in `make test`.
+FUZZTIME         ?= 30s
+FUZZMINIMIZETIME ?= 5s
+FUZZ_TARGETS := \
+	./shared/change:FuzzDecode \
+	./shared/config:FuzzParse \
+	./shared/docid:FuzzPathSegment \
+	./shared/httpsink:FuzzURL \
+	./shared/s3sink:FuzzKey \
+	./shared/pgsink:FuzzDecodeDoc \
+	./shared/pgsink:FuzzMapDoc \
+	./shared/pgsink:FuzzCoerce
+
+fuzz: up ## run each fuzz target for FUZZTIME (30s); a failing input is written to the package's testdata/fuzz
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; echo "== $$name ($$pkg), $(FUZZTIME)"; \
+		$(ENV) $(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) $$pkg || failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz failures:$$failed"; exit 1; fi
+
+test-infra: up cdk-deps ## only the CDK stack tests: assertions, IAM, cdk-nag, cfn-lint, the local variant deployed to LocalStack
 	@command -v cfn-lint >/dev/null 2>&1 || pip install --quiet "cfn-lint==$(CFN_LINT_VERSION)"
 	@$(ENV) $(GO) test -count=1 ./infra/...
 
@@ -66,21 +92,30 @@ infra/node_modules/.package-lock.json: infra/package.json infra/package-lock.jso
 
 cdk-deps: infra/node_modules/.package-lock.json ## install the pinned CDK CLI and cdklocal into infra/node_modules
 
-synth: build cdk-deps ## synthesize the stack into cdk.out (CDK_CONFIG=path/to/jobs.json)
+cdk-config:
+	@test -n "$(CDK_CONFIG)" || { echo "name the job configuration: make $(or $(MAKECMDGOALS),synth) CDK_CONFIG=path/to/jobs.json (there is no default)" >&2; exit 1; }
+
+synth: cdk-config build cdk-deps ## synthesize the stack into cdk.out (CDK_CONFIG=path/to/jobs.json, required)
 	$(CDK) synth --quiet -c config=$(CDK_CONFIG)
 
-diff: build cdk-deps ## show what deploy would change
+diff: cdk-config build cdk-deps ## show what deploy would change (CDK_CONFIG required)
 	$(CDK) diff -c config=$(CDK_CONFIG)
 
-deploy: build cdk-deps ## deploy the stack to AWS (see infra/README.md)
+deploy: cdk-config build cdk-deps ## deploy the stack to AWS (CDK_CONFIG required; see infra/README.md)
 	$(CDK) deploy -c config=$(CDK_CONFIG) --require-approval broadening
 
-destroy: build cdk-deps ## delete the stack (retained table and bucket stay)
+destroy: cdk-config build cdk-deps ## delete the stack (CDK_CONFIG required; retained table and bucket stay)
 	$(CDK) destroy -c config=$(CDK_CONFIG)
 
-localstack-up: ## start LocalStack, CouchDB and PostgreSQL with Docker (where a Docker engine runs)
+localstack-up: ## start the same services as containers (localstack/docker-compose.yml; where a Docker engine runs)
 	docker compose -f localstack/docker-compose.yml up -d --wait
 
-localstack-deploy: build cdk-deps ## bootstrap LocalStack and deploy the stack with cdklocal
-	env -u AWS_ENDPOINT_URL $(CDKLOCAL) bootstrap -c config=$(CDK_CONFIG)
-	env -u AWS_ENDPOINT_URL $(CDKLOCAL) deploy -c config=$(CDK_CONFIG) --require-approval never
+# cdklocal is given the local AWS as 127.0.0.1 (its default host name does not
+# resolve everywhere), S3 included: CloudFormation reads the template from its
+# own S3. CDK_HOME keeps the CLI's cached account apart from real AWS's.
+localstack-deploy: cdk-deps ## deploy to the local AWS with cdklocal: LOCALSTACK_VARIANT=full (default where Docker runs) or local (no functions)
+	@echo "localstack-deploy: $(LOCALSTACK_CONFIG), variant $(LOCALSTACK_VARIANT)"
+	@if [ "$(LOCALSTACK_VARIANT)" = full ]; then $(MAKE) --no-print-directory build; fi
+	@$(ENV) export AWS_ENDPOINT_URL_S3="$$AWS_ENDPOINT_URL" CDK_HOME="$(CURDIR)/$(LOCAL)/cdk-home" && \
+		$(CDKLOCAL) bootstrap -c config=$(LOCALSTACK_CONFIG) -c variant=$(LOCALSTACK_VARIANT) && \
+		$(CDKLOCAL) deploy -c config=$(LOCALSTACK_CONFIG) -c variant=$(LOCALSTACK_VARIANT) --require-approval never

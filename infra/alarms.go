@@ -67,21 +67,21 @@ func (s *changesStack) addAlarms() {
 		s.addRouteAlarms(r)
 	}
 	s.alarm("PollerFunctionErrors", "poller-errors", "The poller function failed (error or timeout). See its log group.", &awscloudwatch.AlarmProps{
-		Metric:             s.poller.fn.MetricErrors(&awscloudwatch.MetricOptions{Period: seconds(errorPeriod), Statistic: jsii.String("Sum")}),
+		Metric:             s.poller.metric(lambdaErrors, &awscloudwatch.MetricOptions{Period: seconds(errorPeriod), Statistic: jsii.String("Sum")}),
 		Threshold:          jsii.Number(0),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(1),
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
 	s.alarm("WriterFunctionErrors", "writer-errors", "The writer function failed a whole batch (error or timeout). See its log group.", &awscloudwatch.AlarmProps{
-		Metric:             s.writer.fn.MetricErrors(&awscloudwatch.MetricOptions{Period: seconds(errorPeriod), Statistic: jsii.String("Sum")}),
+		Metric:             s.writer.metric(lambdaErrors, &awscloudwatch.MetricOptions{Period: seconds(errorPeriod), Statistic: jsii.String("Sum")}),
 		Threshold:          jsii.Number(0),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(1),
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
 	s.alarm("WriterFunctionThrottles", "writer-throttles", "The writer function was throttled: the account's concurrency is exhausted.", &awscloudwatch.AlarmProps{
-		Metric:             s.writer.fn.MetricThrottles(&awscloudwatch.MetricOptions{Period: seconds(errorPeriod), Statistic: jsii.String("Sum")}),
+		Metric:             s.writer.metric(lambdaThrottles, &awscloudwatch.MetricOptions{Period: seconds(errorPeriod), Statistic: jsii.String("Sum")}),
 		Threshold:          jsii.Number(0),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(1),

@@ -40,8 +40,8 @@ func (s *changesStack) functionsRow() []awscloudwatch.IWidget {
 	opts := &awscloudwatch.MetricOptions{Period: seconds(dashboardPeriod), Statistic: jsii.String("Sum")}
 	fnGraph := func(title string, f *function) awscloudwatch.IWidget {
 		return graph(title, 8,
-			[]awscloudwatch.IMetric{f.fn.MetricInvocations(opts), f.fn.MetricErrors(opts), f.fn.MetricThrottles(opts)},
-			[]awscloudwatch.IMetric{f.fn.MetricDuration(&awscloudwatch.MetricOptions{Period: seconds(dashboardPeriod), Statistic: jsii.String("Maximum")})})
+			[]awscloudwatch.IMetric{f.metric(lambdaInvocations, opts), f.metric(lambdaErrors, opts), f.metric(lambdaThrottles, opts)},
+			[]awscloudwatch.IMetric{f.metric(lambdaDuration, &awscloudwatch.MetricOptions{Period: seconds(dashboardPeriod), Statistic: jsii.String("Maximum")})})
 	}
 	return []awscloudwatch.IWidget{
 		awscloudwatch.NewTextWidget(&awscloudwatch.TextWidgetProps{

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
@@ -39,7 +40,8 @@ const (
 )
 
 // addFunctions creates the poller and the writer, the poller's schedules, the
-// writer's event sources, and grants each exactly what it calls.
+// writer's event sources, and grants each exactly what it calls. The local
+// variant gets the functions' roles and log groups only (see variant).
 func (s *changesStack) addFunctions() {
 	secrets := s.newSecretGrants()
 
@@ -59,6 +61,14 @@ func (s *changesStack) addFunctions() {
 	s.grantWriter()
 	secrets.grant(s.poller.role, s.in.sourceSecrets)
 	secrets.grant(s.writer.role, s.in.outputSecrets)
+	if !s.in.variant.functions() {
+		// The event sources grant the writer its work queues; without them,
+		// the role gets the same grant directly.
+		for _, r := range s.routes {
+			r.queue.GrantConsumeMessages(s.writer.role)
+		}
+		return
+	}
 	s.addSchedules()
 	s.addEventSources()
 }
@@ -71,7 +81,8 @@ type functionOptions struct {
 }
 
 // newFunction creates a function named <prefix>-<name> with its own role and
-// log group. The role starts empty: every permission is added explicitly.
+// log group. The role starts empty: every permission is added explicitly. In
+// the local variant only the role and the log group are created.
 func (s *changesStack) newFunction(id, name string, o functionOptions) *function {
 	fnName := s.cfg.Stack.Prefix + "-" + name
 	logs := awslogs.NewLogGroup(s.stack, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
@@ -84,6 +95,9 @@ func (s *changesStack) newFunction(id, name string, o functionOptions) *function
 		Description: jsii.String("Execution role of " + fnName),
 	})
 	logs.GrantWrite(role)
+	if !s.in.variant.functions() {
+		return &function{name: fnName, role: role, logs: logs}
+	}
 
 	props := &awslambda.FunctionProps{
 		FunctionName: jsii.String(fnName),
@@ -119,7 +133,40 @@ func (s *changesStack) newFunction(id, name string, o functionOptions) *function
 	// role too, which the Role GetAtt already implies (cfn-lint W3005).
 	fn.Node().DefaultChild().(awscdk.CfnResource).AddMetadata(jsii.String("cfn-lint"),
 		map[string]any{"config": map[string]any{"ignore_checks": []string{"W3005"}}})
-	return &function{fn: fn, role: role, logs: logs}
+	return &function{name: fnName, fn: fn, role: role, logs: logs}
+}
+
+// Lambda metrics of a function, in the AWS/Lambda namespace.
+const (
+	lambdaInvocations = "Invocations"
+	lambdaErrors      = "Errors"
+	lambdaThrottles   = "Throttles"
+	lambdaDuration    = "Duration"
+)
+
+// metric returns one of the function's Lambda metrics. Without the function
+// (local variant) it is the same metric, named by the function's name.
+func (f *function) metric(name string, opts *awscloudwatch.MetricOptions) awscloudwatch.IMetric {
+	if f.fn != nil {
+		switch name {
+		case lambdaInvocations:
+			return f.fn.MetricInvocations(opts)
+		case lambdaErrors:
+			return f.fn.MetricErrors(opts)
+		case lambdaThrottles:
+			return f.fn.MetricThrottles(opts)
+		case lambdaDuration:
+			return f.fn.MetricDuration(opts)
+		}
+		return f.fn.Metric(jsii.String(name), opts)
+	}
+	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace:     jsii.String("AWS/Lambda"),
+		MetricName:    jsii.String(name),
+		DimensionsMap: &map[string]*string{"FunctionName": jsii.String(f.name)},
+		Period:        opts.Period,
+		Statistic:     opts.Statistic,
+	})
 }
 
 // placeInVPC puts the function into the VPC named by stack.vpc, if any.

@@ -21,8 +21,8 @@ import (
 const testConfig = "testdata/jobs.json"
 
 // Synthesis through jsii takes seconds, so one synthesis of the test
-// configuration is shared by every test of this package.
-var shared struct {
+// configuration per variant is shared by every test of this package.
+var shared, sharedLocal struct {
 	once sync.Once
 	syn  *synthesis
 	err  error
@@ -46,37 +46,54 @@ type synthMessage struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.root != "" {
-		os.RemoveAll(shared.root)
+	for _, root := range []string{shared.root, sharedLocal.root} {
+		if root != "" {
+			os.RemoveAll(root)
+		}
 	}
 	jsii.Close()
 	os.Exit(code)
 }
 
-// synthesized returns the shared synthesis, making it on first use.
+// synthesized returns the shared synthesis of the full stack, making it on
+// first use.
 func synthesized(t *testing.T) *synthesis {
 	t.Helper()
-	shared.once.Do(func() { shared.syn, shared.err = synthesize() })
+	shared.once.Do(func() { shared.syn, shared.err = synthesize(variantFull, &shared.root) })
 	if shared.err != nil {
 		t.Fatalf("synthesize %s: %v", testConfig, shared.err)
 	}
 	return shared.syn
 }
 
-func synthesize() (*synthesis, error) {
+// synthesizedLocal returns the shared synthesis of the local variant.
+func synthesizedLocal(t *testing.T) *synthesis {
+	t.Helper()
+	synthesized(t) // one synthesis at a time through the jsii runtime
+	sharedLocal.once.Do(func() { sharedLocal.syn, sharedLocal.err = synthesize(variantLocal, &sharedLocal.root) })
+	if sharedLocal.err != nil {
+		t.Fatalf("synthesize %s (local variant): %v", testConfig, sharedLocal.err)
+	}
+	return sharedLocal.syn
+}
+
+func synthesize(v variant, rootOut *string) (*synthesis, error) {
 	root, err := os.MkdirTemp("", "changes-worker-infra-test-")
 	if err != nil {
 		return nil, err
 	}
-	shared.root = root
-	// Stand-ins for `make build`: the stack only packages the files.
+	*rootOut = root
+	// Stand-ins for `make build`: the stack only packages the files. The
+	// local variant has no function code and must not need a build.
 	buildDir := filepath.Join(root, "build")
-	for _, fn := range []string{fnPoller, fnWriter} {
-		if err := os.MkdirAll(filepath.Join(buildDir, fn), 0o755); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(filepath.Join(buildDir, fn, "bootstrap"), []byte("#!/bin/sh\n# "+fn+"\n"), 0o755); err != nil {
-			return nil, err
+	if v.functions() {
+		for _, fn := range []string{fnPoller, fnWriter} {
+			if err := os.MkdirAll(filepath.Join(buildDir, fn), 0o755); err != nil {
+				return nil, err
+			}
+			if err := os.WriteFile(filepath.Join(buildDir, fn, "bootstrap"), []byte("#!/bin/sh\n# "+fn+"\n"), 0o755); err != nil {
+				return nil, err
+			}
 		}
 	}
 	ctx, err := cdkContext()
@@ -89,6 +106,7 @@ func synthesize() (*synthesis, error) {
 		configPath: testConfig,
 		buildDir:   buildDir,
 		stageDir:   filepath.Join(root, "staging"),
+		variant:    v,
 	})
 	if err != nil {
 		return nil, err

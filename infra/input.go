@@ -38,14 +38,19 @@ type input struct {
 	// sourceSecrets and outputSecrets are the secret references the poller
 	// (sources) and the writer (outputs) resolve.
 	sourceSecrets, outputSecrets []config.SecretRef
+	// variant says whether the stack has its functions.
+	variant variant
 }
 
-// loadInput reads the configuration at configPath and stages each function's
-// code from buildDir into stageDir.
-func loadInput(configPath, buildDir, stageDir string) (*input, error) {
+// loadInput reads the configuration at configPath and, for a variant with
+// functions, stages each function's code from buildDir into stageDir.
+func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error) {
+	if v == "" {
+		v = variantFull
+	}
 	raw, err := os.ReadFile(configPath)
 	if err != nil {
-		return nil, fmt.Errorf("read job configuration (pass another with -c config=PATH): %w", err)
+		return nil, fmt.Errorf("read job configuration: %w", err)
 	}
 	cfg, err := config.Parse(raw)
 	if err != nil {
@@ -58,7 +63,7 @@ func loadInput(configPath, buildDir, stageDir string) (*input, error) {
 	if err := checkRetention(cfg.Stack.LogRetentionDays); err != nil {
 		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
 	}
-	in := &input{cfg: cfg, bucketGiven: given, code: map[string]string{}}
+	in := &input{cfg: cfg, bucketGiven: given, code: map[string]string{}, variant: v}
 	in.sourceSecrets, in.outputSecrets = secretRefs(cfg)
 	var errs []error
 	for _, r := range append(append([]config.SecretRef{}, in.sourceSecrets...), in.outputSecrets...) {
@@ -71,6 +76,9 @@ func loadInput(configPath, buildDir, stageDir string) (*input, error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
+	}
+	if !v.functions() {
+		return in, nil
 	}
 	for _, fn := range []string{fnPoller, fnWriter} {
 		dir, err := stageCode(filepath.Join(buildDir, fn), raw, filepath.Join(stageDir, fn))
@@ -160,6 +168,10 @@ func secretRefs(cfg *config.File) (sources, outputs []config.SecretRef) {
 				out.add(&o.Postgres.DSN)
 			case o.HTTP != nil:
 				out.addAuth(o.HTTP.Auth)
+				out.add(o.HTTP.URLSecret)
+				for _, h := range o.HTTP.Headers {
+					out.add(h.Ref)
+				}
 			}
 		}
 	}

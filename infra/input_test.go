@@ -84,7 +84,7 @@ func TestLoadInputErrors(t *testing.T) {
 		buildDir   string
 		want       string
 	}{
-		{name: "missing config", configPath: filepath.Join(dir, "nope.json"), buildDir: dir, want: "-c config=PATH"},
+		{name: "missing config", configPath: filepath.Join(dir, "nope.json"), buildDir: dir, want: "read job configuration: open " + filepath.Join(dir, "nope.json")},
 		{name: "missing bootstrap", configPath: testConfig, buildDir: filepath.Join(dir, "empty"), want: "run make build first"},
 		{name: "bad retention", configPath: write("retention.json", strings.Replace(string(valid), `"log_retention_days": 14`, `"log_retention_days": 15`, 1)), buildDir: dir, want: "stack.log_retention_days: 15"},
 		{name: "bad secret ARN", configPath: write("arn.json", strings.Replace(string(valid), `"orders/sgw-password"`, `"arn:aws:ssm:us-east-1:123456789012:parameter/x"`, 1)), buildDir: dir, want: "not a Secrets Manager secret ARN"},
@@ -93,7 +93,7 @@ func TestLoadInputErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := loadInput(tt.configPath, tt.buildDir, t.TempDir())
+			_, err := loadInput(tt.configPath, tt.buildDir, t.TempDir(), variantFull)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("loadInput error = %v, want one containing %q", err, tt.want)
 			}

@@ -7,11 +7,17 @@
 //
 //	cdk synth -c config=path/to/jobs.json
 //
-// Context values: config (the job configuration, default localstack/jobs.json)
-// and build_dir (where `make build` put <function>/bootstrap, default build).
+// The job configuration must be named: there is no default, so that no
+// deploy ever picks up a configuration nobody chose (the demo's
+// localstack/jobs.json included). Name it with the context value config
+// (-c config=PATH) or, failing that, the environment variable
+// CHANGES_CDK_CONFIG. Other context values: build_dir (where `make build`
+// put <function>/bootstrap, default build) and variant (full, the default,
+// or local: everything but the functions, see variant.go).
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,10 +26,21 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
+// Context keys and the environment the app reads.
 const (
-	defaultConfigPath = "localstack/jobs.json"
-	defaultBuildDir   = "build"
+	contextConfig   = "config"
+	contextBuildDir = "build_dir"
+	contextVariant  = "variant"
+	// envConfig names the job configuration when the context does not.
+	envConfig       = "CHANGES_CDK_CONFIG"
+	defaultBuildDir = "build"
 )
+
+// errNoConfig is returned when neither the context nor the environment names
+// the job configuration.
+var errNoConfig = errors.New("no job configuration named: pass -c " + contextConfig + "=PATH to the CDK CLI " +
+	"(make synth|diff|deploy|destroy CDK_CONFIG=PATH) or set " + envConfig + "=PATH; " +
+	"there is no default, so that a deploy never ships a configuration nobody chose")
 
 func main() {
 	err := realMain()
@@ -36,19 +53,48 @@ func main() {
 
 func realMain() error {
 	app := awscdk.NewApp(nil)
+	configPath, err := resolveConfigPath(contextString(app, contextConfig), os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	v, err := parseVariant(contextString(app, contextVariant))
+	if err != nil {
+		return err
+	}
+	buildDir := contextString(app, contextBuildDir)
+	if buildDir == "" {
+		buildDir = defaultBuildDir
+	}
 	stageDir := filepath.Join(*app.Outdir(), "staging")
 	// The CDK copies each function's code into the cloud assembly when the
 	// function is created; the staged copy is not needed after synth.
 	defer os.RemoveAll(stageDir)
 	if _, err := buildApp(app, appOptions{
-		configPath: contextString(app, "config", defaultConfigPath),
-		buildDir:   contextString(app, "build_dir", defaultBuildDir),
+		configPath: configPath,
+		buildDir:   buildDir,
 		stageDir:   stageDir,
+		variant:    v,
 	}); err != nil {
 		return err
 	}
 	app.Synth(nil)
 	return nil
+}
+
+// resolveConfigPath returns the job configuration named by the context value
+// (fromContext) or, when that is empty, by CHANGES_CDK_CONFIG. Naming two
+// different files is an error, as is naming none.
+func resolveConfigPath(fromContext string, lookup func(string) (string, bool)) (string, error) {
+	fromEnv, _ := lookup(envConfig)
+	switch {
+	case fromContext != "" && fromEnv != "" && filepath.Clean(fromContext) != filepath.Clean(fromEnv):
+		return "", fmt.Errorf("two job configurations named: -c %s=%s and %s=%s; name one", contextConfig, fromContext, envConfig, fromEnv)
+	case fromContext != "":
+		return fromContext, nil
+	case fromEnv != "":
+		return fromEnv, nil
+	}
+	return "", errNoConfig
 }
 
 // appOptions locate the inputs of a synth.
@@ -59,6 +105,8 @@ type appOptions struct {
 	// the CDK copies it into the cloud assembly. Default: "staging" inside
 	// the app's output directory.
 	stageDir string
+	// variant selects the full stack or its local variant. Default full.
+	variant variant
 	// stackProps are passed to the stack (tests turn analytics off, say).
 	stackProps *awscdk.StackProps
 }
@@ -68,7 +116,7 @@ func buildApp(app awscdk.App, o appOptions) (*changesStack, error) {
 	if o.stageDir == "" {
 		o.stageDir = filepath.Join(*app.Outdir(), "staging")
 	}
-	in, err := loadInput(o.configPath, o.buildDir, o.stageDir)
+	in, err := loadInput(o.configPath, o.buildDir, o.stageDir, o.variant)
 	if err != nil {
 		return nil, err
 	}
@@ -77,9 +125,8 @@ func buildApp(app awscdk.App, o appOptions) (*changesStack, error) {
 	return s, nil
 }
 
-func contextString(app awscdk.App, key, def string) string {
-	if v, ok := app.Node().TryGetContext(jsii.String(key)).(string); ok && v != "" {
-		return v
-	}
-	return def
+// contextString returns the context value key as a string, "" when unset.
+func contextString(app awscdk.App, key string) string {
+	v, _ := app.Node().TryGetContext(jsii.String(key)).(string)
+	return v
 }

@@ -15,11 +15,13 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deployed"
 )
 
 // changesStack is the whole deployment of one job configuration: the state
 // table, the bucket, a work queue and a DLQ per (job, output), the poller and
 // writer functions, their schedules and event sources, alarms and a dashboard.
+// The local variant leaves the functions, schedules and event sources out.
 type changesStack struct {
 	stack awscdk.Stack
 
@@ -46,8 +48,10 @@ type route struct {
 	dlq   awssqs.Queue
 }
 
-// function is a Lambda function with the role and log group made for it.
+// function is a Lambda function with the role and log group made for it. In
+// the local variant fn is nil: only the role and the log group exist.
 type function struct {
+	name string // <prefix>-<poller|writer>
 	fn   awslambda.Function
 	role awsiam.Role
 	logs awslogs.LogGroup
@@ -71,7 +75,18 @@ func newStack(scope constructs.Construct, in *input, props *awscdk.StackProps) *
 	s.addFunctions()
 	s.addAlarms()
 	s.addDashboard()
+	s.addOutputs()
 	return s
+}
+
+// addOutputs publishes what the local runtime and the operator's tools read
+// from the deployed stack (package deployed): the bucket, whose name the
+// stack generates.
+func (s *changesStack) addOutputs() {
+	awscdk.NewCfnOutput(s.stack, jsii.String(deployed.OutputBucket), &awscdk.CfnOutputProps{
+		Value:       s.bucket.BucketName(),
+		Description: jsii.String("The bucket of claim checks and of S3 outputs without a bucket of their own"),
+	})
 }
 
 // retain reports whether stateful resources outlive the stack (stack.retain).

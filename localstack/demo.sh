@@ -32,7 +32,8 @@ echo "== status"
 rows=$(psql "$PG_DSN" -Atc 'select count(*) from demo_orders')
 files=$(find "$out" -name '*.json' | wc -l)
 # Documents, not the tombstone markers that remember deletions.
-objects=$(curl -s "$AWS_ENDPOINT_URL/changes-worker-data?list-type=2&prefix=demo-orders/" | grep -o '<Key>[^<]*</Key>' | grep -vc '_tombstones/')
+s3="${AWS_ENDPOINT_URL_S3:-$AWS_ENDPOINT_URL}"
+objects=$(curl -s "$s3/changes-worker-data?list-type=2&prefix=demo-orders/" | grep -o '<Key>[^<]*</Key>' | grep -vc '_tombstones/')
 echo
 echo "== result"
 echo "  postgres demo_orders rows:  $rows (expected 900 live documents)"
@@ -41,6 +42,6 @@ echo "  s3 objects (demo-orders/):  $objects"
 echo
 echo "Look at it yourself:"
 echo "  psql \"$PG_DSN\" -c 'select doc_id, rev, body->>'\"'\"'total'\"'\"' as total from demo_orders order by doc_id limit 5'"
-echo "  curl -s '$AWS_ENDPOINT_URL/changes-worker-data?list-type=2&prefix=demo-orders/&max-keys=5'"
+echo "  curl -s '$s3/changes-worker-data?list-type=2&prefix=demo-orders/&max-keys=5'"
 echo "  ls $out | head"
 echo "  $ctl status --config $config"

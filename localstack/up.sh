@@ -3,17 +3,29 @@
 # missing, and prints what runs where. Idempotent: a service that already
 # answers on its port is left alone, whoever started it.
 #
-#   AWS emulator      moto server (moto[server]==5.2.1)  127.0.0.1:4566
-#                     via localstack/moto_server.py (DynamoDB serialized, SQS attributes on demand)
-#   CouchDB source    pouchdb-server 4.2.0, in memory    127.0.0.1:5984
-#   PostgreSQL        Debian cluster "15 main"           127.0.0.1:5432
+#   AWS (SQS, ...)      LocalStack 2026.3.0 on the host (PyPI)   127.0.0.1:4566
+#   S3                  moto's server 5.2.1 (PyPI)               127.0.0.1:4567
+#   DynamoDB            DynamoDB Local 2.6.1 (Maven Central)     127.0.0.1:8000
+#   CouchDB source      pouchdb-server 4.2.0, in memory (npm)    127.0.0.1:5984
+#   PostgreSQL          Debian cluster "15 main"                 127.0.0.1:5432
+#
+# LocalStack runs from a virtualenv made with Python 3.13 (pyenv's, or
+# python3.13 on PATH) and installed from localstack/requirements.txt with
+# every package pinned; moto's server, likewise from
+# localstack/moto-requirements.txt, serves S3. DynamoDB Local runs on the JDK
+# (17 or later) from the jars localstack/dynamodb-local.pom.xml names.
+# localstack/README.md says why S3 and DynamoDB are separate servers. All
+# three keep their state in memory.
 #
 # State (installs, pid files, logs) lives in .local/ at the repository root,
 # which git ignores. localstack/down.sh stops what this script started.
 #
 # Environment knobs (defaults in brackets):
-#   MOTO_PORT [4566]  COUCH_PORT [5984]  PG_VERSION [15]  PG_CLUSTER [main]
-#   UP_TIMEOUT [60]   seconds to wait for a service to answer after starting it
+#   LOCALSTACK_PORT [4566]  S3_PORT [4567]  DYNAMODB_PORT [8000]  COUCH_PORT [5984]
+#   PG_VERSION [15]  PG_CLUSTER [main]
+#   LOCALSTACK_PYTHON [pyenv's 3.13]  interpreter for LocalStack's virtualenv
+#   DYNAMODB_HEAP [512m]  DynamoDB Local's Java heap limit
+#   UP_TIMEOUT [60]  seconds to wait for a service to answer after starting it
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,16 +33,23 @@ LOCAL="$ROOT/.local"
 LOGS="$LOCAL/logs"
 RUN="$LOCAL/run"
 
+LOCALSTACK_VERSION=2026.3.0
+DYNAMODB_LOCAL_VERSION=2.6.1
 MOTO_VERSION=5.2.1
 POUCHDB_SERVER_VERSION=4.2.0
-MOTO_PORT="${MOTO_PORT:-4566}"
+LOCALSTACK_PORT="${LOCALSTACK_PORT:-4566}"
+DYNAMODB_PORT="${DYNAMODB_PORT:-8000}"
+S3_PORT="${S3_PORT:-4567}"
+DYNAMODB_HEAP="${DYNAMODB_HEAP:-512m}"
 COUCH_PORT="${COUCH_PORT:-5984}"
 PG_VERSION="${PG_VERSION:-15}"
 PG_CLUSTER="${PG_CLUSTER:-main}"
 PG_PORT=5432
 UP_TIMEOUT="${UP_TIMEOUT:-60}"
 
-MOTO_URL="http://127.0.0.1:$MOTO_PORT"
+LOCALSTACK_URL="http://127.0.0.1:$LOCALSTACK_PORT"
+DYNAMODB_URL="http://127.0.0.1:$DYNAMODB_PORT"
+S3_URL="http://127.0.0.1:$S3_PORT"
 COUCH_URL_LOCAL="http://127.0.0.1:$COUCH_PORT"
 PG_URL="postgres://changes:changes@127.0.0.1:$PG_PORT/changes"
 
@@ -76,38 +95,62 @@ pid_alive() {
 	return 1
 }
 
-# wait_http NAME URL PID LOG waits until URL answers, failing when the process
-# dies or UP_TIMEOUT passes.
-wait_http() {
-	local name="$1" url="$2" pid="$3" log="$4" deadline=$((SECONDS + UP_TIMEOUT))
-	until answers "$url"; do
+# wait_until NAME PID LOG CHECK... runs CHECK until it succeeds, failing when
+# the process dies or UP_TIMEOUT passes.
+wait_until() {
+	local name="$1" pid="$2" log="$3" deadline=$((SECONDS + UP_TIMEOUT))
+	shift 3
+	until "$@"; do
 		if ! kill -0 "$pid" 2>/dev/null; then
 			tail -n 20 "$log" >&2 || true
 			die "$name exited while starting; see $log"
 		fi
 		if ((SECONDS >= deadline)); then
 			tail -n 20 "$log" >&2 || true
-			die "$name did not answer at $url within ${UP_TIMEOUT}s; see $log (pid $pid still running)"
+			die "$name was not ready within ${UP_TIMEOUT}s; see $log (pid $pid still running)"
 		fi
 		sleep 0.2
 	done
 }
 
+# wait_http NAME URL PID LOG waits until URL answers.
+wait_http() { wait_until "$1" "$3" "$4" answers "$2"; }
+
+# stop_group PID stops a process group that this script just started and
+# that failed its checks.
+stop_group() {
+	kill -TERM -- "-$1" 2>/dev/null || true
+	sleep 2
+	kill -KILL -- "-$1" 2>/dev/null || true
+}
+
 STATUS=()  # lines for the closing table
 
-# ---------------------------------------------------------------- AWS emulator
+# ------------------------------------------------------------------ LocalStack
 
-# moto_python prints a python interpreter that has moto $MOTO_VERSION with its
-# server extras, or fails.
-moto_python() {
-	local py
-	for py in "$LOCAL/venv/bin/python3" "$(command -v python3 || true)"; do
+LS_DIR="$LOCAL/localstack"
+LS_VENV="$LS_DIR/venv"
+LS_REQUIREMENTS="$ROOT/localstack/requirements.txt"
+LS_STAMP="$LS_VENV/.requirements.sha256"
+
+# find_python prints an interpreter for LocalStack's virtualenv: Python 3.13,
+# the version localstack/requirements.txt was resolved for.
+find_python() {
+	local py candidates=()
+	if [[ -n "${LOCALSTACK_PYTHON:-}" ]]; then
+		candidates=("$LOCALSTACK_PYTHON")
+	else
+		local root
+		root="$(pyenv root 2>/dev/null || true)"
+		[[ -n "$root" ]] || root="${PYENV_ROOT:-$HOME/.pyenv}"
+		# The newest 3.13.x that pyenv has.
+		while IFS= read -r py; do candidates+=("$py"); done < <(
+			printf '%s\n' "$root"/versions/3.13.*/bin/python3 | sort -rV)
+		candidates+=(/root/.pyenv/versions/3.13.0/bin/python3 "$(command -v python3.13 || true)")
+	fi
+	for py in "${candidates[@]}"; do
 		[[ -n "$py" && -x "$py" ]] || continue
-		if "$py" - "$MOTO_VERSION" >/dev/null 2>&1 <<-'EOF'; then
-			import sys, importlib.metadata as md
-			import flask, flask_cors  # the [server] extras
-			sys.exit(md.version("moto") != sys.argv[1])
-		EOF
+		if "$py" -c 'import sys, venv; sys.exit(sys.version_info[:2] != (3, 13))' 2>/dev/null; then
 			echo "$py"
 			return 0
 		fi
@@ -115,50 +158,258 @@ moto_python() {
 	return 1
 }
 
-install_moto() {
-	local spec="moto[server]==$MOTO_VERSION"
-	command -v python3 >/dev/null || apt_install python3 python3-venv python3-pip
-	say "pip install '$spec'"
-	if python3 -m pip install --quiet --disable-pip-version-check "$spec" >&2 2>"$LOGS/pip.log"; then
-		return 0
-	fi
-	# Debian's own python refuses system-wide installs (PEP 668): use a venv.
-	say "system pip refused (see $LOGS/pip.log); installing into $LOCAL/venv"
-	if ! python3 -m venv "$LOCAL/venv" >&2 2>/dev/null; then
-		apt_install python3-venv
-		python3 -m venv "$LOCAL/venv" >&2
-	fi
-	"$LOCAL/venv/bin/python3" -m pip install --quiet --disable-pip-version-check "$spec" >&2 ||
-		die "could not install $spec"
+localstack_installed() {
+	[[ -x "$LS_VENV/bin/python" && -f "$LS_STAMP" ]] &&
+		[[ "$(cat "$LS_STAMP")" == "$(sha256sum "$LS_REQUIREMENTS" | cut -d' ' -f1)" ]]
 }
 
-up_aws() {
-	local pidfile="$RUN/moto.pid" log="$LOGS/moto.log" pid py
-	if pid="$(pid_alive "$pidfile" "moto[._]server")" && answers "$MOTO_URL"; then
-		STATUS+=("aws|$MOTO_URL|moto $MOTO_VERSION (pid $pid, started by up.sh)")
-		return
-	fi
-	if answers "$MOTO_URL"; then
-		if [[ "$(http_code "$MOTO_URL/_localstack/health")" == 200 ]]; then
-			STATUS+=("aws|$MOTO_URL|LocalStack (already running, not managed by up.sh)")
-		else
-			STATUS+=("aws|$MOTO_URL|already running, not managed by up.sh")
-		fi
-		return
-	fi
-	port_open "$MOTO_PORT" && die "127.0.0.1:$MOTO_PORT is taken by something that does not speak HTTP"
+install_localstack() {
+	local py log="$LOGS/pip-localstack.log"
+	py="$(find_python)" || die "LocalStack $LOCALSTACK_VERSION needs Python 3.13 and none was found \
+(looked in \$(pyenv root)/versions/3.13.*, /root/.pyenv/versions/3.13.0 and python3.13 on PATH). \
+Install one (pyenv install 3.13) or set LOCALSTACK_PYTHON=/path/to/python3.13"
+	say "installing LocalStack $LOCALSTACK_VERSION into ${LS_VENV#"$ROOT"/} with $py (pinned, takes 1-2 minutes; log ${log#"$ROOT"/})"
+	rm -rf "$LS_VENV"
+	"$py" -m venv "$LS_VENV" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "python -m venv failed; see $log"; }
+	# --no-deps: pip installs exactly the pinned set and resolves nothing else.
+	"$LS_VENV/bin/python" -m pip install --no-deps --no-input --disable-pip-version-check \
+		-r "$LS_REQUIREMENTS" >>"$log" 2>&1 ||
+		{ tail -n 20 "$log" >&2; die "pip install -r localstack/requirements.txt failed; see $log"; }
+	"$LS_VENV/bin/python" - "$LOCALSTACK_VERSION" >>"$log" 2>&1 <<-'EOF' ||
+		import sys, importlib.metadata as md
+		import localstack.runtime.main  # noqa: F401
+		got = md.version("localstack-core")
+		sys.exit(f"localstack-core {got} installed, want {sys.argv[1]}" if got != sys.argv[1] else 0)
+	EOF
+		{ tail -n 20 "$log" >&2; die "LocalStack does not import after the install; see $log"; }
+	sha256sum "$LS_REQUIREMENTS" | cut -d' ' -f1 >"$LS_STAMP"
+}
 
-	py="$(moto_python)" || { install_moto; py="$(moto_python)" || die "moto $MOTO_VERSION still not importable after install"; }
-	# localstack/moto_server.py is moto's server with DynamoDB requests
-	# serialized, so conditional writes (the lease) are atomic as on AWS.
-	local server=(-m moto.server)
-	[[ -f "$ROOT/localstack/moto_server.py" ]] && server=("$ROOT/localstack/moto_server.py")
-	say "starting moto server on $MOTO_URL (log $log)"
-	setsid "$py" "${server[@]}" -H 127.0.0.1 -p "$MOTO_PORT" </dev/null >>"$log" 2>&1 &
+# localstack_ready URL is true when LocalStack's health endpoint reports SQS
+# and S3 ready ("available" until first used, then "running").
+localstack_ready() {
+	local body
+	body="$(curl -s --connect-timeout 1 --max-time 3 "$1/_localstack/health" 2>/dev/null)" || return 1
+	python3 -c '
+import json, sys
+try:
+    s = json.loads(sys.argv[1]).get("services", {})
+except Exception:
+    sys.exit(1)
+sys.exit(0 if all(s.get(n) in ("available", "running") for n in ("sqs", "s3")) else 1)
+' "$body" 2>/dev/null
+}
+
+localstack_version() {
+	curl -s --connect-timeout 1 --max-time 3 "$1/_localstack/health" 2>/dev/null |
+		python3 -c 'import json, sys; print(json.load(sys.stdin).get("version", "?"))' 2>/dev/null || echo "?"
+}
+
+# front_dynamodb_local makes LocalStack's DynamoDB (which CloudFormation uses
+# to create a stack's table) forward to the DynamoDB Local that up_dynamodb
+# runs. LocalStack would download DynamoDB Local and a Java 21 of its own at
+# the first DynamoDB call, which no package registry serves; it skips both
+# when they are already in its library folder, then starts the server with
+# that java and talks to it on DYNAMODB_LOCAL_PORT. So the folder gets an
+# empty placeholder jar and a "java" that only waits (LocalStack stops it with
+# itself), and DYNAMODB_LOCAL_PORT names the port of the real DynamoDB Local.
+# Tables created through either endpoint are the same tables.
+front_dynamodb_local() {
+	local lib="$LS_DIR/filesystem/var/lib/localstack/lib"
+	mkdir -p "$lib/dynamodb-local/2" "$lib/java/21/bin"
+	[[ -f "$lib/dynamodb-local/2/DynamoDBLocal.jar" ]] || : >"$lib/dynamodb-local/2/DynamoDBLocal.jar"
+	printf '#!/bin/sh\n# placeholder: DynamoDB Local runs on its own (localstack/up.sh, up_dynamodb)\nexec sleep infinity\n' >"$lib/java/21/bin/java"
+	chmod +x "$lib/java/21/bin/java"
+}
+
+up_localstack() {
+	local pidfile="$RUN/localstack.pid" log="$LOGS/localstack.log" pid
+	if pid="$(pid_alive "$pidfile" localstack.runtime.main)"; then
+		localstack_ready "$LOCALSTACK_URL" ||
+			die "LocalStack started by up.sh (pid $pid) does not answer on $LOCALSTACK_URL (another LOCALSTACK_PORT?); run localstack/down.sh first"
+		STATUS+=("aws|$LOCALSTACK_URL|LocalStack $LOCALSTACK_VERSION (pid $pid, started by up.sh)")
+		return
+	fi
+	if localstack_ready "$LOCALSTACK_URL"; then
+		STATUS+=("aws|$LOCALSTACK_URL|LocalStack $(localstack_version "$LOCALSTACK_URL") (already running, not managed by up.sh)")
+		return
+	fi
+	# LocalStack does not stop when its port is taken (it logs the error and
+	# keeps running), so a busy port is refused here.
+	if port_open "$LOCALSTACK_PORT"; then
+		local moto
+		if moto="$(pid_alive "$RUN/moto.pid" "moto[._]server")"; then
+			die "127.0.0.1:$LOCALSTACK_PORT is held by the moto server an earlier localstack/up.sh started (pid $moto); run \`make down\` to stop it, then \`make up\`"
+		fi
+		die "127.0.0.1:$LOCALSTACK_PORT is taken by something that is not LocalStack; stop it or set LOCALSTACK_PORT (and AWS_ENDPOINT_URL)"
+	fi
+
+	localstack_installed || install_localstack
+	mkdir -p "$LS_DIR/filesystem" "$LS_DIR/tmp"
+	front_dynamodb_local
+	say "starting LocalStack on $LOCALSTACK_URL (log ${log#"$ROOT"/})"
+	# OVERRIDE_IN_DOCKER=0: this host can look like a container to LocalStack,
+	# which would then use system directories. Every directory it writes is
+	# under .local/localstack (FILESYSTEM_ROOT, and TMPDIR for its temporary
+	# folder). DNS_ADDRESS=0: no DNS server. SQS_ENDPOINT_STRATEGY=path and
+	# LOCALSTACK_HOST: queue URLs http://127.0.0.1:PORT/queue/REGION/ACCOUNT/NAME,
+	# which resolve without LocalStack's DNS name. No certificate download, no
+	# analytics events.
+	(
+		cd "$LS_DIR"
+		exec env OVERRIDE_IN_DOCKER=0 \
+			GATEWAY_LISTEN="127.0.0.1:$LOCALSTACK_PORT" \
+			LOCALSTACK_HOST="127.0.0.1:$LOCALSTACK_PORT" \
+			SQS_ENDPOINT_STRATEGY=path \
+			DNS_ADDRESS=0 \
+			FILESYSTEM_ROOT="$LS_DIR/filesystem" \
+			TMPDIR="$LS_DIR/tmp" \
+			SKIP_SSL_CERT_DOWNLOAD=1 \
+			DISABLE_EVENTS=1 \
+			DYNAMODB_LOCAL_PORT="$DYNAMODB_PORT" \
+			setsid "$LS_VENV/bin/python" -m localstack.runtime.main
+	) </dev/null >>"$log" 2>&1 &
 	pid=$!
 	echo "$pid" >"$pidfile"
-	wait_http "moto server" "$MOTO_URL/" "$pid" "$log"
-	STATUS+=("aws|$MOTO_URL|moto $MOTO_VERSION (pid $pid, started now)")
+	wait_until LocalStack "$pid" "$log" localstack_ready "$LOCALSTACK_URL"
+	STATUS+=("aws|$LOCALSTACK_URL|LocalStack $LOCALSTACK_VERSION (pid $pid, started now)")
+}
+
+# ------------------------------------------------------------------ S3 (moto)
+
+MOTO_DIR="$LOCAL/moto"
+MOTO_VENV="$MOTO_DIR/venv"
+MOTO_REQUIREMENTS="$ROOT/localstack/moto-requirements.txt"
+MOTO_STAMP="$MOTO_VENV/.requirements.sha256"
+
+moto_installed() {
+	[[ -x "$MOTO_VENV/bin/python" && -f "$MOTO_STAMP" ]] &&
+		[[ "$(cat "$MOTO_STAMP")" == "$(sha256sum "$MOTO_REQUIREMENTS" | cut -d' ' -f1)" ]]
+}
+
+install_moto() {
+	local py log="$LOGS/pip-moto.log"
+	py="$(find_python)" || die "moto's server is installed with Python 3.13 and none was found; set LOCALSTACK_PYTHON=/path/to/python3.13"
+	say "installing moto $MOTO_VERSION (S3 only) into ${MOTO_VENV#"$ROOT"/} (pinned; log ${log#"$ROOT"/})"
+	rm -rf "$MOTO_VENV"
+	"$py" -m venv "$MOTO_VENV" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "python -m venv failed; see $log"; }
+	"$MOTO_VENV/bin/python" -m pip install --no-deps --no-input --disable-pip-version-check \
+		-r "$MOTO_REQUIREMENTS" >>"$log" 2>&1 ||
+		{ tail -n 20 "$log" >&2; die "pip install -r localstack/moto-requirements.txt failed; see $log"; }
+	"$MOTO_VENV/bin/python" -c 'import moto.server' >>"$log" 2>&1 ||
+		{ tail -n 20 "$log" >&2; die "moto does not import after the install; see $log"; }
+	sha256sum "$MOTO_REQUIREMENTS" | cut -d' ' -f1 >"$MOTO_STAMP"
+}
+
+# s3_ready URL is true when URL answers an S3 ListBuckets call (moto checks
+# no signature).
+s3_ready() {
+	curl -s --connect-timeout 1 --max-time 3 \
+		-H 'Authorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0' \
+		"$1/" 2>/dev/null | grep -q ListAllMyBucketsResult
+}
+
+up_s3() {
+	local pidfile="$RUN/moto-s3.pid" log="$LOGS/moto-s3.log" pid
+	if pid="$(pid_alive "$pidfile" moto.server)"; then
+		s3_ready "$S3_URL" ||
+			die "moto (S3) started by up.sh (pid $pid) does not answer on $S3_URL (another S3_PORT?); run localstack/down.sh first"
+		STATUS+=("s3|$S3_URL|moto $MOTO_VERSION, S3 only (pid $pid, started by up.sh)")
+		return
+	fi
+	if s3_ready "$S3_URL"; then
+		STATUS+=("s3|$S3_URL|S3 (already running, not managed by up.sh)")
+		return
+	fi
+	port_open "$S3_PORT" && die "127.0.0.1:$S3_PORT is taken by something that does not answer S3 calls; stop it or set S3_PORT (and AWS_ENDPOINT_URL_S3)"
+	moto_installed || install_moto
+	say "starting moto's server for S3 on $S3_URL (log ${log#"$ROOT"/})"
+	(
+		cd "$MOTO_DIR"
+		exec setsid "$MOTO_VENV/bin/python" -m moto.server -H 127.0.0.1 -p "$S3_PORT"
+	) </dev/null >>"$log" 2>&1 &
+	pid=$!
+	echo "$pid" >"$pidfile"
+	wait_until "moto (S3)" "$pid" "$log" s3_ready "$S3_URL"
+	STATUS+=("s3|$S3_URL|moto $MOTO_VERSION, S3 only (pid $pid, started now)")
+}
+
+# ---------------------------------------------------------------- DynamoDB Local
+
+DDB_DIR="$LOCAL/dynamodb-local"
+DDB_POM="$ROOT/localstack/dynamodb-local.pom.xml"
+DDB_STAMP="$DDB_DIR/lib/.pom.sha256"
+DDB_MAIN=com.amazonaws.services.dynamodbv2.local.main.ServerRunner
+
+# java_major prints the major version of `java` on PATH, or 0.
+java_major() {
+	local v
+	v="$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)"
+	echo "${v:-0}"
+}
+
+dynamodb_installed() {
+	[[ -f "$DDB_STAMP" ]] && [[ "$(cat "$DDB_STAMP")" == "$(sha256sum "$DDB_POM" | cut -d' ' -f1)" ]]
+}
+
+install_dynamodb() {
+	local log="$LOGS/mvn-dynamodb-local.log"
+	command -v mvn >/dev/null || apt_install maven
+	say "fetching DynamoDB Local $DYNAMODB_LOCAL_VERSION with Maven into ${DDB_DIR#"$ROOT"/}/lib (takes under a minute; log ${log#"$ROOT"/})"
+	rm -rf "$DDB_DIR/lib.new"
+	# Maven's own repository stays under .local too.
+	mvn -B -q -f "$DDB_POM" -Dmaven.repo.local="$LOCAL/m2" dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory="$DDB_DIR/lib.new" >"$log" 2>&1 ||
+		{ tail -n 20 "$log" >&2; die "mvn dependency:copy-dependencies failed; see $log"; }
+	ls "$DDB_DIR/lib.new"/DynamoDBLocal-*.jar "$DDB_DIR/lib.new"/libsqlite4java-linux-amd64-*.so >/dev/null 2>&1 ||
+		die "Maven did not fetch DynamoDBLocal and its native library; see $log"
+	rm -rf "${DDB_DIR:?}/lib"
+	mv "$DDB_DIR/lib.new" "$DDB_DIR/lib"
+	sha256sum "$DDB_POM" | cut -d' ' -f1 >"$DDB_STAMP"
+}
+
+# dynamodb_ready URL is true when URL answers a DynamoDB ListTables call.
+# DynamoDB Local checks that a request names credentials, not the signature.
+dynamodb_ready() {
+	[[ "$(curl -s -o /dev/null -w '%{http_code}' --connect-timeout 1 --max-time 3 -X POST \
+		-H 'Content-Type: application/x-amz-json-1.0' -H 'X-Amz-Target: DynamoDB_20120810.ListTables' \
+		-H 'Authorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0' \
+		-d '{}' "$1/" 2>/dev/null)" == 200 ]]
+}
+
+up_dynamodb() {
+	local pidfile="$RUN/dynamodb-local.pid" log="$LOGS/dynamodb-local.log" pid
+	if pid="$(pid_alive "$pidfile" "$DDB_MAIN")"; then
+		dynamodb_ready "$DYNAMODB_URL" ||
+			die "DynamoDB Local started by up.sh (pid $pid) does not answer on $DYNAMODB_URL (another DYNAMODB_PORT?); run localstack/down.sh first"
+		STATUS+=("dynamodb|$DYNAMODB_URL|DynamoDB Local $DYNAMODB_LOCAL_VERSION in memory (pid $pid, started by up.sh)")
+		return
+	fi
+	if dynamodb_ready "$DYNAMODB_URL"; then
+		STATUS+=("dynamodb|$DYNAMODB_URL|DynamoDB (already running, not managed by up.sh)")
+		return
+	fi
+	port_open "$DYNAMODB_PORT" && die "127.0.0.1:$DYNAMODB_PORT is taken by something that does not answer DynamoDB calls; stop it or set DYNAMODB_PORT (and AWS_ENDPOINT_URL_DYNAMODB)"
+
+	[[ "$(uname -m)" == x86_64 ]] || die "DynamoDB Local's native SQLite library is fetched for linux/amd64 only, and this machine is $(uname -m)"
+	if (("$(java_major)" < 17)); then
+		apt_install openjdk-17-jre-headless
+		(("$(java_major)" >= 17)) || die "DynamoDB Local $DYNAMODB_LOCAL_VERSION needs Java 17 or later; \`java -version\` says $(java -version 2>&1 | head -n1)"
+	fi
+	dynamodb_installed || install_dynamodb
+	say "starting DynamoDB Local on $DYNAMODB_URL (log ${log#"$ROOT"/})"
+	# -inMemory: state goes with the process, as LocalStack's. -sharedDb: one
+	# database whatever the credentials and region of a request. It listens
+	# on every interface: DynamoDB Local has no option to bind one address.
+	(
+		cd "$DDB_DIR"
+		exec setsid java "-Xmx$DYNAMODB_HEAP" -Djava.library.path="$DDB_DIR/lib" -cp "$DDB_DIR/lib/*" "$DDB_MAIN" \
+			-port "$DYNAMODB_PORT" -inMemory -sharedDb -disableTelemetry
+	) </dev/null >>"$log" 2>&1 &
+	pid=$!
+	echo "$pid" >"$pidfile"
+	wait_until "DynamoDB Local" "$pid" "$log" dynamodb_ready "$DYNAMODB_URL"
+	STATUS+=("dynamodb|$DYNAMODB_URL|DynamoDB Local $DYNAMODB_LOCAL_VERSION in memory (pid $pid, started now)")
 }
 
 # -------------------------------------------------------------- CouchDB source
@@ -272,13 +523,17 @@ up_postgres() {
 
 # ------------------------------------------------------------------------ main
 
-up_aws
+up_dynamodb
+up_localstack
+up_s3
 up_couch
 up_postgres
 
 inspect() {
 	case "$1" in
-	aws) echo "aws --endpoint-url $MOTO_URL sqs list-queues   (or $MOTO_URL/moto-api/)" ;;
+	aws) echo "curl $LOCALSTACK_URL/_localstack/health" ;;
+	s3) echo "aws --endpoint-url $S3_URL s3 ls" ;;
+	dynamodb) echo "aws --endpoint-url $DYNAMODB_URL dynamodb list-tables" ;;
 	couch) echo "curl $COUCH_URL_LOCAL/_all_dbs" ;;
 	postgres) echo "psql $PG_URL" ;;
 	esac

@@ -72,7 +72,8 @@ type haScenario struct {
 	col   *faults.Collector
 	w     *faults.Watcher
 	sqs   map[string]*faults.Proxy // each poller's SQS proxy, by URL
-	aws   string                   // the AWS endpoint's host:port
+	sqsAt string                   // the SQS endpoint's host:port
+	ddbAt string                   // the DynamoDB endpoint's host:port
 	bin   string
 }
 
@@ -92,7 +93,10 @@ func newHAScenario(t *testing.T, o faults.StackOptions, backlog int) *haScenario
 	if err := sc.stack.LoadSample(ctx, backlog); err != nil {
 		t.Fatal(err)
 	}
-	if sc.aws, err = faults.AWSEndpoint(); err != nil {
+	if sc.sqsAt, err = faults.AWSEndpoint("SQS"); err != nil {
+		t.Fatal(err)
+	}
+	if sc.ddbAt, err = faults.AWSEndpoint("DYNAMODB"); err != nil {
 		t.Fatal(err)
 	}
 	sc.sqs = map[string]*faults.Proxy{}
@@ -110,10 +114,10 @@ func newHAScenario(t *testing.T, o faults.StackOptions, backlog int) *haScenario
 	return sc
 }
 
-// proxy starts a proxy to the AWS endpoint, closed when the test ends.
-func (sc *haScenario) proxy() *faults.Proxy {
+// proxy starts a proxy to an AWS endpoint (host:port), closed when the test ends.
+func (sc *haScenario) proxy(target string) *faults.Proxy {
 	sc.t.Helper()
-	px, err := faults.NewProxy(sc.aws)
+	px, err := faults.NewProxy(target)
 	if err != nil {
 		sc.t.Fatal(err)
 	}
@@ -125,7 +129,7 @@ func (sc *haScenario) proxy() *faults.Proxy {
 // adding sqsLatency (restarts of its slot keep it).
 func (sc *haScenario) start(o faults.ProcOptions) *faults.Proc {
 	sc.t.Helper()
-	px := sc.proxy()
+	px := sc.proxy(sc.sqsAt)
 	px.SetLatency(sqsLatency)
 	o.SQS = px.URL()
 	sc.sqs[o.SQS] = px
@@ -365,7 +369,7 @@ func TestFaultActiveLosesDynamoDB(t *testing.T) {
 	sc := newHAScenario(t, faults.StackOptions{Name: "ddb", TTL: ttl, Limit: 200, FeedTimeout: 2 * time.Second}, 3000)
 	proxyOf := map[*faults.Proc]*faults.Proxy{}
 	startBehindProxy := func(name string) {
-		px := sc.proxy()
+		px := sc.proxy(sc.ddbAt)
 		p := sc.start(faults.ProcOptions{Name: name, Tick: 10 * time.Second, PollerTimeout: 30 * time.Second, DynamoDB: px.URL()})
 		proxyOf[p] = px
 	}
@@ -562,7 +566,7 @@ func TestFaultLostAcquireResponse(t *testing.T) {
 	t.Parallel()
 	const ttl = 3 * time.Second
 	sc := newHAScenario(t, faults.StackOptions{Name: "lostacq", TTL: ttl, Limit: 200, FeedTimeout: 2 * time.Second}, 500)
-	px := sc.proxy()
+	px := sc.proxy(sc.ddbAt)
 	px.DropResponses(1) // the process's first DynamoDB call is its first invocation's acquire
 	p := sc.start(faults.ProcOptions{Name: "a", Tick: 20 * time.Second, PollerTimeout: 30 * time.Second, DynamoDB: px.URL()})
 	load := sc.stack.StartLoad(sc.ctx, faults.LoadOptions{Rate: 20, Max: 200, For: 30 * time.Second, Seed: 5})

@@ -58,11 +58,16 @@ type stackOptions struct {
 	sourceURL  string // overrides the created database (fault tests)
 	maxReceive int
 	outputs    []string // subset of pg, rest, archive; default all
+	// httpClient, when set, wraps the AWS SDK's HTTP client (fault injection).
+	httpClient func(aws.HTTPClient) aws.HTTPClient
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
 	t.Helper()
 	awsCfg := testenv.AWS(t)
+	if o.httpClient != nil {
+		awsCfg.HTTPClient = o.httpClient(awsCfg.HTTPClient)
+	}
 	s := &stack{t: t, prefix: testenv.Name(t), logs: &strings.Builder{}}
 	if len(s.prefix) > 28 {
 		s.prefix = s.prefix[len(s.prefix)-28:]

@@ -57,7 +57,7 @@ func cmdDLQ(ctx context.Context, env *cliEnv, args []string) error {
 		body = fs.Bool("body", false, "print the document body too")
 	case "redrive":
 		rate = fs.Int("rate", 0, "at most this many messages per second (0: as fast as possible; a move task caps it at 500)")
-		mode = fs.String("mode", string(dlq.ModeAuto), "auto (a move task where the endpoint supports it, else copy), task or copy")
+		mode = fs.String("mode", string(dlq.ModeAuto), "auto (a move task for a standard dlq where the endpoint supports it, else copy), task (standard dlqs only) or copy")
 		limit = fs.Int("limit", 0, "copy at most this many messages (0: all)")
 		visibility = fs.Duration("visibility", dlq.DefaultVisibility, "copy: how long a received DLQ message stays hidden")
 		workers = fs.Int("workers", dlq.DefaultWorkers, "copy: concurrent copy loops")

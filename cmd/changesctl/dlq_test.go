@@ -101,9 +101,8 @@ func TestDLQRoundTrip(t *testing.T) {
 		if !strings.Contains(out, "2 messages back on "+q.WorkName) || !strings.Contains(out, "0 left in the dlq") {
 			t.Errorf("redrive said:\n%s", out)
 		}
-		// moto has no message move tasks, so this is the copy (with the
-		// fallback reported); LocalStack and AWS run a move task.
-		if !strings.Contains(out, "(copy, because the endpoint does not support message move tasks)") && !strings.Contains(out, "(task, task ") {
+		// A standard DLQ: the default mode runs an SQS message move task.
+		if !strings.Contains(out, "(task, task ") {
 			t.Errorf("redrive did not say how it moved the messages:\n%s", out)
 		}
 		if d, w := s.depth(q.DLQURL), s.depth(q.WorkURL); d != 0 || w != 2 {

@@ -19,6 +19,8 @@ const usage = `changesctl operates changes-worker pipelines.
 Usage:
   changesctl bootstrap --config FILE     create the table, queues, DLQs and bucket
   changesctl run --config FILE [flags]   run pollers and writers on this machine
+  changesctl invoke poller|writer --event FILE --config FILE
+                                         run one function once on a Lambda event (see events/)
   changesctl status --config FILE        show each job's lease, checkpoint and queues
   changesctl receiver [--addr A]         serve the reference HTTP receiver (demo endpoint)
   changesctl sample --url DB             load the sample order data set into a source
@@ -50,6 +52,7 @@ func commands() []command {
 	return []command{
 		{"bootstrap", cmdBootstrap},
 		{"run", cmdRun},
+		{"invoke", cmdInvoke},
 		{"status", cmdStatus},
 		{"receiver", cmdReceiver},
 		{"sample", cmdSample},

@@ -2,14 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
+
 	"github.com/changes-worker/changes-worker/shared/awsconf"
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deployed"
 	"github.com/changes-worker/changes-worker/shared/localrun"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 	"github.com/changes-worker/changes-worker/shared/provision"
@@ -34,7 +40,28 @@ func load(ctx context.Context, env *cliEnv, path string, logOut io.Writer, verbo
 	if err != nil {
 		return nil, err
 	}
-	return pipeline.New(cfg, awsCfg, env.lookup, newLogger(logOut, verbose), io.Discard), nil
+	log := newLogger(logOut, verbose)
+	if b, ok := env.lookup(pipeline.EnvBucket); (!ok || b == "") && cfg.Stack.Bucket == cfg.Stack.Prefix+"-data" {
+		useDeployedBucket(ctx, cfg, cloudformation.NewFromConfig(awsCfg), log)
+	}
+	return pipeline.New(cfg, awsCfg, env.lookup, log, io.Discard), nil
+}
+
+// useDeployedBucket points the configuration at the bucket of the stack
+// deployed from it, when there is one: the stack generates its bucket's name,
+// while a configuration that names no bucket assumes <prefix>-data. Without a
+// stack the default stays; a failed look-up is logged and the default stays.
+func useDeployedBucket(ctx context.Context, cfg *config.File, cfn deployed.CloudFormation, log *slog.Logger) {
+	b, err := deployed.Bucket(ctx, cfn, cfg.Stack.Prefix)
+	switch {
+	case err == nil:
+		log.Info("using the deployed stack's bucket", "stack", cfg.Stack.Prefix, "bucket", b)
+		pipeline.OverrideBucket(cfg, b)
+	case errors.Is(err, deployed.ErrNoStack):
+		log.Debug("no deployed stack; using the default bucket", "stack", cfg.Stack.Prefix, "bucket", cfg.Stack.Bucket)
+	default:
+		log.Warn("cannot read the deployed stack's bucket; using the default", "stack", cfg.Stack.Prefix, "bucket", cfg.Stack.Bucket, "error", err)
+	}
 }
 
 func cmdBootstrap(ctx context.Context, env *cliEnv, args []string) error {

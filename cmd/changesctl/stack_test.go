@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -53,6 +54,7 @@ const (
 	outPG     = "pg"     // postgres, standard queue
 	outPGFIFO = "pgfifo" // postgres, FIFO queue (ordering per_document)
 	outS3     = "s3"     // s3, standard queue
+	outPGMap  = "pgmap"  // postgres in mapping mode: tables <table>_orders and <table>_items
 	outHTTP   = "rest"   // http (FIFO queue) to a closed port
 )
 
@@ -70,7 +72,10 @@ func newTestStack(t *testing.T, outputs ...string) *testStack {
 		outPG:     fmt.Sprintf(`{"id":"pg","type":"postgres","max_receive_count":3,"postgres":{"dsn":{"env":"CHANGES_TEST_PG_DSN"},"table":%q,"create_tables":true}}`, s.table),
 		outPGFIFO: fmt.Sprintf(`{"id":"pgfifo","type":"postgres","ordering":"per_document","max_receive_count":3,"postgres":{"dsn":{"env":"CHANGES_TEST_PG_DSN"},"table":"%s_fifo","create_tables":true}}`, s.table),
 		outS3:     fmt.Sprintf(`{"id":"s3","type":"s3","max_receive_count":3,"s3":{"prefix":"%s/"}}`, s.prefix),
-		outHTTP:   `{"id":"rest","type":"http","max_receive_count":3,"http":{"url":"http://127.0.0.1:9/docs/{doc_id}"}}`,
+		outPGMap: fmt.Sprintf(`{"id":"pgmap","type":"postgres","max_receive_count":3,"postgres":{"dsn":{"env":"CHANGES_TEST_PG_DSN"},"table":"%[1]s_map","create_tables":true,
+			"mapping":{"tables":[{"name":"%[1]s_orders","columns":[{"name":"n","path":"n","type":"integer"},{"name":"total","path":"total","type":"numeric"}]},
+			{"name":"%[1]s_items","parent":"%[1]s_orders","from":"items","columns":[{"name":"sku","path":"sku","type":"text"}]}]}}}`, s.table),
+		outHTTP: `{"id":"rest","type":"http","max_receive_count":3,"http":{"url":"http://127.0.0.1:9/docs/{doc_id}"}}`,
 	}
 	var outs []string
 	for _, o := range outputs {
@@ -288,7 +293,7 @@ func (s *testStack) putDoc(id string, body map[string]any, rev string) string {
 		body["_rev"] = rev
 	}
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(s.t.Context(), http.MethodPut, s.db+"/"+id, bytes.NewReader(b))
+	req, _ := http.NewRequestWithContext(s.t.Context(), http.MethodPut, s.db+"/"+url.PathEscape(id), bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -307,7 +312,7 @@ func (s *testStack) putDoc(id string, body map[string]any, rev string) string {
 // deleteDoc deletes a document in the source.
 func (s *testStack) deleteDoc(id, rev string) {
 	s.t.Helper()
-	req, _ := http.NewRequestWithContext(s.t.Context(), http.MethodDelete, s.db+"/"+id+"?rev="+rev, nil)
+	req, _ := http.NewRequestWithContext(s.t.Context(), http.MethodDelete, s.db+"/"+url.PathEscape(id)+"?rev="+url.QueryEscape(rev), nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		s.t.Fatal(err)

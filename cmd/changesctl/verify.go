@@ -26,7 +26,8 @@ func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 	path := fs.String("config", "", "job configuration file")
 	jobID := fs.String("job", "", "job id (default: the only job)")
 	outputID := fs.String("output", "", "output id (default: the job's only output)")
-	repair := fs.Bool("repair", false, "re-enqueue the missing, stale and unexpected documents with their current source state")
+	repair := fs.Bool("repair", false, "re-enqueue the missing, stale, differing and unexpected documents with their current source state")
+	content := fs.Bool("content", true, "compare the content of documents held at the source's revision (reads every body from the source and the output); false compares revisions only")
 	sample := fs.Int("sample", 10, "sample documents shown per kind of drift")
 	yes := fs.Bool("yes", false, "repair without asking")
 	wait := fs.Duration("lease-wait", 3*time.Minute, "repair: how long to wait for the running poller to hand the job's lease over")
@@ -60,13 +61,6 @@ func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("verify: %w", err)
 	}
 
-	if j.Processing.IgnoreRemove && !j.Processing.IgnoreDelete && !j.Feed.ActiveOnly {
-		fmt.Fprintf(env.stderr, "warning: job %s keeps documents removed from its channels (ignore_remove); verify cannot tell them from deleted ones and reports them as unexpected (a repair leaves them alone)\n", j.ID)
-	}
-	if len(j.Feed.Channels) > 0 {
-		fmt.Fprintf(env.stderr, "warning: job %s reads only channels %s; verify lists every document the source user can read, so documents of other channels show as missing\n",
-			j.ID, strings.Join(j.Feed.Channels, ","))
-	}
 	q, err := dlq.Resolve(ctx, deps.SQS, deps.Config, j, o)
 	if err != nil {
 		return fmt.Errorf("verify: %w (run changesctl bootstrap first?)", err)
@@ -79,8 +73,10 @@ func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 	phase := ""
 	rep, err := verify.Compare(ctx, src, out, verify.Options{
 		PageSize:    j.Feed.Limit,
+		Content:     *content,
 		Recheck:     !*noRecheck,
 		KeepDeleted: j.Processing.IgnoreDelete || j.Feed.ActiveOnly,
+		KeepRemoved: j.Processing.IgnoreRemove || j.Feed.ActiveOnly,
 		Progress: func(p string, done, total int) {
 			if p != phase {
 				if bar != nil {
@@ -105,7 +101,7 @@ func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 		}
 	}
 	if !*asJSON {
-		printReport(env, name, rep, *sample)
+		printReport(env, name, rep, *sample, *content)
 	}
 	if rep.Clean() {
 		if *asJSON {
@@ -148,20 +144,33 @@ type verifyResult struct {
 	Repair  *verify.RepairResult           `json:"repair,omitempty"`
 }
 
-func printReport(env *cliEnv, name string, rep *verify.Report, n int) {
+// kindLabels name the kinds of drift in the printed report.
+var kindLabels = map[verify.Kind]string{
+	verify.Missing:    "missing",
+	verify.Stale:      "stale",
+	verify.Content:    "content differs",
+	verify.Unexpected: "unexpected",
+}
+
+func printReport(env *cliEnv, name string, rep *verify.Report, n int, content bool) {
 	fmt.Fprintf(env.stdout, "verify %s: the source has %d live documents, the output holds %d\n", name, rep.SourceDocs, rep.OutputDocs)
+	if content {
+		fmt.Fprintf(env.stdout, "  content compared for %d documents held at the source's revision\n", rep.ContentChecked)
+	} else {
+		fmt.Fprintln(env.stdout, "  content not compared (--content=false): revisions only")
+	}
 	if rep.Kept > 0 {
-		fmt.Fprintf(env.stdout, "  %d documents deleted in the source are kept on purpose (ignore_delete or active_only)\n", rep.Kept)
+		fmt.Fprintf(env.stdout, "  %d documents deleted or removed in the source are kept on purpose (ignore_delete, ignore_remove or active_only)\n", rep.Kept)
 	}
 	if rep.Recheck.Settled > 0 {
 		fmt.Fprintf(env.stdout, "  %d documents differed at first and matched on a second look (changes in flight)\n", rep.Recheck.Settled)
 	}
 	if rep.Clean() {
-		fmt.Fprintln(env.stdout, "in sync: nothing missing, stale or unexpected")
+		fmt.Fprintln(env.stdout, "in sync: nothing missing, stale, differing or unexpected")
 		return
 	}
 	for _, k := range verify.Kinds {
-		fmt.Fprintf(env.stdout, "  %-10s %d\n", k, rep.Counts[k])
+		fmt.Fprintf(env.stdout, "  %-15s %d\n", kindLabels[k], rep.Counts[k])
 		for _, d := range rep.Samples(k, n) {
 			fmt.Fprintf(env.stdout, "    %q", d.DocID)
 			switch k {
@@ -169,6 +178,8 @@ func printReport(env *cliEnv, name string, rep *verify.Report, n int) {
 				fmt.Fprintf(env.stdout, " source %s", d.SourceRev)
 			case verify.Stale:
 				fmt.Fprintf(env.stdout, " source %s, output %s", d.SourceRev, d.OutputRev)
+			case verify.Content:
+				fmt.Fprintf(env.stdout, " rev %s", d.SourceRev)
 			case verify.Unexpected:
 				fmt.Fprintf(env.stdout, " output %s", dash(d.OutputRev))
 			}
@@ -196,7 +207,6 @@ func repairDrift(ctx context.Context, env *cliEnv, deps *pipeline.Deps, j *confi
 		Target:      fanout.Target{Output: o.ID, QueueURL: q.WorkURL, FIFO: o.FIFO()},
 		Owner:       fmt.Sprintf("changesctl-verify-%s-%d", host, time.Now().UnixNano()),
 		Host:        host,
-		SourceType:  j.Source.Type,
 		Wait:        wait,
 		Force:       force,
 		KeepDeleted: j.Processing.IgnoreDelete || j.Feed.ActiveOnly,

@@ -10,8 +10,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
+	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -53,6 +57,9 @@ const (
 	DefaultMaxMessageBytes  = 256 * 1024
 	DefaultSchedule         = time.Minute
 	DefaultLatencyObjective = 60 * time.Second
+	DefaultPollerTimeout    = 90 * time.Second
+	DefaultWriterTimeout    = 30 * time.Second
+	DefaultHTTPTimeout      = 10 * time.Second
 )
 
 // File is the whole configuration file.
@@ -204,14 +211,81 @@ type PostgresOutput struct {
 
 // HTTPOutput sends documents to a REST endpoint.
 type HTTPOutput struct {
-	// URL is a template; {doc_id} is replaced by the path-escaped document id.
+	// URL is a template; {doc_id} is replaced by the path-escaped document id,
+	// {secret} (in the path or query) by the value URLSecret points at. Errors
+	// and logs show the template, never the URL built from it.
 	URL string `json:"url"`
+	// URLSecret is the part of the URL that is a credential (a webhook token),
+	// by reference; required exactly when URL holds {secret}.
+	URLSecret *SecretRef `json:"url_secret,omitempty"`
 	// Method is PUT (default), POST or PATCH; tombstones use DELETE.
-	Method          string            `json:"method"`
-	Headers         map[string]string `json:"headers,omitempty"`
-	Auth            *Auth             `json:"auth,omitempty"`
-	Timeout         Duration          `json:"timeout"`
-	FollowRedirects bool              `json:"follow_redirects"`
+	Method string `json:"method"`
+	// Headers are sent with every request. A header whose name looks like a
+	// credential (CredentialName) must be a secret reference.
+	Headers         map[string]HeaderValue `json:"headers,omitempty"`
+	Auth            *Auth                  `json:"auth,omitempty"`
+	Timeout         Duration               `json:"timeout"`
+	FollowRedirects bool                   `json:"follow_redirects"`
+}
+
+// HeaderValue is the value of a configured header: literal text for what is
+// not secret ("X-Source": "demo"), or a secret reference ({"env": ...} or
+// {"secret": ...}) resolved when the writer starts. Exactly one of Value and
+// Ref is set.
+type HeaderValue struct {
+	Value string
+	Ref   *SecretRef
+}
+
+// UnmarshalJSON reads a string or a secret reference object; unknown keys
+// in the object are errors.
+func (h *HeaderValue) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '{' {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		var r SecretRef
+		if err := dec.Decode(&r); err != nil {
+			return fmt.Errorf("decode header reference: %w", err)
+		}
+		*h = HeaderValue{Ref: &r}
+		return nil
+	}
+	var v string
+	if err := json.Unmarshal(b, &v); err != nil {
+		return errors.New(`decode header: a header value is a string or a secret reference ({"env": ...} or {"secret": ...})`)
+	}
+	*h = HeaderValue{Value: v}
+	return nil
+}
+
+// MarshalJSON writes the reference object, or the literal string.
+func (h HeaderValue) MarshalJSON() ([]byte, error) {
+	if h.Ref != nil {
+		return json.Marshal(h.Ref)
+	}
+	return json.Marshal(h.Value)
+}
+
+// credentialWords mark header and query parameter names that carry
+// credentials: "X-Api-Key", "Cookie", "Proxy-Authorization", "X-Auth-Token",
+// "X-Client-Secret", "access_token", ...
+var credentialWords = []string{"auth", "cookie", "token", "secret", "key", "pass", "pwd", "session", "signature", "credential"}
+
+// credentialParams are short query parameter names of well-known signed or
+// keyed URLs (SAS "sig", function "code").
+var credentialParams = []string{"sig", "code"}
+
+// CredentialName reports whether a header or query parameter of this name
+// looks like it carries a credential, so that its value may only be given
+// by reference. The match is deliberately broad (any name containing "auth",
+// "cookie", "token", "secret", "key", "pass", "pwd", "session", "signature"
+// or "credential", case-insensitive): a false positive costs a reference, a
+// false negative a credential in plain text.
+func CredentialName(name string) bool {
+	n := strings.ToLower(name)
+	return slices.ContainsFunc(credentialWords, func(w string) bool { return strings.Contains(n, w) }) ||
+		slices.Contains(credentialParams, n)
 }
 
 // S3Output writes one JSON object per document.
@@ -226,8 +300,16 @@ type S3Output struct {
 }
 
 // Duration is a time.Duration written as a Go duration string ("10s") or a
-// number of seconds.
+// number of seconds. No setting takes 0: a key left out gets its default,
+// and a 0 written in the file is refused by Validate rather than replaced.
 type Duration time.Duration
+
+// zeroGiven is what a duration written as 0 decodes to, so that defaults do
+// not replace it and Validate can refuse it by name. It never leaves Parse.
+const zeroGiven = Duration(math.MinInt64)
+
+// zeroRefused is Validate's message for a duration written as 0.
+const zeroRefused = "0 is not allowed: leave the key out for the default (%s)"
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (d *Duration) UnmarshalJSON(b []byte) error {
@@ -238,6 +320,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("parse duration %q: %w", s, err)
 		}
 		*d = Duration(v)
+		if v == 0 {
+			*d = zeroGiven
+		}
 		return nil
 	}
 	var n float64
@@ -245,6 +330,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("duration must be a string like \"10s\" or a number of seconds, got %s", b)
 	}
 	*d = Duration(n * float64(time.Second))
+	if *d == 0 {
+		*d = zeroGiven
+	}
 	return nil
 }
 
@@ -297,10 +385,10 @@ func (f *File) SetDefaults() {
 		f.Stack.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if f.Stack.PollerTimeout == 0 {
-		f.Stack.PollerTimeout = Duration(90 * time.Second)
+		f.Stack.PollerTimeout = Duration(DefaultPollerTimeout)
 	}
 	if f.Stack.WriterTimeout == 0 {
-		f.Stack.WriterTimeout = Duration(30 * time.Second)
+		f.Stack.WriterTimeout = Duration(DefaultWriterTimeout)
 	}
 	if f.Stack.LogRetentionDays == 0 {
 		f.Stack.LogRetentionDays = 30
@@ -366,7 +454,7 @@ func (f *File) SetDefaults() {
 					o.HTTP.Method = "PUT"
 				}
 				if o.HTTP.Timeout == 0 {
-					o.HTTP.Timeout = Duration(10 * time.Second)
+					o.HTTP.Timeout = Duration(DefaultHTTPTimeout)
 				}
 			case o.S3 != nil:
 				if o.S3.Bucket == "" {
@@ -398,11 +486,15 @@ func (f *File) Validate() error {
 	if f.Stack.MaxMessageBytes < 1024 || f.Stack.MaxMessageBytes > 1024*1024 {
 		bad("stack.max_message_bytes", "%d must be between 1024 and 1048576", f.Stack.MaxMessageBytes)
 	}
-	if t := f.Stack.PollerTimeout.D(); t < 10*time.Second || t > 15*time.Minute {
-		bad("stack.poller_timeout", "%s must be between 10s and 15m", t)
+	if t := f.Stack.PollerTimeout; t == zeroGiven {
+		bad("stack.poller_timeout", zeroRefused, DefaultPollerTimeout)
+	} else if t.D() < 10*time.Second || t.D() > 15*time.Minute {
+		bad("stack.poller_timeout", "%s must be between 10s and 15m", t.D())
 	}
-	if t := f.Stack.WriterTimeout.D(); t < time.Second || t > 15*time.Minute {
-		bad("stack.writer_timeout", "%s must be between 1s and 15m", t)
+	if t := f.Stack.WriterTimeout; t == zeroGiven {
+		bad("stack.writer_timeout", zeroRefused, DefaultWriterTimeout)
+	} else if t.D() < time.Second || t.D() > 15*time.Minute {
+		bad("stack.writer_timeout", "%s must be between 1s and 15m", t.D())
 	}
 	if v := f.Stack.VPC; v != nil && (v.ID == "" || len(v.SubnetIDs) == 0 || len(v.SecurityGroupIDs) == 0) {
 		bad("stack.vpc", "id, subnet_ids and security_group_ids are all required")
@@ -429,6 +521,7 @@ func (f *File) Validate() error {
 		seen[j.ID] = true
 		errs = append(errs, j.validate(p)...)
 	}
+	errs = append(errs, f.checkNames()...)
 	return errors.Join(errs...)
 }
 
@@ -454,8 +547,12 @@ func (j *Job) validate(p string) []error {
 	if j.Feed.Limit < 1 || j.Feed.Limit > 10000 {
 		bad("feed.limit", "%d must be between 1 and 10000", j.Feed.Limit)
 	}
-	if t := j.Feed.Timeout.D(); t < 0 || t > 5*time.Minute {
-		bad("feed.timeout", "%s must be between 0 and 5m", t)
+	if t := j.Feed.Timeout; t == zeroGiven {
+		// A long-poll of 0 would have an idle poller ask the source as
+		// fast as it answers, for its whole time budget.
+		bad("feed.timeout", zeroRefused, DefaultFeedTimeout)
+	} else if t.D() <= 0 || t.D() > 5*time.Minute {
+		bad("feed.timeout", "%s must be more than 0 and at most 5m", t.D())
 	}
 	if j.Feed.Fetch != FetchIncludeDocs && j.Feed.Fetch != FetchBulkGet {
 		bad("feed.fetch", "%q is not include_docs or bulk_get", j.Feed.Fetch)
@@ -468,14 +565,20 @@ func (j *Job) validate(p string) []error {
 			bad(fmt.Sprintf("feed.channels[%d]", i), "%q must be non-empty and contain no comma", c)
 		}
 	}
-	if ttl := j.Lease.TTL.D(); ttl < 2*time.Second || ttl > 10*time.Minute {
-		bad("lease.ttl", "%s must be between 2s and 10m", ttl)
+	if ttl := j.Lease.TTL; ttl == zeroGiven {
+		bad("lease.ttl", zeroRefused, DefaultLeaseTTL)
+	} else if ttl.D() < 2*time.Second || ttl.D() > 10*time.Minute {
+		bad("lease.ttl", "%s must be between 2s and 10m", ttl.D())
 	}
-	if d := j.Schedule.D(); d < time.Minute || d%time.Minute != 0 {
-		bad("schedule", "%s must be a whole number of minutes, at least 1m", d)
+	if d := j.Schedule; d == zeroGiven {
+		bad("schedule", zeroRefused, DefaultSchedule)
+	} else if d.D() < time.Minute || d.D()%time.Minute != 0 {
+		bad("schedule", "%s must be a whole number of minutes, at least 1m", d.D())
 	}
-	if j.LatencyObjective.D() < time.Second {
-		bad("latency_objective", "%s must be at least 1s", j.LatencyObjective.D())
+	if d := j.LatencyObjective; d == zeroGiven {
+		bad("latency_objective", zeroRefused, DefaultLatencyObjective)
+	} else if d.D() < time.Second {
+		bad("latency_objective", "%s must be at least 1s", d.D())
 	}
 	if len(j.Outputs) == 0 {
 		bad("outputs", "at least one output is required")
@@ -577,8 +680,10 @@ func (pg *PostgresOutput) validate(p string) []error {
 
 func (h *HTTPOutput) validate(p string) []error {
 	var errs []error
-	if err := checkURL(strings.ReplaceAll(h.URL, "{doc_id}", "x")); err != nil {
+	if err := checkURL(strings.NewReplacer("{doc_id}", "x", "{secret}", "x").Replace(h.URL)); err != nil {
 		errs = append(errs, fmt.Errorf("%s.url: %w", p, err))
+	} else {
+		errs = append(errs, h.validateURLTemplate(p)...)
 	}
 	switch h.Method {
 	case "PUT", "POST", "PATCH":
@@ -588,15 +693,78 @@ func (h *HTTPOutput) validate(p string) []error {
 	if h.Auth != nil {
 		errs = append(errs, h.Auth.validate(p+".auth")...)
 	}
-	if t := h.Timeout.D(); t <= 0 || t > 5*time.Minute {
-		errs = append(errs, fmt.Errorf("%s.timeout: %s must be between 0 and 5m", p, t))
+	if t := h.Timeout; t == zeroGiven {
+		errs = append(errs, fmt.Errorf("%s.timeout: "+zeroRefused, p, DefaultHTTPTimeout))
+	} else if t.D() <= 0 || t.D() > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("%s.timeout: %s must be more than 0 and at most 5m", p, t.D()))
 	}
-	for k := range h.Headers {
-		if strings.EqualFold(k, "authorization") {
-			errs = append(errs, fmt.Errorf("%s.headers: Authorization must be set through auth, by reference", p))
+	names := slices.Sorted(maps.Keys(h.Headers))
+	for _, k := range names {
+		v, hp := h.Headers[k], fmt.Sprintf("%s.headers[%s]", p, k)
+		switch {
+		case !validHeaderName(k):
+			errs = append(errs, fmt.Errorf("%s: the name must be an HTTP token (letters, digits and !#$%%&'*+-.^_`|~)", hp))
+		case strings.EqualFold(k, "authorization"):
+			errs = append(errs, fmt.Errorf("%s: set Authorization through auth (basic or bearer), by reference", hp))
+		case v.Ref != nil:
+			if err := v.Ref.validate(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", hp, err))
+			}
+		case CredentialName(k):
+			errs = append(errs, fmt.Errorf(`%s: looks like a credential: give it as a secret reference ({"env": ...} or {"secret": ...}), never the value`, hp))
+		case strings.ContainsFunc(v.Value, func(r rune) bool { return (r < 0x20 && r != '\t') || r == 0x7f }):
+			errs = append(errs, fmt.Errorf("%s: the value holds control characters", hp))
 		}
 	}
 	return errs
+}
+
+// validateURLTemplate checks where {secret} is, that url_secret comes with
+// it, and that no query parameter that looks like a credential has a
+// literal value. Errors never quote the template's query.
+func (h *HTTPOutput) validateURLTemplate(p string) []error {
+	var errs []error
+	rest, query, _ := strings.Cut(h.URL, "?")
+	_, afterScheme, _ := strings.Cut(rest, "://")
+	host, path, _ := strings.Cut(afterScheme, "/")
+	hasSecret := strings.Contains(h.URL, "{secret}")
+	if slices.ContainsFunc(strings.Split(path, "/"), func(seg string) bool { return seg == "." || seg == ".." }) {
+		errs = append(errs, fmt.Errorf(`%s.url: the path must not have a "." or ".." segment`, p))
+	}
+	switch {
+	case strings.Contains(host, "{secret}") || strings.Contains(host, "{doc_id}"):
+		errs = append(errs, fmt.Errorf("%s.url: {doc_id} and {secret} may only appear in the path or query", p))
+	case hasSecret && h.URLSecret == nil:
+		errs = append(errs, fmt.Errorf("%s.url_secret: is required when url holds {secret}", p))
+	case !hasSecret && h.URLSecret != nil:
+		errs = append(errs, fmt.Errorf("%s.url: must contain {secret} where url_secret goes", p))
+	}
+	if h.URLSecret != nil {
+		if err := h.URLSecret.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s.url_secret: %w", p, err))
+		}
+	}
+	for _, kv := range strings.Split(query, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		if name, err := url.QueryUnescape(k); err == nil && CredentialName(name) && v != "" && v != "{secret}" && v != "{doc_id}" {
+			errs = append(errs, fmt.Errorf("%s.url: query parameter %s looks like a credential: write {secret} as its value and give url_secret by reference", p, name))
+		}
+	}
+	return errs
+}
+
+// validHeaderName reports whether name is an RFC 9110 token.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *S3Output) validate(p string) []error {
@@ -607,11 +775,12 @@ func (s *S3Output) validate(p string) []error {
 	if !strings.Contains(s.KeyTemplate, "{doc_id}") {
 		errs = append(errs, fmt.Errorf("%s.key_template: %q must contain {doc_id}", p, s.KeyTemplate))
 	}
-	if strings.Contains(s.Prefix, "..") || strings.HasPrefix(s.Prefix, "/") {
-		errs = append(errs, fmt.Errorf("%s.prefix: %q must not start with '/' or contain '..'", p, s.Prefix))
+	dotSegment := func(k string) bool { return slices.Contains(strings.Split(k, "/"), ".") }
+	if strings.Contains(s.Prefix, "..") || strings.HasPrefix(s.Prefix, "/") || dotSegment(s.Prefix) {
+		errs = append(errs, fmt.Errorf("%s.prefix: %q must not start with '/', contain '..' or have a '.' segment", p, s.Prefix))
 	}
-	if strings.Contains(s.KeyTemplate, "..") || strings.HasPrefix(s.KeyTemplate, "/") {
-		errs = append(errs, fmt.Errorf("%s.key_template: %q must not start with '/' or contain '..'", p, s.KeyTemplate))
+	if strings.Contains(s.KeyTemplate, "..") || strings.HasPrefix(s.KeyTemplate, "/") || dotSegment(s.KeyTemplate) {
+		errs = append(errs, fmt.Errorf("%s.key_template: %q must not start with '/', contain '..' or have a '.' segment", p, s.KeyTemplate))
 	}
 	return errs
 }
@@ -657,7 +826,9 @@ func checkURL(s string) error {
 		return errors.New("is required")
 	}
 	if !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") {
-		return fmt.Errorf("%q must start with http:// or https://", s)
+		// Quoted up to the query, which may hold a key.
+		shown, _, _ := strings.Cut(s, "?")
+		return fmt.Errorf("%q must start with http:// or https://", shown)
 	}
 	if strings.Contains(s, "@") {
 		return errors.New("must not contain credentials; use auth with a secret reference")

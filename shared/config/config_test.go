@@ -84,6 +84,11 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 			want: []string{"feed.channels: channels need", "s3.key_template: \"../{doc_id}\" must not"},
 		},
 		{
+			name: "dot segments in s3 keys",
+			in:   `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{"prefix":"p/./","key_template":"x/./{doc_id}"}}]}]}`,
+			want: []string{`s3.prefix: "p/./" must not`, `s3.key_template: "x/./{doc_id}" must not`},
+		},
+		{
 			name: "unknown key",
 			in:   `{"jobs":[], "jobz": 1}`,
 			want: []string{`unknown field "jobz"`},
@@ -118,4 +123,169 @@ func TestStripComments(t *testing.T) {
 	if got != want {
 		t.Errorf("got %q want %q", got, want)
 	}
+}
+
+// httpJob is a job with one http output whose settings block is httpBlock.
+func httpJob(httpBlock string) string {
+	return `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[
+		{"id":"h","type":"http","http":` + httpBlock + `}]}]}`
+}
+
+func TestCredentialsOnlyByReference(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		http string
+		want []string // substrings of the error; none: Parse must succeed
+	}{
+		{name: "literal api key", http: `{"url":"http://x/{doc_id}","headers":{"X-Api-Key":"k-123"}}`,
+			want: []string{`jobs[a].outputs[h].http.headers[X-Api-Key]: `, "secret reference"}},
+		{name: "literal cookie", http: `{"url":"http://x/{doc_id}","headers":{"Cookie":"session=abc"}}`,
+			want: []string{`http.headers[Cookie]: `}},
+		{name: "literal proxy authorization", http: `{"url":"http://x/{doc_id}","headers":{"Proxy-Authorization":"Basic eDp5"}}`,
+			want: []string{`http.headers[Proxy-Authorization]: `}},
+		{name: "literal token, key and secret suffixes", http: `{"url":"http://x/{doc_id}","headers":{"X-Auth-Token":"t","Ocp-Apim-Subscription-Key":"k","X-Client-Secret":"s"}}`,
+			want: []string{`http.headers[X-Auth-Token]: `, `http.headers[Ocp-Apim-Subscription-Key]: `, `http.headers[X-Client-Secret]: `}},
+		{name: "authorization header even by reference", http: `{"url":"http://x/{doc_id}","headers":{"authorization":{"env":"A"}}}`,
+			want: []string{`http.headers[authorization]: `, "auth"}},
+		{name: "header value splitting lines", http: `{"url":"http://x/{doc_id}","headers":{"X-Source":"a\r\nX-Evil: 1"}}`,
+			want: []string{`http.headers[X-Source]: `, "control"}},
+		{name: "header name not a token", http: `{"url":"http://x/{doc_id}","headers":{"X Source":"a"}}`,
+			want: []string{`http.headers[X Source]: `}},
+		{name: "reference naming both", http: `{"url":"http://x/{doc_id}","headers":{"X-Api-Key":{"env":"K","secret":"s"}}}`,
+			want: []string{`http.headers[X-Api-Key]: give env or secret, not both`}},
+		{name: "reference with an unknown key", http: `{"url":"http://x/{doc_id}","headers":{"X-Api-Key":{"value":"k-123"}}}`,
+			want: []string{`unknown field "value"`}},
+		{name: "credential in the query", http: `{"url":"http://x/{doc_id}?api_key=k-123"}`,
+			want: []string{`http.url: query parameter api_key`, "{secret}"}},
+		{name: "bad scheme with a literal key", http: `{"url":"ftp://x/{doc_id}?api_key=k-123"}`,
+			want: []string{`http.url: "ftp://x/x" must start with http://`}},
+		{name: "placeholder without url_secret", http: `{"url":"http://x/hooks/{secret}/{doc_id}"}`,
+			want: []string{`http.url_secret: is required`}},
+		{name: "url_secret without placeholder", http: `{"url":"http://x/{doc_id}","url_secret":{"env":"HOOK"}}`,
+			want: []string{`http.url: must contain {secret}`}},
+		{name: "dot segment in the path", http: `{"url":"http://x/a/../{doc_id}"}`,
+			want: []string{`http.url: `, `"." or ".." segment`}},
+		{name: "placeholder in the host", http: `{"url":"http://{secret}.x/{doc_id}","url_secret":{"env":"HOOK"}}`,
+			want: []string{`http.url: `, "path or query"}},
+		{name: "references and plain headers", http: `{"url":"http://x/hooks/{secret}/{doc_id}","url_secret":{"env":"HOOK"},
+			"headers":{"X-Api-Key":{"env":"K"},"Cookie":{"secret":"s","json_key":"cookie"},"X-Source":"demo","Content-Type":"application/json"}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(httpJob(tt.http)))
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Parse succeeded, want errors")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+			for _, secret := range []string{"k-123", "session=abc", "eDp5"} {
+				if strings.Contains(err.Error(), secret) {
+					t.Errorf("error quotes the value %q:\n%v", secret, err)
+				}
+			}
+		})
+	}
+}
+
+func TestResourceNamesUnique(t *testing.T) {
+	t.Parallel()
+	job := func(id, outputs string) string {
+		return `{"id":"` + id + `","source":{"type":"couchdb","url":"http://h/db"},"outputs":[` + outputs + `]}`
+	}
+	pg := func(id string) string {
+		return `{"id":"` + id + `","type":"postgres","postgres":{"dsn":{"env":"D"},"table":"t"}}`
+	}
+	http := func(id string) string {
+		return `{"id":"` + id + `","type":"http","http":{"url":"http://x/{doc_id}"}}`
+	}
+	tests := []struct {
+		name string
+		jobs []string
+		want []string // substrings of the error; none: Parse must succeed
+	}{
+		{name: "job and output ids that join the same way", jobs: []string{job("orders-pg", pg("x")), job("orders", pg("pg-x"))},
+			want: []string{"jobs[orders].outputs[pg-x]", "jobs[orders-pg].outputs[x]", "changes-worker-orders-pg-x"}},
+		{name: "same join, one fifo one standard", jobs: []string{job("orders-pg", http("x")), job("orders", pg("pg-x"))},
+			want: []string{"jobs[orders].outputs[pg-x]", "jobs[orders-pg].outputs[x]"}},
+		{name: "a queue named like another output's DLQ", jobs: []string{job("a", pg("b")+","+pg("b-dlq"))},
+			want: []string{"jobs[a].outputs[b-dlq]", "jobs[a].outputs[b]", `"changes-worker-a-b-dlq"`}},
+		{name: "queue name over 80 characters", jobs: []string{job(strings.Repeat("j", 32), http(strings.Repeat("o", 32)))},
+			want: []string{"80"}},
+		{name: "distinct names", jobs: []string{job("orders", pg("pg")+","+http("rest")), job("orders-pg", pg("x"))}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(`{"jobs":[` + strings.Join(tt.jobs, ",") + `]}`))
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Parse succeeded, want an error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestZeroDurationsRefused(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in, want string
+	}{
+		{name: "feed timeout 0s", in: `"feed":{"timeout":"0s"}`, want: "jobs[a].feed.timeout: 0 is not allowed"},
+		{name: "feed timeout 0", in: `"feed":{"timeout":0}`, want: "jobs[a].feed.timeout: 0 is not allowed"},
+		{name: "lease ttl", in: `"lease":{"ttl":"0"}`, want: "jobs[a].lease.ttl: 0 is not allowed"},
+		{name: "schedule", in: `"schedule":0`, want: "jobs[a].schedule: 0 is not allowed"},
+		{name: "latency objective", in: `"latency_objective":"0m"`, want: "jobs[a].latency_objective: 0 is not allowed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(`{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},` + tt.in + `,
+				"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"env":"D"}}}]}]}`))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Parse error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+	t.Run("stack and http timeouts", func(t *testing.T) {
+		t.Parallel()
+		_, err := Parse([]byte(`{"stack":{"poller_timeout":"0s","writer_timeout":0},"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},
+			"outputs":[{"id":"h","type":"http","http":{"url":"http://x/{doc_id}","timeout":"0s"}}]}]}`))
+		for _, w := range []string{"stack.poller_timeout: 0 is not allowed", "stack.writer_timeout: 0 is not allowed", "jobs[a].outputs[h].http.timeout: 0 is not allowed"} {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("Parse error = %v, want one containing %q", err, w)
+			}
+		}
+	})
+	t.Run("left out means the default", func(t *testing.T) {
+		t.Parallel()
+		f, err := Parse([]byte(`{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},
+			"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"env":"D"}}}]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Jobs[0].Feed.Timeout.D(); got != DefaultFeedTimeout {
+			t.Errorf("feed.timeout = %s, want the default %s", got, DefaultFeedTimeout)
+		}
+	})
 }

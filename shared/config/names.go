@@ -1,5 +1,7 @@
 package config
 
+import "fmt"
+
 // The names of the AWS resources. The local bootstrap and the CDK stack both use
 // these functions, so a stack deployed by either finds the same resources.
 
@@ -45,4 +47,51 @@ func (f *File) RouteByQueueName(name string) (Route, bool) {
 		}
 	}
 	return Route{}, false
+}
+
+// maxQueueName is SQS's limit on a queue name, .fifo included.
+const maxQueueName = 80
+
+// checkNames refuses (job, output) pairs whose resources would share a name:
+// job and output ids join with '-', so "orders-pg"/"x" and "orders"/"pg-x"
+// would share their queues (messages of one delivered by the other's
+// writer), alarms and stack resources; and a queue may not be named like
+// another pair's DLQ ("a"/"b-dlq" and the DLQ of "a"/"b"). It also refuses
+// queue names longer than SQS allows. Each problem names both pairs.
+func (f *File) checkNames() []error {
+	var errs []error
+	owners := map[string]string{} // "route <job>-<output>" or "queue <name>" → owner
+	reported := map[[2]string]bool{}
+	for _, j := range f.Jobs {
+		if j == nil {
+			continue
+		}
+		for _, o := range j.Outputs {
+			if o == nil {
+				continue
+			}
+			label := fmt.Sprintf("jobs[%s].outputs[%s]", j.ID, o.ID)
+			queue, dlq := f.QueueName(j, o), f.DLQName(j, o)
+			for _, key := range []string{"route " + j.ID + "-" + o.ID, "queue " + queue, "queue " + dlq} {
+				other, taken := owners[key]
+				if !taken {
+					owners[key] = label
+					continue
+				}
+				if other == label || reported[[2]string{other, label}] {
+					continue
+				}
+				reported[[2]string{other, label}] = true
+				if key[0] == 'r' {
+					errs = append(errs, fmt.Errorf("%s: its queues, alarms and other resources would be named %q like those of %s: rename one of the ids", label, f.Stack.Prefix+"-"+j.ID+"-"+o.ID, other))
+				} else {
+					errs = append(errs, fmt.Errorf("%s: its queue name %q is also a queue name of %s: rename one of the ids", label, key[len("queue "):], other))
+				}
+			}
+			if len(dlq) > maxQueueName {
+				errs = append(errs, fmt.Errorf("%s: queue name %q has %d characters, SQS allows %d: shorten stack.prefix, the job id or the output id", label, dlq, len(dlq), maxQueueName))
+			}
+		}
+	}
+	return errs
 }

@@ -1,6 +1,10 @@
 package deliver
 
-import "github.com/changes-worker/changes-worker/shared/change"
+import (
+	"encoding/json"
+
+	"github.com/changes-worker/changes-worker/shared/change"
+)
 
 // Stored is what an output holds for one document, as reported by the state
 // reader of a sink that keeps state (each such sink package has one; an HTTP
@@ -32,6 +36,15 @@ type Stored struct {
 	// (see the sink's state reader); "" when it computes none. Two equal
 	// digests read from one output mean equal content. It is not a digest of
 	// the source's body: comparing content with the source goes through the
-	// state reader's access to the stored body or rows.
+	// state reader's CompareContent.
 	Digest string
+}
+
+// SourceDoc is a live document as the source holds it: what a state
+// reader's CompareContent compares with the output's copy.
+type SourceDoc struct {
+	ID, Rev string
+	// Body is the document's JSON as the source sent it, as a change
+	// carries it to the sink.
+	Body json.RawMessage
 }

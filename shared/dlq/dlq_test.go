@@ -152,10 +152,10 @@ func TestUnsupported(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{"aws unsupported operation", &smithy.GenericAPIError{Code: "AWS.SimpleQueueService.UnsupportedOperation", Message: "x"}, true},
-		{"localstack not implemented", &smithy.GenericAPIError{Code: "InternalFailure", Message: "API action 'StartMessageMoveTask' for service 'sqs' not yet implemented"}, true},
+		{"sqs unsupported operation", fmt.Errorf("op: %w", &sqstypes.UnsupportedOperation{Message: aws.String("x")}), true},
 		{"http 501", &awshttp.ResponseError{ResponseError: &smithyhttp.ResponseError{Response: resp(501), Err: errors.New("x")}}, true},
-		{"moto html page", fmt.Errorf("op: %w", &smithy.DeserializationError{Err: errors.New("invalid character '<'")}), true},
+		{"error code string alone", &smithy.GenericAPIError{Code: "AWS.SimpleQueueService.UnsupportedOperation", Message: "x"}, false},
+		{"not json", fmt.Errorf("op: %w", &smithy.DeserializationError{Err: errors.New("invalid character '<'")}), false},
 		{"access denied", &smithy.GenericAPIError{Code: "AccessDenied", Message: "not authorized"}, false},
 		{"server error", &awshttp.ResponseError{ResponseError: &smithyhttp.ResponseError{Response: resp(500), Err: errors.New("x")}}, false},
 		{"timeout", context.DeadlineExceeded, false},

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +18,6 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/aws/smithy-go"
 
 	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/fanout"
@@ -29,8 +27,8 @@ import (
 type Mode string
 
 const (
-	// ModeAuto uses the SQS message move task where the endpoint supports
-	// it, and copies otherwise.
+	// ModeAuto uses the SQS message move task for a standard DLQ where the
+	// endpoint supports it, and copies otherwise (always for a FIFO DLQ).
 	ModeAuto Mode = "auto"
 	// ModeTask starts an SQS message move task (StartMessageMoveTask): SQS
 	// moves the messages itself, server side, and keeps moving them if this
@@ -43,8 +41,19 @@ const (
 )
 
 // ErrTaskUnsupported is returned in ModeTask when the endpoint does not
-// implement message move tasks (local emulators).
+// implement message move tasks.
 var ErrTaskUnsupported = errors.New("sqs endpoint does not support message move tasks")
+
+// ErrTaskFIFO is returned in ModeTask for a FIFO DLQ. A message move task
+// takes each message out of the DLQ and hands it to the work queue with the
+// deduplication id it carries; a FIFO work queue that saw that id in the
+// last 5 minutes accepts the message and drops it as a duplicate, after the
+// DLQ let go of it. AWS documents that a message its redrive policy moves to
+// a FIFO DLQ carries the original message's id as its deduplication id, but
+// not what a move task does with it, and LocalStack (which keeps the original
+// deduplication id) loses such messages. Copy mode sends each message with a
+// deduplication id of its own (DeduplicationID), so nothing can be dropped.
+var ErrTaskFIFO = errors.New("a message move task is not used on a FIFO dlq: the work queue could drop moved messages as duplicates of ones it saw in the last 5 minutes, after the dlq let go of them; copy mode (--mode copy) gives each message a deduplication id of its own")
 
 // Defaults of the Redriver's copy mode.
 const (
@@ -161,6 +170,9 @@ func (r *Redriver) Redrive(ctx context.Context) (Result, error) {
 		if r.Limit > 0 {
 			return Result{Mode: mode}, errors.New("redrive: a message move task cannot stop after a limit; use copy mode")
 		}
+		if r.Queues.FIFO {
+			return Result{Mode: mode}, fmt.Errorf("redrive %s: %w", r.Queues.DLQName, ErrTaskFIFO)
+		}
 		return r.task(ctx)
 	case ModeCopy:
 		return r.copy(ctx)
@@ -168,6 +180,11 @@ func (r *Redriver) Redrive(ctx context.Context) (Result, error) {
 		if r.Limit > 0 {
 			res, err := r.copy(ctx)
 			res.Fallback = "a limit was set"
+			return res, err
+		}
+		if r.Queues.FIFO {
+			res, err := r.copy(ctx)
+			res.Fallback = "the dlq is FIFO (a move task could have its messages dropped as duplicates)"
 			return res, err
 		}
 		res, err := r.task(ctx)
@@ -189,8 +206,7 @@ func (r *Redriver) task(ctx context.Context) (Result, error) {
 		in.MaxNumberOfMessagesPerSecond = aws.Int32(int32(min(r.Rate, maxTaskRate)))
 	}
 	// One attempt: starting is not idempotent (a second start while the
-	// first runs fails), and an emulator without the operation answers
-	// with errors the SDK would retry.
+	// first runs fails).
 	out, err := r.SQS.StartMessageMoveTask(ctx, in, func(o *sqs.Options) { o.RetryMaxAttempts = 1 })
 	if err != nil {
 		if Unsupported(err) {
@@ -230,6 +246,9 @@ func (r *Redriver) task(ctx context.Context) (Result, error) {
 			}
 			switch aws.ToString(e.Status) {
 			case "COMPLETED":
+				if d, err := QueueDepth(ctx, r.SQS, r.Queues.DLQURL); err == nil {
+					res.Left = int64(d.Total())
+				}
 				return res, nil
 			case "CANCELLED":
 				return res, fmt.Errorf("message move task %s was cancelled", res.TaskHandle)
@@ -241,29 +260,14 @@ func (r *Redriver) task(ctx context.Context) (Result, error) {
 }
 
 // Unsupported reports whether err says the endpoint does not implement the
-// operation: an error code or message saying so, HTTP 501, or an answer that
-// is not an SQS response at all (moto answers an unimplemented action with
-// an HTML error page).
+// operation: SQS's UnsupportedOperation error, or HTTP 501.
 func Unsupported(err error) bool {
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
-		switch ae.ErrorCode() {
-		case "UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation", "InvalidAction",
-			"UnknownOperation", "UnknownOperationException", "NotImplemented", "NotImplementedException":
-			return true
-		}
-		msg := strings.ToLower(ae.ErrorMessage())
-		if strings.Contains(msg, "not implemented") || strings.Contains(msg, "not yet implemented") ||
-			strings.Contains(msg, "unknown operation") || strings.Contains(msg, "not supported") {
-			return true
-		}
-	}
-	var re *awshttp.ResponseError
-	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotImplemented {
+	var uo *sqstypes.UnsupportedOperation
+	if errors.As(err, &uo) {
 		return true
 	}
-	var de *smithy.DeserializationError
-	return errors.As(err, &de)
+	var re *awshttp.ResponseError
+	return errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotImplemented
 }
 
 // copyRun is the shared state of one copy redrive's workers.

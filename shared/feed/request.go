@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/changes-worker/changes-worker/shared/docid"
 )
 
 const userAgent = "changes-worker"
@@ -29,22 +31,16 @@ func (c *Client) endpoint(path string, q url.Values) string {
 }
 
 // docPath escapes a document id as one path segment, so that ids holding
-// '/', '?', '#', '%', '+', spaces or any non-ASCII text reach the source
-// intact. The '/' after _design and _local stays literal: CouchDB routes
+// '/', '?', '#', '%', '+', spaces or any non-ASCII text, and ids made of dots
+// ("." and ".."), reach the source intact. The '/' after _design and _local stays literal: CouchDB routes
 // those prefixes by path segment.
 func docPath(id string) string {
 	for _, prefix := range []string{"_design/", "_local/"} {
 		if rest, ok := strings.CutPrefix(id, prefix); ok && rest != "" {
-			return prefix + escapeSegment(rest)
+			return prefix + docid.PathSegment(rest)
 		}
 	}
-	return escapeSegment(id)
-}
-
-// escapeSegment is url.PathEscape that also escapes '+', which some servers
-// read as a space.
-func escapeSegment(s string) string {
-	return strings.ReplaceAll(url.PathEscape(s), "+", "%2B")
+	return docid.PathSegment(id)
 }
 
 // roundTrip sends one request and reads the whole answer within timeout. A

@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -35,6 +37,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/docid"
 )
 
 var _ deliver.Sink = (*Sink)(nil)
@@ -60,13 +63,17 @@ const (
 	drainLimit = 64 << 10
 )
 
-// Credentials are the resolved secrets of the output's auth: Username and
-// Password for basic auth (Username defaults to the configured one), Token
-// for bearer auth. They never appear in logs, errors or formatted output.
+// Credentials are the resolved secrets of the output: Username and Password
+// for basic auth (Username defaults to the configured one), Token for bearer
+// auth, the values of the headers given by reference (by configured name)
+// and the value of url_secret. They never appear in logs, errors or
+// formatted output.
 type Credentials struct {
-	Username string
-	Password string
-	Token    string
+	Username  string
+	Password  string
+	Token     string
+	Headers   map[string]string
+	URLSecret string
 }
 
 // String redacts the credentials, so %v and %+v never print them.
@@ -83,8 +90,9 @@ type Sink struct {
 	client  *http.Client
 	method  string
 	base    url.URL // scheme and host of the template
-	path    string  // escaped path template, may hold {doc_id}
-	query   string  // raw query template, may hold {doc_id}
+	path    string  // escaped path template, may hold {doc_id}; {secret} filled in
+	query   string  // raw query template, may hold {doc_id}; {secret} filled in
+	display string  // the template without its query, for errors
 	headers http.Header
 	auth    func(*http.Request)
 	timeout time.Duration
@@ -118,16 +126,10 @@ func New(out config.HTTPOutput, creds Credentials, client *http.Client) (*Sink, 
 	default:
 		errs = append(errs, fmt.Errorf("method %q is not PUT, POST or PATCH", out.Method))
 	}
-	if err := s.parseTemplate(out.URL); err != nil {
+	if err := s.parseTemplate(out.URL, out.URLSecret != nil, creds.URLSecret); err != nil {
 		errs = append(errs, err)
 	}
-	for k, val := range out.Headers {
-		if slices.ContainsFunc(reserved, func(r string) bool { return strings.EqualFold(r, k) }) {
-			errs = append(errs, fmt.Errorf("header %s is set by the sink and cannot be configured", k))
-			continue
-		}
-		s.headers.Set(k, val)
-	}
+	errs = append(errs, s.setHeaders(out.Headers, creds.Headers)...)
 	auth, err := authFunc(out.Auth, creds)
 	if err != nil {
 		errs = append(errs, err)
@@ -147,43 +149,135 @@ func New(out config.HTTPOutput, creds Credentials, client *http.Client) (*Sink, 
 }
 
 // parseTemplate splits the URL template into scheme and host, an escaped path
-// and a raw query, and checks that {doc_id} only occurs in path and query.
-func (s *Sink) parseTemplate(tmpl string) error {
+// and a raw query, checks that {doc_id} and {secret} only occur in path and
+// query, and fills in {secret}: as it is in the path (where it must be
+// percent-encoded and hold no "." or ".." segment), query-escaped in the
+// query. hasRef says whether the output has a url_secret. Errors quote the
+// template, which holds no secret, never the secret.
+func (s *Sink) parseTemplate(tmpl string, hasRef bool, secret string) error {
 	if tmpl == "" {
 		return errors.New("url is empty")
 	}
-	rest, frag, hasFrag := strings.Cut(tmpl, "#")
+	// Errors quote the template up to its query, which may hold a key.
+	shown, _, _ := strings.Cut(tmpl, "?")
+	shown, _, _ = strings.Cut(shown, "#")
+	rest, _, hasFrag := strings.Cut(tmpl, "#")
 	if hasFrag {
-		return fmt.Errorf("url template %q must not have a fragment (#%s)", tmpl, frag)
+		return fmt.Errorf("url template %q must not have a fragment (#...)", shown)
 	}
-	rest, s.query, _ = strings.Cut(rest, "?")
+	rest, query, _ := strings.Cut(rest, "?")
 	scheme, afterScheme, ok := strings.Cut(rest, "://")
 	if !ok || (scheme != "http" && scheme != "https") {
-		return fmt.Errorf("url template %q must start with http:// or https://", tmpl)
+		return fmt.Errorf("url template %q must start with http:// or https://", shown)
 	}
 	host, path, _ := strings.Cut(afterScheme, "/")
-	s.path = "/" + path
+	path = "/" + path
 	switch {
-	case host == "" || strings.Contains(host, "{doc_id}"):
-		return fmt.Errorf("url template %q must name a host, and {doc_id} may only appear in the path or query", tmpl)
+	case host == "" || strings.Contains(host, "{doc_id}") || strings.Contains(host, "{secret}"):
+		return fmt.Errorf("url template %q must name a host, and {doc_id} and {secret} may only appear in the path or query", shown)
 	case strings.Contains(host, "@"):
 		return errors.New("url template must not contain credentials; use auth with a secret reference")
 	}
+	placeholders := strings.NewReplacer("{doc_id}", "x", "{secret}", "x")
 	// Check the template parses once an id is in place.
-	u, err := url.Parse(scheme + "://" + host + strings.ReplaceAll(s.path, "{doc_id}", "x") + "?" + strings.ReplaceAll(s.query, "{doc_id}", "x"))
+	u, err := url.Parse(scheme + "://" + host + placeholders.Replace(path) + "?" + placeholders.Replace(query))
 	if err != nil {
-		return fmt.Errorf("parse url template: %w", err)
+		// The *url.Error quotes the whole URL, query included.
+		return fmt.Errorf("url template %q does not parse", shown)
 	}
-	if want := strings.ReplaceAll(s.path, "{doc_id}", "x"); u.EscapedPath() != want {
+	if want := placeholders.Replace(path); u.EscapedPath() != want {
 		return fmt.Errorf("url template path %q must be percent-encoded (as %q)", want, u.EscapedPath())
 	}
+	if hasDotSegment(path) {
+		// A client, proxy or server may resolve it: the request would go
+		// elsewhere than the template says.
+		return fmt.Errorf(`url template path %q must not have a "." or ".." segment`, path)
+	}
 	s.base = url.URL{Scheme: u.Scheme, Host: u.Host}
+	s.display = scheme + "://" + host + path
+
+	hasPlaceholder := strings.Contains(path+query, "{secret}")
+	switch {
+	case hasPlaceholder && !hasRef:
+		return errors.New("url template: {secret} needs url_secret")
+	case !hasPlaceholder && hasRef:
+		return errors.New("url template: url_secret is set but the template has no {secret}")
+	case hasRef && secret == "":
+		return errors.New("url template: url_secret is not resolved")
+	case strings.Contains(path, "{secret}") && !pathSafe(secret):
+		return errors.New("url template: url_secret in the path must be percent-encoded, with no '?', '#', \".\" or \"..\" segment")
+	}
+	s.path = strings.ReplaceAll(path, "{secret}", secret)
+	s.query = strings.ReplaceAll(query, "{secret}", url.QueryEscape(secret))
 	return nil
+}
+
+// pathSafe reports whether p can stand in a URL path as it is: only
+// unreserved characters, sub-delimiters, ':', '@', '/' and valid %XX
+// escapes, and no "." or ".." segment.
+func pathSafe(p string) bool {
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', strings.IndexByte("-._~!$&'()*+,;=:@/", c) >= 0:
+		case c == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]):
+			i += 2
+		default:
+			return false
+		}
+	}
+	return !hasDotSegment(p)
+}
+
+// hasDotSegment reports whether the path p has a "." or ".." segment.
+func hasDotSegment(p string) bool {
+	return slices.ContainsFunc(strings.Split(p, "/"), func(seg string) bool { return seg == "." || seg == ".." })
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// setHeaders sets the configured headers: literal values as they are,
+// references from resolved. Errors name the header, never its value.
+func (s *Sink) setHeaders(conf map[string]config.HeaderValue, resolved map[string]string) []error {
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(conf)) {
+		hv := conf[k]
+		if slices.ContainsFunc(reserved, func(r string) bool { return strings.EqualFold(r, k) }) {
+			errs = append(errs, fmt.Errorf("header %s is set by the sink and cannot be configured", k))
+			continue
+		}
+		val := hv.Value
+		if hv.Ref != nil {
+			v, ok := resolved[k]
+			if !ok || v == "" {
+				errs = append(errs, fmt.Errorf("header %s: its secret reference is not resolved", k))
+				continue
+			}
+			val = v
+		}
+		if strings.ContainsFunc(val, func(r rune) bool { return (r < 0x20 && r != '\t') || r == 0x7f }) {
+			what := "value"
+			if hv.Ref != nil {
+				what = "resolved value"
+			}
+			errs = append(errs, fmt.Errorf("header %s: the %s holds control characters", k, what))
+			continue
+		}
+		s.headers.Set(k, val)
+	}
+	for _, k := range slices.Sorted(maps.Keys(resolved)) {
+		if hv, ok := conf[k]; !ok || hv.Ref == nil {
+			errs = append(errs, fmt.Errorf("header %s: a resolved value was given for a header that is not a secret reference", k))
+		}
+	}
+	return errs
 }
 
 func authFunc(a *config.Auth, creds Credentials) (func(*http.Request), error) {
 	if a == nil {
-		if creds != (Credentials{}) {
+		if creds.Username != "" || creds.Password != "" || creds.Token != "" {
 			return nil, errors.New("credentials given for an output without auth")
 		}
 		return func(*http.Request) {}, nil
@@ -208,10 +302,16 @@ func authFunc(a *config.Auth, creds Credentials) (func(*http.Request), error) {
 	}
 }
 
+// errOffOrigin marks a redirect to another scheme, host or port.
+var errOffOrigin = errors.New("follow_redirects follows only to the same scheme, host and port")
+
 // checkRedirect never follows a redirect unless follow is set, so the 3xx
 // comes back as the response (and fails permanently). When following, only
 // 307 and 308 are followed: Go turns a PUT redirected by 301, 302 or 303
-// into a GET, whose 200 would pass for a delivery that never happened.
+// into a GET, whose 200 would pass for a delivery that never happened. And
+// only to the origin of the first request (same scheme, host and port):
+// Go keeps custom headers and the body on any redirect, and Authorization
+// on a change of scheme or port, so elsewhere would receive them.
 func checkRedirect(follow bool) func(*http.Request, []*http.Request) error {
 	return func(req *http.Request, via []*http.Request) error {
 		if !follow || len(via) >= maxRedirects {
@@ -220,20 +320,29 @@ func checkRedirect(follow bool) func(*http.Request, []*http.Request) error {
 		if req.Response != nil && req.Response.StatusCode != http.StatusTemporaryRedirect && req.Response.StatusCode != http.StatusPermanentRedirect {
 			return http.ErrUseLastResponse
 		}
+		if origin(req.URL) != origin(via[0].URL) {
+			return fmt.Errorf("redirect to %s refused: %w", origin(req.URL), errOffOrigin)
+		}
 		return nil
 	}
 }
 
-// EscapeID returns the document id as one URL path segment: url.PathEscape,
-// which escapes '/', '?', '#', '%' and every non-ASCII byte, and in addition
-// "%2E" for each dot of an id made only of dots, so "." and ".." can never be
-// read as relative path segments.
-func EscapeID(id string) string {
-	if strings.Trim(id, ".") == "" {
-		return strings.Repeat("%2E", len(id))
+// origin returns scheme://host:port of u, lowercase, with the scheme's
+// default port made explicit.
+func origin(u *url.URL) string {
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[scheme]
 	}
-	return url.PathEscape(id)
+	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
+
+// EscapeID returns the document id as one URL path segment
+// (docid.PathSegment): '/', '?', '#', '%', '+' and every non-ASCII byte are
+// escaped, and each dot of an id made only of dots is written %2E, so "." and
+// ".." can never be read as relative path segments.
+func EscapeID(id string) string { return docid.PathSegment(id) }
 
 // URL returns the URL a change of docID is sent to. The id is path-escaped
 // in the path (kept escaped on the wire through URL.RawPath) and
@@ -243,13 +352,15 @@ func (s *Sink) URL(docID string) (*url.URL, error) {
 	u.RawPath = strings.ReplaceAll(s.path, "{doc_id}", EscapeID(docID))
 	p, err := url.PathUnescape(u.RawPath)
 	if err != nil {
-		return nil, fmt.Errorf("build url: %w", err)
+		// Neither the built path nor the unescape error (which quotes part
+		// of it) is shown: the path may hold the url_secret.
+		return nil, fmt.Errorf("build url for %s: the escaped path does not decode", s.display)
 	}
 	u.Path = p
 	if u.EscapedPath() != u.RawPath {
 		// Cannot happen with a template New accepted; never send to a path
 		// Go re-escaped differently.
-		return nil, fmt.Errorf("build url: path %q does not keep its escaping", u.RawPath)
+		return nil, fmt.Errorf("build url for %s: the path does not keep its escaping", s.display)
 	}
 	u.RawQuery = strings.ReplaceAll(s.query, "{doc_id}", url.QueryEscape(docID))
 	return &u, nil
@@ -280,9 +391,23 @@ func (s *Sink) send(ctx context.Context, c *change.Envelope) error {
 	if err != nil {
 		return deliver.PermanentError("invalid_change", err)
 	}
-	where := req.Method + " " + redact(req.URL)
+	// The template, not the URL built from it: the path may hold a secret.
+	where := req.Method + " " + s.display
 
 	resp, err := s.client.Do(req)
+	if errors.Is(err, errOffOrigin) && resp != nil {
+		resp.Body.Close()
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return &deliver.Error{
+			Class:      deliver.Permanent,
+			Reason:     "redirect_refused",
+			HTTPStatus: resp.StatusCode,
+			Err:        fmt.Errorf("send change: %s: status %d: %w", where, resp.StatusCode, err),
+		}
+	}
 	if err != nil {
 		// *url.Error prints the whole URL; its query may hold an API key.
 		var uerr *url.Error
@@ -379,11 +504,4 @@ func headerValue(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
-}
-
-// redact returns the URL for errors: without user info and query, which may
-// carry credentials.
-func redact(u *url.URL) string {
-	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
-	return r.String()
 }

@@ -163,7 +163,7 @@ func TestRequest(t *testing.T) {
 
 	s := newSink(t, config.HTTPOutput{
 		URL:     srv.URL + "/docs/{doc_id}",
-		Headers: map[string]string{"X-Api-Team": "search"},
+		Headers: map[string]config.HeaderValue{"X-Api-Team": {Value: "search"}},
 	}, Credentials{})
 	c := live("doc-1", "2-abc", v(3, 17))
 	c.Seq = json.RawMessage(`[ 12, "g1AAAA" ]`)
@@ -294,7 +294,8 @@ func TestEscaping(t *testing.T) {
 		{"a#frag", "/docs/a%23frag"},
 		{"100%", "/docs/100%25"},
 		{"%2F", "/docs/%252F"},
-		{"a b+c", "/docs/a%20b+c"},
+		{"a b+c", "/docs/a%20b%2Bc"}, // '+' escaped: some servers read it as a space
+		{"...", "/docs/%2E%2E%2E"},
 		{"semi;colon,comma", "/docs/semi%3Bcolon%2Ccomma"},
 		{"tab\there\nnl", "/docs/tab%09here%0Anl"},
 	}
@@ -633,9 +634,11 @@ func TestNewRejects(t *testing.T) {
 		{name: "fragment", out: config.HTTPOutput{URL: "http://h/docs/{doc_id}#x"}, want: "fragment"},
 		{name: "credentials in url", out: config.HTTPOutput{URL: "http://u:p@h/{doc_id}"}, want: "credentials"},
 		{name: "unescaped path", out: config.HTTPOutput{URL: "http://h/my docs/{doc_id}"}, want: "percent-encoded"},
+		{name: "dot-dot segment", out: config.HTTPOutput{URL: "http://h/docs/../{doc_id}"}, want: `"." or ".." segment`},
+		{name: "dot segment at the end", out: config.HTTPOutput{URL: "http://h/docs/{doc_id}/."}, want: `"." or ".." segment`},
 		{name: "method", out: config.HTTPOutput{URL: "http://h/{doc_id}", Method: "DELETE"}, want: "method"},
-		{name: "reserved header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]string{"x-changes-version": "1"}}, want: "x-changes-version"},
-		{name: "authorization header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]string{"Authorization": "Bearer x"}}, want: "Authorization"},
+		{name: "reserved header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"x-changes-version": {Value: "1"}}}, want: "x-changes-version"},
+		{name: "authorization header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"Authorization": {Value: "Bearer x"}}}, want: "Authorization"},
 		{name: "basic without password", out: config.HTTPOutput{URL: "http://h/{doc_id}", Auth: &config.Auth{Type: "basic", Username: "u"}}, want: "basic auth"},
 		{name: "bearer without token", out: config.HTTPOutput{URL: "http://h/{doc_id}", Auth: &config.Auth{Type: "bearer"}}, want: "bearer auth"},
 		{name: "credentials without auth", out: config.HTTPOutput{URL: "http://h/{doc_id}"}, creds: Credentials{Token: "x"}, want: "without auth"},
@@ -704,5 +707,221 @@ func TestHeaderValue(t *testing.T) {
 		if got := headerValue(tt.in); got != tt.want {
 			t.Errorf("headerValue(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestRedirectsStayOnOrigin follows a redirect only to the same scheme, host
+// and port: anywhere else the credentials, the custom headers and the body
+// would go to a peer the output never named. Such a change fails for good,
+// with a reason, and the other peer sees nothing.
+func TestRedirectsStayOnOrigin(t *testing.T) {
+	t.Parallel()
+	// hit is what the other peer received; never the values themselves.
+	type hit struct {
+		Authorization, Custom bool
+		BodyBytes             int
+	}
+	// elsewhere records every request it gets.
+	elsewhere := func(t *testing.T) (*httptest.Server, func() []hit) {
+		var mu sync.Mutex
+		var hits []hit
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			hits = append(hits, hit{Authorization: r.Header.Get("Authorization") != "", Custom: r.Header.Get("X-Api-Key") != "", BodyBytes: len(b)})
+			mu.Unlock()
+		}))
+		t.Cleanup(srv.Close)
+		return srv, func() []hit {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]hit(nil), hits...)
+		}
+	}
+	redirector := func(target string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Location", target+r.URL.EscapedPath())
+			w.WriteHeader(http.StatusTemporaryRedirect)
+		})
+	}
+	port := func(srv *httptest.Server) string {
+		u, _ := url.Parse(srv.URL)
+		return u.Port()
+	}
+	tests := []struct {
+		name  string
+		start func(t *testing.T, target *httptest.Server) *httptest.Server
+	}{
+		{
+			name: "https to http on another port",
+			start: func(t *testing.T, target *httptest.Server) *httptest.Server {
+				srv := httptest.NewTLSServer(redirector("http://127.0.0.1:" + port(target)))
+				t.Cleanup(srv.Close)
+				return srv
+			},
+		},
+		{
+			name: "same scheme and host, another port",
+			start: func(t *testing.T, target *httptest.Server) *httptest.Server {
+				srv := httptest.NewServer(redirector("http://127.0.0.1:" + port(target)))
+				t.Cleanup(srv.Close)
+				return srv
+			},
+		},
+		{
+			name: "another host",
+			start: func(t *testing.T, target *httptest.Server) *httptest.Server {
+				srv := httptest.NewServer(redirector("http://localhost:" + port(target)))
+				t.Cleanup(srv.Close)
+				return srv
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			other, hits := elsewhere(t)
+			origin := tt.start(t, other)
+			out := config.HTTPOutput{
+				URL: origin.URL + "/docs/{doc_id}", FollowRedirects: true,
+				Auth:    &config.Auth{Type: "bearer"},
+				Headers: map[string]config.HeaderValue{"X-Api-Key": {Ref: &config.SecretRef{Env: "API_KEY"}}},
+			}
+			s, err := New(out, Credentials{Token: "t0ken", Headers: map[string]string{"X-Api-Key": "k-1"}}, origin.Client())
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			c := live("a", "1-a", v(1, 1))
+			err = s.Apply(t.Context(), []*change.Envelope{c})[0]
+			e := deliver.Classify(err)
+			if err == nil || e.Class != deliver.Permanent || e.Reason != "redirect_refused" || e.HTTPStatus != http.StatusTemporaryRedirect {
+				t.Errorf("got %v, want a permanent redirect_refused failure with status 307", err)
+			}
+			if err != nil && !strings.Contains(err.Error(), "same scheme, host and port") {
+				t.Errorf("error %q does not say which redirects are followed", err)
+			}
+			if got := hits(); len(got) > 0 {
+				t.Errorf("the redirect target received %d request(s), first %+v; want none", len(got), got[0])
+			}
+		})
+	}
+}
+
+// TestErrorsNameTheTemplate: errors (which become DLQ attributes and log
+// lines) show the configured URL template without its query, never the URL
+// a change was sent to.
+func TestErrorsNameTheTemplate(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(srv.Close)
+	s := newSink(t, config.HTTPOutput{URL: srv.URL + "/hooks/team-1/{doc_id}?sig=q-1"}, Credentials{})
+	err := s.Apply(t.Context(), []*change.Envelope{live("the-doc", "1-a", v(1, 1))})[0]
+	if err == nil {
+		t.Fatal("Apply succeeded against a 500")
+	}
+	if want := "PUT " + srv.URL + "/hooks/team-1/{doc_id}: status 500"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not contain %q", err, want)
+	}
+	for _, built := range []string{"/hooks/team-1/the-doc", "q-1"} {
+		if strings.Contains(err.Error(), built) {
+			t.Errorf("error %q shows %q of the URL the change was sent to", err, built)
+		}
+	}
+}
+
+// TestSecretHeadersAndURL: header values and the {secret} part of the URL
+// come resolved in Credentials; they reach the endpoint and never an error.
+func TestSecretHeadersAndURL(t *testing.T) {
+	t.Parallel()
+	const pathSecret, keySecret = "T0S3CR3T/B0S3CR3T", "k-S3CR3T"
+	var mu sync.Mutex
+	var paths, keys, sources []string
+	status := http.StatusOK
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		paths = append(paths, r.URL.EscapedPath()+"?"+r.URL.RawQuery)
+		keys = append(keys, r.Header.Get("X-Api-Key"))
+		sources = append(sources, r.Header.Get("X-Source"))
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(srv.Close)
+	out := config.HTTPOutput{
+		URL:       srv.URL + "/hooks/{secret}/{doc_id}?id={doc_id}",
+		URLSecret: &config.SecretRef{Env: "HOOK"},
+		Headers: map[string]config.HeaderValue{
+			"X-Api-Key": {Ref: &config.SecretRef{Env: "API_KEY"}},
+			"X-Source":  {Value: "test"},
+		},
+	}
+	creds := Credentials{URLSecret: pathSecret, Headers: map[string]string{"X-Api-Key": keySecret}}
+	s, err := New(out, creds, nil)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	mustApply(t, s, live("a b", "1-a", v(1, 1)))
+	mu.Lock()
+	got := []string{paths[0], keys[0], sources[0]}
+	status = http.StatusBadRequest
+	mu.Unlock()
+	if diff := cmp.Diff([]string{"/hooks/" + pathSecret + "/a%20b?id=a+b", keySecret, "test"}, got); diff != "" {
+		t.Errorf("request path, X-Api-Key, X-Source (-want +got):\n%s", diff)
+	}
+
+	err = s.Apply(t.Context(), []*change.Envelope{live("a b", "2-a", v(1, 2))})[0]
+	if err == nil {
+		t.Fatal("Apply succeeded against a 400")
+	}
+	for _, secret := range []string{"S3CR3T", keySecret} {
+		if strings.Contains(fmt.Sprintf("%+v", err), secret) {
+			t.Errorf("error %q shows a secret", err)
+		}
+	}
+	if want := srv.URL + "/hooks/{secret}/{doc_id}"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not name the template %s", err, want)
+	}
+	if text := fmt.Sprintf("%v %+v %#v", creds, creds, creds); strings.Contains(text, "S3CR3T") {
+		t.Errorf("credentials formatted show a secret: %s", text)
+	}
+}
+
+func TestNewRejectsSecrets(t *testing.T) {
+	t.Parallel()
+	ref := &config.SecretRef{Env: "X"}
+	tests := []struct {
+		name  string
+		out   config.HTTPOutput
+		creds Credentials
+		want  string
+	}{
+		{name: "unresolved header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"X-Api-Key": {Ref: ref}}},
+			want: "header X-Api-Key: its secret reference is not resolved"},
+		{name: "resolved header splitting lines", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"X-Api-Key": {Ref: ref}}},
+			creds: Credentials{Headers: map[string]string{"X-Api-Key": "S3CR3T\r\nX-Evil: 1"}}, want: "header X-Api-Key: the resolved value holds control characters"},
+		{name: "unresolved url secret", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref}, want: "url_secret is not resolved"},
+		{name: "url secret not path-safe", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref},
+			creds: Credentials{URLSecret: "S3CR3T?x=1"}, want: "url_secret in the path"},
+		{name: "url secret as a dot segment", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref},
+			creds: Credentials{URLSecret: "S3CR3T/.."}, want: "url_secret in the path"},
+		{name: "placeholder without url_secret", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}"}, creds: Credentials{URLSecret: "S3CR3T"},
+			want: "{secret} needs url_secret"},
+		{name: "placeholder in host", out: config.HTTPOutput{URL: "http://{secret}.h/{doc_id}", URLSecret: ref}, creds: Credentials{URLSecret: "S3CR3T"},
+			want: "host"},
+		{name: "fragment after a literal query", out: config.HTTPOutput{URL: "http://h/{doc_id}?key=S3CR3T#frag"}, want: "fragment"},
+		{name: "bad scheme with a literal query", out: config.HTTPOutput{URL: "ftp://h/{doc_id}?key=S3CR3T"}, want: "http://"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := New(tt.out, tt.creds, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New error = %v, want one mentioning %q", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "S3CR3T") {
+				t.Errorf("New error shows the secret: %v", err)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -142,35 +143,63 @@ func TestForceTakeFencesHolder(t *testing.T) {
 	}
 }
 
-// Many contenders at once: exactly one wins each round.
-func TestOneWinnerAmongContenders(t *testing.T) {
+// TestOneWinnerPerRound races N acquirers for the same lease, round after
+// round, through the real store against the DynamoDB endpoint in use: the
+// engine's conditional write must let exactly one of them win every round.
+// Each round starts from a released lease, so every racer's condition holds
+// when it reads the item and only the engine's atomicity can refuse all but
+// one. The racers of a round are released together by closing a channel.
+func TestOneWinnerPerRound(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	s := newStore(t)
-	for round := 0; round < 3; round++ {
+	const rounds = 300
+	racers := []int{8, 12, 16}
+	var races, wins int
+	for round := range rounds {
+		n := racers[round%len(racers)]
+		start := make(chan struct{})
 		var mu sync.Mutex
 		var winners []*lease.Lease
 		var wg sync.WaitGroup
-		for i := 0; i < 8; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l, _, err := s.Acquire(ctx, "job", "c"+string(rune('a'+i))+string(rune('0'+round)), "h", time.Minute)
-				if err == nil {
+		for i := range n {
+			wg.Go(func() {
+				owner := fmt.Sprintf("r%d-c%d", round, i)
+				<-start
+				l, _, err := s.Acquire(ctx, "job", owner, "h", time.Minute)
+				switch {
+				case err == nil:
 					mu.Lock()
 					winners = append(winners, l)
 					mu.Unlock()
-				} else if !errors.Is(err, lease.ErrLeaseHeld) {
-					t.Errorf("acquire: %v", err)
+				case !errors.Is(err, lease.ErrLeaseHeld):
+					t.Errorf("round %d: acquire %s: %v", round, owner, err)
 				}
-			}()
+			})
 		}
+		close(start)
 		wg.Wait()
+		races += n
+		wins += len(winners)
 		if len(winners) != 1 {
-			t.Fatalf("round %d: %d winners, want 1", round, len(winners))
+			owners := make([]string, len(winners))
+			for i, w := range winners {
+				owners[i] = fmt.Sprintf("%s (generation %d)", w.Owner, w.Generation)
+			}
+			t.Fatalf("round %d of %d racers: %d winners %v, want exactly 1", round, n, len(winners), owners)
+		}
+		// The winner holds the next generation, and the item says so.
+		st, err := s.Get(ctx, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := winners[0]; st.Owner != w.Owner || st.Generation != w.Generation || w.Generation != int64(round+1) {
+			t.Fatalf("round %d: item holds %s at generation %d, winner %s at %d; want generation %d",
+				round, st.Owner, st.Generation, w.Owner, w.Generation, round+1)
 		}
 		if err := s.Release(ctx, winners[0]); err != nil {
 			t.Fatal(err)
 		}
 	}
+	t.Logf("%d rounds, %d acquire calls by 8, 12 and 16 racers, %d winners", rounds, races, wins)
 }

@@ -2,6 +2,8 @@ package localrun
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"sync"
 	"time"
 
@@ -58,23 +60,51 @@ func (s *eventSource) run(ctx context.Context) {
 	s.deletes.Wait()
 }
 
+// receiveMargin is how long a received batch stays hidden past the writer's
+// deadline: time for the deletes that follow the handler.
+const receiveMargin = 10 * time.Second
+
+// receiveVisibility is the visibility timeout the receivers ask for, in
+// seconds: the invocation's deadline plus receiveMargin, within SQS's limits.
+func receiveVisibility(timeout time.Duration) int32 {
+	s := int64((timeout + receiveMargin + time.Second - 1) / time.Second)
+	return int32(min(max(s, 1), 43200))
+}
+
 // receive is one receiver: receive a batch, invoke the handler with a
 // deadline, hand the deletion of what it did not report failed to the
 // background, receive again.
+//
+// A receive's answer can be lost on its way back (a keep-alive connection
+// closed under it: "use of closed network connection"). The SDK retries the
+// call, as it should, but SQS already handed out the messages of the lost
+// answer, and they stay hidden for their visibility timeout. So a receiver
+// does not take the queue's visibility timeout, which is sized for Lambda
+// (VisibilityFactor times the writer's timeout): each receive asks for the
+// invocation's deadline plus receiveMargin, which the handler and the
+// deletes cannot outlast, and a lost batch is back that much sooner. On a
+// FIFO queue each receive also carries a ReceiveRequestAttemptId: SQS answers
+// the SDK's retry of a receive whose answer was lost with the same messages.
 func (s *eventSource) receive(ctx context.Context) {
 	c := s.rt.Deps.SQS
+	visibility := receiveVisibility(s.timeout)
 	// A receive is never cancelled midway: SQS may already have handed the
-	// messages out, and a dropped answer would hide them for a whole
-	// visibility timeout. Stopping waits for the current long poll instead.
+	// messages out, and a dropped answer would hide them until they come
+	// back. Stopping waits for the current long poll instead.
 	rctx := context.WithoutCancel(ctx)
 	for ctx.Err() == nil {
-		out, err := c.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
+		in := &sqs.ReceiveMessageInput{
 			QueueUrl:                    &s.q.url,
 			MaxNumberOfMessages:         int32(s.q.out.BatchSize),
 			WaitTimeSeconds:             1,
+			VisibilityTimeout:           visibility,
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},
-		})
+		}
+		if s.q.out.FIFO() {
+			in.ReceiveRequestAttemptId = aws.String(attemptID())
+		}
+		out, err := c.ReceiveMessage(rctx, in)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.rt.Log.Warn("receive messages", "queue", s.q.name, "error", err)
@@ -102,6 +132,13 @@ func (s *eventSource) receive(ctx context.Context) {
 			s.delete(ctx, del)
 		}()
 	}
+}
+
+// attemptID returns a fresh ReceiveRequestAttemptId.
+func attemptID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // invoke runs the handler on one batch and returns the messages to delete.

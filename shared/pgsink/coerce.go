@@ -25,6 +25,16 @@ const (
 	reasonDateOnly       = "date_only"          // an ISO-8601 date: midnight UTC
 	reasonRounded        = "rounded_to_microseconds"
 	reasonNormalizedUUID = "normalized_uuid" // braces, urn:uuid: or no hyphens
+	// A number PostgreSQL refuses as written but whose value it holds
+	// ("0e-99999", "1.000…" past 16383 decimals): written out without
+	// exponent or trailing zeros.
+	reasonNormalizedNumber = "normalized_number"
+	// A time whose UTC offset PostgreSQL cannot read (beyond ±15:59, or a
+	// minute 60): the same instant in UTC.
+	reasonOffsetToUTC = "offset_converted_to_utc"
+	// A jsonb value PostgreSQL refuses as written: unpaired surrogates as
+	// U+FFFD, numbers normalized.
+	reasonNormalizedJSON = "normalized_json"
 )
 
 // Reasons a value cannot be coerced. With on_error null they are recorded
@@ -65,14 +75,7 @@ func coerce(v any, typ, epoch string) coercion {
 	case config.ColumnTimestamptz:
 		return toTimestamp(v, epoch)
 	case config.ColumnJSONB:
-		r, ok := v.(rawJSON)
-		if !ok {
-			r = rawJSON(jsonText(v))
-		}
-		if mayHoldNUL(r) && hasNUL(rawValue(r)) {
-			return coercion{fail: failNUL}
-		}
-		return coercion{text: string(r)}
+		return toJSONB(v)
 	case config.ColumnUUID:
 		return toUUID(v)
 	}
@@ -134,10 +137,13 @@ func toInteger(v any, bits int) coercion {
 }
 
 // PostgreSQL's numeric holds up to 131072 digits before the point and 16383
-// after.
+// after. Its input refuses a text whose scale as written (digits after the
+// point minus the exponent) exceeds 16383, or whose exponent reaches 2^30,
+// even when the value fits ("0e-99999", "1.000…").
 const (
-	maxNumericWeight = 131072
-	maxNumericScale  = 16383
+	maxNumericWeight   = 131072
+	maxNumericScale    = 16383
+	maxNumericExponent = 1<<30 - 1
 )
 
 func toNumeric(v any) coercion {
@@ -154,10 +160,93 @@ func toNumeric(v any) coercion {
 	if !ok {
 		return coercion{fail: failNotNumber}
 	}
-	if d.digits != "" && (len(d.digits)+d.exp > maxNumericWeight || -d.exp > maxNumericScale) {
+	text, status := pgNumeric(s, d)
+	switch status {
+	case numericOutOfRange:
 		return coercion{fail: failOutOfRange}
+	case numericRewritten:
+		reason = reasonNormalizedNumber
 	}
-	return coercion{text: s, reason: reason}
+	return coercion{text: text, reason: reason}
+}
+
+// What pgNumeric made of a number.
+const (
+	numericAsWritten = iota
+	numericRewritten
+	numericOutOfRange
+)
+
+// pgNumeric returns the text PostgreSQL's numeric reads as the number s
+// (parsed as d): s itself when PostgreSQL accepts it as written, otherwise
+// d written out in positional notation without trailing zeros; or
+// numericOutOfRange when no text can hold the value.
+func pgNumeric(s string, d decimal) (string, int) {
+	n := d.normalized()
+	if n.digits != "" && (n.intLen() > maxNumericWeight || -n.exp > maxNumericScale) {
+		return "", numericOutOfRange
+	}
+	if numericAsWrittenOK(s) {
+		return s, numericAsWritten
+	}
+	return n.positional(), numericRewritten
+}
+
+// numericAsWrittenOK reports whether PostgreSQL's numeric input reads s
+// (which parseDecimal accepted) as it is: its written scale is at most 16383
+// and its exponent below 2^30. The value's range is checked separately.
+func numericAsWrittenOK(s string) bool {
+	frac, exp, expNeg := 0, 0, false
+	i := strings.IndexAny(s, ".eE")
+	if i < 0 {
+		return true
+	}
+	if s[i] == '.' {
+		for i++; i < len(s) && '0' <= s[i] && s[i] <= '9'; i++ {
+			frac++
+		}
+	}
+	if i < len(s) {
+		i++ // e or E
+		if s[i] == '+' || s[i] == '-' {
+			expNeg = s[i] == '-'
+			i++
+		}
+		for ; i < len(s); i++ {
+			if exp = exp*10 + int(s[i]-'0'); exp > maxNumericExponent {
+				return false
+			}
+		}
+	}
+	if expNeg {
+		exp = -exp
+	}
+	return frac-exp <= maxNumericScale
+}
+
+// positional writes d (normalized) without exponent: "-12.5", "0.001", "0".
+func (d decimal) positional() string {
+	if d.digits == "" {
+		return "0"
+	}
+	var b strings.Builder
+	if d.neg {
+		b.WriteByte('-')
+	}
+	switch point := len(d.digits) + d.exp; {
+	case d.exp >= 0:
+		b.WriteString(d.digits)
+		b.WriteString(strings.Repeat("0", d.exp))
+	case point > 0:
+		b.WriteString(d.digits[:point])
+		b.WriteByte('.')
+		b.WriteString(d.digits[point:])
+	default:
+		b.WriteString("0.")
+		b.WriteString(strings.Repeat("0", -point))
+		b.WriteString(d.digits)
+	}
+	return b.String()
 }
 
 func toBoolean(v any) coercion {
@@ -251,6 +340,8 @@ func fromISO(s string) coercion {
 	s = strings.Replace(s, "z", "Z", 1)
 	reason := ""
 	t, err := time.Parse(time.RFC3339Nano, s)
+	// Go reads UTC offsets up to ±24:00 and a minute 60 ("+01:60");
+	// PostgreSQL refuses both: such a time goes as the same instant in UTC.
 	for _, layout := range []string{"2006-01-02T15:04:05.999999999Z0700", "2006-01-02T15:04:05.999999999Z07"} {
 		if err != nil {
 			t, err = time.Parse(layout, s)
@@ -269,6 +360,11 @@ func fromISO(s string) coercion {
 	}
 	if err != nil {
 		return coercion{fail: failNotTimestamp}
+	}
+	if _, off := t.Zone(); reason == "" && (off <= -16*3600 || off >= 16*3600 || strings.HasSuffix(s, "60")) {
+		// Seconds of 60 do not parse, so a parsed time with an offset
+		// ending in 60 has a minute 60 there.
+		reason = reasonOffsetToUTC
 	}
 	rounded := t.Round(time.Microsecond)
 	if !rounded.Equal(t) && reason == "" {
@@ -340,6 +436,120 @@ func jsonText(v any) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
+// toJSONB fits any JSON value to a jsonb column. jsonb cannot hold U+0000
+// (a failure); PostgreSQL's JSON input refuses unpaired surrogate escapes
+// and numbers its numeric cannot read as written, so such a value is written
+// again (surrogates as U+FFFD, numbers in positional notation), or fails
+// when one of its numbers is out of numeric's range.
+func toJSONB(v any) coercion {
+	r, ok := v.(rawJSON)
+	if !ok {
+		r = rawJSON(jsonText(v))
+	}
+	if mayHoldNUL(r) && hasNUL(rawValue(r)) {
+		return coercion{fail: failNUL}
+	}
+	if jsonAsWrittenOK(string(r)) {
+		return coercion{text: string(r)}
+	}
+	fixed, ok := pgJSONValue(rawValue(r), false)
+	if !ok {
+		return coercion{fail: failOutOfRange}
+	}
+	return coercion{text: jsonText(fixed), reason: reasonNormalizedJSON}
+}
+
+// jsonAsWrittenOK reports whether PostgreSQL's JSON input reads the valid
+// JSON text r as it is: no unpaired surrogate escape, every number one its
+// numeric reads as written and holds. A \u0000 escape is not its concern.
+func jsonAsWrittenOK(r string) bool {
+	if !strings.Contains(r, `\u`) && !strings.ContainsAny(r, ".eE") && len(r) < maxNumericWeight {
+		return true // no escapes, and only integers shorter than numeric's limit
+	}
+	for i := 0; i < len(r); i++ {
+		switch c := r[i]; {
+		case c == '"':
+			for i++; r[i] != '"'; i++ {
+				if r[i] != '\\' {
+					continue
+				}
+				u := u4([]byte(r[i:min(i+6, len(r))]))
+				i++ // the escaped character, or the u of \uXXXX
+				if u < 0 {
+					continue
+				}
+				i += 4
+				switch {
+				case u >= 0xDC00 && u <= 0xDFFF:
+					return false // a low surrogate without a high one
+				case u >= 0xD800 && u <= 0xDBFF:
+					if lo := u4([]byte(r[i+1 : min(i+7, len(r))])); lo < 0xDC00 || lo > 0xDFFF {
+						return false
+					}
+					i += 6
+				}
+			}
+		case c == '-' || '0' <= c && c <= '9':
+			j := i + 1
+			for j < len(r) && strings.IndexByte("0123456789.eE+-", r[j]) >= 0 {
+				j++
+			}
+			d, ok := parseDecimal(r[i:j])
+			if !ok {
+				return false
+			}
+			if _, status := pgNumeric(r[i:j], d); status != numericAsWritten {
+				return false
+			}
+			i = j - 1
+		}
+	}
+	return true
+}
+
+// pgJSONValue returns v (decoded with json.Number numbers; unpaired
+// surrogates already read as U+FFFD) with every number written so that
+// PostgreSQL's numeric reads it. A number out of numeric's range makes ok
+// false, or, with keep, becomes a string of its text.
+func pgJSONValue(v any, keep bool) (any, bool) {
+	switch v := v.(type) {
+	case json.Number:
+		d, ok := parseDecimal(string(v))
+		if !ok {
+			return v, false
+		}
+		text, status := pgNumeric(string(v), d)
+		switch {
+		case status != numericOutOfRange:
+			return json.Number(text), true
+		case keep:
+			return string(v), true
+		}
+		return v, false
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			f, ok := pgJSONValue(e, keep)
+			if !ok {
+				return nil, false
+			}
+			out[i] = f
+		}
+		return out, true
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			f, ok := pgJSONValue(e, keep)
+			if !ok {
+				return nil, false
+			}
+			out[k] = f
+		}
+		return out, true
+	}
+	return v, true
+}
+
 // hasNUL reports whether a string or key anywhere in v holds U+0000.
 func hasNUL(v any) bool {
 	switch v := v.(type) {
@@ -362,15 +572,16 @@ func hasNUL(v any) bool {
 }
 
 // recordedJSON is a value as written, for the data-quality table's jsonb
-// column, with U+0000 (which jsonb cannot hold) replaced by U+FFFD.
+// column, made storable: U+0000 (which jsonb cannot hold) and unpaired
+// surrogates replaced by U+FFFD, numbers numeric cannot read as written in
+// positional notation, and numbers out of its range as strings.
 func recordedJSON(r rawJSON) string {
-	if !mayHoldNUL(r) {
+	nul := mayHoldNUL(r) && hasNUL(rawValue(r))
+	if !nul && jsonAsWrittenOK(string(r)) {
 		return string(r)
 	}
-	if v := rawValue(r); hasNUL(v) {
-		return jsonText(replaceNUL(v))
-	}
-	return string(r)
+	v, _ := pgJSONValue(replaceNUL(rawValue(r)), true)
+	return jsonText(v)
 }
 
 func replaceNUL(v any) any {

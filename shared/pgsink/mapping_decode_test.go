@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 // stdlibDecode is the reference decodeDoc must match: one valid JSON value,
@@ -69,9 +70,14 @@ func checkDecode(t *testing.T, in []byte) {
 	}
 }
 
+// FuzzDecodeDoc: the tape decoder accepts exactly what encoding/json
+// accepts and decodes it to the same value.
 func FuzzDecodeDoc(f *testing.F) {
 	for _, s := range decodeSamples {
 		f.Add([]byte(s))
+	}
+	for _, id := range testenv.HostileIDs() {
+		f.Add([]byte(`{"_id":` + jsonString(id) + `,` + jsonString(id) + `:[` + jsonString(id) + `]}`))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) { checkDecode(t, in) })
 }

@@ -245,8 +245,9 @@ func TestApplyBadDocumentFailsAlone(t *testing.T) {
 	empty := live("empty", "1-e", v(1, 6))
 	empty.Doc = nil
 	noVersion := live("noversion", "1-v", v(0, 0))
+	nulID := live("id\x00nul", "1-z", v(1, 7)) // PostgreSQL text cannot hold U+0000
 
-	batch := []*change.Envelope{live("good-1", "1-g", v(1, 1)), nul, live("good-2", "1-h", v(1, 3)), array, broken, empty, noVersion}
+	batch := []*change.Envelope{live("good-1", "1-g", v(1, 1)), nul, live("good-2", "1-h", v(1, 3)), array, broken, empty, noVersion, nulID}
 	type want struct {
 		class    deliver.Class // "" for success
 		reason   string
@@ -260,6 +261,7 @@ func TestApplyBadDocumentFailsAlone(t *testing.T) {
 		{class: deliver.Permanent, reason: "invalid_body"},
 		{class: deliver.Permanent, reason: "invalid_body"},
 		{class: deliver.Permanent, reason: "invalid_change"},
+		{class: deliver.Permanent, reason: "sql_error", sqlState: "22021"},
 	}
 	errs := s.Apply(t.Context(), batch)
 	if len(errs) != len(batch) {

@@ -28,13 +28,16 @@ type Querier interface {
 // jsonb text, which PostgreSQL normalizes. In mapping mode it reads the
 // versions table alone: a row marked filtered records a revision the
 // mapping's filter rejected; the mapped rows are not checked (Rows reads
-// them) and Digest is empty.
+// them, CompareContent compares them with a source body) and Digest is
+// empty.
 type State struct {
 	db      Querier
 	output  string
 	names   tableNames
 	mapping *mapper // nil in document mode
 	scanSQL string  // every document held or recorded inconsistently
+	// contentSQL compares mapped rows (mapping mode; see CompareContent).
+	contentSQL string
 }
 
 // NewState returns the state reader of out, whose tables are named as New
@@ -57,6 +60,7 @@ FROM ` + s.names.versions + ` v FULL JOIN ` + s.names.data + ` d ON d.doc_id = v
 WHERE (d.doc_id IS NOT NULL OR NOT v.deleted)`
 	} else {
 		st.scanSQL = `SELECT doc_id, generation, counter, rev, filtered FROM ` + s.names.versions + ` WHERE NOT deleted`
+		st.contentSQL = st.mapping.contentSQL()
 	}
 	return st, nil
 }

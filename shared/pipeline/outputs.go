@@ -92,12 +92,9 @@ func (d *Deps) postgresState(ctx context.Context, o *config.Output) (verify.Outp
 }
 
 func (d *Deps) httpSink(ctx context.Context, o *config.Output) (deliver.Sink, error) {
-	var creds httpsink.Credentials
-	if a := o.HTTP.Auth; a != nil {
-		var err error
-		if creds.Username, creds.Password, creds.Token, err = d.credentials(ctx, a); err != nil {
-			return nil, fmt.Errorf("http auth: %w", err)
-		}
+	creds, err := d.httpCredentials(ctx, o.HTTP)
+	if err != nil {
+		return nil, err
 	}
 	return httpsink.New(*o.HTTP, creds, &http.Client{})
 }
@@ -117,4 +114,37 @@ func asOutput[T verify.Output](st T, err error) (verify.Output, error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// httpCredentials resolves every secret reference of an HTTP output: auth,
+// the headers given by reference and url_secret.
+func (d *Deps) httpCredentials(ctx context.Context, h *config.HTTPOutput) (httpsink.Credentials, error) {
+	var creds httpsink.Credentials
+	if a := h.Auth; a != nil {
+		var err error
+		if creds.Username, creds.Password, creds.Token, err = d.credentials(ctx, a); err != nil {
+			return creds, fmt.Errorf("http auth: %w", err)
+		}
+	}
+	for name, v := range h.Headers {
+		if v.Ref == nil {
+			continue
+		}
+		val, err := d.Secrets.Resolve(ctx, *v.Ref)
+		if err != nil {
+			return creds, fmt.Errorf("http header %s: %w", name, err)
+		}
+		if creds.Headers == nil {
+			creds.Headers = map[string]string{}
+		}
+		creds.Headers[name] = val
+	}
+	if h.URLSecret != nil {
+		val, err := d.Secrets.Resolve(ctx, *h.URLSecret)
+		if err != nil {
+			return creds, fmt.Errorf("http url_secret: %w", err)
+		}
+		creds.URLSecret = val
+	}
+	return creds, nil
 }

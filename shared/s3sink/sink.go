@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -97,7 +98,8 @@ type place struct {
 
 // New returns a sink writing to out.Bucket through client. An empty
 // KeyTemplate defaults to "{doc_id}.json". The prefix and template may not
-// start with '/' or contain ".." or "//", so no key can leave the prefix.
+// start with '/', contain ".." or "//", or have a "." segment, so no key can
+// leave the prefix or name it twice.
 func New(client S3API, out config.S3Output) (*Sink, error) {
 	p, err := newPlace(out, client != nil)
 	if err != nil {
@@ -129,6 +131,9 @@ func newPlace(out config.S3Output, hasClient bool) (place, error) {
 		errs = append(errs, fmt.Errorf("prefix and key template %q must not start with '/'", whole))
 	case strings.Contains(whole, ".."), strings.Contains(whole, "//"):
 		errs = append(errs, fmt.Errorf("prefix and key template %q must not contain \"..\" or \"//\"", whole))
+	case slices.Contains(strings.Split(whole, "/"), "."):
+		// S3 keeps it, but tools that map keys to paths resolve it.
+		errs = append(errs, fmt.Errorf(`prefix and key template %q must not have a "." segment`, whole))
 	case strings.ContainsFunc(whole, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		errs = append(errs, fmt.Errorf("prefix and key template %q must not contain control characters", whole))
 	}

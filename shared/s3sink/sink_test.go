@@ -713,6 +713,11 @@ func TestNew(t *testing.T) {
 		{name: "dot-dot across prefix and template", out: config.S3Output{Bucket: "b", Prefix: "p.", KeyTemplate: ".{doc_id}"}, wantErr: ".."},
 		{name: "leading slash", out: config.S3Output{Bucket: "b", Prefix: "/p/"}, wantErr: "'/'"},
 		{name: "empty segment", out: config.S3Output{Bucket: "b", Prefix: "p//"}, wantErr: "//"},
+		{name: "dot segment in prefix", out: config.S3Output{Bucket: "b", Prefix: "p/./"}, wantErr: `"." segment`},
+		{name: "dot segment in template", out: config.S3Output{Bucket: "b", KeyTemplate: "x/./{doc_id}"}, wantErr: `"." segment`},
+		{name: "template ending in a dot segment", out: config.S3Output{Bucket: "b", KeyTemplate: "{doc_id}/."}, wantErr: `"." segment`},
+		{name: "prefix that is a dot", out: config.S3Output{Bucket: "b", Prefix: ".", KeyTemplate: "/{doc_id}"}, wantErr: `"." segment`},
+		{name: "dots inside a segment", out: config.S3Output{Bucket: "b", Prefix: "p.x/", KeyTemplate: "{doc_id}.json"}, wantKey: "p.x/a%2Fb.json"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,5 +1,5 @@
 // Package testenv connects tests to the local services started by `make up`:
-// the AWS emulator, the CouchDB-compatible source and PostgreSQL. A test that
+// LocalStack and DynamoDB Local, the CouchDB-compatible source and PostgreSQL. A test that
 // needs a service which is not running fails with a message saying how to
 // start it; it never skips.
 package testenv
@@ -26,17 +26,31 @@ import (
 
 // Defaults match localstack/env.sh.
 const (
-	DefaultAWSEndpoint = "http://127.0.0.1:4566"
-	DefaultCouchURL    = "http://127.0.0.1:5984"
-	DefaultPostgresDSN = "postgres://changes:changes@127.0.0.1:5432/changes?sslmode=disable"
+	DefaultAWSEndpoint      = "http://127.0.0.1:4566"
+	DefaultS3Endpoint       = "http://127.0.0.1:4567"
+	DefaultDynamoDBEndpoint = "http://127.0.0.1:8000"
+	DefaultCouchURL         = "http://127.0.0.1:5984"
+	DefaultPostgresDSN      = "postgres://changes:changes@127.0.0.1:5432/changes?sslmode=disable"
 )
 
 var setAWSEnv sync.Once
 
-// SetAWSEnv points the AWS SDK at the local emulator unless the environment
-// already names an endpoint. It only sets variables that are unset.
+// SetAWSEnv points the AWS SDK at the local services unless the environment
+// already names an endpoint. It only sets variables that are unset, and sets
+// the S3 (moto) and DynamoDB (DynamoDB Local) endpoints only along with the
+// default AWS_ENDPOINT_URL (LocalStack).
 func SetAWSEnv() {
 	setAWSEnv.Do(func() {
+		if _, ok := os.LookupEnv("AWS_ENDPOINT_URL"); !ok {
+			for k, v := range map[string]string{
+				"AWS_ENDPOINT_URL_S3":       DefaultS3Endpoint,
+				"AWS_ENDPOINT_URL_DYNAMODB": DefaultDynamoDBEndpoint,
+			} {
+				if _, ok := os.LookupEnv(k); !ok {
+					os.Setenv(k, v)
+				}
+			}
+		}
 		for k, v := range map[string]string{
 			"AWS_ENDPOINT_URL":      DefaultAWSEndpoint,
 			"AWS_REGION":            "us-east-1",
@@ -51,12 +65,18 @@ func SetAWSEnv() {
 	})
 }
 
-// AWS returns an SDK configuration for the local emulator, failing the test
-// when the emulator does not answer.
+// AWS returns an SDK configuration for the local services, failing the test
+// when LocalStack, the S3 endpoint or DynamoDB Local does not answer.
 func AWS(t testing.TB) aws.Config {
 	t.Helper()
 	SetAWSEnv()
-	mustDial(t, os.Getenv("AWS_ENDPOINT_URL"), "the AWS emulator")
+	mustDial(t, os.Getenv("AWS_ENDPOINT_URL"), "the local AWS (LocalStack)")
+	if u := os.Getenv("AWS_ENDPOINT_URL_S3"); u != "" {
+		mustDial(t, u, "the S3 endpoint (moto)")
+	}
+	if u := os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"); u != "" {
+		mustDial(t, u, "DynamoDB Local")
+	}
 	cfg, err := awsconf.Load(context.Background())
 	if err != nil {
 		t.Fatalf("load aws config: %v", err)

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/change"
@@ -20,8 +18,11 @@ import (
 
 // RepairSource is what a repair reads from the source.
 type RepairSource interface {
-	// Get returns a document's winning body and revision.
-	Get(ctx context.Context, id string) (json.RawMessage, string, error)
+	// Current reads each document's current state, one row per id in the
+	// order of ids: the winner's Rev and Doc, or Deleted (also when never
+	// written), or Removed (the Sync Gateway family no longer lets the
+	// reader see it). It reads many documents per request.
+	Current(ctx context.Context, ids []string) ([]feed.Row, error)
 	// Now returns the feed's current position.
 	Now(ctx context.Context) (json.RawMessage, error)
 }
@@ -93,8 +94,6 @@ type Repairer struct {
 	Target fanout.Target
 	// Owner and Host name the repair in the job item, like a poller's.
 	Owner, Host string
-	// SourceType selects Sync Gateway's removal semantics for 403.
-	SourceType string
 	// Wait bounds how long Repair waits for the lease. Default 3 minutes.
 	Wait time.Duration
 	// Force takes the lease at once (fencing out a running poller).
@@ -103,8 +102,6 @@ type Repairer struct {
 	KeepDeleted bool
 	// KeepRemoved: do not enqueue removals (ignore_remove).
 	KeepRemoved bool
-	// Concurrency bounds source reads. Default 8.
-	Concurrency int
 	// Progress, when set, is called after each enqueued batch.
 	Progress func(done, total int)
 	Log      *slog.Logger
@@ -135,8 +132,9 @@ func (r *Repairer) log() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// repairBatch is the number of documents read and enqueued at once.
-const repairBatch = 50
+// repairBatch is the number of documents read (in one request to the
+// source) and enqueued at once.
+const repairBatch = 100
 
 // Repair enqueues the current state of each document in ids (see
 // Repairer). Enqueuing is idempotent: running it again only enqueues the
@@ -292,50 +290,24 @@ type docState struct {
 	deleted, removed bool
 }
 
-// read fetches the current state of each id, concurrently.
+// read fetches the current state of each id, as few requests as the source
+// allows (one per repairBatch documents).
 func (r *Repairer) read(ctx context.Context, ids []string) ([]docState, error) {
-	out := make([]docState, len(ids))
-	n := r.Concurrency
-	if n <= 0 {
-		n = 8
+	rows, err := r.Source.Current(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read source documents: %w", err)
 	}
-	sem := make(chan struct{}, n)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for i, id := range ids {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return nil, ctx.Err()
+	if len(rows) != len(ids) {
+		return nil, fmt.Errorf("read source documents: %d answers for %d documents", len(rows), len(ids))
+	}
+	out := make([]docState, len(rows))
+	for i, row := range rows {
+		if row.ID != ids[i] {
+			return nil, fmt.Errorf("read source documents: answer %d is for %q, not %q", i, row.ID, ids[i])
 		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			body, rev, err := r.Source.Get(ctx, id)
-			var se *feed.StatusError
-			switch {
-			case err == nil:
-				out[i] = docState{body: body, rev: rev}
-			case errors.Is(err, feed.ErrNotFound):
-				out[i] = docState{deleted: true}
-			case errors.As(err, &se) && se.Status == http.StatusForbidden && syncGatewayFamily(r.SourceType):
-				out[i] = docState{removed: true}
-			default:
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = fmt.Errorf("read source document %q: %w", id, err)
-				}
-				mu.Unlock()
-			}
-		})
+		out[i] = docState{body: row.Doc, rev: row.Rev, deleted: row.Deleted, removed: row.Removed}
 	}
-	wg.Wait()
-	return out, firstErr
-}
-
-func syncGatewayFamily(t string) bool {
-	return t == config.SourceSyncGateway || t == config.SourceAppServices || t == config.SourceEdgeServer
+	return out, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

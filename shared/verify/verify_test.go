@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/lease"
@@ -23,18 +23,31 @@ import (
 
 // fakeSource is a source whose documents can change between reads.
 type fakeSource struct {
-	mu   sync.Mutex
-	docs map[string]string // id → winning rev
+	mu      sync.Mutex
+	docs    map[string]string // id → winning rev
+	deleted map[string]string // id → rev of the tombstone
+	removed map[string]string // id → rev removed from the reader's channels
 	// onList runs after the listing (the source changes meanwhile).
 	onList func(f *fakeSource)
 	seq    string
 }
 
-func (f *fakeSource) Winners(_ context.Context, _ int, fn func([]feed.DocRev) error) error {
+func (f *fakeSource) List(_ context.Context, _ int, fn func([]feed.Row) error) error {
 	f.mu.Lock()
-	var page []feed.DocRev
+	var page []feed.Row
 	for _, id := range slices.Sorted(maps.Keys(f.docs)) {
-		page = append(page, feed.DocRev{ID: id, Rev: f.docs[id]})
+		page = append(page, feed.Row{ID: id, Rev: f.docs[id]})
+	}
+	// A document both deleted and removed (Sync Gateway's row for a
+	// deletion seen by a reader of some channels) has one row.
+	for _, id := range slices.Sorted(maps.Keys(f.deleted)) {
+		_, removed := f.removed[id]
+		page = append(page, feed.Row{ID: id, Rev: f.deleted[id], Deleted: true, Removed: removed})
+	}
+	for _, id := range slices.Sorted(maps.Keys(f.removed)) {
+		if _, deleted := f.deleted[id]; !deleted {
+			page = append(page, feed.Row{ID: id, Rev: f.removed[id], Removed: true})
+		}
 	}
 	f.mu.Unlock()
 	if err := fn(page); err != nil {
@@ -46,22 +59,54 @@ func (f *fakeSource) Winners(_ context.Context, _ int, fn func([]feed.DocRev) er
 	return nil
 }
 
-func (f *fakeSource) Get(_ context.Context, id string) (json.RawMessage, string, error) {
+func (f *fakeSource) Current(_ context.Context, ids []string) ([]feed.Row, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	rev, ok := f.docs[id]
-	if !ok {
-		return nil, "", &feed.StatusError{Op: "get", Status: http.StatusNotFound, Reason: "deleted"}
+	rows := make([]feed.Row, len(ids))
+	for i, id := range ids {
+		rows[i].ID = id
+		_, removed := f.removed[id]
+		switch rev, ok := f.docs[id]; {
+		case ok:
+			rows[i].Rev, rows[i].Doc = rev, json.RawMessage(fmt.Sprintf(`{"_id":%q,"_rev":%q}`, id, rev))
+		case removed:
+			rows[i].Removed = true
+		default:
+			rows[i].Deleted = true
+		}
 	}
-	return json.RawMessage(fmt.Sprintf(`{"_id":%q,"_rev":%q}`, id, rev)), rev, nil
+	return rows, nil
 }
 
 func (f *fakeSource) Now(context.Context) (json.RawMessage, error) {
 	return json.RawMessage(f.seq), nil
 }
 
-// fakeOutput is an output state held in a map.
-type fakeOutput struct{ docs map[string]Doc }
+// fakeOutput is an output state held in a map; the content of the
+// documents in tampered differs from the source's.
+type fakeOutput struct {
+	docs     map[string]Doc
+	tampered map[string]bool
+	// compared lists the documents whose content was compared.
+	compared []string
+}
+
+func (o *fakeOutput) CompareContent(_ context.Context, docs []deliver.SourceDoc) (map[string]string, error) {
+	out := map[string]string{}
+	for _, d := range docs {
+		o.compared = append(o.compared, d.ID)
+		var body struct {
+			ID string `json:"_id"`
+		}
+		if err := json.Unmarshal(d.Body, &body); err != nil || body.ID != d.ID {
+			return nil, fmt.Errorf("source body of %s: %s", d.ID, d.Body)
+		}
+		if o.tampered[d.ID] {
+			out[d.ID] = "tampered"
+		}
+	}
+	return out, nil
+}
 
 func (o *fakeOutput) Scan(_ context.Context, fn func(Doc) error) error {
 	for _, id := range slices.Sorted(maps.Keys(o.docs)) {
@@ -90,13 +135,17 @@ func held(rev string) Doc { return Doc{Rev: rev, Held: true} }
 func TestCompare(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name   string
-		source map[string]string
-		output map[string]Doc
-		opts   Options
-		onList func(*fakeSource)
-		want   []Drift
-		kept   int
+		name     string
+		source   map[string]string
+		deleted  map[string]string
+		removed  map[string]string
+		output   map[string]Doc
+		tampered []string
+		opts     Options
+		onList   func(*fakeSource)
+		want     []Drift
+		kept     int
+		compared []string // documents whose content is compared
 	}{
 		{
 			name:   "in sync",
@@ -132,6 +181,63 @@ func TestCompare(t *testing.T) {
 			want:   []Drift{{Kind: Missing, DocID: "b", SourceRev: "2-b", OutputRev: "1-b"}},
 		},
 		{
+			name:     "content differs at the same revision",
+			source:   map[string]string{"a": "1-a", "b": "2-b", "c": "1-c", "f": "3-f"},
+			output:   map[string]Doc{"a": held("1-a"), "b": held("1-b"), "c": held("1-c"), "f": {Rev: "3-f", Filtered: true}},
+			tampered: []string{"a", "b", "f"},
+			opts:     Options{Content: true},
+			// b is stale: its content is not compared.
+			compared: []string{"a", "c", "f"},
+			want: []Drift{
+				{Kind: Stale, DocID: "b", SourceRev: "2-b", OutputRev: "1-b"},
+				{Kind: Content, DocID: "a", SourceRev: "1-a", OutputRev: "1-a", Problem: "tampered"},
+				{Kind: Content, DocID: "f", SourceRev: "3-f", OutputRev: "3-f", Problem: "tampered"},
+			},
+		},
+		{
+			name:     "content not compared",
+			source:   map[string]string{"a": "1-a"},
+			output:   map[string]Doc{"a": held("1-a")},
+			tampered: []string{"a"},
+		},
+		{
+			name:     "content drift rechecked",
+			source:   map[string]string{"a": "1-a", "b": "1-b"},
+			output:   map[string]Doc{"a": held("1-a"), "b": held("1-b")},
+			tampered: []string{"a"},
+			opts:     Options{Content: true, Recheck: true},
+			compared: []string{"a", "b", "a"},
+			want:     []Drift{{Kind: Content, DocID: "a", SourceRev: "1-a", OutputRev: "1-a", Problem: "tampered"}},
+		},
+		{
+			name:    "deleted in the source, listed as such",
+			source:  map[string]string{"a": "1-a"},
+			deleted: map[string]string{"z": "2-z"},
+			output:  map[string]Doc{"a": held("1-a"), "z": held("1-z")},
+			want:    []Drift{{Kind: Unexpected, DocID: "z", OutputRev: "1-z"}},
+		},
+		{
+			name:    "removed documents kept on purpose, deleted ones not",
+			source:  map[string]string{"a": "1-a"},
+			deleted: map[string]string{"z": "2-z"},
+			removed: map[string]string{"r": "1-r"},
+			output:  map[string]Doc{"a": held("1-a"), "r": held("1-r"), "z": held("1-z")},
+			opts:    Options{KeepRemoved: true, Recheck: true},
+			want:    []Drift{{Kind: Unexpected, DocID: "z", OutputRev: "1-z"}},
+			kept:    1,
+		},
+		{
+			name:    "deleted and removed rows kept as the poller keeps them",
+			source:  map[string]string{"a": "1-a"},
+			deleted: map[string]string{"d": "2-d", "dr": "2-dr"},
+			removed: map[string]string{"r": "1-r", "dr": "2-dr"},
+			output:  map[string]Doc{"a": held("1-a"), "d": held("1-d"), "dr": held("1-dr"), "r": held("1-r"), "absent": held("1-x")},
+			opts:    Options{KeepDeleted: true, Recheck: true},
+			// ignore_delete skips a row that is deleted, removed or not.
+			want: []Drift{{Kind: Unexpected, DocID: "r", OutputRev: "1-r"}},
+			kept: 3,
+		},
+		{
 			name:   "deleted documents kept on purpose",
 			source: map[string]string{"a": "1-a"},
 			output: map[string]Doc{"a": held("1-a"), "z": held("2-z")},
@@ -155,10 +261,17 @@ func TestCompare(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			src := &fakeSource{docs: maps.Clone(tt.source), onList: tt.onList}
-			rep, err := Compare(t.Context(), src, &fakeOutput{docs: tt.output}, tt.opts)
+			src := &fakeSource{docs: maps.Clone(tt.source), deleted: tt.deleted, removed: tt.removed, onList: tt.onList}
+			out := &fakeOutput{docs: tt.output, tampered: map[string]bool{}}
+			for _, id := range tt.tampered {
+				out.tampered[id] = true
+			}
+			rep, err := Compare(t.Context(), src, out, tt.opts)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.compared, out.compared); diff != "" {
+				t.Errorf("content compared (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tt.want, rep.Drift); diff != "" {
 				t.Errorf("drift (-want +got):\n%s", diff)

@@ -63,7 +63,7 @@ func newFailoverStack(ctx context.Context, bin, dir, name string, backlog int, p
 		fs.close()
 		return nil, err
 	}
-	target, err := faults.AWSEndpoint()
+	target, err := faults.AWSEndpoint("SQS")
 	if err != nil {
 		fs.close()
 		return nil, err

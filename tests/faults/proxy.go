@@ -47,12 +47,19 @@ type Proxy struct {
 	wg    sync.WaitGroup
 }
 
-// AWSEndpoint is the host:port of the AWS endpoint the stacks use.
-func AWSEndpoint() (string, error) {
+// AWSEndpoint is the host:port the stacks use for one AWS service, named as
+// in the SDK's per-service endpoint setting ("SQS", "DYNAMODB"):
+// AWS_ENDPOINT_URL_<SERVICE> when set, else AWS_ENDPOINT_URL.
+func AWSEndpoint(service string) (string, error) {
 	testenv.SetAWSEnv()
-	u, err := url.Parse(os.Getenv("AWS_ENDPOINT_URL"))
+	name := "AWS_ENDPOINT_URL_" + service
+	raw := os.Getenv(name)
+	if raw == "" {
+		name, raw = "AWS_ENDPOINT_URL", os.Getenv("AWS_ENDPOINT_URL")
+	}
+	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("AWS_ENDPOINT_URL %q is not a URL with a host", os.Getenv("AWS_ENDPOINT_URL"))
+		return "", fmt.Errorf("%s %q is not a URL with a host", name, raw)
 	}
 	return u.Host, nil
 }

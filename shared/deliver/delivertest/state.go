@@ -2,9 +2,11 @@ package delivertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -18,6 +20,7 @@ import (
 type StateReader interface {
 	Scan(ctx context.Context, fn func(deliver.Stored) error) error
 	Lookup(ctx context.Context, ids []string) (map[string]deliver.Stored, error)
+	CompareContent(ctx context.Context, docs []deliver.SourceDoc) (map[string]string, error)
 }
 
 // StateHarness adapts one sink and its state reader to the state suite.
@@ -32,8 +35,9 @@ type StateHarness struct {
 
 // RunState checks that a state reader reports what changes applied through
 // its own sink left: the version, revision and liveness of every document,
-// the same through Scan and Lookup, and (with Digests) a digest that follows
-// the stored content.
+// the same through Scan and Lookup, (with Digests) a digest that follows
+// the stored content, and a content comparison that finds a body other than
+// the one applied, but not the same body written differently.
 func RunState(t *testing.T, h StateHarness) {
 	t.Helper()
 	t.Run("reports what the sink applied", func(t *testing.T) {
@@ -99,6 +103,37 @@ func RunState(t *testing.T, h StateHarness) {
 			}
 		})
 	}
+
+	t.Run("content compares with the source body", func(t *testing.T) {
+		t.Parallel()
+		sink, st := h.New(t)
+		applyOK(t, sink, []*change.Envelope{Live("a", "1-a", V(1, 1)), Live("b", "1-b", V(1, 2)), Live("c", "1-c", V(1, 3))}, "batch")
+		if got, err := st.CompareContent(t.Context(), nil); err != nil || len(got) != 0 {
+			t.Errorf("CompareContent of no document = %v, %v", got, err)
+		}
+		other := Live("b", "1-b", V(1, 2))
+		other.Doc = json.RawMessage(`{"_id":"b","_rev":"1-b","observed":"something else"}`)
+		docs := []deliver.SourceDoc{
+			{ID: "a", Rev: "1-a", Body: Live("a", "1-a", V(1, 1)).Doc},
+			{ID: "b", Rev: "1-b", Body: other.Doc},
+			// The applied body with its members in another order and
+			// other white space: the same content.
+			{ID: "c", Rev: "1-c", Body: json.RawMessage(` { "observed" : "1.3", "_rev":"1-c",  "_id": "c"}`)},
+			{ID: "never", Rev: "1-n", Body: Live("never", "1-n", V(1, 4)).Doc},
+		}
+		got, err := st.CompareContent(t.Context(), docs)
+		if err != nil {
+			t.Fatalf("CompareContent: %v", err)
+		}
+		if diff := cmp.Diff([]string{"b", "never"}, slices.Sorted(maps.Keys(got))); diff != "" {
+			t.Errorf("CompareContent reports (-want +got):\n%s\n%v", diff, got)
+		}
+		for id, why := range got {
+			if why == "" || strings.Contains(why, "something else") {
+				t.Errorf("document %q: reason %q should say what differs, without the values", id, why)
+			}
+		}
+	})
 
 	t.Run("an empty output holds nothing", func(t *testing.T) {
 		t.Parallel()

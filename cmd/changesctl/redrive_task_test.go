@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/dlq"
+)
+
+// TestRedriveMoveTask redrives DLQs whose messages the work queue's redrive
+// policy moved there seconds earlier, well inside SQS's 5-minute FIFO
+// deduplication window.
+//
+// Standard queue: `dlq redrive --mode task` runs an SQS message move task
+// and every message is back on the work queue exactly once.
+//
+// FIFO queue: a move task keeps a message's deduplication id, and a work
+// queue that saw the id in the last 5 minutes drops the moved message after
+// the DLQ let go of it (LocalStack does so with the id the redrive policy
+// kept). So `--mode task` is refused and moves nothing, and the default mode
+// copies with a deduplication id per DLQ message: every message is back.
+func TestRedriveMoveTask(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, output string
+	}{
+		{"standard", outPG},
+		{"fifo", outPGFIFO},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			s := newTestStack(t, tc.output)
+			q := s.queues(tc.output)
+			const n = 25
+			want := map[string]int{}
+			var envs []*change.Envelope
+			for i := range n {
+				id := fmt.Sprintf("doc-%02d", i)
+				envs = append(envs, envelope(tc.output, id, "1-a", 2, int64(i+1)))
+				want[id] = 1
+			}
+			s.enqueue(q, envs...)
+			s.exhaustReceives(q, n)
+
+			if tc.output == outPGFIFO {
+				_, _, err := s.cli(ctx, "", "dlq", "redrive", "--output", tc.output, "--mode", "task")
+				if err == nil || !strings.Contains(err.Error(), "not used on a FIFO dlq") {
+					t.Fatalf("redrive --mode task on a FIFO dlq: %v, want a refusal", err)
+				}
+				if d := s.depth(q.DLQURL); d != n {
+					t.Fatalf("dlq holds %d after the refused task, want %d", d, n)
+				}
+				out := s.mustCLI(ctx, "dlq", "redrive", "--output", tc.output)
+				if !strings.Contains(out, "(copy, because the dlq is FIFO") || !strings.Contains(out, fmt.Sprintf("%d messages back", n)) {
+					t.Errorf("redrive said:\n%s", out)
+				}
+			} else {
+				out := s.mustCLI(ctx, "dlq", "redrive", "--output", tc.output, "--mode", "task")
+				if !strings.Contains(out, "(task, task ") || !strings.Contains(out, fmt.Sprintf("%d messages back", n)) || !strings.Contains(out, "0 left in the dlq") {
+					t.Errorf("redrive said:\n%s", out)
+				}
+			}
+			if d := s.depth(q.DLQURL); d != 0 {
+				t.Errorf("dlq holds %d after the redrive, want 0", d)
+			}
+			got := countByDoc(s.census(q.WorkURL, true))
+			for id, c := range got {
+				if want[id] == 0 {
+					t.Errorf("work queue holds unknown document %q", id)
+				} else if c != 1 {
+					t.Errorf("work queue holds %q %d times, want once", id, c)
+				}
+			}
+			for id := range want {
+				if got[id] == 0 {
+					t.Errorf("%q is lost: neither on the dlq nor on the work queue", id)
+				}
+			}
+		})
+	}
+}
+
+// exhaustReceives receives the messages of a work queue without deleting
+// them, with a 1-second visibility timeout, until its redrive policy has
+// moved n messages to the DLQ (as when the writer timed out on every
+// receive).
+func (s *testStack) exhaustReceives(q dlq.Queues, n int) {
+	s.t.Helper()
+	ctx := s.t.Context()
+	deadline := time.Now().Add(time.Minute)
+	for s.depth(q.DLQURL) < n {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the redrive policy moved %d of %d messages to the dlq within a minute", s.depth(q.DLQURL), n)
+		}
+		if _, err := s.deps.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: &q.WorkURL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 1,
+		}); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/cxapi"
+)
+
+// computeTypes are the resource types the local variant leaves out.
+var computeTypes = []string{
+	"AWS::Lambda::Function",
+	"AWS::Lambda::EventSourceMapping",
+	"AWS::Lambda::Permission",
+	"AWS::Lambda::EventInvokeConfig",
+	"AWS::Events::Rule",
+}
+
+// TestLocalVariantTemplate compares the local variant with the full stack:
+// exactly the compute is gone, everything else is there with the same
+// properties, except where a property referred to a function (alarm
+// dimensions and dashboard metrics name it instead, and the VPC access of
+// the functions' roles goes with the functions).
+func TestLocalVariantTemplate(t *testing.T) {
+	full, local := synthesized(t), synthesizedLocal(t)
+	fullRes := full.tmpl["Resources"].(map[string]any)
+	localRes := local.tmpl["Resources"].(map[string]any)
+
+	for _, typ := range computeTypes {
+		if len(full.resources(typ)) == 0 {
+			t.Errorf("the full stack has no %s", typ)
+		}
+		if n := len(local.resources(typ)); n != 0 {
+			t.Errorf("the local variant has %d %s", n, typ)
+		}
+	}
+	for id, r := range fullRes {
+		typ := r.(map[string]any)["Type"].(string)
+		if contains(computeTypes, typ) {
+			continue
+		}
+		lr, ok := localRes[id]
+		if !ok {
+			t.Errorf("the local variant lacks %s (%s)", id, typ)
+			continue
+		}
+		if reflect.DeepEqual(r, lr) {
+			continue
+		}
+		switch typ {
+		case "AWS::CloudWatch::Alarm":
+			checkFunctionAlarm(t, id, r.(map[string]any), lr.(map[string]any))
+		case "AWS::CloudWatch::Dashboard":
+			body := compact(props(lr.(map[string]any))["DashboardBody"])
+			for _, fn := range []string{"cwtest-poller", "cwtest-writer"} {
+				if !strings.Contains(body, `\"FunctionName\",\"`+fn+`\"`) {
+					t.Errorf("dashboard of the local variant does not show function %s", fn)
+				}
+			}
+		case "AWS::IAM::Policy":
+			checkVariantPolicy(t, id, r.(map[string]any), lr.(map[string]any))
+		case "AWS::IAM::Role":
+			// Only the cdk-nag suppression of the VPC statement goes.
+			fp, lp := props(r.(map[string]any)), props(lr.(map[string]any))
+			if !reflect.DeepEqual(fp, lp) {
+				t.Errorf("role %s properties differ:\nfull  %s\nlocal %s", id, compact(fp), compact(lp))
+			}
+		default:
+			t.Errorf("%s (%s) differs:\nfull  %s\nlocal %s", id, typ, compact(r), compact(lr))
+		}
+	}
+	for id := range localRes {
+		if _, ok := fullRes[id]; !ok {
+			t.Errorf("the local variant has %s, which the full stack does not", id)
+		}
+	}
+	for _, s := range []*synthesis{full, local} {
+		out, _ := s.tmpl["Outputs"].(map[string]any)
+		if _, ok := out["BucketName"]; !ok {
+			t.Errorf("no BucketName output: %s", compact(out))
+		}
+	}
+	for _, m := range local.messages {
+		if m.level == string(cxapi.SynthesisMessageLevel_ERROR) {
+			t.Errorf("local variant: %s: %s", m.path, firstLine(m.text))
+		}
+	}
+	entries, err := os.ReadDir(local.outdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "asset.") {
+			t.Errorf("the local variant's assembly has an asset %s; it has no function code", e.Name())
+		}
+	}
+}
+
+// checkFunctionAlarm: an alarm on a function's metric names the function
+// instead of referring to it.
+func checkFunctionAlarm(t *testing.T, id string, full, local map[string]any) {
+	t.Helper()
+	fp, lp := props(full), props(local)
+	fd, ld := fp["Dimensions"].([]any), lp["Dimensions"].([]any)
+	if len(fd) != 1 || len(ld) != 1 {
+		t.Errorf("alarm %s differs beyond its function dimension:\nfull  %s\nlocal %s", id, compact(fp), compact(lp))
+		return
+	}
+	fn, _ := ld[0].(map[string]any)["Value"].(string)
+	if !strings.HasPrefix(fn, "cwtest-") || refID(fd[0].(map[string]any)["Value"]) == "" {
+		t.Errorf("alarm %s dimension: full %s, local %s", id, compact(fd), compact(ld))
+	}
+	fd2 := map[string]any{}
+	for k, v := range fp {
+		fd2[k] = v
+	}
+	fd2["Dimensions"] = ld
+	if !reflect.DeepEqual(fd2, lp) {
+		t.Errorf("alarm %s differs beyond its function dimension:\nfull  %s\nlocal %s", id, compact(fp), compact(lp))
+	}
+}
+
+// checkVariantPolicy: a function role's policy keeps every statement but the
+// functions' VPC access.
+func checkVariantPolicy(t *testing.T, id string, full, local map[string]any) {
+	t.Helper()
+	stmts := func(r map[string]any) []string {
+		var out []string
+		for _, s := range props(r)["PolicyDocument"].(map[string]any)["Statement"].([]any) {
+			if s.(map[string]any)["Sid"] == "VPCNetworkInterfaces" {
+				continue
+			}
+			out = append(out, compact(s))
+		}
+		sort.Strings(out)
+		return out
+	}
+	if f, l := stmts(full), stmts(local); !reflect.DeepEqual(f, l) {
+		t.Errorf("policy %s statements differ (VPC access aside):\nfull  %v\nlocal %v", id, f, l)
+	}
+}

@@ -1,7 +1,7 @@
 package main
 
 // The benchmarks at cloud latency: every AWS call goes through a proxy
-// (faults.NewHTTPProxy) that delays it by -aws-latency (15 ms by default, or
+// (faults.NewHTTPProxy, one per endpoint setting in use) that delays it by -aws-latency (15 ms by default, or
 // BENCH_AWS_LATENCY), about what an SQS or DynamoDB request costs inside an
 // AWS region, and counts the requests by action so the figures come with
 // requests per document.
@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,59 +53,64 @@ func cloudDefaultLatency() time.Duration {
 	return 15 * time.Millisecond
 }
 
-// cloudAWS is the local AWS endpoint behind latency proxies: one in front of
-// AWS_ENDPOINT_URL, one in front of AWS_ENDPOINT_URL_DYNAMODB when that is
-// set, and one in front of the stand-in SQS.
+// cloudEndpoints are the SDK's endpoint settings the proxies stand in for:
+// the general one and the per-service ones a local set-up may use.
+var cloudEndpoints = []string{"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3"}
+
+// cloudAWS is the local AWS behind latency proxies: one in front of each
+// endpoint setting in use, and one in front of the stand-in SQS
+// (cloud_sqs.go). From newCloudAWS to close, this process's endpoint
+// settings name the proxies.
 type cloudAWS struct {
 	latency time.Duration
-	main    *faults.Proxy
-	ddb     *faults.Proxy // nil unless AWS_ENDPOINT_URL_DYNAMODB is set
+	byEnv   map[string]*faults.Proxy
+	saved   map[string]*string // this process's endpoint settings before point
 	null    *faults.Proxy
 	nullSrv *httptest.Server
 }
 
 func newCloudAWS(latency time.Duration) (*cloudAWS, error) {
 	testenv.SetAWSEnv()
-	c := &cloudAWS{latency: latency}
-	target := func(env string) (string, error) {
-		u, err := url.Parse(os.Getenv(env))
+	c := &cloudAWS{latency: latency, byEnv: map[string]*faults.Proxy{}}
+	for _, env := range cloudEndpoints {
+		raw := os.Getenv(env)
+		if raw == "" {
+			continue
+		}
+		u, err := url.Parse(raw)
 		if err != nil || u.Host == "" {
-			return "", fmt.Errorf("%s %q is not a URL with a host", env, os.Getenv(env))
-		}
-		return u.Host, nil
-	}
-	host, err := target("AWS_ENDPOINT_URL")
-	if err != nil {
-		return nil, err
-	}
-	if c.main, err = faults.NewHTTPProxy(host); err != nil {
-		return nil, err
-	}
-	if os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" {
-		if host, err = target("AWS_ENDPOINT_URL_DYNAMODB"); err != nil {
 			c.close()
-			return nil, err
+			return nil, fmt.Errorf("%s %q is not a URL with a host", env, raw)
 		}
-		if c.ddb, err = faults.NewHTTPProxy(host); err != nil {
+		if c.byEnv[env], err = faults.NewHTTPProxy(u.Host); err != nil {
 			c.close()
 			return nil, err
 		}
 	}
-	c.nullSrv = httptest.NewServer(&cloudNullSQS{})
+	if c.byEnv["AWS_ENDPOINT_URL"] == nil {
+		c.close()
+		return nil, errors.New("AWS_ENDPOINT_URL is not set")
+	}
+	var err error
+	c.nullSrv = httptest.NewServer(newCloudSQS())
 	if c.null, err = faults.NewHTTPProxy(strings.TrimPrefix(c.nullSrv.URL, "http://")); err != nil {
 		c.close()
 		return nil, err
 	}
 	c.setLatency(latency)
+	c.point()
 	return c, nil
 }
 
 func (c *cloudAWS) proxies() []*faults.Proxy {
 	var ps []*faults.Proxy
-	for _, p := range []*faults.Proxy{c.main, c.ddb, c.null} {
-		if p != nil {
+	for _, env := range cloudEndpoints {
+		if p := c.byEnv[env]; p != nil {
 			ps = append(ps, p)
 		}
+	}
+	if c.null != nil {
+		ps = append(ps, c.null)
 	}
 	return ps
 }
@@ -117,48 +123,60 @@ func (c *cloudAWS) setLatency(d time.Duration) {
 
 // env is the environment that points a process at the proxies.
 func (c *cloudAWS) env() []string {
-	env := []string{"AWS_ENDPOINT_URL=" + c.main.URL()}
-	if c.ddb != nil {
-		env = append(env, "AWS_ENDPOINT_URL_DYNAMODB="+c.ddb.URL())
+	var env []string
+	for _, e := range cloudEndpoints {
+		if p := c.byEnv[e]; p != nil {
+			env = append(env, e+"="+p.URL())
+		}
 	}
 	return env
 }
 
-// config loads the SDK configuration with the proxies as endpoints.
-func (c *cloudAWS) config(ctx context.Context) (aws.Config, error) {
-	saved := map[string]*string{}
+// standInEnv is env with SQS at the stand-in.
+func (c *cloudAWS) standInEnv() []string {
+	return append(c.env(), "AWS_ENDPOINT_URL_SQS="+c.null.URL())
+}
+
+// point sets the endpoint settings of this process to the proxies until
+// close: the SDK reads the per-service ones whenever a client is made.
+func (c *cloudAWS) point() {
+	c.saved = map[string]*string{}
 	for _, kv := range c.env() {
 		k, v, _ := strings.Cut(kv, "=")
 		if old, ok := os.LookupEnv(k); ok {
-			saved[k] = &old
+			c.saved[k] = &old
 		} else {
-			saved[k] = nil
+			c.saved[k] = nil
 		}
 		os.Setenv(k, v)
 	}
-	defer func() {
-		for k, v := range saved {
-			if v == nil {
-				os.Unsetenv(k)
-			} else {
-				os.Setenv(k, *v)
-			}
-		}
-	}()
-	return awsconf.Load(ctx)
 }
 
-// nullSQS is an SQS client for the stand-in, through its proxy.
-func (c *cloudAWS) nullSQS(cfg aws.Config) *sqs.Client {
+func (c *cloudAWS) restore() {
+	for k, v := range c.saved {
+		if v == nil {
+			os.Unsetenv(k)
+		} else {
+			os.Setenv(k, *v)
+		}
+	}
+	c.saved = nil
+}
+
+// config loads the SDK configuration (pointed at the proxies).
+func (c *cloudAWS) config(ctx context.Context) (aws.Config, error) { return awsconf.Load(ctx) }
+
+// standInSQS is an SQS client for the stand-in, through its proxy.
+func (c *cloudAWS) standInSQS(cfg aws.Config) *sqs.Client {
 	return sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(c.null.URL()) })
 }
 
 // requests returns the requests to the local AWS since the last reset, by
 // action (the stand-in's are not counted).
 func (c *cloudAWS) requests() map[string]int64 {
-	out := c.main.Requests()
-	if c.ddb != nil {
-		for k, v := range c.ddb.Requests() {
+	out := map[string]int64{}
+	for _, p := range c.byEnv {
+		for k, v := range p.Requests() {
 			out[k] += v
 		}
 	}
@@ -166,13 +184,13 @@ func (c *cloudAWS) requests() map[string]int64 {
 }
 
 func (c *cloudAWS) resetRequests() {
-	c.main.ResetRequests()
-	if c.ddb != nil {
-		c.ddb.ResetRequests()
+	for _, p := range c.byEnv {
+		p.ResetRequests()
 	}
 }
 
 func (c *cloudAWS) close() {
+	c.restore()
 	for _, p := range c.proxies() {
 		p.Close()
 	}

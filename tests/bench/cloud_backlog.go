@@ -5,7 +5,7 @@ package main
 // side: when both take about as long, the emulator, not the latency, sets
 // the pace.
 //
-//   - in process: a source of *cloudBacklogDocs documents, one PostgreSQL
+//   - in process: a source of -backlog-docs documents, one PostgreSQL
 //     output (standard queue), the real local runtime (localrun.Runtime:
 //     the poller on its schedule, the writer's receivers on the work queue)
 //     until every document is a row; requests counted by the proxy, writer
@@ -13,9 +13,12 @@ package main
 //   - the CLI: `changesctl run --until-idle` as a process of its own over a
 //     source of -cli-docs documents, until every document is a row, and
 //     until the process exits (idle: caught up and drained);
+//   - both again with SQS replaced by the stand-in (cloud_sqs.go) behind the
+//     same latency: the pipeline's own pace when SQS keeps up, as it does on
+//     AWS (DynamoDB and S3 still the local ones, through the proxy);
 //   - emulator receive: what the emulator's SQS hands out through the same
 //     proxy to DefaultReceivers receivers (receive ten, delete ten), no
-//     writer at all: the ceiling of both figures above.
+//     writer at all: the ceiling of the emulator figures.
 
 import (
 	"context"
@@ -96,36 +99,50 @@ func cloudBacklog(ctx context.Context, r *results) error {
 	for _, latency := range []time.Duration{cw.latency, 0} {
 		cw.setLatency(latency)
 		at := fmt.Sprintf(" at %s", latency)
-		run++
-		in, err := cloudInProcess(ctx, cw, pool, fmt.Sprintf("%s-%d", name, run), big.url, *cloudBacklogDocs)
-		if err != nil {
-			return fmt.Errorf("in process%s: %w", at, err)
+		kinds := []bool{false, true} // the emulator's SQS, the stand-in
+		if latency == 0 {
+			kinds = kinds[:1]
 		}
-		fmt.Printf("  in process%s: %d docs in PostgreSQL after %s, idle after %s\n", at, *cloudBacklogDocs, in.rows.Round(time.Millisecond), in.idle.Round(time.Millisecond))
-		r.add("in-process backlog docs/s"+at, coreRate(*cloudBacklogDocs, in.rows), fmt.Sprintf("%d docs, source to PostgreSQL rows; %.0f docs/s to idle", *cloudBacklogDocs, coreRate(*cloudBacklogDocs, in.idle)))
-		if latency == cw.latency {
-			n := float64(*cloudBacklogDocs)
-			r.add("requests per doc, in-process backlog", float64(cloudSum(in.counts, "SQS.SendMessageBatch", "SQS.ReceiveMessage", "SQS.DeleteMessageBatch"))/n,
-				"SQS sends+receives+deletes; all: "+cloudPerDoc(in.counts, *cloudBacklogDocs))
-			r.add("writer invocations per doc", float64(in.sum.WriterInvocations)/n,
-				fmt.Sprintf("%d invocations, %.1f ms each on average (the handler's time, what Lambda bills)",
-					in.sum.WriterInvocations, coreMillis(in.sum.WriterTime)/float64(max(1, in.sum.WriterInvocations))))
-		}
+		for _, standIn := range kinds {
+			sqsName := "emulator SQS"
+			if standIn {
+				sqsName = "stand-in SQS"
+			}
+			run++
+			in, err := cloudInProcess(ctx, cw, pool, fmt.Sprintf("%s-%d", name, run), big.url, *cloudBacklogDocs, standIn)
+			if err != nil {
+				return fmt.Errorf("in process, %s%s: %w", sqsName, at, err)
+			}
+			fmt.Printf("  in process, %s%s: %d docs in PostgreSQL after %s, idle after %s\n", sqsName, at, *cloudBacklogDocs, in.rows.Round(time.Millisecond), in.idle.Round(time.Millisecond))
+			r.add(fmt.Sprintf("in-process backlog docs/s, %s%s", sqsName, at), coreRate(*cloudBacklogDocs, in.rows),
+				fmt.Sprintf("%d docs, source to PostgreSQL rows; %.0f docs/s to idle; writer %s", *cloudBacklogDocs, coreRate(*cloudBacklogDocs, in.idle), cloudOutcome(in.sum)))
+			if latency == cw.latency && !standIn {
+				n := float64(*cloudBacklogDocs)
+				r.add("requests per doc, in-process backlog", float64(cloudSum(in.counts, "SQS.SendMessageBatch", "SQS.ReceiveMessage", "SQS.DeleteMessageBatch"))/n,
+					"SQS sends+receives+deletes; all: "+cloudPerDoc(in.counts, *cloudBacklogDocs))
+				r.add("writer invocations per doc", float64(in.sum.WriterInvocations)/n,
+					fmt.Sprintf("%d invocations, %.1f ms each on average (the handler's time, what Lambda bills)",
+						in.sum.WriterInvocations, coreMillis(in.sum.WriterTime)/float64(max(1, in.sum.WriterInvocations))))
+			}
 
-		run++
-		cli, err := cloudCLI(ctx, cw, pool, bin, dir, fmt.Sprintf("%s-%d", name, run), small.url, *cloudCLIDocs)
-		if err != nil {
-			return fmt.Errorf("changesctl run%s: %w", at, err)
+			run++
+			env := cw.env()
+			if standIn {
+				env = cw.standInEnv()
+			}
+			cli, err := cloudCLI(ctx, pool, bin, dir, cw, fmt.Sprintf("%s-%d", name, run), small.url, *cloudCLIDocs, env)
+			if err != nil {
+				return fmt.Errorf("changesctl run, %s%s: %w", sqsName, at, err)
+			}
+			fmt.Printf("  changesctl run, %s%s: %d docs in PostgreSQL after %s, exited after %s (%s)\n", sqsName, at, *cloudCLIDocs, cli.rows.Round(time.Millisecond), cli.idle.Round(time.Millisecond), strings.TrimSpace(cli.summary))
+			r.add(fmt.Sprintf("changesctl run --until-idle docs/s, %s%s", sqsName, at), coreRate(*cloudCLIDocs, cli.rows),
+				fmt.Sprintf("goal >= 2000 at 15ms; %d docs, process start to PostgreSQL rows; %.0f docs/s to exit", *cloudCLIDocs, coreRate(*cloudCLIDocs, cli.idle)))
 		}
-		fmt.Printf("  changesctl run%s: %d docs in PostgreSQL after %s, exited after %s (%s)\n", at, *cloudCLIDocs, cli.rows.Round(time.Millisecond), cli.idle.Round(time.Millisecond), strings.TrimSpace(cli.summary))
-		r.add("changesctl run --until-idle docs/s"+at, coreRate(*cloudCLIDocs, cli.rows),
-			fmt.Sprintf("goal >= 2000 at 15ms; %d docs, process start to PostgreSQL rows; %.0f docs/s to exit", *cloudCLIDocs, coreRate(*cloudCLIDocs, cli.idle)))
-
-		rate, err := cloudReceiveRate(ctx, cw, fmt.Sprintf("%s-%d", name, run), cloudReceiveMsgs)
+		rate, err := cloudReceiveRate(ctx, cw, fmt.Sprintf("%s-r%d", name, run), cloudReceiveMsgs)
 		if err != nil {
 			return fmt.Errorf("emulator receive rate%s: %w", at, err)
 		}
-		r.add("emulator's receive+delete rate msgs/s"+at, rate, fmt.Sprintf("%d receivers, %d messages, no writer: the ceiling of the figures above", localrun.DefaultReceivers, cloudReceiveMsgs))
+		r.add("emulator's receive+delete rate msgs/s"+at, rate, fmt.Sprintf("%d receivers, %d messages, no writer: the ceiling of the emulator figures", localrun.DefaultReceivers, cloudReceiveMsgs))
 	}
 	cw.setLatency(cw.latency)
 	return nil
@@ -140,7 +157,7 @@ type cloudRun struct {
 }
 
 // cloudInProcess moves a backlog with the local runtime in this process.
-func cloudInProcess(ctx context.Context, cw *cloudAWS, pool *pgxpool.Pool, name, source string, docs int) (cloudRun, error) {
+func cloudInProcess(ctx context.Context, cw *cloudAWS, pool *pgxpool.Pool, name, source string, docs int, standIn bool) (cloudRun, error) {
 	var res cloudRun
 	table := coreTableName(name)
 	st, err := newCloudStack(ctx, cw, name, source, 500, cloudOutput{id: "pg", kind: "postgres", table: table})
@@ -148,6 +165,11 @@ func cloudInProcess(ctx context.Context, cw *cloudAWS, pool *pgxpool.Pool, name,
 		return res, err
 	}
 	defer st.close()
+	if standIn {
+		emulator := st.deps.SQS
+		st.deps.SQS = cw.standInSQS(st.deps.AWS)
+		defer func() { st.deps.SQS = emulator }()
+	}
 	defer coreDropTables(pool, table, table+"_versions")
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rt := &localrun.Runtime{Deps: st.deps, Log: log, Opts: localrun.Options{UntilIdle: true}}
@@ -172,7 +194,7 @@ func cloudInProcess(ctx context.Context, cw *cloudAWS, pool *pgxpool.Pool, name,
 }
 
 // cloudCLI moves a backlog with `changesctl run --until-idle`.
-func cloudCLI(ctx context.Context, cw *cloudAWS, pool *pgxpool.Pool, bin, dir, name, source string, docs int) (cloudRun, error) {
+func cloudCLI(ctx context.Context, pool *pgxpool.Pool, bin, dir string, cw *cloudAWS, name, source string, docs int, env []string) (cloudRun, error) {
 	var res cloudRun
 	table := coreTableName(name)
 	st, err := newCloudStack(ctx, cw, name, source, 500, cloudOutput{id: "pg", kind: "postgres", table: table})
@@ -188,7 +210,7 @@ func cloudCLI(ctx context.Context, cw *cloudAWS, pool *pgxpool.Pool, bin, dir, n
 	rctx, cancel := context.WithTimeout(ctx, cloudBacklogWait)
 	defer cancel()
 	cmd := exec.CommandContext(rctx, bin, "run", "--config", cfgPath, "--until-idle", "--timeout", cloudBacklogWait.String())
-	cmd.Env = append(append(os.Environ(), cw.env()...), coreDSNEnv+"="+pgDSN())
+	cmd.Env = append(append(os.Environ(), env...), coreDSNEnv+"="+pgDSN())
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	start := time.Now()
@@ -208,6 +230,15 @@ func cloudCLI(ctx context.Context, cw *cloudAWS, pool *pgxpool.Pool, bin, dir, n
 	res.idle = time.Since(start)
 	res.summary = strings.SplitN(out.String(), "\n", 2)[0]
 	return res, nil
+}
+
+// cloudOutcome summarises what the writer did.
+func cloudOutcome(s localrun.Summary) string {
+	var d, dead, retried int64
+	for _, o := range s.Outputs {
+		d, dead, retried = d+o.Delivered, dead+o.DeadLettered, retried+o.Retried
+	}
+	return fmt.Sprintf("delivered %d, dead-lettered %d, retried %d, %d invocations", d, dead, retried, s.WriterInvocations)
 }
 
 // cloudWaitRows returns when table holds want rows, or fails when done

@@ -12,9 +12,9 @@ package main
 //     in DynamoDB, real fanout.Sender) to the emulator's queues through
 //     the proxy, with only the first output, then all three;
 //   - null 1 output / null 3 outputs: the same poller sending to the
-//     stand-in SQS behind the same latency: what the poller does when SQS
-//     keeps up, as it does on AWS (the lease and checkpoints still go to
-//     the emulator through the proxy);
+//     stand-in SQS (cloud_sqs.go) behind the same latency: what the poller
+//     does when SQS keeps up, as it does on AWS (the lease and checkpoints
+//     still go to the local DynamoDB through the proxy);
 //   - emulator send: the same number of messages per output, sent by one
 //     fanout.Sender.Send with no feed at all: the most the emulator queues
 //     through the proxy, the ceiling of the sqs variants.
@@ -30,6 +30,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/fanout"
@@ -77,7 +79,7 @@ func cloudPoller(ctx context.Context, r *results) error {
 	if err != nil {
 		return err
 	}
-	null := &fanout.Sender{SQS: cw.nullSQS(awsCfg), MaxBytes: st.cfg.Stack.MaxMessageBytes}
+	null := &fanout.Sender{SQS: cw.standInSQS(awsCfg), MaxBytes: st.cfg.Stack.MaxMessageBytes}
 	nullTargets := make([]fanout.Target, len(base.Targets))
 	for i, t := range base.Targets {
 		nullTargets[i] = fanout.Target{Output: t.Output, QueueURL: "http://null/000000000000/" + t.Output, FIFO: t.FIFO}
@@ -90,6 +92,12 @@ func cloudPoller(ctx context.Context, r *results) error {
 	}
 	requests := map[string]counted{}
 	spans := map[string][]corePollerSpans{}
+	purgeStandIn := func(ctx context.Context) {
+		c := cw.standInSQS(awsCfg)
+		for _, t := range nullTargets {
+			_, _ = c.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: &t.QueueURL})
+		}
+	}
 	poller := func(variant string, sender poll.Sender, targets []fanout.Target) func(ctx context.Context, round int) (time.Duration, error) {
 		return func(ctx context.Context, round int) (time.Duration, error) {
 			p := *base
@@ -104,6 +112,7 @@ func cloudPoller(ctx context.Context, r *results) error {
 			}
 			spans[variant] = append(spans[variant], sp)
 			st.purge(ctx)
+			purgeStandIn(ctx)
 			return sp.total, nil
 		}
 	}

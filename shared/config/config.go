@@ -60,6 +60,16 @@ const (
 	DefaultPollerTimeout    = 90 * time.Second
 	DefaultWriterTimeout    = 30 * time.Second
 	DefaultHTTPTimeout      = 10 * time.Second
+	// DefaultBatchSize is the writer's batch for PostgreSQL outputs on a
+	// standard queue: one transaction per batch, so its fixed cost (the
+	// round trip, the statements, the commit) is shared by a hundred
+	// changes. Measured locally (make bench, pg-mapping): batches of 100
+	// write two to three times the documents per second of batches of 10.
+	DefaultBatchSize = 100
+	// MaxFIFOBatchSize is SQS's (and Lambda's) cap on a FIFO queue's batch;
+	// MaxBatchSize is Lambda's cap on a standard queue's.
+	MaxFIFOBatchSize = 10
+	MaxBatchSize     = 10000
 )
 
 // File is the whole configuration file.
@@ -183,7 +193,10 @@ type Output struct {
 	// MaxReceiveCount is how many deliveries a message gets before it moves
 	// to the DLQ. Default 5.
 	MaxReceiveCount int `json:"max_receive_count"`
-	// BatchSize is how many messages the writer takes at once. Default 10.
+	// BatchSize is how many messages the writer takes at once: at most 10 on
+	// a FIFO queue, at most 10,000 on a standard one (gathered for up to the
+	// batching window). Default DefaultBatchSize for postgres outputs on a
+	// standard queue, 10 otherwise.
 	BatchSize int `json:"batch_size"`
 	// MaxConcurrency bounds concurrent writer invocations for this output.
 	MaxConcurrency int `json:"max_concurrency"`
@@ -433,7 +446,10 @@ func (f *File) SetDefaults() {
 				o.MaxReceiveCount = DefaultMaxReceiveCount
 			}
 			if o.BatchSize == 0 {
-				o.BatchSize = 10
+				o.BatchSize = MaxFIFOBatchSize
+				if o.Type == OutputPostgres && !o.FIFO() {
+					o.BatchSize = DefaultBatchSize
+				}
 			}
 			if o.MaxConcurrency == 0 {
 				o.MaxConcurrency = 2
@@ -649,8 +665,11 @@ func (o *Output) validate(p string) []error {
 	if o.MaxReceiveCount < 1 || o.MaxReceiveCount > 1000 {
 		bad("max_receive_count", "%d must be between 1 and 1000", o.MaxReceiveCount)
 	}
-	if o.BatchSize < 1 || o.BatchSize > 10 {
-		bad("batch_size", "%d must be between 1 and 10", o.BatchSize)
+	switch {
+	case o.FIFO() && (o.BatchSize < 1 || o.BatchSize > MaxFIFOBatchSize):
+		bad("batch_size", "%d must be between 1 and %d on a FIFO queue (ordering per_document)", o.BatchSize, MaxFIFOBatchSize)
+	case o.BatchSize < 1 || o.BatchSize > MaxBatchSize:
+		bad("batch_size", "%d must be between 1 and %d", o.BatchSize, MaxBatchSize)
 	}
 	if o.MaxConcurrency < 2 || o.MaxConcurrency > 1000 {
 		bad("max_concurrency", "%d must be between 2 and 1000", o.MaxConcurrency)

@@ -53,6 +53,11 @@ func TestDefaults(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}
+	// Batches: PostgreSQL on a standard queue shares a transaction among a
+	// hundred changes; FIFO queues and the other outputs take ten.
+	if d := cmp.Diff([]int{10, 100, 10}, []int{o[0].BatchSize, o[1].BatchSize, o[2].BatchSize}); d != "" {
+		t.Errorf("batch sizes (-want +got):\n%s", d)
+	}
 }
 
 func TestValidateReportsEveryProblem(t *testing.T) {
@@ -87,6 +92,13 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 			name: "dot segments in s3 keys",
 			in:   `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{"prefix":"p/./","key_template":"x/./{doc_id}"}}]}]}`,
 			want: []string{`s3.prefix: "p/./" must not`, `s3.key_template: "x/./{doc_id}" must not`},
+		},
+		{
+			name: "batch sizes beyond the queue's",
+			in: `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[
+				{"id":"f","type":"postgres","ordering":"per_document","batch_size":11,"postgres":{"dsn":{"env":"D"}}},
+				{"id":"s","type":"postgres","batch_size":10001,"postgres":{"dsn":{"env":"D"}}}]}]}`,
+			want: []string{"outputs[f].batch_size: 11 must be between 1 and 10 on a FIFO queue", "outputs[s].batch_size: 10001 must be between 1 and 10000"},
 		},
 		{
 			name: "unknown key",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"sync"
 	"time"
 
@@ -95,7 +96,7 @@ func (s *eventSource) receive(ctx context.Context) {
 	for ctx.Err() == nil {
 		in := &sqs.ReceiveMessageInput{
 			QueueUrl:                    &s.q.url,
-			MaxNumberOfMessages:         int32(s.q.out.BatchSize),
+			MaxNumberOfMessages:         int32(min(s.q.out.BatchSize, receiveLimit)),
 			WaitTimeSeconds:             1,
 			VisibilityTimeout:           visibility,
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
@@ -118,7 +119,8 @@ func (s *eventSource) receive(ctx context.Context) {
 		// In flight from the receive until the deletion is done, so that
 		// --until-idle never sees a drained queue with work still pending.
 		s.rt.inflight.Add(1)
-		del := s.invoke(ctx, out.Messages)
+		msgs := s.gather(rctx, in, out.Messages)
+		del := s.invoke(ctx, msgs)
 		if len(del) == 0 {
 			s.rt.inflight.Add(-1)
 			continue
@@ -132,6 +134,40 @@ func (s *eventSource) receive(ctx context.Context) {
 			s.delete(ctx, del)
 		}()
 	}
+}
+
+// receiveLimit is SQS's cap on the messages of one ReceiveMessage.
+const receiveLimit = 10
+
+// batchingWindow is how long a batch larger than receiveLimit is gathered,
+// as the event source mapping's MaximumBatchingWindow (the stack sets one
+// second).
+const batchingWindow = time.Second
+
+// gather tops a full receive up to the output's batch size with more
+// receives, for at most batchingWindow, as the event source mapping gathers
+// batches of more than ten messages. It stops early when the queue has no
+// more to give: waiting would only delay the batch.
+func (s *eventSource) gather(ctx context.Context, first *sqs.ReceiveMessageInput, msgs []sqstypes.Message) []sqstypes.Message {
+	want := s.q.out.BatchSize
+	if want <= receiveLimit || len(msgs) < receiveLimit {
+		return msgs
+	}
+	deadline := time.Now().Add(batchingWindow)
+	for len(msgs) < want && time.Now().Before(deadline) {
+		in := *first
+		in.MaxNumberOfMessages = int32(min(want-len(msgs), receiveLimit))
+		in.WaitTimeSeconds = 0
+		if s.q.out.FIFO() {
+			in.ReceiveRequestAttemptId = aws.String(attemptID())
+		}
+		out, err := s.rt.Deps.SQS.ReceiveMessage(ctx, &in)
+		if err != nil || len(out.Messages) == 0 {
+			break
+		}
+		msgs = append(msgs, out.Messages...)
+	}
+	return msgs
 }
 
 // attemptID returns a fresh ReceiveRequestAttemptId.
@@ -158,18 +194,20 @@ func (s *eventSource) invoke(ctx context.Context, msgs []sqstypes.Message) []sqs
 	return writer.DeleteEntries(msgs, resp)
 }
 
-// delete removes handled messages from the queue (one DeleteMessageBatch:
-// a receive returns at most ten). A message whose deletion fails is
-// delivered again after its visibility timeout, which the sinks absorb.
+// delete removes handled messages from the queue, ten per
+// DeleteMessageBatch. A message whose deletion fails is delivered again
+// after its visibility timeout, which the sinks absorb.
 func (s *eventSource) delete(ctx context.Context, del []sqstypes.DeleteMessageBatchRequestEntry) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
-	d, err := s.rt.Deps.SQS.DeleteMessageBatch(dctx, &sqs.DeleteMessageBatchInput{QueueUrl: &s.q.url, Entries: del})
-	if err != nil {
-		s.rt.Log.Warn("delete messages", "queue", s.q.name, "error", err)
-		return
-	}
-	for _, f := range d.Failed {
-		s.rt.Log.Warn("delete message", "queue", s.q.name, "code", aws.ToString(f.Code))
+	for chunk := range slices.Chunk(del, receiveLimit) {
+		d, err := s.rt.Deps.SQS.DeleteMessageBatch(dctx, &sqs.DeleteMessageBatchInput{QueueUrl: &s.q.url, Entries: chunk})
+		if err != nil {
+			s.rt.Log.Warn("delete messages", "queue", s.q.name, "error", err)
+			continue
+		}
+		for _, f := range d.Failed {
+			s.rt.Log.Warn("delete message", "queue", s.q.name, "code", aws.ToString(f.Code))
+		}
 	}
 }

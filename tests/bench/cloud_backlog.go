@@ -209,7 +209,11 @@ func cloudCLI(ctx context.Context, pool *pgxpool.Pool, bin, dir string, cw *clou
 	}
 	rctx, cancel := context.WithTimeout(ctx, cloudBacklogWait)
 	defer cancel()
-	cmd := exec.CommandContext(rctx, bin, "run", "--config", cfgPath, "--until-idle", "--timeout", cloudBacklogWait.String())
+	args := []string{"run", "--config", cfgPath, "--until-idle", "--timeout", cloudBacklogWait.String()}
+	if os.Getenv("BENCH_VERBOSE") != "" {
+		args = append(args, "-v")
+	}
+	cmd := exec.CommandContext(rctx, bin, args...)
 	cmd.Env = append(append(os.Environ(), env...), coreDSNEnv+"="+pgDSN())
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -229,6 +233,9 @@ func cloudCLI(ctx context.Context, pool *pgxpool.Pool, bin, dir string, cw *clou
 	}
 	res.idle = time.Since(start)
 	res.summary = strings.SplitN(out.String(), "\n", 2)[0]
+	if os.Getenv("BENCH_VERBOSE") != "" {
+		fmt.Println(cloudTail(errOut.String(), 40))
+	}
 	return res, nil
 }
 

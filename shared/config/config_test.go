@@ -58,6 +58,9 @@ func TestDefaults(t *testing.T) {
 	if d := cmp.Diff([]int{10, 100, 10}, []int{o[0].BatchSize, o[1].BatchSize, o[2].BatchSize}); d != "" {
 		t.Errorf("batch sizes (-want +got):\n%s", d)
 	}
+	if got := f.Jobs[0].SendConcurrency; got != DefaultSendConcurrency {
+		t.Errorf("send_concurrency = %d, want %d", got, DefaultSendConcurrency)
+	}
 }
 
 func TestValidateReportsEveryProblem(t *testing.T) {
@@ -99,6 +102,11 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 				{"id":"f","type":"postgres","ordering":"per_document","batch_size":11,"postgres":{"dsn":{"env":"D"}}},
 				{"id":"s","type":"postgres","batch_size":10001,"postgres":{"dsn":{"env":"D"}}}]}]}`,
 			want: []string{"outputs[f].batch_size: 11 must be between 1 and 10 on a FIFO queue", "outputs[s].batch_size: 10001 must be between 1 and 10000"},
+		},
+		{
+			name: "send concurrency",
+			in:   `{"jobs":[{"id":"a","send_concurrency":-1,"source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{}}]}]}`,
+			want: []string{"jobs[a].send_concurrency: -1 must be between 1 and 512"},
 		},
 		{
 			name: "unknown key",

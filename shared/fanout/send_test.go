@@ -183,7 +183,7 @@ func TestSendConcurrency(t *testing.T) {
 		wantPeak  int64
 		wantCalls int64
 	}{
-		{"one output, default limit", 0, 500, 1, fanout.DefaultConcurrency, 50},
+		{"one output, default limit", 0, 1000, 1, fanout.DefaultConcurrency, 100},
 		{"three outputs share the limit", 8, 200, 3, 8, 60},
 		{"one request", 4, 7, 1, 1, 1},
 		{"limit of one is sequential", 1, 100, 2, 1, 20},

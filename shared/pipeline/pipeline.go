@@ -131,7 +131,7 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		Job:     j,
 		Feed:    fc,
 		Leases:  &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Now: d.Now.Now},
-		Sender:  &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
+		Sender:  &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency},
 		Targets: targets,
 		Log:     d.Log,
 		Metrics: metrics.New(d.Metrics, map[string]string{"Job": j.ID}),

@@ -347,8 +347,9 @@ func TestFaultStoppedActiveIsFenced(t *testing.T) {
 			}
 		}
 		t.Logf("round %d: the zombie (generation %d) sent %d messages after it resumed", i+1, r.gen, late)
-		if late < 1 || late > faults.SendBatchLimit {
-			t.Errorf("round %d: the zombie sent %d messages after it resumed, want the one batch it had in flight (1 to %d)", i+1, late, faults.SendBatchLimit)
+		if late < 1 || late > faults.InFlightLimit {
+			t.Errorf("round %d: the zombie sent %d messages after it resumed, want the batches it had in flight (1 to %d: %d requests of %d)",
+				i+1, late, faults.InFlightLimit, faults.SendConcurrency, faults.SendBatchLimit)
 		}
 		if held := faults.HeldByOlder(fin.Messages, fin.Stored, r.gen); len(held) > 0 {
 			t.Errorf("round %d: %d documents hold the zombie's generation %d although a newer generation sent them:\n%s", i+1, len(held), r.gen, head(held, 10))
@@ -518,8 +519,8 @@ func TestFaultClockSkew(t *testing.T) {
 
 	for _, o := range faults.Overlaps(fin.Messages) {
 		t.Logf("overlap: %s", o)
-		if o.Late > faults.SendBatchLimit {
-			t.Errorf("two pollers sent at once: %s; a fenced poller may only finish one batch (%d messages)", o, faults.SendBatchLimit)
+		if o.Late > faults.InFlightLimit {
+			t.Errorf("two pollers sent at once: %s; a fenced poller may only finish the requests it had in flight (%d messages)", o, faults.InFlightLimit)
 		}
 	}
 	// The skew was in effect: SQS's clock minus the envelope's enqueued_at

@@ -34,9 +34,19 @@ const Output = "pg"
 // batch (the feed limit), usually less than a chunk.
 const ChunkRows = 100
 
-// SendBatchLimit is the most entries one SQS SendMessageBatch carries; a
-// fenced poller can have at most one such request in flight.
+// SendBatchLimit is the most entries one SQS SendMessageBatch carries.
 const SendBatchLimit = 10
+
+// SendConcurrency is the requests a fault stack's poller keeps in flight
+// (the job's send_concurrency): a fenced poller can finish at most that many
+// SendMessageBatch requests, the ones that passed the fence before it was
+// stopped. The fault tests keep it small so that bound stays tight while
+// the requests still run concurrently.
+const SendConcurrency = 4
+
+// InFlightLimit is the most messages a fenced poller can still send: the
+// requests it had in flight.
+const InFlightLimit = SendConcurrency * SendBatchLimit
 
 // packagePath is cmd/changesctl's import path, so Build works from any
 // directory of the module.

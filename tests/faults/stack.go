@@ -68,6 +68,8 @@ func NewStack(ctx context.Context, o StackOptions) (*Stack, error) {
 			ID:    Job,
 			Feed:  config.Feed{Limit: o.Limit, Timeout: config.Duration(o.FeedTimeout)},
 			Lease: config.Lease{TTL: config.Duration(o.TTL)},
+			// The requests in flight a fenced poller may still finish.
+			SendConcurrency: SendConcurrency,
 			Outputs: []*config.Output{{ID: Output, Type: config.OutputPostgres, MaxReceiveCount: 20,
 				Postgres: &config.PostgresOutput{CreateTables: true}}},
 		}},

@@ -72,6 +72,10 @@ type Poller struct {
 
 	// StandbyInterval is how often a standby reads the job item. Default 1s.
 	StandbyInterval time.Duration
+	// ChunkRows is how many feed rows are queued at a time (one Send); the
+	// checkpoint can move after each chunk, so a slow output or the end of
+	// the budget costs at most one chunk. Default DefaultChunkRows.
+	ChunkRows int
 	// OnBatch, when set, is called after every poll with whether the job is
 	// caught up (the last read returned nothing new); the local runtime's
 	// --until-idle uses it.
@@ -96,9 +100,10 @@ type Result struct {
 	CaughtUp   bool
 }
 
-// chunkRows is how many feed rows are queued at a time; the checkpoint can
-// move after each chunk.
-const chunkRows = 100
+// DefaultChunkRows is how many feed rows are queued at a time when
+// Poller.ChunkRows is zero: a default page (500 rows) is one chunk, so its
+// requests (50 per output) run together at the sender's concurrency.
+const DefaultChunkRows = 1000
 
 // checkpointEvery spaces the checkpoint writes within a batch.
 const checkpointEvery = time.Second

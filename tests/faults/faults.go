@@ -20,6 +20,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/changes-worker/changes-worker/shared/poll"
 )
 
 // Job is the id of the one job of every stack built here.
@@ -28,11 +30,11 @@ const Job = "orders"
 // Output is the id of the stack's PostgreSQL output.
 const Output = "pg"
 
-// ChunkRows is how many feed rows a poller queues at a time (poll's
-// chunkRows). The checkpoint moves after a chunk at most once a second
-// within a batch and always at its end, so a failover replays at most one
-// batch (the feed limit), usually less than a chunk.
-const ChunkRows = 100
+// ChunkRows is how many feed rows a poller queues at a time
+// (poll.DefaultChunkRows). The checkpoint moves after a chunk at most once a
+// second within a batch and always at its end, so a failover replays at
+// most one batch (the feed limit), usually less.
+const ChunkRows = poll.DefaultChunkRows
 
 // SendBatchLimit is the most entries one SQS SendMessageBatch carries.
 const SendBatchLimit = 10

@@ -405,12 +405,8 @@ func (v *invocation) received(b *feed.Batch) {
 // one chunk, never the whole batch. stop reports that the invocation ends,
 // with err.
 func (v *invocation) queue(ctx context.Context, b *feed.Batch) (stop bool, err error) {
-	chunk := v.p.ChunkRows
-	if chunk <= 0 {
-		chunk = DefaultChunkRows
-	}
-	for start := 0; start < len(b.Rows); start += chunk {
-		end := min(start+chunk, len(b.Rows))
+	for start, end := 0, 0; start < len(b.Rows); start = end {
+		end = v.chunkEnd(b.Rows, start)
 		if start > 0 && !v.fits() {
 			return true, v.saveQueued(ctx)
 		}
@@ -430,6 +426,27 @@ func (v *invocation) queue(ctx context.Context, b *feed.Batch) (stop bool, err e
 		}
 	}
 	return false, nil
+}
+
+// chunkEnd is where the chunk that starts at rows[start] ends: after
+// ChunkRows rows, or after the row that brings its bodies to ChunkBytes,
+// which bounds what one Send holds encoded (each body once, and again per
+// output).
+func (v *invocation) chunkEnd(rows []feed.Row, start int) int {
+	n := v.p.ChunkRows
+	if n <= 0 {
+		n = DefaultChunkRows
+	}
+	budget := v.p.ChunkBytes
+	if budget <= 0 {
+		budget = DefaultChunkBytes
+	}
+	end, size := start, 0
+	for end < len(rows) && end-start < n && size < budget {
+		size += len(rows[end].Doc)
+		end++
+	}
+	return end
 }
 
 // send queues the changes of rows to every output, the fence asked before

@@ -113,6 +113,29 @@ func TestRun(t *testing.T) {
 			wantCheckpoints: []string{"checkpoint 100", "checkpoint 200"},
 		},
 		{
+			name: "large bodies make smaller chunks",
+			setup: func(r *rig) {
+				r.feed.batch = thenIdle(r, batchOf(1, 30))
+				r.poller.ChunkBytes = 40 // six or five of these bodies
+			},
+			deadline: 8 * time.Second,
+			wantSent: docIDs(1, 30),
+			// The first chunk at once, then the end of the batch.
+			wantCheckpoints: []string{"checkpoint 6", "checkpoint 30"},
+			check: func(t *testing.T, r *rig) {
+				sends := matching(r.w.log(), "send")
+				if len(sends) < 5 {
+					t.Errorf("%d requests for 30 changes in chunks of 40 bytes of bodies, want one per chunk (5 or more): %v", len(sends), sends)
+				}
+				for _, e := range sends {
+					var from, to int
+					if _, err := fmt.Sscanf(e, "send d%d-d%d", &from, &to); err != nil || to-from+1 > 6 {
+						t.Errorf("request %q: want at most six changes in a chunk", e)
+					}
+				}
+			},
+		},
+		{
 			name: "a send slower than the TTL renews the lease in place",
 			setup: func(r *rig) {
 				r.feed.batch = thenIdle(r, batchOf(1, 100))

@@ -246,6 +246,19 @@ func (s *changesStack) addRouteAlarms(r *route) {
 		EvaluationPeriods:  jsii.Number(1),
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
+	if r.out.Halts() {
+		// The writer reports 1 on every failed attempt of a halted change
+		// (at most about an hour apart) and 0 once it was delivered or
+		// skipped; missing data keeps the state, so the alarm stays on
+		// while the output waits.
+		s.alarm("Halted-"+id, id+"-halted", fmt.Sprintf("Job %s output %s (on_failure halt) stopped at a change it cannot deliver; nothing after it is delivered. See changesctl halt show --job %s --output %s, then retry or skip it.", r.job.ID, r.out.ID, r.job.ID, r.out.ID), &awscloudwatch.AlarmProps{
+			Metric:             s.outputMetric(metrics.OutputHalted, r.job, r.out, "Maximum", time.Minute),
+			Threshold:          jsii.Number(1),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+			EvaluationPeriods:  jsii.Number(1),
+			TreatMissingData:   awscloudwatch.TreatMissingData_IGNORE,
+		})
+	}
 }
 
 // alarm creates an alarm named <prefix>-<suffix> that notifies the topic.

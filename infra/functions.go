@@ -326,6 +326,22 @@ func (s *changesStack) grantWriter() {
 		Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueUrl"),
 		Resources: &dlqs,
 	}))
+	halting := false
+	for _, r := range s.routes {
+		halting = halting || r.out.Halts()
+	}
+	if halting {
+		// Outputs with on_failure halt: the writer records, reads and clears
+		// the halt items of the state table, and only those.
+		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:       jsii.String("HaltRecords"),
+			Actions:   jsii.Strings("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"),
+			Resources: &[]*string{s.table.TableArn()},
+			Conditions: &map[string]any{
+				"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []string{"halt/*"}},
+			},
+		}))
+	}
 	// Without s3:ListBucket, S3 answers a GetObject of a missing claim check
 	// with 403 instead of 404; the writer counts both as permanent.
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{

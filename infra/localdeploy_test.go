@@ -412,8 +412,8 @@ func checkDeployedQueues(ctx context.Context, t *testing.T, c *sqs.Client, cfg *
 				Target string `json:"deadLetterTargetArn"`
 				Max    any    `json:"maxReceiveCount"`
 			}
-			if err := json.Unmarshal([]byte(q["RedrivePolicy"]), &redrive); err != nil || redrive.Target != d["QueueArn"] || fmt.Sprint(redrive.Max) != strconv.Itoa(o.MaxReceiveCount) {
-				t.Errorf("%s RedrivePolicy = %s (%v), want %s after %d receives", where, q["RedrivePolicy"], err, d["QueueArn"], o.MaxReceiveCount)
+			if err := json.Unmarshal([]byte(q["RedrivePolicy"]), &redrive); err != nil || redrive.Target != d["QueueArn"] || fmt.Sprint(redrive.Max) != strconv.Itoa(o.QueueMaxReceiveCount()) {
+				t.Errorf("%s RedrivePolicy = %s (%v), want %s after %d receives", where, q["RedrivePolicy"], err, d["QueueArn"], o.QueueMaxReceiveCount())
 			}
 			var allow struct {
 				Permission string   `json:"redrivePermission"`

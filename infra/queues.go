@@ -60,8 +60,13 @@ func (s *changesStack) addRoute(j *config.Job, o *config.Output, visibility awsc
 	}
 	if o.FIFO() {
 		// The poller sends an explicit deduplication id per (job, output, doc,
-		// seq), so content-based deduplication stays off; one message group per
-		// document, so throughput is counted per group (high-throughput FIFO).
+		// seq), so content-based deduplication stays off. Throughput is
+		// counted per message group (high-throughput FIFO): one group per
+		// document with per_document; with total, the output's one group is
+		// held to a single group's limit anyway. A halting output's redrive
+		// policy allows SQS's maximum of receives (QueueMaxReceiveCount): its
+		// writer keeps a halted change in the queue rather than let SQS
+		// dead-letter it.
 		queueProps.Fifo = jsii.Bool(true)
 		queueProps.ContentBasedDeduplication = jsii.Bool(false)
 		queueProps.DeduplicationScope = awssqs.DeduplicationScope_MESSAGE_GROUP
@@ -75,7 +80,7 @@ func (s *changesStack) addRoute(j *config.Job, o *config.Output, visibility awsc
 		dlqProps.FifoThroughputLimit = awssqs.FifoThroughputLimit_PER_MESSAGE_GROUP_ID
 	}
 	dlq := awssqs.NewQueue(s.stack, jsii.String("DLQ-"+id), dlqProps)
-	queueProps.DeadLetterQueue = &awssqs.DeadLetterQueue{Queue: dlq, MaxReceiveCount: jsii.Number(float64(o.MaxReceiveCount))}
+	queueProps.DeadLetterQueue = &awssqs.DeadLetterQueue{Queue: dlq, MaxReceiveCount: jsii.Number(float64(o.QueueMaxReceiveCount()))}
 	queue := awssqs.NewQueue(s.stack, jsii.String("Queue-"+id), queueProps)
 	return &route{job: j, out: o, queue: queue, dlq: dlq}
 }

@@ -63,8 +63,11 @@ func TestQueues(t *testing.T) {
 				if refID(redrive["deadLetterTargetArn"]) != dlqID {
 					t.Errorf("redrive target = %s, want the DLQ %s", compact(redrive["deadLetterTargetArn"]), dlqID)
 				}
-				if redrive["maxReceiveCount"] != float64(o.MaxReceiveCount) {
-					t.Errorf("maxReceiveCount = %v, want %d", redrive["maxReceiveCount"], o.MaxReceiveCount)
+				if redrive["maxReceiveCount"] != float64(o.QueueMaxReceiveCount()) {
+					t.Errorf("maxReceiveCount = %v, want %d", redrive["maxReceiveCount"], o.QueueMaxReceiveCount())
+				}
+				if o.Halts() && redrive["maxReceiveCount"] != float64(1000) {
+					t.Errorf("halting output: maxReceiveCount = %v, want SQS's maximum 1000", redrive["maxReceiveCount"])
 				}
 				allow, _ := d["RedriveAllowPolicy"].(map[string]any)
 				if allow["redrivePermission"] != "byQueue" {
@@ -404,7 +407,20 @@ func TestGrants(t *testing.T) {
 	wantResources(t, syn, "poller", poller, "sqs:SendMessage", func(q map[string]any) bool { return !strings.Contains(q["QueueName"].(string), "-dlq") })
 
 	writer := statementsOf(rolePolicy(t, syn, "cwtest-writer"))
-	wantActions(t, "writer", writer, "dynamodb:", nil)
+	// The test configuration has a halting output (orders/crm): the writer
+	// reads and writes the halt items, and no other item of the table.
+	wantActions(t, "writer", writer, "dynamodb:", []string{"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:UpdateItem"})
+	for _, st := range writer {
+		if !hasPrefixAny(strs(st["Action"])[0], "dynamodb:") {
+			continue
+		}
+		if compact(st["Resource"]) != compact(map[string]any{"Fn::GetAtt": []any{tableID, "Arn"}}) {
+			t.Errorf("writer dynamodb resource = %s, want the table only", compact(st["Resource"]))
+		}
+		if want := `{"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["halt/*"]}}`; compact(st["Condition"]) != want {
+			t.Errorf("writer dynamodb condition = %s, want %s", compact(st["Condition"]), want)
+		}
+	}
 	wantActions(t, "writer", writer, "sqs:", []string{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"})
 	wantActions(t, "writer", writer, "s3:", []string{"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"})
 	wantResources(t, syn, "writer", writer, "sqs:SendMessage", func(q map[string]any) bool { return strings.Contains(q["QueueName"].(string), "-dlq") })
@@ -508,6 +524,9 @@ func TestAlarms(t *testing.T) {
 			j.ID+"-malformed-rows", j.ID+"-blocked-page")
 		for _, o := range j.Outputs {
 			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-latency", j.ID+"-"+o.ID+"-output-auth-failures", j.ID+"-"+o.ID+"-backpressure")
+			if o.Halts() {
+				want = append(want, j.ID+"-"+o.ID+"-halted")
+			}
 		}
 	}
 	want = append(want, "poller-errors", "writer-errors", "writer-throttles")
@@ -570,6 +589,15 @@ func TestAlarms(t *testing.T) {
 			age := alarms["cwtest-"+j.ID+"-"+o.ID+"-latency"]
 			if age["MetricName"] != "ApproximateAgeOfOldestMessage" || age["Threshold"] != j.LatencyObjective.D().Seconds() {
 				t.Errorf("%s/%s latency alarm = %s", j.ID, o.ID, compact(age))
+			}
+			if o.Halts() {
+				h := alarms["cwtest-"+j.ID+"-"+o.ID+"-halted"]
+				m := compact(h["Metrics"])
+				if !strings.Contains(m, `"MetricName":"`+metrics.OutputHalted+`"`) || !strings.Contains(m, `"Stat":"Maximum"`) ||
+					!strings.Contains(m, `{"Name":"Output","Value":"`+o.ID+`"}`) || h["Threshold"] != float64(1) ||
+					h["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" || h["TreatMissingData"] != "ignore" {
+					t.Errorf("%s/%s halted alarm = %s, want OutputHalted max >= 1, missing data ignored", j.ID, o.ID, compact(h))
+				}
 			}
 			dlq := alarms["cwtest-"+j.ID+"-"+o.ID+"-dlq-not-empty"]
 			dlqID, _ := syn.resource(t, "AWS::SQS::Queue", "QueueName", syn.cfg.DLQName(j, o))

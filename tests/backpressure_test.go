@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,8 +101,8 @@ func TestBackpressureRetryAfterNothingDeadLettered(t *testing.T) {
 	}
 	out := s.Metrics().String()
 	active := emfValues(t, out, "rest", metrics.BackpressureActive)
-	if len(active) == 0 || sum(active) == 0 || active[len(active)-1] != 0 {
-		t.Errorf("BackpressureActive values %v: want some 1 and a final 0", active)
+	if first := slices.Index(active, 1); first < 0 || !slices.Contains(active[first:], 0) {
+		t.Errorf("BackpressureActive values %v: want a 1 (paused) followed by a 0 (recovered)", active)
 	}
 	if n := sum(emfValues(t, out, "rest", metrics.BackpressureDelays)); n != float64(st.Deferred) {
 		t.Errorf("BackpressureDelays total %v, want %d (the deferrals)", n, st.Deferred)
@@ -182,8 +183,11 @@ func TestBackpressureLatencyRisesAndRecovers(t *testing.T) {
 		t.Errorf("only %d requests at once before the slowdown: the test does not show a lowered parallelism", p)
 	}
 	active := emfValues(t, s.Metrics().String(), "rest", metrics.BackpressureActive)
-	if len(active) == 0 || sum(active) == 0 || active[len(active)-1] != 0 {
-		t.Errorf("BackpressureActive values %v: want some 1 and a final 0 (recovered)", active)
+	// Recovered: the writer saw the output slow (a 1) and later back at its
+	// baseline (a 0 after it). The last value alone is not the measure: on a
+	// loaded machine an ordinary request can take twice the baseline again.
+	if first := slices.Index(active, 1); first < 0 || !slices.Contains(active[first:], 0) {
+		t.Errorf("BackpressureActive values %v: want a 1 (slow) followed by a 0 (recovered)", active)
 	}
 	t.Logf("requests %d, peak at once before %d, while slow %d; BackpressureActive %v", n.Load(), peakFast.Load(), peakSlow.Load(), active)
 }

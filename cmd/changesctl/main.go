@@ -28,6 +28,8 @@ Usage:
   changesctl schema --config FILE [--job J --output O]  print the PostgreSQL tables' DDL
   changesctl dlq list|show|redrive|purge --job J --output O
                                          inspect failed changes, send them back, or drop them
+  changesctl halt show|retry|skip --job J --output O
+                                         inspect a halted output's blocked change, retry it or skip it into the DLQ
   changesctl verify --job J --output O [--repair]
                                          compare an output with the source (exit 2 on drift)
   changesctl bucket check --config FILE  check that the stack bucket expires claim checks
@@ -60,6 +62,7 @@ func commands() []command {
 		{"checkpoint", cmdCheckpoint},
 		{"schema", cmdSchema},
 		{"dlq", cmdDLQ},
+		{"halt", cmdHalt},
 		{"verify", cmdVerify},
 		{"bucket", cmdBucket},
 	}

@@ -26,64 +26,54 @@ import (
 // copies with a deduplication id per DLQ message: every message is back.
 func TestRedriveMoveTask(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name, output string
-	}{
-		{"standard", outPG},
-		{"fifo", outPGFIFO},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := t.Context()
-			s := newTestStack(t, tc.output)
-			q := s.queues(tc.output)
-			const n = 25
-			want := map[string]int{}
-			var envs []*change.Envelope
-			for i := range n {
-				id := fmt.Sprintf("doc-%02d", i)
-				envs = append(envs, envelope(tc.output, id, "1-a", 2, int64(i+1)))
-				want[id] = 1
-			}
-			s.enqueue(q, envs...)
-			s.exhaustReceives(q, n)
+	eachDLQKind(t, func(t *testing.T, s *testStack, output string, q dlq.Queues) {
+		ctx := t.Context()
+		const n = 25
+		want := map[string]int{}
+		var envs []*change.Envelope
+		for i := range n {
+			id := fmt.Sprintf("doc-%02d", i)
+			envs = append(envs, envelope(output, id, "1-a", 2, int64(i+1)))
+			want[id] = 1
+		}
+		s.enqueue(q, envs...)
+		s.exhaustReceives(q, n)
 
-			if tc.output == outPGFIFO {
-				_, _, err := s.cli(ctx, "", "dlq", "redrive", "--output", tc.output, "--mode", "task")
-				if err == nil || !strings.Contains(err.Error(), "not used on a FIFO dlq") {
-					t.Fatalf("redrive --mode task on a FIFO dlq: %v, want a refusal", err)
-				}
-				if d := s.depth(q.DLQURL); d != n {
-					t.Fatalf("dlq holds %d after the refused task, want %d", d, n)
-				}
-				out := s.mustCLI(ctx, "dlq", "redrive", "--output", tc.output)
-				if !strings.Contains(out, "(copy, because the dlq is FIFO") || !strings.Contains(out, fmt.Sprintf("%d messages back", n)) {
-					t.Errorf("redrive said:\n%s", out)
-				}
-			} else {
-				out := s.mustCLI(ctx, "dlq", "redrive", "--output", tc.output, "--mode", "task")
-				if !strings.Contains(out, "(task, task ") || !strings.Contains(out, fmt.Sprintf("%d messages back", n)) || !strings.Contains(out, "0 left in the dlq") {
-					t.Errorf("redrive said:\n%s", out)
-				}
+		if output == outPGFIFO {
+			_, _, err := s.cli(ctx, "", "dlq", "redrive", "--output", output, "--mode", "task")
+			if err == nil || !strings.Contains(err.Error(), "not used on a FIFO dlq") {
+				t.Fatalf("redrive --mode task on a FIFO dlq: %v, want a refusal", err)
 			}
-			if d := s.depth(q.DLQURL); d != 0 {
-				t.Errorf("dlq holds %d after the redrive, want 0", d)
+			if d := s.depth(q.DLQURL); d != n {
+				t.Fatalf("dlq holds %d after the refused task, want %d", d, n)
 			}
-			got := countByDoc(s.census(q.WorkURL, true))
-			for id, c := range got {
-				if want[id] == 0 {
-					t.Errorf("work queue holds unknown document %q", id)
-				} else if c != 1 {
-					t.Errorf("work queue holds %q %d times, want once", id, c)
-				}
+			out := s.mustCLI(ctx, "dlq", "redrive", "--output", output)
+			if !strings.Contains(out, "(copy, because the dlq is FIFO") || !strings.Contains(out, fmt.Sprintf("%d messages back", n)) {
+				t.Errorf("redrive said:\n%s", out)
 			}
-			for id := range want {
-				if got[id] == 0 {
-					t.Errorf("%q is lost: neither on the dlq nor on the work queue", id)
-				}
+		} else {
+			out := s.mustCLI(ctx, "dlq", "redrive", "--output", output, "--mode", "task")
+			if !strings.Contains(out, "(task, task ") || !strings.Contains(out, fmt.Sprintf("%d messages back", n)) || !strings.Contains(out, "0 left in the dlq") {
+				t.Errorf("redrive said:\n%s", out)
 			}
-		})
-	}
+		}
+		if d := s.depth(q.DLQURL); d != 0 {
+			t.Errorf("dlq holds %d after the redrive, want 0", d)
+		}
+		got := countByDoc(s.census(q.WorkURL, true))
+		for id, c := range got {
+			if want[id] == 0 {
+				t.Errorf("work queue holds unknown document %q", id)
+			} else if c != 1 {
+				t.Errorf("work queue holds %q %d times, want once", id, c)
+			}
+		}
+		for id := range want {
+			if got[id] == 0 {
+				t.Errorf("%q is lost: neither on the dlq nor on the work queue", id)
+			}
+		}
+	})
 }
 
 // exhaustReceives receives the messages of a work queue without deleting

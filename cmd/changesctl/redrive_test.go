@@ -23,6 +23,20 @@ import (
 	"github.com/changes-worker/changes-worker/shared/failure"
 )
 
+// eachDLQKind runs fn as a parallel subtest on a fresh stack, once for an
+// output with a standard DLQ and once for an output with a FIFO DLQ, with
+// that output and its queues.
+func eachDLQKind(t *testing.T, fn func(t *testing.T, s *testStack, output string, q dlq.Queues)) {
+	t.Helper()
+	for _, tc := range []struct{ name, output string }{{"standard", outPG}, {"fifo", outPGFIFO}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newTestStack(t, tc.output)
+			fn(t, s, tc.output, s.queues(tc.output))
+		})
+	}
+}
+
 // TestRedriveKilledMidway redrives 1,000 messages with the changesctl
 // binary, kills it with SIGKILL once it reported a third of them moved, and
 // checks where every message is, right after the kill and after a second
@@ -47,152 +61,141 @@ import (
 func TestRedriveKilledMidway(t *testing.T) {
 	t.Parallel()
 	bin := buildCLI(t)
-	for _, tc := range []struct {
-		name   string
-		output string
-	}{
-		{"standard", outPG},
-		{"fifo", outPGFIFO},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := t.Context()
-			s := newTestStack(t, tc.output)
-			q := s.queues(tc.output)
-			const n = 1000
-			ids := s.fillDLQ(q, n)
+	eachDLQKind(t, func(t *testing.T, s *testStack, output string, q dlq.Queues) {
+		ctx := t.Context()
+		const n = 1000
+		ids := s.fillDLQ(q, n)
 
-			// Redrive with the binary; kill it once a third is done.
-			// Copy mode, which this process carries out itself (a move
-			// task would go on at SQS after the kill).
-			cmd := exec.CommandContext(ctx, bin, "dlq", "redrive", "--config", s.ConfigPath, "--output", tc.output,
-				"--mode", "copy", "--visibility", "4s", "--rate", "150")
-			cmd.Env = os.Environ()
-			stderr, err := cmd.StderrPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			progressLine := regexp.MustCompile(`: (\d+)/(\d+) msgs`)
-			var seen []string
-			killedAt := -1
-			sc := bufio.NewScanner(stderr)
-			for sc.Scan() {
-				seen = append(seen, sc.Text())
-				if m := progressLine.FindStringSubmatch(sc.Text()); m != nil {
-					if done, _ := strconv.Atoi(m[1]); done >= n/3 && killedAt < 0 {
-						killedAt = done
-						if err := cmd.Process.Kill(); err != nil {
-							t.Fatal(err)
-						}
+		// Redrive with the binary; kill it once a third is done.
+		// Copy mode, which this process carries out itself (a move
+		// task would go on at SQS after the kill).
+		cmd := exec.CommandContext(ctx, bin, "dlq", "redrive", "--config", s.ConfigPath, "--output", output,
+			"--mode", "copy", "--visibility", "4s", "--rate", "150")
+		cmd.Env = os.Environ()
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		progressLine := regexp.MustCompile(`: (\d+)/(\d+) msgs`)
+		var seen []string
+		killedAt := -1
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			seen = append(seen, sc.Text())
+			if m := progressLine.FindStringSubmatch(sc.Text()); m != nil {
+				if done, _ := strconv.Atoi(m[1]); done >= n/3 && killedAt < 0 {
+					killedAt = done
+					if err := cmd.Process.Kill(); err != nil {
+						t.Fatal(err)
 					}
 				}
 			}
-			werr := cmd.Wait()
-			if killedAt < 0 {
-				t.Fatalf("the redrive ended (%v) before it could be killed; stderr:\n%s", werr, strings.Join(seen, "\n"))
-			}
-			t.Logf("killed after %d of %d reported moved", killedAt, n)
+		}
+		werr := cmd.Wait()
+		if killedAt < 0 {
+			t.Fatalf("the redrive ended (%v) before it could be killed; stderr:\n%s", werr, strings.Join(seen, "\n"))
+		}
+		t.Logf("killed after %d of %d reported moved", killedAt, n)
 
-			// The dead process's hidden messages come back, and the
-			// journal writes it had sent before the kill have landed (a
-			// request already on its way is still applied).
-			time.Sleep(5 * time.Second)
-			j := &dlq.Journal{DB: s.Deps.DynamoDB, Table: s.Config.TableName(), Job: "orders", Output: tc.output}
-			journal, err := j.Entries(ctx, s.Deps.DynamoDB)
-			if err != nil {
-				t.Fatal(err)
+		// The dead process's hidden messages come back, and the
+		// journal writes it had sent before the kill have landed (a
+		// request already on its way is still applied).
+		time.Sleep(5 * time.Second)
+		j := &dlq.Journal{DB: s.Deps.DynamoDB, Table: s.Config.TableName(), Job: "orders", Output: output}
+		journal, err := j.Entries(ctx, s.Deps.DynamoDB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The journal is keyed by DLQ message id; map it to documents.
+		dlqMsgs := s.census(q.DLQURL, false)
+		work := s.census(q.WorkURL, false)
+		sending, sent := map[string]bool{}, map[string]bool{}
+		for _, m := range dlqMsgs {
+			switch journal[m.id].State {
+			case dlq.Sending:
+				sending[m.doc] = true
+			case dlq.Sent:
+				sent[m.doc] = true
 			}
-			// The journal is keyed by DLQ message id; map it to documents.
-			dlqMsgs := s.census(q.DLQURL, false)
-			work := s.census(q.WorkURL, false)
-			sending, sent := map[string]bool{}, map[string]bool{}
-			for _, m := range dlqMsgs {
-				switch journal[m.id].State {
-				case dlq.Sending:
-					sending[m.doc] = true
-				case dlq.Sent:
-					sent[m.doc] = true
+		}
+		inDLQ, inWork := countByDoc(dlqMsgs), countByDoc(work)
+		both := 0
+		for _, id := range ids {
+			switch {
+			case inDLQ[id] == 0 && inWork[id] == 0:
+				t.Errorf("%s is on neither queue after the kill: lost", id)
+			case inDLQ[id] > 1 || inWork[id] > 1:
+				t.Errorf("%s is %d times on the DLQ and %d times on the work queue after the kill", id, inDLQ[id], inWork[id])
+			case inDLQ[id] == 1 && inWork[id] == 1:
+				both++
+				if !sending[id] && !sent[id] {
+					t.Errorf("%s is on both queues but the journal has no entry for it", id)
 				}
 			}
-			inDLQ, inWork := countByDoc(dlqMsgs), countByDoc(work)
-			both := 0
-			for _, id := range ids {
-				switch {
-				case inDLQ[id] == 0 && inWork[id] == 0:
-					t.Errorf("%s is on neither queue after the kill: lost", id)
-				case inDLQ[id] > 1 || inWork[id] > 1:
-					t.Errorf("%s is %d times on the DLQ and %d times on the work queue after the kill", id, inDLQ[id], inWork[id])
-				case inDLQ[id] == 1 && inWork[id] == 1:
-					both++
-					if !sending[id] && !sent[id] {
-						t.Errorf("%s is on both queues but the journal has no entry for it", id)
-					}
-				}
-			}
-			if len(inWork) == 0 || len(inDLQ) == 0 {
-				t.Fatalf("not killed midway: %d ids on the work queue, %d on the DLQ", len(inWork), len(inDLQ))
-			}
-			t.Logf("after the kill: %d on the DLQ, %d on the work queue, %d on both (%d journaled sent, %d sending)",
-				len(inDLQ), len(inWork), both, len(sent), len(sending))
+		}
+		if len(inWork) == 0 || len(inDLQ) == 0 {
+			t.Fatalf("not killed midway: %d ids on the work queue, %d on the DLQ", len(inWork), len(inDLQ))
+		}
+		t.Logf("after the kill: %d on the DLQ, %d on the work queue, %d on both (%d journaled sent, %d sending)",
+			len(inDLQ), len(inWork), both, len(sent), len(sending))
 
-			// A second redrive finishes the job.
-			out := s.mustCLI(ctx, "dlq", "redrive", "--output", tc.output, "--mode", "copy", "--visibility", "4s", "--json")
-			var res dlq.Result
-			if err := json.Unmarshal([]byte(out), &res); err != nil {
-				t.Fatalf("redrive --json: %v\n%s", err, out)
+		// A second redrive finishes the job.
+		out := s.mustCLI(ctx, "dlq", "redrive", "--output", output, "--mode", "copy", "--visibility", "4s", "--json")
+		var res dlq.Result
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("redrive --json: %v\n%s", err, out)
+		}
+		// Bound by the whole journal: messages the dead process had
+		// received may still be hidden from the census above, and Sent
+		// entries of messages it had already deleted are leftovers.
+		var journaledSent, journaledSending int64
+		for _, e := range journal {
+			switch e.State {
+			case dlq.Sent:
+				journaledSent++
+			case dlq.Sending:
+				journaledSending++
 			}
-			// Bound by the whole journal: messages the dead process had
-			// received may still be hidden from the census above, and Sent
-			// entries of messages it had already deleted are leftovers.
-			var journaledSent, journaledSending int64
-			for _, e := range journal {
-				switch e.State {
-				case dlq.Sent:
-					journaledSent++
-				case dlq.Sending:
-					journaledSending++
-				}
+		}
+		if res.Recovered > journaledSent || res.Resent > journaledSending || res.Resent < int64(len(sending)) || res.Done() < int64(len(dlqMsgs)) || res.Left != 0 {
+			t.Errorf("second redrive %+v; want recovered <= %d, %d <= resent <= %d, done >= %d, left 0",
+				res, journaledSent, len(sending), journaledSending, len(dlqMsgs))
+		}
+		if left := s.census(q.DLQURL, false); len(left) != 0 {
+			t.Errorf("%d messages still on the DLQ after the second redrive", len(left))
+		}
+		// A duplicate may only come from a send in flight at the kill:
+		// none on FIFO (deduplicated), at most the journaled in-flight
+		// sends on a standard queue (some of those messages may have been
+		// hidden from the census, so the bound is the whole journal's).
+		final := countByDoc(s.census(q.WorkURL, true))
+		dups := 0
+		for _, id := range ids {
+			switch c := final[id]; {
+			case c == 0:
+				t.Errorf("%s is not on the work queue after the second redrive: lost", id)
+			case c > 2 || (c > 1 && q.FIFO):
+				t.Errorf("%s is %d times on the work queue (fifo: %t)", id, c, q.FIFO)
+			case c > 1:
+				dups++
 			}
-			if res.Recovered > journaledSent || res.Resent > journaledSending || res.Resent < int64(len(sending)) || res.Done() < int64(len(dlqMsgs)) || res.Left != 0 {
-				t.Errorf("second redrive %+v; want recovered <= %d, %d <= resent <= %d, done >= %d, left 0",
-					res, journaledSent, len(sending), journaledSending, len(dlqMsgs))
+		}
+		if int64(dups) > journaledSending {
+			t.Errorf("%d documents twice on the work queue, but only %d sends were in flight", dups, journaledSending)
+		}
+		entries, err := j.Entries(ctx, s.Deps.DynamoDB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id, e := range entries {
+			if e.State != dlq.Sent {
+				t.Errorf("journal entry %s is %q after a complete redrive; only harmless Sent leftovers may stay", id, e.State)
 			}
-			if left := s.census(q.DLQURL, false); len(left) != 0 {
-				t.Errorf("%d messages still on the DLQ after the second redrive", len(left))
-			}
-			// A duplicate may only come from a send in flight at the kill:
-			// none on FIFO (deduplicated), at most the journaled in-flight
-			// sends on a standard queue (some of those messages may have been
-			// hidden from the census, so the bound is the whole journal's).
-			final := countByDoc(s.census(q.WorkURL, true))
-			dups := 0
-			for _, id := range ids {
-				switch c := final[id]; {
-				case c == 0:
-					t.Errorf("%s is not on the work queue after the second redrive: lost", id)
-				case c > 2 || (c > 1 && q.FIFO):
-					t.Errorf("%s is %d times on the work queue (fifo: %t)", id, c, q.FIFO)
-				case c > 1:
-					dups++
-				}
-			}
-			if int64(dups) > journaledSending {
-				t.Errorf("%d documents twice on the work queue, but only %d sends were in flight", dups, journaledSending)
-			}
-			entries, err := j.Entries(ctx, s.Deps.DynamoDB)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for id, e := range entries {
-				if e.State != dlq.Sent {
-					t.Errorf("journal entry %s is %q after a complete redrive; only harmless Sent leftovers may stay", id, e.State)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // fillDLQ puts n failed changes on an output's DLQ, as the writer does,

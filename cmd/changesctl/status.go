@@ -18,6 +18,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/dlq"
+	"github.com/changes-worker/changes-worker/shared/halt"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 	"github.com/changes-worker/changes-worker/shared/quarantine"
@@ -81,7 +82,11 @@ type outputStatus struct {
 	OldestAgeSeconds *float64 `json:"oldest_age_seconds"`
 	DLQ              string   `json:"dlq"`
 	DLQDepth         int      `json:"dlq_depth"`
-	Error            string   `json:"error,omitempty"`
+	// OnFailure is the output's failure policy; Halted lists the message
+	// groups it stopped at (on_failure halt), oldest first.
+	OnFailure string      `json:"on_failure"`
+	Halted    []haltShown `json:"halted,omitempty"`
+	Error     string      `json:"error,omitempty"`
 }
 
 // cmdStatus shows each job's lease, checkpoint and queues.
@@ -165,7 +170,7 @@ func cmdStatus(ctx context.Context, env *cliEnv, args []string) error {
 }
 
 func printStatus(w io.Writer, rows []jobStatus) error {
-	var problems []string
+	var problems, halts []string
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tROLE\tHOLDER\tGEN\tHEARTBEAT\tCHECKPOINT\tCP AGE\tPENDING\tOUTPUT\tQUEUE\tOLDEST\tDLQ")
 	for _, r := range rows {
@@ -201,11 +206,29 @@ func printStatus(w io.Writer, rows []jobStatus) error {
 			} else if o.Depth == 0 {
 				oldest = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", lead, o.Output, queue, oldest, dlqDepth)
+			output := o.Output
+			if len(o.Halted) > 0 {
+				output += " HALTED"
+			}
+			for _, h := range o.Halted {
+				status := ""
+				switch {
+				case h.HTTPStatus != 0:
+					status = fmt.Sprintf(" (http %d)", h.HTTPStatus)
+				case h.SQLState != "":
+					status = " (sqlstate " + h.SQLState + ")"
+				}
+				halts = append(halts, fmt.Sprintf("%s/%s HALTED since %s (%s) at document %q seq %s: %s %s%s; changesctl halt show --job %s --output %s",
+					r.Job, o.Output, h.Since.Format(time.RFC3339), ago(time.Now(), h.Since), h.DocID, dash(string(h.Seq)), h.Class, h.Reason, status, r.Job, o.Output))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", lead, output, queue, oldest, dlqDepth)
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, h := range halts {
+		fmt.Fprintln(w, h)
 	}
 	for _, r := range rows {
 		if r.SourceAuthFailedAt != nil {
@@ -309,7 +332,17 @@ func quarantineState(ctx context.Context, deps *pipeline.Deps, job string, check
 
 // outputState reads one output's queues; a failure is reported in the row.
 func outputState(ctx context.Context, deps *pipeline.Deps, j *config.Job, o *config.Output, now time.Time, peek bool) outputStatus {
-	s := outputStatus{Output: o.ID, Type: o.Type, FIFO: o.FIFO(), Queue: deps.Config.QueueName(j, o), DLQ: deps.Config.DLQName(j, o), Depth: -1, DLQDepth: -1}
+	s := outputStatus{Output: o.ID, Type: o.Type, FIFO: o.FIFO(), Queue: deps.Config.QueueName(j, o), DLQ: deps.Config.DLQName(j, o), Depth: -1, DLQDepth: -1, OnFailure: o.OnFailure}
+	if o.Halts() {
+		list, err := (&halt.Store{DB: deps.DynamoDB, Table: deps.Config.TableName()}).List(ctx, j.ID, o.ID)
+		if err != nil {
+			s.Error = err.Error()
+			return s
+		}
+		for _, st := range list {
+			s.Halted = append(s.Halted, shown(st))
+		}
+	}
 	q, err := dlq.Resolve(ctx, deps.SQS, deps.Config, j, o)
 	if err != nil {
 		s.Error = err.Error()

@@ -204,7 +204,7 @@ func repairDrift(ctx context.Context, env *cliEnv, deps *pipeline.Deps, j *confi
 		Leases:      lease.New(deps.DynamoDB, deps.Config.TableName()),
 		Sender:      &fanout.Sender{SQS: deps.SQS, S3: deps.S3, Bucket: deps.Config.Stack.Bucket, MaxBytes: deps.Config.Stack.MaxMessageBytes},
 		Job:         j,
-		Target:      fanout.Target{Output: o.ID, QueueURL: q.WorkURL, FIFO: o.FIFO()},
+		Target:      fanout.NewTarget(o, q.WorkURL),
 		Owner:       fmt.Sprintf("changesctl-verify-%s-%d", host, time.Now().UnixNano()),
 		Host:        host,
 		Wait:        wait,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/pgsink"
 	"github.com/changes-worker/changes-worker/shared/s3sink"
 	"github.com/changes-worker/changes-worker/shared/testenv"
@@ -38,12 +40,7 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 	delete(revs, "doc-11")
 	s.run(false)
 
-	for _, o := range []string{"pg", "s3"} {
-		out, errOut, err := s.cli(ctx, "", "verify", "--output", o)
-		if err != nil || !strings.Contains(out, "in sync") || !strings.Contains(out, "the source has 11 live documents, the output holds 11") {
-			t.Fatalf("verify %s before tampering: %v\n%s\n%s", o, err, out, errOut)
-		}
-	}
+	s.verifyInSync(ctx, t.Fatalf, "before tampering", []string{"pg", "s3"}, "the source has 11 live documents, the output holds 11")
 
 	// Tamper with PostgreSQL behind the sink's back.
 	pool := testenv.Postgres(t)
@@ -60,11 +57,7 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 		}
 	}
 	// And with S3.
-	out := s.Config.Jobs[0].Outputs[1].S3
-	sink, err := s3sink.New(s.Deps.S3, *out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, sink := s.s3Output(1)
 	if _, err := s.Deps.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &out.Bucket, Key: aws.String(sink.Key("doc-04"))}); err != nil {
 		t.Fatal(err)
 	}
@@ -117,12 +110,7 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 		}
 	}
 	s.run(true)
-	for _, o := range []string{"pg", "s3"} {
-		got, errOut, err := s.cli(ctx, "", "verify", "--output", o)
-		if err != nil || !strings.Contains(got, "in sync") {
-			t.Errorf("verify %s after the repair: exit %d (%v)\n%s\n%s", o, exitCode(err), err, got, errOut)
-		}
-	}
+	s.verifyInSync(ctx, t.Errorf, "after the repair", []string{"pg", "s3"})
 	if rev, v := s.pgRev(outPG, "doc-05"); rev != revs["doc-05"] || v.Generation != gen-1 {
 		t.Errorf("doc-05 after the repair: %s at %s, want %s at generation %d", rev, v, revs["doc-05"], gen-1)
 	}
@@ -170,12 +158,7 @@ func TestVerifyListsWhatAllDocsSkips(t *testing.T) {
 	if rev, _ := s.pgRev(outPG, "注文-1"); rev != revs["注文-1"] {
 		t.Fatalf("the pipeline delivered 注文-1 at %q, want %s", rev, revs["注文-1"])
 	}
-	for _, o := range []string{"pg", "s3"} {
-		out, errOut, err := s.cli(ctx, "", "verify", "--output", o)
-		if err != nil || !strings.Contains(out, "in sync") || !strings.Contains(out, "the source has 3 live documents, the output holds 3") {
-			t.Fatalf("verify %s before tampering: %v\n%s\n%s", o, err, out, errOut)
-		}
-	}
+	s.verifyInSync(ctx, t.Fatalf, "before tampering", []string{"pg", "s3"}, "the source has 3 live documents, the output holds 3")
 
 	// Delete the copies of 注文-1 behind the sinks' backs: the data row with
 	// its versions row, and the object.
@@ -189,11 +172,7 @@ func TestVerifyListsWhatAllDocsSkips(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	out := s.Config.Jobs[0].Outputs[1].S3
-	sink, err := s3sink.New(s.Deps.S3, *out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, sink := s.s3Output(1)
 	if _, err := s.Deps.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &out.Bucket, Key: aws.String(sink.Key("注文-1"))}); err != nil {
 		t.Fatal(err)
 	}
@@ -209,12 +188,7 @@ func TestVerifyListsWhatAllDocsSkips(t *testing.T) {
 		}
 	}
 	s.run(true)
-	for _, o := range []string{"pg", "s3"} {
-		got, errOut, err := s.cli(ctx, "", "verify", "--output", o)
-		if err != nil || !strings.Contains(got, "in sync") {
-			t.Errorf("verify %s after the repair: exit %d (%v)\n%s\n%s", o, exitCode(err), err, got, errOut)
-		}
-	}
+	s.verifyInSync(ctx, t.Errorf, "after the repair", []string{"pg", "s3"})
 	if rev, _ := s.pgRev(outPG, "注文-1"); rev != revs["注文-1"] {
 		t.Errorf("注文-1 after the repair: %q, want %s", rev, revs["注文-1"])
 	}
@@ -235,12 +209,7 @@ func TestVerifyComparesContent(t *testing.T) {
 		revs[id] = s.putDoc(id, map[string]any{"n": i, "total": "12.50", "items": []any{map[string]any{"sku": "a"}, map[string]any{"sku": "b"}}}, "")
 	}
 	s.run(false)
-	for _, o := range []string{"pg", "pgmap", "s3"} {
-		out, errOut, err := s.cli(ctx, "", "verify", "--output", o)
-		if err != nil || !strings.Contains(out, "in sync") || !strings.Contains(out, "content compared for 6 documents") {
-			t.Fatalf("verify %s before tampering: %v\n%s\n%s", o, err, out, errOut)
-		}
-	}
+	s.verifyInSync(ctx, t.Fatalf, "before tampering", []string{"pg", "pgmap", "s3"}, "content compared for 6 documents")
 
 	// One document per output gets other content at the same revision.
 	pool := testenv.Postgres(t)
@@ -256,11 +225,7 @@ func TestVerifyComparesContent(t *testing.T) {
 			t.Fatalf("tamper: %s: %v (%d rows)", stmt, err, tag.RowsAffected())
 		}
 	}
-	out := s.Config.Jobs[0].Outputs[2].S3
-	sink, err := s3sink.New(s.Deps.S3, *out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, sink := s.s3Output(2)
 	key := aws.String(sink.Key("doc-03"))
 	head, err := s.Deps.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &out.Bucket, Key: key})
 	if err != nil {
@@ -299,14 +264,38 @@ func TestVerifyComparesContent(t *testing.T) {
 		}
 	}
 	s.run(true)
-	for _, o := range []string{"pg", "pgmap", "s3"} {
-		got, errOut, err := s.cli(ctx, "", "verify", "--output", o)
-		if err != nil || !strings.Contains(got, "in sync") {
-			t.Errorf("verify %s after the repair: exit %d (%v)\n%s\n%s", o, exitCode(err), err, got, errOut)
-		}
-	}
+	s.verifyInSync(ctx, t.Errorf, "after the repair", []string{"pg", "pgmap", "s3"})
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT (body->>'n')::int FROM `+data.Sanitize()+` WHERE doc_id = 'doc-01'`).Scan(&n); err != nil || n != 1 {
 		t.Errorf("doc-01 after the repair: n = %d (%v), want 1", n, err)
 	}
+}
+
+// verifyInSync runs verify on each of outputs and reports through fail (the
+// test's Fatalf or Errorf) an output for which it fails, does not say "in
+// sync", or leaves out one of wants.
+func (s *testStack) verifyInSync(ctx context.Context, fail func(format string, args ...any), when string, outputs []string, wants ...string) {
+	s.t.Helper()
+	for _, o := range outputs {
+		out, errOut, err := s.cli(ctx, "", "verify", "--output", o)
+		ok := err == nil && strings.Contains(out, "in sync")
+		for _, w := range wants {
+			ok = ok && strings.Contains(out, w)
+		}
+		if !ok {
+			fail("verify %s %s: exit %d (%v), want in sync and %q\n%s\n%s", o, when, exitCode(err), err, wants, out, errOut)
+		}
+	}
+}
+
+// s3Output returns the S3 setting of the job's i-th output and a sink on it,
+// to reach the output's objects behind the pipeline's back.
+func (s *testStack) s3Output(i int) (*config.S3Output, *s3sink.Sink) {
+	s.t.Helper()
+	out := s.Config.Jobs[0].Outputs[i].S3
+	sink, err := s3sink.New(s.Deps.S3, *out)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return out, sink
 }

@@ -38,8 +38,25 @@ const (
 // Orderings.
 const (
 	OrderingPerDocument = "per_document"
+	OrderingTotal       = "total"
 	OrderingNone        = "none"
 )
+
+// Failure policies.
+const (
+	// OnFailureDLQ moves a change that cannot be delivered to the DLQ and
+	// goes on with the next ones.
+	OnFailureDLQ = "dlq"
+	// OnFailureHalt stops the message group (the whole output with ordering
+	// total, the document with per_document) at the change that cannot be
+	// delivered until an operator retries or skips it.
+	OnFailureHalt = "halt"
+)
+
+// MaxHaltReceiveCount bounds max_receive_count under on_failure halt: the
+// queue's redrive policy allows SQS's maximum (1000) receives, and a halted
+// change needs the rest of them while it waits for the operator.
+const MaxHaltReceiveCount = 100
 
 // Fetch modes.
 const (
@@ -222,9 +239,15 @@ type Lease struct {
 type Output struct {
 	ID   string `json:"id"`
 	Type string `json:"type"`
-	// Ordering is per_document (FIFO queue) or none (standard queue).
-	// Default: per_document for http, none for postgres and s3.
+	// Ordering is per_document (FIFO queue, one message group per
+	// document), total (FIFO queue, one message group for the whole output)
+	// or none (standard queue). Default: per_document for http, none for
+	// postgres and s3.
 	Ordering string `json:"ordering"`
+	// OnFailure is dlq (a change that cannot be delivered goes to the DLQ;
+	// the default) or halt (the message group stops at it; FIFO orderings
+	// only).
+	OnFailure string `json:"on_failure"`
 	// MaxReceiveCount is how many deliveries a message gets before it moves
 	// to the DLQ. Default 5.
 	MaxReceiveCount int `json:"max_receive_count"`
@@ -510,6 +533,9 @@ func (f *File) SetDefaults() {
 					o.Ordering = OrderingPerDocument
 				}
 			}
+			if o.OnFailure == "" {
+				o.OnFailure = OnFailureDLQ
+			}
 			if o.MaxReceiveCount == 0 {
 				o.MaxReceiveCount = DefaultMaxReceiveCount
 			}
@@ -764,8 +790,20 @@ func (o *Output) validate(p string) []error {
 	default:
 		bad("type", "%q is not one of postgres, http, s3", o.Type)
 	}
-	if o.Ordering != OrderingPerDocument && o.Ordering != OrderingNone {
-		bad("ordering", "%q is not per_document or none", o.Ordering)
+	if o.Ordering != OrderingPerDocument && o.Ordering != OrderingTotal && o.Ordering != OrderingNone {
+		bad("ordering", "%q is not per_document, total or none", o.Ordering)
+	}
+	switch o.OnFailure {
+	case OnFailureDLQ:
+	case OnFailureHalt:
+		if o.Ordering == OrderingNone {
+			bad("on_failure", "halt needs a FIFO queue: set ordering to total or per_document")
+		}
+		if o.MaxReceiveCount > MaxHaltReceiveCount {
+			bad("max_receive_count", "%d: with on_failure halt at most %d (the rest of SQS's 1000 receives keep the halted change in the queue)", o.MaxReceiveCount, MaxHaltReceiveCount)
+		}
+	default:
+		bad("on_failure", "%q is not dlq or halt", o.OnFailure)
 	}
 	if o.MaxReceiveCount < 1 || o.MaxReceiveCount > 1000 {
 		bad("max_receive_count", "%d must be between 1 and 1000", o.MaxReceiveCount)

@@ -150,14 +150,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := Parse([]byte(tt.in))
-			if err == nil {
-				t.Fatal("Parse succeeded, want errors")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error lacks %q:\n%v", w, err)
-				}
-			}
+			wantErrorWith(t, err, "Parse succeeded, want errors", tt.want...)
 		})
 	}
 }
@@ -228,14 +221,7 @@ func TestCredentialsOnlyByReference(t *testing.T) {
 				}
 				return
 			}
-			if err == nil {
-				t.Fatal("Parse succeeded, want errors")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error lacks %q:\n%v", w, err)
-				}
-			}
+			wantErrorWith(t, err, "Parse succeeded, want errors", tt.want...)
 			for _, secret := range []string{"k-123", "session=abc", "eDp5"} {
 				if strings.Contains(err.Error(), secret) {
 					t.Errorf("error quotes the value %q:\n%v", secret, err)
@@ -281,14 +267,7 @@ func TestResourceNamesUnique(t *testing.T) {
 				}
 				return
 			}
-			if err == nil {
-				t.Fatal("Parse succeeded, want an error")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error lacks %q:\n%v", w, err)
-				}
-			}
+			wantErrorWith(t, err, "Parse succeeded, want an error", tt.want...)
 		})
 	}
 }
@@ -337,6 +316,52 @@ func TestZeroDurationsRefused(t *testing.T) {
 	})
 }
 
+func TestOrderingAndFailurePolicy(t *testing.T) {
+	t.Parallel()
+	out := func(settings string) string {
+		return `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},
+			"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"env":"D"}}` + settings + `}]}]}`
+	}
+	tests := []struct {
+		name, settings string
+		want           string // substring of the error; empty: Parse must succeed
+		fifo, halts    bool
+		queueReceives  int
+	}{
+		{name: "defaults", settings: ``, queueReceives: 5},
+		{name: "total is fifo", settings: `,"ordering":"total"`, fifo: true, queueReceives: 5},
+		{name: "halt on total", settings: `,"ordering":"total","on_failure":"halt"`, fifo: true, halts: true, queueReceives: 1000},
+		{name: "halt on per_document", settings: `,"ordering":"per_document","on_failure":"halt","max_receive_count":100`, fifo: true, halts: true, queueReceives: 1000},
+		{name: "halt needs fifo", settings: `,"on_failure":"halt"`, want: "jobs[a].outputs[p].on_failure: halt needs a FIFO queue"},
+		{name: "halt bounds receives", settings: `,"ordering":"total","on_failure":"halt","max_receive_count":101`, want: "jobs[a].outputs[p].max_receive_count: 101: with on_failure halt at most 100"},
+		{name: "unknown policy", settings: `,"on_failure":"retry"`, want: `jobs[a].outputs[p].on_failure: "retry" is not dlq or halt`},
+		{name: "unknown ordering", settings: `,"ordering":"global"`, want: `jobs[a].outputs[p].ordering: "global" is not per_document, total or none`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f, err := Parse([]byte(out(tt.settings)))
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("Parse error = %v, want one containing %q", err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			o := f.Jobs[0].Outputs[0]
+			got := []any{o.FIFO(), o.Halts(), o.QueueMaxReceiveCount()}
+			if d := cmp.Diff([]any{tt.fifo, tt.halts, tt.queueReceives}, got); d != "" {
+				t.Errorf("fifo, halts, queue max receives (-want +got):\n%s", d)
+			}
+			if tt.fifo && !strings.HasSuffix(f.QueueName(f.Jobs[0], o), ".fifo") {
+				t.Errorf("queue %s is not a FIFO queue name", f.QueueName(f.Jobs[0], o))
+			}
+		})
+	}
+}
+
 func TestFeedModeFitsSource(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -369,5 +394,19 @@ func TestFeedModeFitsSource(t *testing.T) {
 				t.Errorf("Parse error %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// wantErrorWith fails the test unless err is an error whose text holds every
+// one of wants; ifNil is the failure to report when err is nil.
+func wantErrorWith(t *testing.T, err error, ifNil string, wants ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal(ifNil)
+	}
+	for _, w := range wants {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %q:\n%v", w, err)
+		}
 	}
 }

@@ -218,14 +218,7 @@ func TestMappingReportsEveryProblem(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := Parse([]byte(mappingFile(tt.mapping)))
-			if err == nil {
-				t.Fatal("Parse accepted an invalid mapping")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error does not mention %q; got:\n%v", w, err)
-				}
-			}
+			wantErrorWith(t, err, "Parse accepted an invalid mapping", tt.want...)
 		})
 	}
 }

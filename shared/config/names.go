@@ -19,7 +19,22 @@ func (f *File) DLQName(j *Job, o *Output) string {
 }
 
 // FIFO reports whether the output's queues are FIFO queues.
-func (o *Output) FIFO() bool { return o.Ordering == OrderingPerDocument }
+func (o *Output) FIFO() bool { return o.Ordering == OrderingPerDocument || o.Ordering == OrderingTotal }
+
+// Halts reports whether a change that cannot be delivered stops its message
+// group instead of going to the DLQ.
+func (o *Output) Halts() bool { return o.OnFailure == OnFailureHalt }
+
+// QueueMaxReceiveCount is the work queue's redrive maxReceiveCount: the
+// output's max_receive_count, or SQS's maximum for a halting output, whose
+// writer keeps a halted change at the head of its group instead of letting
+// SQS dead-letter it.
+func (o *Output) QueueMaxReceiveCount() int {
+	if o.Halts() {
+		return 1000
+	}
+	return o.MaxReceiveCount
+}
 
 func (o *Output) queueSuffix() string {
 	if o.FIFO() {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
+	"github.com/changes-worker/changes-worker/shared/config"
 )
 
 // SQS is the part of the SQS client the sender calls.
@@ -38,6 +39,15 @@ type Target struct {
 	Output   string
 	QueueURL string
 	FIFO     bool
+	// Total puts every message of a FIFO queue in one message group named
+	// after the output (ordering total), so the writer sees the whole feed in
+	// order; otherwise each document has its own group.
+	Total bool
+}
+
+// NewTarget is the target of an output's work queue at url.
+func NewTarget(o *config.Output, url string) Target {
+	return Target{Output: o.ID, QueueURL: url, FIFO: o.FIFO(), Total: o.Ordering == config.OrderingTotal}
 }
 
 // Sender sends envelopes. Safe for concurrent use.
@@ -118,7 +128,11 @@ func (s *Sender) entries(ctx context.Context, t Target, changes []*change.Envelo
 			MessageBody: aws.String(string(body)),
 		}
 		if t.FIFO {
-			e.MessageGroupId = aws.String(GroupID(c.DocID))
+			group := c.DocID
+			if t.Total {
+				group = t.Output
+			}
+			e.MessageGroupId = aws.String(GroupID(group))
 			e.MessageDeduplicationId = aws.String(DeduplicationID(c.Job, t.Output, c.DocID, c.Seq))
 		}
 		entries = append(entries, e)

@@ -11,9 +11,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
@@ -112,5 +115,72 @@ func TestSendWithClaimCheck(t *testing.T) {
 	stop := errors.New("lease expired")
 	if _, err := snd.Send(ctx, targets, changes[:1], func() error { return stop }); !errors.Is(err, stop) {
 		t.Errorf("send with refusing fence: %v", err)
+	}
+}
+
+// Against the emulator: a target with ordering total puts every document in
+// one message group named after the output, so a FIFO queue hands the
+// changes back in the order they were sent, across documents, each with the
+// same deduplication id a per-document target would give it.
+func TestSendTotalOrder(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg := testenv.AWS(t)
+	sq := sqs.NewFromConfig(cfg)
+	name := testenv.Name(t) + ".fifo"
+	q, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{"FifoQueue": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := config.Parse([]byte(`{"jobs":[{"id":"j","source":{"type":"couchdb","url":"http://h/db"},
+		"outputs":[{"id":"o","type":"http","ordering":"total","http":{"url":"http://x/{doc_id}"}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := fanout.NewTarget(f.Jobs[0].Outputs[0], *q.QueueUrl)
+	if !target.FIFO || !target.Total {
+		t.Fatalf("target %+v, want FIFO with one group", target)
+	}
+	var changes []*change.Envelope
+	var want []string
+	for i := 1; i <= 23; i++ {
+		id := fmt.Sprintf("doc-%d", (i*7)%23)
+		changes = append(changes, &change.Envelope{V: 1, Job: "j", DocID: id, Rev: "1-a",
+			Seq: json.RawMessage(fmt.Sprint(i)), Version: change.Version{Generation: 1, Counter: int64(i)}, Doc: json.RawMessage(`{}`)})
+		want = append(want, id)
+	}
+	snd := &fanout.Sender{SQS: sq, MaxBytes: 4096}
+	if _, err := snd.Send(ctx, []fanout.Target{target}, changes, func() error { return nil }); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	var got []string
+	for len(got) < len(want) {
+		out, err := sq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Messages) == 0 {
+			break
+		}
+		for _, m := range out.Messages {
+			e, err := change.Decode([]byte(*m.Body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g := m.Attributes["MessageGroupId"]; g != "o" {
+				t.Errorf("%s in group %q, want the output's group o", e.DocID, g)
+			}
+			if d := m.Attributes["MessageDeduplicationId"]; d != fanout.DeduplicationID("j", "o", e.DocID, e.Seq) {
+				t.Errorf("%s dedup id %q, want the one of (job, output, doc, seq)", e.DocID, d)
+			}
+			got = append(got, e.DocID)
+			if _, err := sq.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("receive order (-sent +received):\n%s", d)
 	}
 }

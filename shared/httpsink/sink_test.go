@@ -553,20 +553,41 @@ func TestConnectionRefused(t *testing.T) {
 	}
 }
 
+// gauge counts the requests a test server is handling and keeps the highest
+// count seen.
+type gauge struct {
+	mu        sync.Mutex
+	now, most int
+}
+
+func (g *gauge) enter() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.now++
+	g.most = max(g.most, g.now)
+}
+
+func (g *gauge) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.now--
+}
+
+// peak returns the highest number of requests handled at once.
+func (g *gauge) peak() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.most
+}
+
 func TestParallelism(t *testing.T) {
 	t.Parallel()
-	var inFlight, peak atomic.Int32
+	var inFlight gauge
 	var mu sync.Mutex
 	order := map[string][]string{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := inFlight.Add(1)
-		defer inFlight.Add(-1)
-		for {
-			p := peak.Load()
-			if n <= p || peak.CompareAndSwap(p, n) {
-				break
-			}
-		}
+		inFlight.enter()
+		defer inFlight.leave()
 		mu.Lock()
 		id := strings.TrimPrefix(r.URL.Path, "/docs/")
 		order[id] = append(order[id], r.Header.Get(HeaderVersion))
@@ -585,7 +606,7 @@ func TestParallelism(t *testing.T) {
 	batch = append(batch, live("same", "3-c", v(1, 3)), live("same", "1-a", v(1, 1)), deleted("same", "2-b", v(1, 2)))
 	mustApply(t, s, batch...)
 
-	if p := peak.Load(); p > Parallelism || p < 2 {
+	if p := inFlight.peak(); p > Parallelism || p < 2 {
 		t.Errorf("peak concurrency %d, want between 2 and %d", p, Parallelism)
 	}
 	mu.Lock()
@@ -984,16 +1005,10 @@ func (p *limitPacer) Observe(time.Duration, error) { p.seen.Add(1) }
 
 func TestPacerLowersParallelism(t *testing.T) {
 	t.Parallel()
-	var inFlight, peak atomic.Int32
+	var inFlight gauge
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := inFlight.Add(1)
-		defer inFlight.Add(-1)
-		for {
-			p := peak.Load()
-			if n <= p || peak.CompareAndSwap(p, n) {
-				break
-			}
-		}
+		inFlight.enter()
+		defer inFlight.leave()
 		time.Sleep(20 * time.Millisecond)
 	}))
 	t.Cleanup(srv.Close)
@@ -1009,7 +1024,7 @@ func TestPacerLowersParallelism(t *testing.T) {
 			t.Fatalf("change %d: %v", i, err)
 		}
 	}
-	if got := peak.Load(); got != 2 {
+	if got := inFlight.peak(); got != 2 {
 		t.Errorf("peak concurrency %d with a pacer limit of 2", got)
 	}
 	if got := p.seen.Load(); got != 12 {

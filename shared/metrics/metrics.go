@@ -53,6 +53,10 @@ const (
 	FailedPermanent     = "FailedPermanent"
 	EndToEndLatencyMs   = "EndToEndLatency"
 	WriterBatchFailures = "WriterBatchFailures"
+	// OutputHalted is 1 when a writer halted a message group of an output
+	// with on_failure halt (or tried its halted change again and failed), 0
+	// when the halted change was delivered or skipped.
+	OutputHalted = "OutputHalted"
 
 	// Backpressure, writer, dimensions Job and Output.
 	BackpressureActive       = "BackpressureActive"       // 1 while the output is struggling, 0 otherwise (one value per batch)

@@ -10,6 +10,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/deliver/delivertest"
 )
 
 // withBody returns a live change of id carrying body.
@@ -62,18 +63,11 @@ func TestCompareContentDocumentMode(t *testing.T) {
 	// A body PostgreSQL refuses as jsonb cannot be what the output holds.
 	source[3].Body = json.RawMessage(`{"_id":"nul","_rev":"1-n","s":"x\u0000"}`)
 
-	got, err := st.CompareContent(ctx, source)
-	if err != nil {
-		t.Fatalf("CompareContent: %v", err)
-	}
-	want := map[string]string{
+	delivertest.CheckContent(t, st, source, map[string]string{
 		"tampered": "the stored body differs from the source's",
 		"row-gone": "no data row",
 		"nul":      "the source body cannot be stored as jsonb (sqlstate 22P05)",
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("CompareContent (-want +got):\n%s", diff)
-	}
+	})
 }
 
 // TestCompareContentMappingMode maps source bodies as the sink does and

@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
@@ -42,18 +40,8 @@ func newMappedSink(t *testing.T, pool *pgxpool.Pool, m *config.Mapping) (*Sink, 
 	if _, err := pool.Exec(t.Context(), `CREATE SCHEMA `+quote(schema)); err != nil {
 		t.Fatalf("create schema: %v", err)
 	}
-	t.Cleanup(func() {
-		// t.Context is already cancelled when cleanups run.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := pool.Exec(ctx, `DROP SCHEMA `+quote(schema)+` CASCADE`); err != nil {
-			t.Logf("drop schema: %v", err)
-		}
-	})
-	s, err := New(pool, config.PostgresOutput{Schema: schema, Table: mappedOutput, Mapping: m}, delivertest.Output)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	execOnCleanup(t, pool, `DROP SCHEMA `+quote(schema)+` CASCADE`)
+	s := mustNew(t, pool, config.PostgresOutput{Schema: schema, Table: mappedOutput, Mapping: m}, delivertest.Output)
 	if err := s.CreateTables(t.Context()); err != nil {
 		t.Fatalf("CreateTables: %v", err)
 	}
@@ -360,16 +348,7 @@ func counts(t *testing.T, pool *pgxpool.Pool, s *Sink, docID string) []int {
 
 func readMappedVersion(t *testing.T, pool *pgxpool.Pool, s *Sink, docID string) (versionRow, bool) {
 	t.Helper()
-	var r versionRow
-	err := pool.QueryRow(t.Context(), `SELECT generation, counter, rev, seq, deleted FROM `+s.mapping.versions+` WHERE doc_id = $1`, docID).
-		Scan(&r.Generation, &r.Counter, &r.Rev, &r.Seq, &r.Deleted)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return versionRow{}, false
-	}
-	if err != nil {
-		t.Fatalf("read version of %q: %v", docID, err)
-	}
-	return r, true
+	return readVersionIn(t, pool, s.mapping.versions, docID)
 }
 
 // TestMappingOrdering applies sequences of changes of one document, one
@@ -436,13 +415,7 @@ func TestMappingOrdering(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s, pool, _ := newMappedSink(t, nil, itemsMapping())
-			for i, batch := range tt.batches {
-				for j, err := range s.Apply(t.Context(), batch) {
-					if err != nil {
-						t.Fatalf("batch %d change %d: %v", i, j, err)
-					}
-				}
-			}
+			delivertest.ApplyAll(t, s, tt.batches...)
 			if diff := cmp.Diff(tt.want, counts(t, pool, s, "o")); diff != "" {
 				t.Errorf("rows per table and records (-want +got):\n%s", diff)
 			}
@@ -621,25 +594,7 @@ func TestMappingTombstoneWaitsForConcurrentInsert(t *testing.T) {
 		t.Fatalf("apply in open transaction: %v", err)
 	}
 
-	done := make(chan error, 1)
-	go func() { done <- s.Apply(ctx, []*change.Envelope{deleted("a", "2-a", v(1, 7))})[0] }()
-	// Wait until the tombstone waits for the document's lock.
-	waitFor(t, func() bool {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			AND classid::bigint = (hashtextextended($1, $2) >> 32) & 4294967295
-			AND objid::bigint = hashtextextended($1, $2) & 4294967295`, "a", s.mapping.lockSeed).Scan(&n)
-		if err != nil {
-			t.Fatalf("query pg_stat_activity: %v", err)
-		}
-		return n > 0
-	})
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatalf("commit: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("apply tombstone: %v", err)
-	}
+	applyTombstoneBehind(t, pool, s, tx, s.mapping.lockSeed)
 	if diff := cmp.Diff([]int{0, 0, 0, 0}, counts(t, pool, s, "a")); diff != "" {
 		t.Errorf("rows survived a newer tombstone (-want +got):\n%s", diff)
 	}

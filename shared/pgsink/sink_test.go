@@ -34,22 +34,51 @@ func newSink(t *testing.T) (*Sink, *pgxpool.Pool) {
 	t.Helper()
 	pool := testenv.Postgres(t)
 	table := strings.ReplaceAll(testenv.Name(t), "-", "_")
-	s, err := New(pool, config.PostgresOutput{Table: table}, "out-1")
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	s := mustNew(t, pool, config.PostgresOutput{Table: table}, "out-1")
 	if err := s.CreateTables(t.Context()); err != nil {
 		t.Fatalf("CreateTables: %v", err)
 	}
+	execOnCleanup(t, pool, `DROP TABLE IF EXISTS `+s.names.data+`, `+s.names.versions)
+	return s, pool
+}
+
+// mustNew returns New(pool, out, outputID), failing the test on an error.
+func mustNew(t *testing.T, pool *pgxpool.Pool, out config.PostgresOutput, outputID string) *Sink {
+	t.Helper()
+	s, err := New(pool, out, outputID)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s
+}
+
+// poolWith returns a pool on the test database with the settings set
+// makes, closed when the test ends.
+func poolWith(t *testing.T, set func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	set(cfg)
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("pgxpool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// execOnCleanup runs stmt on pool when the test ends, logging a failure.
+func execOnCleanup(t *testing.T, pool *pgxpool.Pool, stmt string) {
 	t.Cleanup(func() {
 		// t.Context is already cancelled when cleanups run.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS `+s.names.data+`, `+s.names.versions); err != nil {
-			t.Logf("drop tables: %v", err)
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Logf("cleanup %s: %v", stmt, err)
 		}
 	})
-	return s, pool
 }
 
 func TestConformance(t *testing.T) {
@@ -95,8 +124,15 @@ func readDoc(t *testing.T, pool *pgxpool.Pool, s *Sink, id string) (docRow, bool
 
 func readVersion(t *testing.T, pool *pgxpool.Pool, s *Sink, id string) (versionRow, bool) {
 	t.Helper()
+	return readVersionIn(t, pool, s.names.versions, id)
+}
+
+// readVersionIn reads the row of document id in the versions table named by
+// the quoted identifier table.
+func readVersionIn(t *testing.T, pool *pgxpool.Pool, table, id string) (versionRow, bool) {
+	t.Helper()
 	var r versionRow
-	err := pool.QueryRow(t.Context(), `SELECT generation, counter, rev, seq, deleted FROM `+s.names.versions+` WHERE doc_id = $1`, id).
+	err := pool.QueryRow(t.Context(), `SELECT generation, counter, rev, seq, deleted FROM `+table+` WHERE doc_id = $1`, id).
 		Scan(&r.Generation, &r.Counter, &r.Rev, &r.Seq, &r.Deleted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return versionRow{}, false
@@ -117,6 +153,19 @@ func TestApply(t *testing.T) {
 		doc     *docRow // nil: no data row
 		version versionRow
 	}
+	// liveRow is what a live change of "a" at rev and ver leaves; deletedRow
+	// what a tombstone leaves.
+	liveRow := func(rev string, ver change.Version) want {
+		seq := fmt.Sprintf(`"%d:%d"`, ver.Generation, ver.Counter)
+		return want{
+			doc:     &docRow{Rev: rev, Seq: seq, Body: body("a", rev, ver)},
+			version: versionRow{Generation: ver.Generation, Counter: ver.Counter, Rev: rev, Seq: seq},
+		}
+	}
+	deletedRow := func(rev string, ver change.Version) want {
+		seq := fmt.Sprintf(`"%d:%d"`, ver.Generation, ver.Counter)
+		return want{version: versionRow{Generation: ver.Generation, Counter: ver.Counter, Rev: rev, Seq: seq, Deleted: true}}
+	}
 	tests := []struct {
 		name    string
 		batches [][]*change.Envelope
@@ -125,34 +174,22 @@ func TestApply(t *testing.T) {
 		{
 			name:    "apply",
 			batches: [][]*change.Envelope{{live("a", "1-x", v(1, 1))}},
-			want: want{
-				doc:     &docRow{Rev: "1-x", Seq: `"1:1"`, Body: body("a", "1-x", v(1, 1))},
-				version: versionRow{Generation: 1, Counter: 1, Rev: "1-x", Seq: `"1:1"`},
-			},
+			want:    liveRow("1-x", v(1, 1)),
 		},
 		{
 			name:    "duplicate",
 			batches: [][]*change.Envelope{{live("a", "1-x", v(1, 1))}, {live("a", "1-x", v(1, 1))}},
-			want: want{
-				doc:     &docRow{Rev: "1-x", Seq: `"1:1"`, Body: body("a", "1-x", v(1, 1))},
-				version: versionRow{Generation: 1, Counter: 1, Rev: "1-x", Seq: `"1:1"`},
-			},
+			want:    liveRow("1-x", v(1, 1)),
 		},
 		{
 			name:    "duplicate within one batch",
 			batches: [][]*change.Envelope{{live("a", "1-x", v(1, 1)), live("a", "1-x", v(1, 1))}},
-			want: want{
-				doc:     &docRow{Rev: "1-x", Seq: `"1:1"`, Body: body("a", "1-x", v(1, 1))},
-				version: versionRow{Generation: 1, Counter: 1, Rev: "1-x", Seq: `"1:1"`},
-			},
+			want:    liveRow("1-x", v(1, 1)),
 		},
 		{
 			name:    "older after newer is a no-op",
 			batches: [][]*change.Envelope{{live("a", "2-x", v(1, 8))}, {live("a", "1-x", v(1, 3))}},
-			want: want{
-				doc:     &docRow{Rev: "2-x", Seq: `"1:8"`, Body: body("a", "2-x", v(1, 8))},
-				version: versionRow{Generation: 1, Counter: 8, Rev: "2-x", Seq: `"1:8"`},
-			},
+			want:    liveRow("2-x", v(1, 8)),
 		},
 		{
 			name: "newer and older in one batch, in any order",
@@ -160,23 +197,17 @@ func TestApply(t *testing.T) {
 				{live("a", "2-x", v(1, 8)), live("a", "1-x", v(1, 3))},
 				{live("a", "1-x", v(1, 3)), live("a", "3-x", v(1, 9))},
 			},
-			want: want{
-				doc:     &docRow{Rev: "3-x", Seq: `"1:9"`, Body: body("a", "3-x", v(1, 9))},
-				version: versionRow{Generation: 1, Counter: 9, Rev: "3-x", Seq: `"1:9"`},
-			},
+			want: liveRow("3-x", v(1, 9)),
 		},
 		{
 			name:    "live and newer tombstone in one batch",
 			batches: [][]*change.Envelope{{deleted("a", "2-x", v(1, 2)), live("a", "1-x", v(1, 1))}},
-			want:    want{version: versionRow{Generation: 1, Counter: 2, Rev: "2-x", Seq: `"1:2"`, Deleted: true}},
+			want:    deletedRow("2-x", v(1, 2)),
 		},
 		{
 			name:    "tombstone and newer live change in one batch",
 			batches: [][]*change.Envelope{{live("a", "3-x", v(1, 3)), deleted("a", "2-x", v(1, 2))}},
-			want: want{
-				doc:     &docRow{Rev: "3-x", Seq: `"1:3"`, Body: body("a", "3-x", v(1, 3))},
-				version: versionRow{Generation: 1, Counter: 3, Rev: "3-x", Seq: `"1:3"`},
-			},
+			want:    liveRow("3-x", v(1, 3)),
 		},
 		{
 			name: "tombstone then stale update stays deleted",
@@ -185,7 +216,7 @@ func TestApply(t *testing.T) {
 				{deleted("a", "2-x", v(1, 2))},
 				{live("a", "1-x", v(1, 1))},
 			},
-			want: want{version: versionRow{Generation: 1, Counter: 2, Rev: "2-x", Seq: `"1:2"`, Deleted: true}},
+			want: deletedRow("2-x", v(1, 2)),
 		},
 		{
 			name: "conflict: a lower revision observed later wins",
@@ -193,23 +224,14 @@ func TestApply(t *testing.T) {
 				{live("a", "3-b", v(5, 9))},
 				{live("a", "2-a", v(5, 10))},
 			},
-			want: want{
-				doc:     &docRow{Rev: "2-a", Seq: `"5:10"`, Body: body("a", "2-a", v(5, 10))},
-				version: versionRow{Generation: 5, Counter: 10, Rev: "2-a", Seq: `"5:10"`},
-			},
+			want: liveRow("2-a", v(5, 10)),
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s, pool := newSink(t)
-			for i, batch := range tt.batches {
-				for j, err := range s.Apply(t.Context(), batch) {
-					if err != nil {
-						t.Fatalf("batch %d change %d: %v", i, j, err)
-					}
-				}
-			}
+			delivertest.ApplyAll(t, s, tt.batches...)
 			doc, ok := readDoc(t, pool, s, "a")
 			switch {
 			case tt.want.doc == nil && ok:
@@ -316,31 +338,7 @@ func TestConcurrentWriters(t *testing.T) {
 		}
 	}
 
-	var wg sync.WaitGroup
-	for w := range 2 {
-		mine := append([]*change.Envelope(nil), all...)
-		rand.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
-		wg.Go(func() {
-			for start := 0; start < len(mine); start += 10 {
-				batch := mine[start:min(start+10, len(mine))]
-				for attempt := 1; len(batch) > 0; attempt++ {
-					var again []*change.Envelope
-					for i, err := range s.Apply(t.Context(), batch) {
-						if err == nil {
-							continue
-						}
-						if deliver.Classify(err).Class != deliver.Transient || attempt > 10 {
-							t.Errorf("writer %d: %s %s: %v", w, batch[i].DocID, batch[i].Version, err)
-							return
-						}
-						again = append(again, batch[i])
-					}
-					batch = again
-				}
-			}
-		})
-	}
-	wg.Wait()
+	delivertest.ApplyConcurrently(t, s, all, 2, 10)
 
 	for id, c := range wantDoc {
 		ver, ok := readVersion(t, pool, s, id)
@@ -377,26 +375,7 @@ func TestTombstoneWaitsForConcurrentInsert(t *testing.T) {
 		t.Fatalf("apply in open transaction: %v", err)
 	}
 
-	done := make(chan error, 1)
-	go func() { done <- s.Apply(ctx, []*change.Envelope{deleted("a", "2-a", v(1, 7))})[0] }()
-
-	// Wait until the tombstone waits for the document's lock.
-	waitFor(t, func() bool {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			AND classid::bigint = (hashtextextended($1, $2) >> 32) & 4294967295
-			AND objid::bigint = hashtextextended($1, $2) & 4294967295`, "a", s.lockSeed).Scan(&n)
-		if err != nil {
-			t.Fatalf("query pg_locks: %v", err)
-		}
-		return n > 0
-	})
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatalf("commit: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("apply tombstone: %v", err)
-	}
+	applyTombstoneBehind(t, pool, s, tx, s.lockSeed)
 
 	if doc, ok := readDoc(t, pool, s, "a"); ok {
 		t.Errorf("data row rev %q survived a newer tombstone", doc.Rev)
@@ -615,10 +594,7 @@ func TestUnreachableDatabase(t *testing.T) {
 		t.Fatalf("pgxpool.New: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	s, err := New(pool, config.PostgresOutput{Table: "unused"}, "out-1")
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	s := mustNew(t, pool, config.PostgresOutput{Table: "unused"}, "out-1")
 	batch := []*change.Envelope{live("a", "1-a", v(1, 1)), deleted("b", "1-b", v(1, 2))}
 	for i, err := range s.Apply(t.Context(), batch) {
 		if e := deliver.Classify(err); err == nil || e.Class != deliver.Transient || e.Reason != "connection" {
@@ -644,26 +620,12 @@ func TestTooManyConnectionsIsBackpressure(t *testing.T) {
 	if _, err := admin.Exec(ctx, `CREATE ROLE `+role+` LOGIN PASSWORD 'full-house' CONNECTION LIMIT 0`); err != nil {
 		t.Fatalf("create role: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = admin.Exec(ctx, `DROP ROLE IF EXISTS `+role)
+	execOnCleanup(t, admin, `DROP ROLE IF EXISTS `+role)
+	pool := poolWith(t, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "full-house"
 	})
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatalf("parse dsn: %v", err)
-	}
-	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "full-house"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("pgxpool: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	s, err := New(pool, config.PostgresOutput{Table: "unused"}, "out-1")
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	err = s.Apply(ctx, []*change.Envelope{live("a", "1-a", v(1, 1))})[0]
+	s := mustNew(t, pool, config.PostgresOutput{Table: "unused"}, "out-1")
+	err := s.Apply(ctx, []*change.Envelope{live("a", "1-a", v(1, 1))})[0]
 	var e *deliver.Error
 	if !errors.As(err, &e) || e.SQLState != "53300" || !e.Backpressure || e.Class != deliver.Transient {
 		t.Fatalf("got %v, want a transient backpressure error with SQLSTATE 53300", err)
@@ -675,20 +637,8 @@ func TestTooManyConnectionsIsBackpressure(t *testing.T) {
 func TestPoolExhaustedIsBackpressure(t *testing.T) {
 	t.Parallel()
 	tables, _ := newSink(t) // creates the tables
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatalf("parse dsn: %v", err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatalf("pgxpool: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	s, err := New(pool, config.PostgresOutput{Table: tables.names.table}, "out-1")
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	pool := poolWith(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+	s := mustNew(t, pool, config.PostgresOutput{Table: tables.names.table}, "out-1")
 	held, err := pool.Acquire(t.Context())
 	if err != nil {
 		t.Fatalf("acquire: %v", err)
@@ -721,15 +671,40 @@ func TestWrongPasswordIsAuthFailure(t *testing.T) {
 		t.Fatalf("pgxpool: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	s, err := New(pool, config.PostgresOutput{Table: "unused"}, "out-1")
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	s := mustNew(t, pool, config.PostgresOutput{Table: "unused"}, "out-1")
 	err = s.Apply(t.Context(), []*change.Envelope{live("a", "1-a", v(1, 1))})[0]
 	if !deliver.AuthFailure(err) || deliver.Classify(err).SQLState != "28P01" {
 		t.Fatalf("got %v, want SQLSTATE 28P01 counted as an auth failure", err)
 	}
 	if strings.Contains(err.Error(), "not-the-password") {
 		t.Fatalf("error shows the password: %v", err)
+	}
+}
+
+// applyTombstoneBehind applies a tombstone of document "a" at version 1.7
+// while tx, not yet committed, holds the document's advisory lock (seed is
+// the sink's lock seed): it waits until the tombstone waits for that lock,
+// commits tx, and fails the test unless the tombstone then succeeds.
+func applyTombstoneBehind(t *testing.T, pool *pgxpool.Pool, s *Sink, tx pgx.Tx, seed int64) {
+	t.Helper()
+	ctx := t.Context()
+	done := make(chan error, 1)
+	go func() { done <- s.Apply(ctx, []*change.Envelope{deleted("a", "2-a", v(1, 7))})[0] }()
+	// Wait until the tombstone waits for the document's lock.
+	waitFor(t, func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND classid::bigint = (hashtextextended($1, $2) >> 32) & 4294967295
+			AND objid::bigint = hashtextextended($1, $2) & 4294967295`, "a", seed).Scan(&n)
+		if err != nil {
+			t.Fatalf("query pg_locks: %v", err)
+		}
+		return n > 0
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("apply tombstone: %v", err)
 	}
 }

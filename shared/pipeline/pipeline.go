@@ -27,6 +27,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
+	"github.com/changes-worker/changes-worker/shared/halt"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/metrics"
 	"github.com/changes-worker/changes-worker/shared/poll"
@@ -139,7 +140,7 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		if err != nil {
 			return nil, fmt.Errorf("build poller %s: get queue url %s: %w", j.ID, name, err)
 		}
-		targets = append(targets, fanout.Target{Output: o.ID, QueueURL: aws.ToString(out.QueueUrl), FIFO: o.FIFO()})
+		targets = append(targets, fanout.NewTarget(o, aws.ToString(out.QueueUrl)))
 	}
 	var source poll.Feed = fc
 	if a := j.Attachments; a != nil && a.Enabled {
@@ -224,6 +225,7 @@ func (d *Deps) Writer() *writer.Handler {
 		S3:      d.S3,
 		Log:     d.Log,
 		Metrics: d.Metrics,
+		Halts:   &halt.Store{DB: d.DynamoDB, Table: d.Config.TableName()},
 	}
 }
 

@@ -114,7 +114,7 @@ func createBucket(ctx context.Context, c *s3.Client, name string) error {
 }
 
 func createQueues(ctx context.Context, c *sqs.Client, f *config.File, j *config.Job, o *config.Output) (QueuePair, error) {
-	qp := QueuePair{Job: j.ID, Output: o.ID, FIFO: o.FIFO(), MaxReceives: o.MaxReceiveCount}
+	qp := QueuePair{Job: j.ID, Output: o.ID, FIFO: o.FIFO(), MaxReceives: o.QueueMaxReceiveCount()}
 	fifo := map[string]string{}
 	if o.FIFO() {
 		fifo = map[string]string{
@@ -137,7 +137,7 @@ func createQueues(ctx context.Context, c *sqs.Client, f *config.File, j *config.
 	if err != nil {
 		return qp, err
 	}
-	redrive, _ := json.Marshal(map[string]any{"deadLetterTargetArn": dlqARN, "maxReceiveCount": o.MaxReceiveCount})
+	redrive, _ := json.Marshal(map[string]any{"deadLetterTargetArn": dlqARN, "maxReceiveCount": o.QueueMaxReceiveCount()})
 	attrs := map[string]string{
 		string(sqstypes.QueueAttributeNameVisibilityTimeout):    strconv.Itoa(int(VisibilityFactor * f.Stack.WriterTimeout.D().Seconds())),
 		string(sqstypes.QueueAttributeNameRedrivePolicy):        string(redrive),

@@ -9,11 +9,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/deliver/delivertest"
 )
 
 // countingGets is a state client that counts the bodies GetObject returns.
@@ -78,18 +78,11 @@ func TestCompareContent(t *testing.T) {
 	for _, c := range changes {
 		docs = append(docs, deliver.SourceDoc{ID: c.DocID, Rev: c.Rev, Body: c.Doc})
 	}
-	got, err := st.CompareContent(ctx, docs)
-	if err != nil {
-		t.Fatalf("CompareContent: %v", err)
-	}
-	want := map[string]string{
+	delivertest.CheckContent(t, st, docs, map[string]string{
 		"tampered": "the stored object differs from the source's body",
 		"not-json": "the stored object differs from the source's body",
 		"gone":     "no object",
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("CompareContent (-want +got):\n%s", diff)
-	}
+	})
 	// The object whose bytes are the source body's was not transferred:
 	// S3 answered 304 to its MD5.
 	if counted.bodies != 3 {

@@ -202,28 +202,25 @@ func TestApply(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s, client := newSink(t)
-			for i, batch := range tt.batches {
-				for j, err := range s.Apply(t.Context(), batch) {
-					if err != nil {
-						t.Fatalf("batch %d change %d: %v", i, j, err)
-					}
-				}
-			}
+			delivertest.ApplyAll(t, s, tt.batches...)
 			obj, ok := get(t, client, s.bucket, s.Key("a"))
-			switch {
-			case tt.want.rev == "" && ok:
-				t.Errorf("object present with rev %q, want none", obj.Meta[MetaRev])
-			case tt.want.rev != "" && (!ok || obj.Meta[MetaRev] != tt.want.rev):
-				t.Errorf("object rev %q (present %v), want %q", obj.Meta[MetaRev], ok, tt.want.rev)
-			}
+			checkHeld(t, "object rev", obj.Meta[MetaRev], ok, tt.want.rev)
 			mark, ok := get(t, client, s.bucket, s.TombstoneKey("a"))
-			switch {
-			case tt.want.marker == "" && ok:
-				t.Errorf("tombstone marker present at %s, want none", mark.Meta[MetaVersion])
-			case tt.want.marker != "" && (!ok || mark.Meta[MetaVersion] != tt.want.marker):
-				t.Errorf("tombstone marker version %q (present %v), want %q", mark.Meta[MetaVersion], ok, tt.want.marker)
-			}
+			checkHeld(t, "tombstone marker version", mark.Meta[MetaVersion], ok, tt.want.marker)
 		})
+	}
+}
+
+// checkHeld fails the test unless an object the bucket holds (present) with
+// metadata value got is as wanted: absent for want "", else present with
+// value want.
+func checkHeld(t *testing.T, what, got string, present bool, want string) {
+	t.Helper()
+	switch {
+	case want == "" && present:
+		t.Errorf("%s %q present, want none", what, got)
+	case want != "" && (!present || got != want):
+		t.Errorf("%s %q (present %v), want %q", what, got, present, want)
 	}
 }
 
@@ -407,31 +404,7 @@ func TestConcurrentWriters(t *testing.T) {
 		all = append(all, c)
 		last[id] = c
 	}
-	var wg sync.WaitGroup
-	for w := range 4 {
-		mine := append([]*change.Envelope(nil), all...)
-		rand.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
-		wg.Go(func() {
-			for start := 0; start < len(mine); start += 6 {
-				batch := mine[start:min(start+6, len(mine))]
-				for attempt := 1; len(batch) > 0; attempt++ {
-					var again []*change.Envelope
-					for i, err := range s.Apply(t.Context(), batch) {
-						if err == nil {
-							continue
-						}
-						if deliver.Classify(err).Class != deliver.Transient || attempt > 10 {
-							t.Errorf("writer %d: %s %s: %v", w, batch[i].DocID, batch[i].Version, err)
-							return
-						}
-						again = append(again, batch[i])
-					}
-					batch = again
-				}
-			}
-		})
-	}
-	wg.Wait()
+	delivertest.ApplyConcurrently(t, s, all, 4, 6)
 
 	for id, c := range last {
 		obj, hasObj := get(t, client, s.bucket, s.Key(id))

@@ -508,20 +508,9 @@ func (db *SGDatabase) Visible(user, password string) map[string]string {
 	if status != http.StatusOK {
 		db.t.Fatalf("%s _all_docs: %d %s", user, status, body)
 	}
-	var all struct {
-		Rows []struct {
-			ID    string `json:"id"`
-			Value struct {
-				Rev string `json:"rev"`
-			} `json:"value"`
-		} `json:"rows"`
-	}
+	var all AllDocs
 	if err := json.Unmarshal(body, &all); err != nil {
 		db.t.Fatalf("decode _all_docs: %v", err)
 	}
-	out := map[string]string{}
-	for _, r := range all.Rows {
-		out[r.ID] = r.Value.Rev
-	}
-	return out
+	return all.Winners()
 }

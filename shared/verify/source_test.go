@@ -147,6 +147,16 @@ func (s *couchSource) post(path string, body, answer any) {
 	}
 }
 
+// pagedDocID returns the id of the i-th document of the paging tests: every
+// fiftieth one, from the seventh, has a non-ASCII id, which _all_docs leaves
+// out.
+func pagedDocID(i int) string {
+	if i%50 == 7 {
+		return fmt.Sprintf("注文-%03d", i)
+	}
+	return fmt.Sprintf("doc-%03d", i)
+}
+
 // TestRepairReadsInPages repairs 250 documents of pouchdb-server, some
 // deleted, some never written, and counts the requests: the bodies come in
 // _bulk_get pages of repairBatch documents, not one GET per document.
@@ -155,10 +165,7 @@ func TestRepairReadsInPages(t *testing.T) {
 	src := newCouchSource(t)
 	docs := map[string]map[string]any{}
 	for i := range 250 {
-		id := fmt.Sprintf("doc-%03d", i)
-		if i%50 == 7 {
-			id = fmt.Sprintf("注文-%03d", i) // _all_docs leaves these out
-		}
+		id := pagedDocID(i)
 		docs[id] = map[string]any{"n": i, "name": "ü " + id}
 	}
 	revs := src.put(docs)
@@ -224,10 +231,7 @@ func TestCompareListsTheFeed(t *testing.T) {
 	src := newCouchSource(t)
 	docs := map[string]map[string]any{}
 	for i := range 250 {
-		id := fmt.Sprintf("doc-%03d", i)
-		if i%50 == 7 {
-			id = fmt.Sprintf("注文-%03d", i)
-		}
+		id := pagedDocID(i)
 		docs[id] = map[string]any{"n": i}
 	}
 	revs := src.put(docs)

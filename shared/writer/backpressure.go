@@ -84,7 +84,9 @@ func (h *Handler) deferMessage(ctx context.Context, r config.Route, it *item, at
 		return true, err
 	}
 	secs := int32(delay / time.Second)
-	if attempts < r.Output.MaxReceiveCount-1 {
+	// With ordering total a resend would go behind later changes of other
+	// documents: such a change only waits in flight.
+	if attempts < r.Output.MaxReceiveCount-1 || r.Output.Ordering == config.OrderingTotal {
 		if it.rec.ReceiptHandle == "" {
 			return true, nil
 		}

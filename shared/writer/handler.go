@@ -29,6 +29,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/failure"
+	"github.com/changes-worker/changes-worker/shared/halt"
 	"github.com/changes-worker/changes-worker/shared/metrics"
 )
 
@@ -45,6 +46,14 @@ type S3 interface {
 	GetObject(ctx context.Context, in *s3.GetObjectInput, optFns ...func(*s3.Options)) (*s3.GetObjectOutput, error)
 }
 
+// Halts is the part of the halt store the handler calls for outputs with
+// on_failure halt (see package halt).
+type Halts interface {
+	Get(ctx context.Context, job, output, group string) (*halt.State, error)
+	Record(ctx context.Context, st halt.State) (*halt.State, error)
+	Clear(ctx context.Context, job, output, group, messageID string) error
+}
+
 // SinkFactory returns the sink of a route; it is called once per route and
 // the result reused for the life of the process.
 type SinkFactory func(ctx context.Context, r config.Route) (deliver.Sink, error)
@@ -59,6 +68,9 @@ type Handler struct {
 	Log     *slog.Logger
 	Metrics io.Writer   // EMF destination
 	Now     clock.Clock // failure times and end-to-end latency; zero: the system clock
+	// Halts records halted message groups; required when an output has
+	// on_failure halt.
+	Halts Halts
 
 	sinks    sync.Map // "job/output" -> deliver.Sink
 	trackers sync.Map // "job/output" -> *backpressure.Tracker
@@ -111,6 +123,13 @@ type item struct {
 	group string
 	err   *deliver.Error
 	done  bool
+	// On a halting output: the group's halt record when this message is the
+	// change it stopped at, and whether the operator asked to skip it.
+	halted *halt.State
+	skip   bool
+	// held: not attempted because an earlier change of its group failed or
+	// halted it.
+	held bool
 }
 
 // Handle processes one batch and returns the messages to retry
@@ -174,6 +193,11 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		}
 	}
 
+	var halts map[string]*halt.State
+	if route.Output.Halts() {
+		halts = h.holdHalted(ctx, route, items)
+	}
+
 	tr := h.tracker(route)
 	sink, err := h.sink(ctx, route)
 	if err != nil {
@@ -196,7 +220,7 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		if st.Active {
 			log.InfoContext(ctx, "output is slow; lowering parallelism", "ratio", st.Ratio, "baseline_ms", st.Baseline.Milliseconds())
 		}
-		h.apply(deliver.WithPacer(ctx, meter{Tracker: tr, rec: rec}), sink, route.Output.FIFO(), items)
+		h.apply(deliver.WithPacer(ctx, meter{Tracker: tr, rec: rec}), sink, route.Output.FIFO(), route.Output.Halts(), items)
 	}
 	for _, it := range items {
 		if it.err != nil && it.err.Backpressure {
@@ -204,6 +228,11 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		}
 	}
 	active := tr.State().Active
+	if route.Output.Halts() {
+		failed := h.settleHalting(ctx, route, log, rec, halts, items, tr, active)
+		backpressureMetrics(rec, tr.State())
+		return failed, nil
+	}
 
 	var failed []string
 	delivered, dead, deferred := 0, 0, 0
@@ -229,7 +258,9 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 			lg0.ErrorContext(ctx, "output rejected our credentials")
 		}
 		lg := log.With("doc_id", docID, "message_id", it.rec.MessageId, "attempts", attempts, "class", it.err.Class, "reason", it.err.Reason)
-		if isBackpressure(it.err, active) {
+		// With ordering total a change held back on its last receive goes
+		// to the DLQ with its reason rather than behind later changes.
+		if isBackpressure(it.err, active) && !(last && route.Output.Ordering == config.OrderingTotal) {
 			// Not the change's fault: hold it back without counting it
 			// toward the DLQ, however many receives it has had.
 			delay := holdFor(max(it.err.RetryAfter, tr.Delay(attempts)))
@@ -272,8 +303,9 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 
 // apply sends the decodable items to the sink. On FIFO queues it goes in
 // rounds, the k-th message of every group in round k, and drops a group from
-// later rounds once one of its messages failed.
-func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo bool, items []*item) {
+// later rounds once one of its messages failed transiently (on a halting
+// output: failed at all, except a change the operator skips).
+func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo, halts bool, items []*item) {
 	if !fifo {
 		var batch []*item
 		for _, it := range items {
@@ -305,10 +337,11 @@ func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo bool, items
 			it := its[round]
 			if first := broken[g]; first != nil {
 				it.err = deliver.TransientError("group_blocked", fmt.Errorf("an earlier message of group %s failed (%s)", g, first.rec.MessageId))
+				it.held = true
 				continue
 			}
 			if it.err != nil {
-				if it.err.Class == deliver.Transient {
+				if it.err.Class == deliver.Transient || (halts && !it.skip) {
 					broken[g] = it
 				}
 				continue
@@ -320,7 +353,7 @@ func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo bool, items
 		}
 		h.applyRound(ctx, sink, batch)
 		for _, it := range batch {
-			if it.err != nil && it.err.Class == deliver.Transient {
+			if it.err != nil && (it.err.Class == deliver.Transient || halts) {
 				broken[it.group] = it
 			}
 		}

@@ -335,6 +335,37 @@ func applyOK(t *testing.T, sink deliver.Sink, batch []*change.Envelope, what str
 	}
 }
 
+// ApplyAll applies batches through sink one after the other and fails the
+// test unless every change of every batch succeeded.
+func ApplyAll(t *testing.T, sink deliver.Sink, batches ...[]*change.Envelope) {
+	t.Helper()
+	for i, batch := range batches {
+		applyOK(t, sink, batch, fmt.Sprintf("batch %d", i))
+	}
+}
+
+// ApplyConcurrently applies changes through sink from writers goroutines at
+// once, each in its own shuffled order and in consecutive batches of at most
+// size changes (a batch may hold a document twice), re-applying changes that
+// failed transiently as SQS would redeliver them. It returns once every
+// writer is done; a permanent failure fails the test.
+func ApplyConcurrently(t *testing.T, sink deliver.Sink, changes []*change.Envelope, writers, size int) {
+	t.Helper()
+	r := newRand(t)
+	var wg sync.WaitGroup
+	for w := range writers {
+		mine := append([]*change.Envelope(nil), changes...)
+		r.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
+		wg.Go(func() {
+			for start := 0; start < len(mine); start += size {
+				batch := mine[start:min(start+size, len(mine))]
+				applyRetrying(t, sink, batch, fmt.Sprintf("writer %d batch at %d", w, start))
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // applyRetrying applies batch, re-applying changes that failed transiently as
 // SQS would redeliver them, and fails the test on a permanent failure.
 func applyRetrying(t *testing.T, sink deliver.Sink, batch []*change.Envelope, what string) {

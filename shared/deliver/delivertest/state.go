@@ -207,3 +207,17 @@ func lookupOne(t *testing.T, st StateReader, id string) deliver.Stored {
 	}
 	return d
 }
+
+// CheckContent runs st.CompareContent on docs and fails the test unless it
+// reports exactly want: the reason by document id of each document whose
+// stored content differs from its source body.
+func CheckContent(t *testing.T, st StateReader, docs []deliver.SourceDoc, want map[string]string) {
+	t.Helper()
+	got, err := st.CompareContent(t.Context(), docs)
+	if err != nil {
+		t.Fatalf("CompareContent: %v", err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("CompareContent (-want +got):\n%s", diff)
+	}
+}

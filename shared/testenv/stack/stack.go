@@ -297,22 +297,11 @@ func (s *Stack) PostgresTables(job, output string) (data, versions pgx.Identifie
 // SourceWinners returns doc id → winning revision of every live document in
 // the source database the stack created.
 func (s *Stack) SourceWinners(ctx context.Context) (map[string]string, error) {
-	var all struct {
-		Rows []struct {
-			ID    string `json:"id"`
-			Value struct {
-				Rev string `json:"rev"`
-			} `json:"value"`
-		} `json:"rows"`
-	}
+	var all testenv.AllDocs
 	if err := s.source(ctx, http.MethodGet, "/_all_docs", nil, &all); err != nil {
 		return nil, fmt.Errorf("read source: %w", err)
 	}
-	got := make(map[string]string, len(all.Rows))
-	for _, r := range all.Rows {
-		got[r.ID] = r.Value.Rev
-	}
-	return got, nil
+	return all.Winners(), nil
 }
 
 // UpdateSeq returns the update_seq of the source database the stack

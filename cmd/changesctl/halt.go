@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/halt"
+	"github.com/changes-worker/changes-worker/shared/pipeline"
+)
+
+const haltUsage = `usage: changesctl halt show|retry|skip|clear --config FILE [--job J] [--output O] [--group G] [flags]
+
+  show    the changes an output with on_failure halt stopped at: document, seq,
+          reason, since when, attempts (--body prints the change's document)
+  retry   deliver the blocked change again now (after fixing the cause)
+  skip    move the blocked change to the DLQ with its reason; the output goes on
+  clear   remove a halt whose blocked change is no longer in the queue (the queue
+          was purged, or SQS dropped it after its retention): the output goes on
+
+--group picks one halted document of a per_document output (its message
+group, as show prints it); an output with ordering total has one group.
+retry and skip wait (--wait, 2m) until the writer took the change again.
+`
+
+// cmdHalt inspects and resumes halted outputs.
+func cmdHalt(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprint(env.stderr, haltUsage)
+		return errors.New("halt: want show, retry, skip or clear")
+	}
+	verb := args[0]
+	fs := flag.NewFlagSet("halt "+verb, flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	path := fs.String("config", "", "job configuration file")
+	jobID := fs.String("job", "", "job id (default: the only job)")
+	outputID := fs.String("output", "", "output id (default: the job's only output)")
+	group := fs.String("group", "", "the halted message group (default: the only one)")
+	var (
+		body, asJSON, yes *bool
+		wait              *time.Duration
+	)
+	switch verb {
+	case "show":
+		body = fs.Bool("body", false, "print the blocked change's document")
+		asJSON = fs.Bool("json", false, "print JSON")
+	case "retry", "skip":
+		wait = fs.Duration("wait", 2*time.Minute, "wait this long for the writer to take the change (0: do not wait)")
+		if verb == "skip" {
+			yes = fs.Bool("yes", false, "do not ask for confirmation")
+		}
+	case "clear":
+		yes = fs.Bool("yes", false, "do not ask for confirmation")
+	default:
+		fmt.Fprint(env.stderr, haltUsage)
+		return fmt.Errorf("halt: unknown action %q (want show, retry, skip or clear)", verb)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if wait != nil && *wait < 0 {
+		return fmt.Errorf("halt %s: --wait %s is negative", verb, *wait)
+	}
+	deps, err := load(ctx, env, *path, env.stderr, false)
+	if err != nil {
+		return err
+	}
+	defer deps.Close()
+	j, o, err := route(deps.Config, *jobID, *outputID)
+	if err != nil {
+		return fmt.Errorf("halt: %w", err)
+	}
+	if !o.Halts() {
+		return fmt.Errorf("halt: output %s/%s has on_failure %s: it never halts (its failures go to the DLQ: changesctl dlq list)", j.ID, o.ID, o.OnFailure)
+	}
+	store := &halt.Store{DB: deps.DynamoDB, Table: deps.Config.TableName()}
+	list, err := store.List(ctx, j.ID, o.ID)
+	if err != nil {
+		return fmt.Errorf("halt %s: %w", verb, err)
+	}
+	if verb == "show" {
+		if *group != "" {
+			list = pickGroup(list, *group)
+		}
+		return haltShow(ctx, env, deps, j, o, list, *body, *asJSON)
+	}
+	st, err := oneHalt(list, j, o, *group)
+	if err != nil {
+		return fmt.Errorf("halt %s: %w", verb, err)
+	}
+	if verb == "skip" && !*yes {
+		if !confirm(env, fmt.Sprintf("Move the change of document %q (seq %s) to %s and let %s/%s go on?",
+			st.DocID, st.Seq, deps.Config.DLQName(j, o), j.ID, o.ID)) {
+			return errors.New("halt skip: not confirmed")
+		}
+	}
+	if verb == "clear" {
+		if !*yes && !confirm(env, fmt.Sprintf("Forget the halt of %s/%s at document %q (seq %s)? Meant for a change no longer in %s; one still there is tried again first and halts the output again if it fails.",
+			j.ID, o.ID, st.DocID, st.Seq, deps.Config.QueueName(j, o))) {
+			return errors.New("halt clear: not confirmed")
+		}
+		if err := store.Clear(ctx, j.ID, o.ID, st.Group, st.MessageID); err != nil {
+			return fmt.Errorf("halt clear: %w", err)
+		}
+		fmt.Fprintf(env.stdout, "%s/%s: halt at document %q cleared; the output goes on\n", j.ID, o.ID, st.DocID)
+		return nil
+	}
+	action := halt.Retry
+	if verb == "skip" {
+		action = halt.Skip
+	}
+	return haltResume(ctx, env, deps, store, j, o, st, action, *wait)
+}
+
+func pickGroup(list []halt.State, group string) []halt.State {
+	var out []halt.State
+	for _, st := range list {
+		if st.Group == group {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// oneHalt picks the record to act on.
+func oneHalt(list []halt.State, j *config.Job, o *config.Output, group string) (halt.State, error) {
+	if group != "" {
+		list = pickGroup(list, group)
+	}
+	switch {
+	case len(list) == 0 && group != "":
+		return halt.State{}, fmt.Errorf("%s/%s is not halted at group %q", j.ID, o.ID, group)
+	case len(list) == 0:
+		return halt.State{}, fmt.Errorf("%s/%s is not halted", j.ID, o.ID)
+	case len(list) > 1:
+		groups := make([]string, len(list))
+		for i, st := range list {
+			groups[i] = st.Group
+		}
+		return halt.State{}, fmt.Errorf("%s/%s is halted in %d groups (%s): pick one with --group", j.ID, o.ID, len(list), strings.Join(groups, ", "))
+	}
+	return list[0], nil
+}
+
+// haltShown is one halted group as show --json prints it.
+type haltShown struct {
+	Job           string           `json:"job"`
+	Output        string           `json:"output"`
+	Group         string           `json:"group"`
+	MessageID     string           `json:"message_id"`
+	DocID         string           `json:"doc_id"`
+	Rev           string           `json:"rev"`
+	Seq           json.RawMessage  `json:"seq,omitempty"`
+	Class         string           `json:"class"`
+	Reason        string           `json:"reason"`
+	HTTPStatus    int              `json:"http_status,omitempty"`
+	SQLState      string           `json:"sqlstate,omitempty"`
+	Error         string           `json:"error"`
+	Since         time.Time        `json:"since"`
+	LastAttemptAt time.Time        `json:"last_attempt_at"`
+	Attempts      int              `json:"attempts"`
+	Requested     string           `json:"requested,omitempty"`
+	Envelope      *change.Envelope `json:"envelope,omitempty"`
+	Doc           json.RawMessage  `json:"doc,omitempty"`
+}
+
+func shown(st halt.State) haltShown {
+	h := haltShown{Job: st.Job, Output: st.Output, Group: st.Group, MessageID: st.MessageID, DocID: st.DocID, Rev: st.Rev,
+		Class: st.Class, Reason: st.Reason, HTTPStatus: st.HTTPStatus, SQLState: st.SQLState, Error: st.Error,
+		Since: st.Since, LastAttemptAt: st.LastAt, Attempts: st.Attempts, Requested: string(st.Action)}
+	if json.Valid([]byte(st.Seq)) {
+		h.Seq = json.RawMessage(st.Seq)
+	}
+	return h
+}
+
+func haltShow(ctx context.Context, env *cliEnv, deps *pipeline.Deps, j *config.Job, o *config.Output, list []halt.State, body, asJSON bool) error {
+	out := make([]haltShown, len(list))
+	for i, st := range list {
+		out[i] = shown(st)
+		if e, err := change.Decode([]byte(st.Body)); err == nil {
+			if body {
+				doc, err := envelopeDoc(ctx, deps, e)
+				if err != nil {
+					return fmt.Errorf("halt show: %w", err)
+				}
+				out[i].Doc = doc
+			}
+			e.Doc = nil
+			out[i].Envelope = e
+		}
+	}
+	if asJSON {
+		return writeJSON(env.stdout, out)
+	}
+	if len(out) == 0 {
+		fmt.Fprintf(env.stdout, "%s/%s is not halted\n", j.ID, o.ID)
+		return nil
+	}
+	now := time.Now()
+	for i, h := range out {
+		if i > 0 {
+			fmt.Fprintln(env.stdout)
+		}
+		tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "output\t%s/%s HALTED (ordering %s)\n", h.Job, h.Output, o.Ordering)
+		fmt.Fprintf(tw, "group\t%s\n", h.Group)
+		fmt.Fprintf(tw, "message\t%s\n", h.MessageID)
+		fmt.Fprintf(tw, "document\t%q\n", h.DocID)
+		what := fmt.Sprintf("rev %s, seq %s", dash(h.Rev), dash(string(h.Seq)))
+		if e := h.Envelope; e != nil {
+			what += ", version " + e.Version.String()
+			if e.Deleted {
+				what += ", deleted"
+			}
+		}
+		fmt.Fprintf(tw, "change\t%s\n", what)
+		status := ""
+		switch {
+		case h.HTTPStatus != 0:
+			status = fmt.Sprintf(" (http %d)", h.HTTPStatus)
+		case h.SQLState != "":
+			status = " (sqlstate " + h.SQLState + ")"
+		}
+		fmt.Fprintf(tw, "failure\t%s %s%s, %d attempt(s) since the halt\n", h.Class, h.Reason, status, h.Attempts)
+		fmt.Fprintf(tw, "error\t%s\n", h.Error)
+		fmt.Fprintf(tw, "halted since\t%s (%s)\n", h.Since.Format(time.RFC3339), ago(now, h.Since))
+		fmt.Fprintf(tw, "last attempt\t%s (%s)\n", h.LastAttemptAt.Format(time.RFC3339), ago(now, h.LastAttemptAt))
+		if h.Requested != "" {
+			fmt.Fprintf(tw, "requested\t%s\n", h.Requested)
+		}
+		if h.Envelope == nil {
+			fmt.Fprintf(tw, "body\tnot kept (larger than %d bytes, or not a change envelope)\n", halt.MaxBody)
+		} else if !body {
+			fmt.Fprintf(tw, "body\t--body prints it\n")
+		}
+		tw.Flush()
+		if body && h.Doc != nil {
+			fmt.Fprintf(env.stdout, "body\n%s\n", h.Doc)
+		}
+	}
+	return nil
+}
+
+// envelopeDoc returns a change's document, reading a claim check from S3.
+func envelopeDoc(ctx context.Context, deps *pipeline.Deps, e *change.Envelope) (json.RawMessage, error) {
+	if e.DocRef == nil {
+		return e.Doc, nil
+	}
+	out, err := deps.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: &e.DocRef.Bucket, Key: &e.DocRef.Key})
+	if err != nil {
+		return nil, fmt.Errorf("get claim check %s: %w", e.DocRef.Key, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read claim check %s: %w", e.DocRef.Key, err)
+	}
+	return b, nil
+}
+
+// haltResume records the operator's request, makes the blocked change
+// visible so that the writer takes it at once, and waits for the outcome.
+func haltResume(ctx context.Context, env *cliEnv, deps *pipeline.Deps, store *halt.Store, j *config.Job, o *config.Output, st halt.State, a halt.Action, wait time.Duration) error {
+	name := j.ID + "/" + o.ID
+	req, err := store.Request(ctx, j.ID, o.ID, st.Group, st.MessageID, a, time.Now())
+	if errors.Is(err, halt.ErrNotHalted) {
+		return fmt.Errorf("halt %s: %s moved on meanwhile (the change was delivered or skipped): changesctl halt show", a, name)
+	}
+	if err != nil {
+		return fmt.Errorf("halt %s: %w", a, err)
+	}
+	url, err := deps.SQS.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(deps.Config.QueueName(j, o))})
+	if err != nil {
+		return fmt.Errorf("halt %s: get queue url: %w", a, err)
+	}
+	// The writer holds the change in flight between attempts; visibility 0
+	// hands it back now. A refused handle means the writer is taking it
+	// already (or it is visible): the request is recorded either way.
+	if _, err := deps.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: url.QueueUrl, ReceiptHandle: &req.ReceiptHandle, VisibilityTimeout: 0,
+	}); err != nil {
+		deps.Log.Debug("make halted change visible", "error", err)
+	}
+	fmt.Fprintf(env.stderr, "%s requested for document %q (seq %s) of %s\n", a, st.DocID, st.Seq, name)
+	if wait == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		cur, err := store.Get(ctx, j.ID, o.ID, st.Group)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return fmt.Errorf("halt %s: the writer did not take the change within %s (is it running? the request stays recorded)", a, wait)
+		case err != nil:
+			return fmt.Errorf("halt %s: %w", a, err)
+		case cur == nil || cur.MessageID != st.MessageID:
+			if a == halt.Skip {
+				fmt.Fprintf(env.stdout, "%s: document %q moved to %s; the output goes on\n", name, st.DocID, deps.Config.DLQName(j, o))
+			} else {
+				fmt.Fprintf(env.stdout, "%s: document %q delivered; the output goes on\n", name, st.DocID)
+			}
+			return nil
+		case a == halt.Retry && cur.Attempts > req.Attempts:
+			return fmt.Errorf("halt retry: document %q failed again: %s (still halted: changesctl halt show)", st.DocID, cur.Error)
+		}
+		t := time.NewTimer(500 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("halt %s: the writer did not take the change within %s (is it running? the request stays recorded)", a, wait)
+		case <-t.C:
+		}
+	}
+}

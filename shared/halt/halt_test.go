@@ -1,0 +1,109 @@
+package halt_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/changes-worker/changes-worker/shared/halt"
+	"github.com/changes-worker/changes-worker/shared/testenv"
+)
+
+func newStore(t *testing.T) *halt.Store {
+	t.Helper()
+	db := dynamodb.NewFromConfig(testenv.AWS(t))
+	name := testenv.Name(t)
+	_, err := db.CreateTable(t.Context(), &dynamodb.CreateTableInput{
+		TableName:            &name,
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("job_id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("job_id"), KeyType: types.KeyTypeHash}},
+	})
+	var inUse *types.ResourceInUseException
+	if err != nil && !errors.As(err, &inUse) {
+		t.Fatalf("create table: %v", err)
+	}
+	t.Cleanup(func() { db.DeleteTable(t.Context(), &dynamodb.DeleteTableInput{TableName: &name}) })
+	// A job item beside the halt items: List must not return it.
+	if _, err := db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: &name,
+		Item: map[string]types.AttributeValue{"job_id": &types.AttributeValueMemberS{Value: "j"}}}); err != nil {
+		t.Fatal(err)
+	}
+	return &halt.Store{DB: db, Table: name}
+}
+
+// Against DynamoDB Local: attempts accumulate on the same message with its
+// first time kept, the operator's request survives the writer's next record,
+// a halt at another message replaces the record, and Clear removes only the
+// record of the message it names.
+func TestStoreLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newStore(t)
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	st := halt.State{Job: "j", Output: "o", Group: "o", MessageID: "m1", ReceiptHandle: "rh1", DocID: "x", Rev: "1-a", Seq: `"12-g1"`,
+		Class: "permanent", Reason: "http_status", Error: "permanent http_status (http 400): no", HTTPStatus: 400,
+		Since: t0, LastAt: t0, Body: `{"v":1}`}
+	if _, err := s.Record(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	st.Since, st.LastAt, st.ReceiptHandle = t0.Add(time.Minute), t0.Add(time.Minute), "rh2"
+	got, err := s.Record(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Attempts != 2 || !got.Since.Equal(t0) || !got.LastAt.Equal(t0.Add(time.Minute)) || got.ReceiptHandle != "rh2" ||
+		got.Seq != `"12-g1"` || got.HTTPStatus != 400 || got.Body != `{"v":1}` {
+		t.Errorf("after two records: %+v", got)
+	}
+	if _, err := s.Request(ctx, "j", "o", "o", "other", halt.Skip, t0); !errors.Is(err, halt.ErrNotHalted) {
+		t.Errorf("request for another message: %v, want ErrNotHalted", err)
+	}
+	if _, err := s.Request(ctx, "j", "o", "o", "m1", halt.Skip, t0.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = s.Record(ctx, st); err != nil || got.Action != halt.Skip || got.Attempts != 3 {
+		t.Errorf("record after a request: %+v, %v; want the skip kept and 3 attempts", got, err)
+	}
+	// Another group halts later; List returns both, oldest first, and no
+	// job item.
+	other := st
+	other.Group, other.MessageID, other.Since = "x2", "m9", t0.Add(time.Hour)
+	if _, err := s.Record(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.List(ctx, "j", "o")
+	if err != nil || len(list) != 2 || list[0].Group != "o" || list[1].Group != "x2" {
+		t.Fatalf("list = %+v, %v", list, err)
+	}
+	// A halt at another message of the group starts afresh.
+	st.MessageID, st.Since = "m2", t0.Add(3*time.Hour)
+	if got, err = s.Record(ctx, st); err != nil || got.Attempts != 1 || got.Action != halt.None || !got.Since.Equal(t0.Add(3*time.Hour)) {
+		t.Errorf("record of a new message: %+v, %v", got, err)
+	}
+	if err := s.Clear(ctx, "j", "o", "o", "m1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(ctx, "j", "o", "o"); got == nil || got.MessageID != "m2" {
+		t.Errorf("clear of an old message removed the record: %+v", got)
+	}
+	if err := s.Clear(ctx, "j", "o", "o", "m2"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, "j", "o", "o"); got != nil || err != nil {
+		t.Errorf("after clear: %+v, %v", got, err)
+	}
+	if err := s.Clear(ctx, "j", "o", "o", "m2"); err != nil {
+		t.Errorf("clear of a gone record: %v", err)
+	}
+	// A body too large for an item is not kept.
+	st.MessageID, st.Body = "m3", strings.Repeat("x", halt.MaxBody+1)
+	if got, err = s.Record(ctx, st); err != nil || got.Body != "" {
+		t.Errorf("record with a large body: body %d bytes, %v", len(got.Body), err)
+	}
+}

@@ -1,0 +1,249 @@
+package writer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/changes-worker/changes-worker/shared/backpressure"
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/halt"
+	"github.com/changes-worker/changes-worker/shared/metrics"
+)
+
+// On an output with on_failure halt, a change that cannot be delivered (a
+// permanent failure, or a transient one on its max_receive_count-th receive)
+// does not go to the DLQ: the writer records the halt (package halt), returns
+// the change and everything after it in its group as failed, and keeps the
+// change in flight, so that SQS hands out nothing else of the group. Each
+// later receive of the change tries it again, after a delay that grows from
+// haltFirstDelay to haltMaxDelay: a success clears the halt and the group
+// moves on. The operator shortens the wait (changesctl halt retry makes the
+// change visible at once) or skips the change (changesctl halt skip: the next
+// receive moves it to the DLQ with its reason, and the group moves on).
+
+const (
+	haltFirstDelay = 30 * time.Second
+	// haltMaxDelay keeps the halted change's receives, at most about one an
+	// hour, below the queue's redrive maxReceiveCount (1000) for longer than
+	// SQS keeps a message (14 days).
+	haltMaxDelay = time.Hour
+	// heldDelay is how long a change stays in flight when it was held back
+	// without an earlier change of its group in flight to block the group
+	// (the halt record names a change this batch does not start with, or
+	// it could not be read), so that it does not come straight back.
+	// Changes held behind a change of the same batch go back at once: the
+	// failed change stays in flight and blocks its group, and when it comes
+	// back they follow it in order. Kept in flight instead, they could
+	// outlast it, and an SQS that hands out the visible changes of a group
+	// around one in flight (LocalStack does) would deliver them out of order.
+	heldDelay = 10 * time.Second
+	// requestDelay: an operator's request (retry or skip) arrived while the
+	// change was being tried; it is served on the next receive, soon.
+	requestDelay = time.Second
+)
+
+// haltDelay is the visibility of a halted change after its n-th failed
+// attempt since the halt.
+func haltDelay(n int) time.Duration {
+	d := haltFirstDelay
+	for i := 1; i < n && d < haltMaxDelay; i++ {
+		d *= 2
+	}
+	return min(d, haltMaxDelay)
+}
+
+// holdHalted reads the halt record of every group of the batch. A group that
+// stops at a change not at the head of its part of the batch (the change is
+// in flight elsewhere, or was removed) has all its messages held back; the
+// halted change itself is marked, to be skipped when the operator asked so
+// or tried again otherwise. It returns the records by group.
+func (h *Handler) holdHalted(ctx context.Context, route config.Route, items []*item) map[string]*halt.State {
+	states := map[string]*halt.State{}
+	seen := map[string]bool{}
+	for _, it := range items {
+		if seen[it.group] {
+			continue
+		}
+		seen[it.group] = true
+		var st *halt.State
+		var err error
+		if h.Halts == nil {
+			err = fmt.Errorf("no halt store configured")
+		} else {
+			st, err = h.Halts.Get(ctx, route.Job.ID, route.Output.ID, it.group)
+		}
+		if err != nil {
+			// Without the halt state nothing of the group may be applied.
+			for _, other := range items {
+				if other.group == it.group && other.err == nil {
+					other.err = deliver.TransientError("halt_state", err)
+					other.held = true
+				}
+			}
+			continue
+		}
+		if st == nil {
+			continue
+		}
+		states[it.group] = st
+		if it.rec.MessageId != st.MessageID {
+			for _, other := range items {
+				if other.group == it.group {
+					other.err = deliver.TransientError("halted", fmt.Errorf("group %s is halted at message %s (doc %s)", it.group, st.MessageID, st.DocID))
+					other.held = true
+				}
+			}
+			continue
+		}
+		it.halted = st
+		if st.Action == halt.Skip {
+			it.skip = true
+			it.err = &deliver.Error{Class: deliver.Permanent, Reason: st.Reason, HTTPStatus: st.HTTPStatus, SQLState: st.SQLState,
+				Err: fmt.Errorf("halted the output since %s, skipped by the operator: %s", st.Since.UTC().Format(time.RFC3339), st.Error)}
+		}
+	}
+	return states
+}
+
+// settleHalting turns the outcome of a halting output's batch into the
+// messages to retry, recording and clearing halts.
+func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *slog.Logger, rec *metrics.Recorder, states map[string]*halt.State, items []*item, tr *backpressure.Tracker, active bool) []string {
+	var failed []string
+	delivered, dead, deferred := 0, 0, 0
+	haltedNow := false
+	for _, it := range items {
+		docID := ""
+		if it.env != nil {
+			docID = it.env.DocID
+		}
+		lg := log.With("doc_id", docID, "message_id", it.rec.MessageId, "group", it.group)
+		switch {
+		case it.err == nil:
+			if it.done {
+				delivered++
+				rec.Add(metrics.Delivered, 1, metrics.Count)
+				if it.env != nil && !it.env.EnqueuedAt.IsZero() {
+					rec.Add(metrics.EndToEndLatencyMs, float64(h.Now.Since(it.env.EnqueuedAt).Milliseconds()), metrics.Milliseconds)
+				}
+			}
+			if it.halted != nil {
+				h.clearHalt(ctx, route, lg, it, "delivered")
+				rec.Add(metrics.OutputHalted, 0, metrics.Count)
+			}
+		case it.skip:
+			attempts := receiveCount(it.rec)
+			if err := h.toDLQ(ctx, route, it, attempts); err != nil {
+				lg.ErrorContext(ctx, "move skipped change to dlq failed; will retry", "error", err)
+				failed = append(failed, it.rec.MessageId)
+				continue
+			}
+			rec.Add(metrics.FailedPermanent, 1, metrics.Count)
+			lg.WarnContext(ctx, "halted change skipped into the dlq", "reason", it.err.Reason)
+			dead++
+			h.clearHalt(ctx, route, lg, it, "skipped")
+			rec.Add(metrics.OutputHalted, 0, metrics.Count)
+		case it.held:
+			failed = append(failed, it.rec.MessageId)
+			delay := time.Duration(0)
+			if it.err.Reason == "halted" || it.err.Reason == "halt_state" {
+				delay = heldDelay
+			}
+			h.setVisibility(ctx, route, it, delay)
+		case isBackpressure(it.err, active):
+			// Not the change's fault: it waits in flight, at the head of its
+			// group, without counting toward the halt (the queue allows
+			// 1000 receives to a halting output).
+			attempts := receiveCount(it.rec)
+			delay := holdFor(max(it.err.RetryAfter, tr.Delay(attempts)))
+			failed = append(failed, it.rec.MessageId)
+			h.setVisibility(ctx, route, it, delay)
+			deferred++
+			rec.Add(metrics.BackpressureDelays, 1, metrics.Count)
+			rec.Add(metrics.BackpressureDelaySeconds, delay.Seconds(), metrics.Seconds)
+			lg.InfoContext(ctx, "output asked to slow down; message held back", "delay_s", delay.Seconds())
+		default:
+			attempts := receiveCount(it.rec)
+			failed = append(failed, it.rec.MessageId)
+			lg = lg.With("attempts", attempts, "class", it.err.Class, "reason", it.err.Reason)
+			if it.err.Class == deliver.Transient && attempts < route.Output.MaxReceiveCount && it.halted == nil {
+				rec.Add(metrics.FailedTransient, 1, metrics.Count)
+				lg.WarnContext(ctx, "delivery failed; will retry", "error", it.err.Error())
+				h.pace(ctx, route, it, attempts)
+				continue
+			}
+			if it.err.Class == deliver.Transient {
+				rec.Add(metrics.FailedTransient, 1, metrics.Count)
+			} else {
+				rec.Add(metrics.FailedPermanent, 1, metrics.Count)
+			}
+			st, err := h.recordHalt(ctx, route, it)
+			if err != nil {
+				// Unrecorded, the halt still holds: the change stays in the
+				// queue and is tried again like a transient failure.
+				lg.ErrorContext(ctx, "record halt failed", "error", err)
+				h.pace(ctx, route, it, attempts)
+				continue
+			}
+			haltedNow = true
+			delay := haltDelay(st.Attempts)
+			if st.Action != halt.None && (it.halted == nil || !st.ActionAt.Equal(it.halted.ActionAt)) {
+				delay = requestDelay
+			}
+			lg.ErrorContext(ctx, "output halted", "error", it.err.Error(), "halted_since", st.Since, "halt_attempts", st.Attempts, "retry_in", delay.String())
+			h.setVisibility(ctx, route, it, delay)
+		}
+	}
+	if haltedNow {
+		rec.Add(metrics.OutputHalted, 1, metrics.Count)
+	}
+	h.count(route, delivered, dead, len(failed), deferred)
+	if len(failed) > 0 {
+		rec.Add(metrics.WriterBatchFailures, float64(len(failed)), metrics.Count)
+	}
+	return failed
+}
+
+func (h *Handler) recordHalt(ctx context.Context, route config.Route, it *item) (*halt.State, error) {
+	if h.Halts == nil {
+		return nil, fmt.Errorf("record halt: no halt store configured")
+	}
+	now := h.Now.Now().UTC()
+	st := halt.State{
+		Job: route.Job.ID, Output: route.Output.ID, Group: it.group, MessageID: it.rec.MessageId,
+		ReceiptHandle: it.rec.ReceiptHandle, Class: string(it.err.Class), Reason: it.err.Reason, Error: it.err.Error(),
+		HTTPStatus: it.err.HTTPStatus, SQLState: it.err.SQLState, Since: now, LastAt: now, Body: it.rec.Body,
+	}
+	if it.env != nil {
+		st.DocID, st.Rev, st.Seq = it.env.DocID, it.env.Rev, string(it.env.Seq)
+	}
+	return h.Halts.Record(ctx, st)
+}
+
+func (h *Handler) clearHalt(ctx context.Context, route config.Route, lg *slog.Logger, it *item, how string) {
+	if err := h.Halts.Clear(ctx, route.Job.ID, route.Output.ID, it.group, it.rec.MessageId); err != nil {
+		// The group moves on anyway; the stale record names a message that
+		// is gone, and the next record of the group replaces it.
+		lg.ErrorContext(ctx, "clear halt failed", "error", err)
+		return
+	}
+	lg.InfoContext(ctx, "halt cleared", "how", how, "halted_since", it.halted.Since)
+}
+
+// setVisibility keeps a message in flight for d. Best effort.
+func (h *Handler) setVisibility(ctx context.Context, r config.Route, it *item, d time.Duration) {
+	if it.rec.ReceiptHandle == "" {
+		return
+	}
+	q, err := h.queueURL(ctx, h.Config.QueueName(r.Job, r.Output))
+	if err != nil {
+		return
+	}
+	_, _ = h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: &q, ReceiptHandle: &it.rec.ReceiptHandle, VisibilityTimeout: int32(d.Seconds()),
+	})
+}

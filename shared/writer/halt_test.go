@@ -1,0 +1,446 @@
+package writer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/failure"
+	"github.com/changes-worker/changes-worker/shared/halt"
+)
+
+// fakeHalts keeps halt records in memory, with the store's rules: a record
+// for the same message counts an attempt and keeps Since and the request.
+type fakeHalts struct {
+	mu     sync.Mutex
+	states map[string]halt.State
+	getErr error
+}
+
+func (f *fakeHalts) Get(ctx context.Context, job, output, group string) (*halt.State, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.getErr != nil {
+		return nil, f.getErr
+	}
+	st, ok := f.states[halt.Key(job, output, group)]
+	if !ok {
+		return nil, nil
+	}
+	return &st, nil
+}
+
+func (f *fakeHalts) Record(ctx context.Context, st halt.State) (*halt.State, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.states == nil {
+		f.states = map[string]halt.State{}
+	}
+	k := halt.Key(st.Job, st.Output, st.Group)
+	if old, ok := f.states[k]; ok && old.MessageID == st.MessageID {
+		st.Since, st.Attempts, st.Action, st.ActionAt = old.Since, old.Attempts, old.Action, old.ActionAt
+	}
+	st.Attempts++
+	f.states[k] = st
+	return &st, nil
+}
+
+func (f *fakeHalts) Clear(ctx context.Context, job, output, group, messageID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := halt.Key(job, output, group)
+	if st, ok := f.states[k]; ok && st.MessageID == messageID {
+		delete(f.states, k)
+	}
+	return nil
+}
+
+func (f *fakeHalts) request(t *testing.T, job, output, group string, a halt.Action) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := halt.Key(job, output, group)
+	st, ok := f.states[k]
+	if !ok {
+		t.Fatalf("no halt %s to %s", k, a)
+	}
+	st.Action = a
+	f.states[k] = st
+}
+
+func haltConfig(t *testing.T, ordering string) *config.File {
+	t.Helper()
+	f, err := config.Parse([]byte(fmt.Sprintf(`{"jobs":[{"id":"j","source":{"type":"couchdb","url":"http://h/db"},
+		"outputs":[{"id":"o","type":"http","ordering":%q,"on_failure":"halt","max_receive_count":3,"http":{"url":"http://x/{doc_id}"}}]}]}`, ordering)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// haltRecord is a message of the halting output; under ordering total every
+// message is in the output's group.
+func haltRecord(t *testing.T, f *config.File, id, doc string, counter int64, receives int) events.SQSMessage {
+	t.Helper()
+	m := record(t, f, id, doc, "1-"+doc, counter, receives)
+	if f.Jobs[0].Outputs[0].Ordering == config.OrderingTotal {
+		m.Attributes["MessageGroupId"] = "o"
+	}
+	return m
+}
+
+type haltRun struct {
+	t     *testing.T
+	f     *config.File
+	h     *Handler
+	sink  *fakeSink
+	sqs   *fakeSQS
+	halts *fakeHalts
+	emf   *bytes.Buffer
+	fail  map[string]error // doc id -> the sink's answer
+	mu    sync.Mutex
+}
+
+func newHaltRun(t *testing.T, ordering string) *haltRun {
+	r := &haltRun{t: t, f: haltConfig(t, ordering), sqs: &fakeSQS{}, halts: &fakeHalts{}, emf: &bytes.Buffer{}, fail: map[string]error{}}
+	r.sink = &fakeSink{apply: func(c *change.Envelope) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.fail[c.DocID]
+	}}
+	r.h = newHandler(r.f, r.sink, r.sqs)
+	r.h.Halts = r.halts
+	r.h.Metrics = r.emf
+	r.h.Now = func() time.Time { return time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC) }
+	return r
+}
+
+func (r *haltRun) setFail(doc string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		delete(r.fail, doc)
+		return
+	}
+	r.fail[doc] = err
+}
+
+// handle runs one batch and returns the failed message ids, sorted, and the
+// doc ids the sink was given since the previous call.
+func (r *haltRun) handle(recs ...events.SQSMessage) (failed, applied []string) {
+	r.t.Helper()
+	before := len(r.sink.calls)
+	resp, err := r.h.Handle(r.t.Context(), events.SQSEvent{Records: recs})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, f := range resp.BatchItemFailures {
+		failed = append(failed, f.ItemIdentifier)
+	}
+	sort.Strings(failed)
+	for _, call := range r.sink.calls[before:] {
+		for _, id := range call {
+			applied = append(applied, strings.SplitN(id, "@", 2)[0])
+		}
+	}
+	return failed, applied
+}
+
+var errRefused = &deliver.Error{Class: deliver.Permanent, Reason: "http_status", HTTPStatus: 400, Err: errors.New("bad request")}
+
+// Ordering total with on_failure halt: a permanent failure stops the whole
+// output at the change; nothing after it is applied, nothing goes to the DLQ,
+// the halt is recorded and retried with a growing delay; a skip moves the
+// change to the DLQ with its reason and the rest follows in order.
+func TestHaltTotalSkip(t *testing.T) {
+	t.Parallel()
+	r := newHaltRun(t, "total")
+	r.setFail("x", errRefused)
+
+	failed, applied := r.handle(haltRecord(t, r.f, "m1", "a", 1, 1), haltRecord(t, r.f, "m2", "x", 2, 1),
+		haltRecord(t, r.f, "m3", "b", 3, 1), haltRecord(t, r.f, "m4", "c", 4, 1))
+	if d := cmp.Diff([]string{"m2", "m3", "m4"}, failed); d != "" {
+		t.Errorf("failed (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"a", "x"}, applied); d != "" {
+		t.Errorf("applied (-want +got):\n%s", d)
+	}
+	if len(r.sqs.sent) != 0 {
+		t.Fatalf("%d messages sent to the DLQ, want none while halted", len(r.sqs.sent))
+	}
+	st, _ := r.halts.Get(t.Context(), "j", "o", "o")
+	if st == nil || st.MessageID != "m2" || st.DocID != "x" || st.Reason != "http_status" || st.HTTPStatus != 400 || st.Attempts != 1 || st.Seq != "2" {
+		t.Fatalf("halt record %+v, want m2 (doc x, seq 2) halted for http_status 400", st)
+	}
+	// The halted change waits 30 s; the two held behind it go back at
+	// once, behind it.
+	if d := cmp.Diff([]int32{30, 0, 0}, r.sqs.visibility); d != "" {
+		t.Errorf("visibility (-want +got):\n%s", d)
+	}
+	if !strings.Contains(r.emf.String(), `"OutputHalted":1`) {
+		t.Errorf("no OutputHalted 1 in the metrics: %s", r.emf.String())
+	}
+
+	// A later change delivered while the halted one is in flight is held
+	// back, not applied.
+	failed, applied = r.handle(haltRecord(t, r.f, "m3", "b", 3, 2))
+	if len(applied) != 0 || len(failed) != 1 {
+		t.Errorf("while halted: applied %v, failed %v; want nothing applied, m3 failed", applied, failed)
+	}
+	if v := r.sqs.visibility[len(r.sqs.visibility)-1]; v != 10 {
+		t.Errorf("a change handed out around the halted one is held %d s, want 10", v)
+	}
+
+	// The halted change again: still refused, the delay doubles.
+	r.sqs.visibility = nil
+	failed, _ = r.handle(haltRecord(t, r.f, "m2", "x", 2, 2), haltRecord(t, r.f, "m3", "b", 3, 3))
+	if d := cmp.Diff([]string{"m2", "m3"}, failed); d != "" {
+		t.Errorf("failed (-want +got):\n%s", d)
+	}
+	st, _ = r.halts.Get(t.Context(), "j", "o", "o")
+	if st.Attempts != 2 || !st.Since.Equal(r.h.Now.Now()) {
+		t.Errorf("halt record %+v, want 2 attempts since the first", st)
+	}
+	if d := cmp.Diff([]int32{60, 0}, r.sqs.visibility); d != "" {
+		t.Errorf("visibility (-want +got):\n%s", d)
+	}
+
+	// Skipped: to the DLQ with its reason, then the rest in order.
+	r.halts.request(t, "j", "o", "o", halt.Skip)
+	failed, applied = r.handle(haltRecord(t, r.f, "m2", "x", 2, 3), haltRecord(t, r.f, "m3", "b", 3, 4), haltRecord(t, r.f, "m4", "c", 4, 2))
+	if len(failed) != 0 {
+		t.Errorf("failed %v after skip, want none", failed)
+	}
+	if d := cmp.Diff([]string{"b", "c"}, applied); d != "" {
+		t.Errorf("applied after skip (-want +got):\n%s", d)
+	}
+	if len(r.sqs.sent) != 1 {
+		t.Fatalf("%d messages sent to the DLQ, want the skipped one", len(r.sqs.sent))
+	}
+	got := failure.Parse(failure.SQSValues(r.sqs.sent[0].MessageAttributes))
+	if got.Reason != "http_status" || got.HTTPStatus != 400 || got.DocID != "x" || !strings.Contains(got.Error, "skipped by the operator") {
+		t.Errorf("DLQ failure record %+v", got)
+	}
+	if aws.ToString(r.sqs.sent[0].MessageGroupId) != "o" {
+		t.Errorf("DLQ group %q, want o", aws.ToString(r.sqs.sent[0].MessageGroupId))
+	}
+	if st, _ := r.halts.Get(t.Context(), "j", "o", "o"); st != nil {
+		t.Errorf("halt record %+v left after the skip", st)
+	}
+	if st := r.h.Stats()["j/o"]; st.DeadLettered != 1 || st.Delivered != 3 {
+		t.Errorf("stats %+v, want 3 delivered (a, b, c), 1 dead-lettered", st)
+	}
+}
+
+// Retried after a fix: the halted change and the rest are applied in order
+// and the halt is cleared.
+func TestHaltTotalRetry(t *testing.T) {
+	t.Parallel()
+	r := newHaltRun(t, "total")
+	r.setFail("x", errRefused)
+	r.handle(haltRecord(t, r.f, "m1", "x", 1, 1), haltRecord(t, r.f, "m2", "b", 2, 1))
+	if st, _ := r.halts.Get(t.Context(), "j", "o", "o"); st == nil {
+		t.Fatal("not halted")
+	}
+	r.setFail("x", nil)
+	r.halts.request(t, "j", "o", "o", halt.Retry)
+	failed, applied := r.handle(haltRecord(t, r.f, "m1", "x", 1, 2), haltRecord(t, r.f, "m2", "b", 2, 2))
+	if len(failed) != 0 || len(r.sqs.sent) != 0 {
+		t.Errorf("failed %v, %d to the DLQ; want everything delivered", failed, len(r.sqs.sent))
+	}
+	if d := cmp.Diff([]string{"x", "b"}, applied); d != "" {
+		t.Errorf("applied (-want +got):\n%s", d)
+	}
+	if st, _ := r.halts.Get(t.Context(), "j", "o", "o"); st != nil {
+		t.Errorf("halt record %+v left after delivery", st)
+	}
+	if !strings.Contains(r.emf.String(), `"OutputHalted":0`) {
+		t.Errorf("no OutputHalted 0 in the metrics: %s", r.emf.String())
+	}
+}
+
+// Transient failures are retried with backoff until max_receive_count; on
+// that receive the output halts instead of dead-lettering. An unreadable
+// halt state holds the batch back.
+func TestHaltTransientAndStateErrors(t *testing.T) {
+	t.Parallel()
+	r := newHaltRun(t, "total")
+	r.setFail("x", deliver.TransientError("http_status", errors.New("503")))
+	failed, _ := r.handle(haltRecord(t, r.f, "m1", "x", 1, 2))
+	if len(failed) != 1 {
+		t.Fatalf("failed %v", failed)
+	}
+	if st, _ := r.halts.Get(t.Context(), "j", "o", "o"); st != nil {
+		t.Fatalf("halted on receive 2 of 3: %+v", st)
+	}
+	if d := cmp.Diff([]int32{4}, r.sqs.visibility); d != "" {
+		t.Errorf("backoff (-want +got):\n%s", d)
+	}
+	failed, _ = r.handle(haltRecord(t, r.f, "m1", "x", 1, 3))
+	st, _ := r.halts.Get(t.Context(), "j", "o", "o")
+	if len(failed) != 1 || st == nil || st.Class != "transient" || len(r.sqs.sent) != 0 {
+		t.Fatalf("receive 3 of 3: failed %v, halt %+v, %d to the DLQ; want halted", failed, st, len(r.sqs.sent))
+	}
+
+	r2 := newHaltRun(t, "total")
+	r2.halts.getErr = errors.New("dynamodb down")
+	failed, applied := r2.handle(haltRecord(t, r2.f, "m1", "a", 1, 1))
+	if len(failed) != 1 || len(applied) != 0 {
+		t.Errorf("halt state unreadable: failed %v applied %v; want the message held back", failed, applied)
+	}
+}
+
+// With per_document, a halt stops only the document's own group.
+func TestHaltPerDocument(t *testing.T) {
+	t.Parallel()
+	r := newHaltRun(t, "per_document")
+	r.setFail("x", errRefused)
+	failed, applied := r.handle(haltRecord(t, r.f, "m1", "x", 1, 1), haltRecord(t, r.f, "m2", "b", 2, 1),
+		haltRecord(t, r.f, "m3", "x", 3, 1), haltRecord(t, r.f, "m4", "b", 4, 1))
+	if d := cmp.Diff([]string{"m1", "m3"}, failed); d != "" {
+		t.Errorf("failed (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"x", "b", "b"}, applied); d != "" {
+		t.Errorf("applied (-want +got):\n%s", d)
+	}
+	if st, _ := r.halts.Get(t.Context(), "j", "o", "x"); st == nil || st.MessageID != "m1" {
+		t.Errorf("halt of group x: %+v", st)
+	}
+	if st, _ := r.halts.Get(t.Context(), "j", "o", "b"); st != nil {
+		t.Errorf("group b halted: %+v", st)
+	}
+}
+
+// An operator's request that arrives while the halted change is being tried
+// again is served on the next receive, a second later, not after the
+// growing delay.
+func TestHaltRequestDuringAttempt(t *testing.T) {
+	t.Parallel()
+	r := newHaltRun(t, "total")
+	r.setFail("x", errRefused)
+	r.handle(haltRecord(t, r.f, "m1", "x", 1, 1))
+	r.sink.apply = func(c *change.Envelope) error {
+		r.halts.mu.Lock()
+		st := r.halts.states[halt.Key("j", "o", "o")]
+		st.Action, st.ActionAt = halt.Skip, time.Now()
+		r.halts.states[halt.Key("j", "o", "o")] = st
+		r.halts.mu.Unlock()
+		return errRefused
+	}
+	r.sqs.visibility = nil
+	failed, _ := r.handle(haltRecord(t, r.f, "m1", "x", 1, 2))
+	if len(failed) != 1 {
+		t.Fatalf("failed %v", failed)
+	}
+	if d := cmp.Diff([]int32{1}, r.sqs.visibility); d != "" {
+		t.Errorf("visibility after a request during the attempt (-want +got):\n%s", d)
+	}
+	// The next receive carries the skip out.
+	failed, _ = r.handle(haltRecord(t, r.f, "m1", "x", 1, 3))
+	if len(failed) != 0 || len(r.sqs.sent) != 1 {
+		t.Errorf("failed %v, %d to the DLQ; want the change skipped", failed, len(r.sqs.sent))
+	}
+	// A request already seen does not shorten the delay again.
+	r2 := newHaltRun(t, "total")
+	r2.setFail("x", errRefused)
+	r2.handle(haltRecord(t, r2.f, "m1", "x", 1, 1))
+	r2.halts.request(t, "j", "o", "o", halt.Retry)
+	r2.sqs.visibility = nil
+	r2.handle(haltRecord(t, r2.f, "m1", "x", 1, 2))
+	if d := cmp.Diff([]int32{60}, r2.sqs.visibility); d != "" {
+		t.Errorf("visibility after a retry that failed (-want +got):\n%s", d)
+	}
+}
+
+// An output that asks to slow down (429 with Retry-After) does not halt: the
+// change waits in flight at the head of its group, however many receives it
+// has had, and nothing after it is applied.
+func TestHaltBackpressureDoesNotHalt(t *testing.T) {
+	t.Parallel()
+	r := newHaltRun(t, "total")
+	r.setFail("x", &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 429, Backpressure: true, RetryAfter: 7 * time.Second, Err: errors.New("slow down")})
+	failed, applied := r.handle(haltRecord(t, r.f, "m1", "x", 1, 3), haltRecord(t, r.f, "m2", "b", 2, 1))
+	if d := cmp.Diff([]string{"m1", "m2"}, failed); d != "" {
+		t.Errorf("failed (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"x"}, applied); d != "" {
+		t.Errorf("applied (-want +got):\n%s", d)
+	}
+	if st, _ := r.halts.Get(t.Context(), "j", "o", "o"); st != nil || len(r.sqs.sent) != 0 {
+		t.Errorf("halt %+v, %d sent; want neither for backpressure on the last receive", st, len(r.sqs.sent))
+	}
+	if len(r.sqs.visibility) == 0 || r.sqs.visibility[0] < 7 {
+		t.Errorf("visibility %v, want the change held at least the 7 s the output asked for", r.sqs.visibility)
+	}
+}
+
+// With ordering total (and on_failure dlq), backpressure never sends a change
+// back behind later ones: it waits in flight, and on its last receive it goes
+// to the DLQ with its reason.
+func TestTotalBackpressureNeverResends(t *testing.T) {
+	t.Parallel()
+	f, err := config.Parse([]byte(`{"jobs":[{"id":"j","source":{"type":"couchdb","url":"http://h/db"},
+		"outputs":[{"id":"o","type":"http","ordering":"total","max_receive_count":3,"http":{"url":"http://x/{doc_id}"}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &fakeSink{apply: func(c *change.Envelope) error {
+		return &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 429, Backpressure: true, RetryAfter: 5 * time.Second, Err: errors.New("slow down")}
+	}}
+	q := &fakeSQS{}
+	h := newHandler(f, sink, q)
+	rec := func(receives int) events.SQSMessage {
+		m := record(t, f, "m1", "a", "1-a", 1, receives)
+		m.Attributes["MessageGroupId"] = "o"
+		return m
+	}
+	resp, err := h.Handle(t.Context(), events.SQSEvent{Records: []events.SQSMessage{rec(2)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BatchItemFailures) != 1 || len(q.sent) != 0 || len(q.visibility) != 1 {
+		t.Fatalf("receive 2 of 3: failures %v, %d sent, visibility %v; want the change held in flight, nothing sent", resp.BatchItemFailures, len(q.sent), q.visibility)
+	}
+	resp, err = h.Handle(t.Context(), events.SQSEvent{Records: []events.SQSMessage{rec(3)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BatchItemFailures) != 0 || len(q.sent) != 1 || aws.ToString(q.sent[0].QueueUrl) != "https://queue/"+f.DLQName(f.Jobs[0], f.Jobs[0].Outputs[0]) {
+		t.Fatalf("receive 3 of 3: failures %v, %d sent; want the change in the DLQ, not back in the work queue", resp.BatchItemFailures, len(q.sent))
+	}
+}
+
+func TestHaltDelay(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		n    int
+		want time.Duration
+	}{{1, 30 * time.Second}, {2, time.Minute}, {3, 2 * time.Minute}, {8, time.Hour}, {900, time.Hour}}
+	total := time.Duration(0)
+	for _, tt := range tests {
+		if got := haltDelay(tt.n); got != tt.want {
+			t.Errorf("haltDelay(%d) = %s, want %s", tt.n, got, tt.want)
+		}
+	}
+	// The halted change's receives must outlast SQS's retention within the
+	// redrive policy's 1000 receives.
+	for n := 1; n <= 1000-config.MaxHaltReceiveCount; n++ {
+		total += haltDelay(n)
+	}
+	if total < 14*24*time.Hour {
+		t.Errorf("%d halted receives last %s, less than the 14 days SQS keeps a message", 1000-config.MaxHaltReceiveCount, total)
+	}
+}

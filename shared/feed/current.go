@@ -50,15 +50,21 @@ func (c *Client) Current(ctx context.Context, ids []string) ([]Row, error) {
 			count = 1
 		}
 		chunk := queue[:count]
-		answered, u, err := c.bulkGetWinners(ctx, rows, chunk)
+		answered, u, end, err := c.bulkGetWinners(ctx, rows, chunk)
 		if err != nil {
 			return nil, err
 		}
-		force1 = len(answered) == 0 && u == nil
-		if force1 && len(chunk) == 1 {
-			return nil, &LimitError{Op: "bulk_get", Bound: BoundAnswerBytes, Limit: c.o.MaxAnswerBytes,
-				Where: fmt.Sprintf("document %q", rows[chunk[0]].ID)}
+		if len(answered) == 0 && !end.whole {
+			// The answer stopped before settling any document asked for.
+			id := rows[chunk[0]].ID
+			switch {
+			case !end.over:
+				return nil, malformed("bulk_get", "the answer broke before answering %q: %v", id, end.broke)
+			case len(chunk) == 1:
+				return nil, &LimitError{Op: "bulk_get", Bound: BoundAnswerBytes, Limit: c.o.MaxAnswerBytes, Where: fmt.Sprintf("document %q", id)}
+			}
 		}
+		force1 = len(answered) == 0 && !end.whole // over the limit: one document at a time
 		unsettled = append(unsettled, u...)
 		queue = slices.DeleteFunc(slices.Clone(queue), func(i int) bool { return answered[i] || slices.Contains(u, i) })
 	}
@@ -71,8 +77,8 @@ func (c *Client) Current(ctx context.Context, ids []string) ([]Row, error) {
 // bulkGetWinners fills rows[i] for i in idx with the winners one _bulk_get
 // answers, read as it arrives (see bulkRead). It returns the indexes it
 // settled, and, when the answer was read whole, those it did not settle
-// (nil otherwise: they are asked again).
-func (c *Client) bulkGetWinners(ctx context.Context, rows []Row, idx []int) (map[int]bool, []int, error) {
+// (nil otherwise: they are asked again), and how the reading ended.
+func (c *Client) bulkGetWinners(ctx context.Context, rows []Row, idx []int) (map[int]bool, []int, bulkEnd, error) {
 	var docs []docReq
 	asked := map[string][]int{}
 	for _, i := range idx {
@@ -86,7 +92,7 @@ func (c *Client) bulkGetWinners(ctx context.Context, rows []Row, idx []int) (map
 	settled := map[int]bool{}
 	var bodies int
 	var bytes int64
-	whole, err := c.bulkRead(ctx, docs, rows[idx[0]].ID, func(a bulkAnswer) error {
+	end, err := c.bulkRead(ctx, docs, rows[idx[0]].ID, func(a bulkAnswer) error {
 		if asked[a.id] == nil {
 			return malformed("bulk_get", "answer for %q, which was not asked for", a.id)
 		}
@@ -118,11 +124,11 @@ func (c *Client) bulkGetWinners(ctx context.Context, rows []Row, idx []int) (map
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, end, err
 	}
 	c.pages.observe(bodies, bytes)
-	if !whole {
-		return settled, nil, nil
+	if !end.whole {
+		return settled, nil, end, nil
 	}
 	unsettled := []int{}
 	for _, i := range idx {
@@ -130,5 +136,5 @@ func (c *Client) bulkGetWinners(ctx context.Context, rows []Row, idx []int) (map
 			unsettled = append(unsettled, i)
 		}
 	}
-	return settled, unsettled, nil
+	return settled, unsettled, end, nil
 }

@@ -127,11 +127,18 @@ func (c *Client) fetch(ctx context.Context, rows []Row, budget int64) (int, int6
 		if err != nil {
 			return 0, 0, err
 		}
-		force1 = len(res.answered) == 0
-		if force1 && len(chunk) == 1 {
-			return 0, 0, &LimitError{Op: "bulk_get", Bound: BoundAnswerBytes, Limit: c.o.MaxAnswerBytes,
-				Where: fmt.Sprintf("document %q", rows[chunk[0]].ID)}
+		if len(res.answered) == 0 {
+			// The answer stopped before answering any row asked for.
+			first := &rows[chunk[0]]
+			switch {
+			case !res.over:
+				return 0, 0, malformed("bulk_get", "the answer broke before answering %q rev %s: %v", first.ID, first.Rev, res.broke)
+			case len(chunk) == 1:
+				return 0, 0, &LimitError{Op: "bulk_get", Bound: BoundAnswerBytes, Limit: c.o.MaxAnswerBytes,
+					Where: fmt.Sprintf("document %q", first.ID)}
+			}
 		}
+		force1 = len(res.answered) == 0 // over the limit: one document at a time
 		used += res.bytes
 		c.pages.observe(res.bodies, res.bytes)
 		winners = append(winners, res.gone...)
@@ -441,6 +448,14 @@ type bulkResult struct {
 	gone     []int        // rows whose revision is gone (or, Sync Gateway, forbidden)
 	bodies   int
 	bytes    int64 // of the bodies
+	bulkEnd
+}
+
+// bulkEnd says how reading a _bulk_get answer ended.
+type bulkEnd struct {
+	whole bool  // read to its end
+	over  bool  // cut at MaxAnswerBytes
+	broke error // what broke it, when it was neither whole nor stopped on purpose
 }
 
 // errEnough stops reading an answer once enough was read.
@@ -455,17 +470,17 @@ type docReq struct {
 
 // bulkRead sends one _bulk_get for docs and passes each answer to take as
 // it arrives; first names the document reported when nothing came whole.
-// whole is false when reading stopped before the answer's end: take
-// returned errEnough, or the answer went past MaxAnswerBytes or broke after
-// take had been called; the documents not answered are then to be asked
-// again. With nothing answered, the error says what broke; an error of
-// take other than errEnough is returned as it is.
-func (c *Client) bulkRead(ctx context.Context, docs []docReq, first string, take func(bulkAnswer) error) (whole bool, err error) {
+// The answer is not read whole when take returns errEnough, or when it goes
+// past MaxAnswerBytes (over) or breaks after take had been called (broke);
+// the documents not answered are then to be asked again. With nothing
+// answered, the error says what broke; an error of take other than
+// errEnough is returned as it is.
+func (c *Client) bulkRead(ctx context.Context, docs []docReq, first string, take func(bulkAnswer) error) (bulkEnd, error) {
 	body, err := json.Marshal(struct {
 		Docs []docReq `json:"docs"`
 	}{docs})
 	if err != nil {
-		return false, fmt.Errorf("bulk_get: encode request: %w", err)
+		return bulkEnd{}, fmt.Errorf("bulk_get: encode request: %w", err)
 	}
 	// The Sync Gateway family answers only in multipart; CouchDB answers
 	// JSON, which says more (its multipart form nests per-document parts).
@@ -476,7 +491,7 @@ func (c *Client) bulkRead(ctx context.Context, docs []docReq, first string, take
 	st, err := c.open(ctx, "bulk_get", http.MethodPost,
 		c.endpoint("_bulk_get", url.Values{"revs": {"false"}}), accept, body, c.o.RequestTimeout)
 	if err != nil {
-		return false, err
+		return bulkEnd{}, err
 	}
 	defer st.close()
 	answered := 0
@@ -497,22 +512,23 @@ func (c *Client) bulkRead(ctx context.Context, docs []docReq, first string, take
 	var le *LimitError
 	switch {
 	case errors.Is(takeErr, errEnough):
-		return false, nil
+		return bulkEnd{}, nil
 	case takeErr != nil:
-		return false, takeErr
+		return bulkEnd{}, takeErr
 	case err == nil:
-		return true, nil
+		return bulkEnd{whole: true}, nil
 	case answered > 0:
-		return false, nil // what came whole is used; the rest is asked again
+		// What came whole is used; the rest is asked again.
+		return bulkEnd{over: st.body.over, broke: err}, nil
 	case st.body.over:
-		return false, st.fail(err, fmt.Sprintf("document %q", first))
+		return bulkEnd{}, st.fail(err, fmt.Sprintf("document %q", first))
 	case errors.As(err, &le):
-		return false, le
+		return bulkEnd{}, le
 	}
 	if ferr := st.fail(err, ""); ferr != err {
-		return false, ferr
+		return bulkEnd{}, ferr
 	}
-	return false, malformed("bulk_get", "%v", err)
+	return bulkEnd{}, malformed("bulk_get", "%v", err)
 }
 
 // bulkGet asks one _bulk_get for rows[i], i in idx, and fills the rows as
@@ -533,7 +549,7 @@ func (c *Client) bulkGet(ctx context.Context, rows []Row, idx []int, enough func
 		byReq[d] = append(byReq[d], i)
 	}
 	res := &bulkResult{answered: map[int]bool{}}
-	whole, err := c.bulkRead(ctx, docs, rows[idx[0]].ID, func(a bulkAnswer) error {
+	end, err := c.bulkRead(ctx, docs, rows[idx[0]].ID, func(a bulkAnswer) error {
 		for _, i := range byReq[docReq{ID: a.id, Rev: a.rev}] {
 			r := &rows[i]
 			switch {
@@ -563,7 +579,8 @@ func (c *Client) bulkGet(ctx context.Context, rows []Row, idx []int, enough func
 	if err != nil {
 		return nil, err
 	}
-	if whole {
+	res.bulkEnd = end
+	if end.whole {
 		for _, i := range idx {
 			if !res.answered[i] {
 				return nil, malformed("bulk_get", "no answer for %q rev %s", rows[i].ID, rows[i].Rev)

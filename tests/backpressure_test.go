@@ -164,7 +164,9 @@ func TestBackpressureLatencyRisesAndRecovers(t *testing.T) {
 	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, sample.Options{Docs: 150, Seed: 5}); err != nil {
 		t.Fatal(err)
 	}
-	sum0 := s.runUntilIdle(ctx, localrun.Options{})
+	// Two receivers: the bound below counts the batch one of them may have
+	// started before the tracker reacted.
+	sum0 := s.runUntilIdle(ctx, localrun.Options{Concurrency: 2})
 
 	if d := cmp.Diff(s.sourceState(ctx), s.httpState()); d != "" {
 		t.Errorf("receiver (-want +got):\n%s", d)

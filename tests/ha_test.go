@@ -264,7 +264,12 @@ func TestFaultStoppedActiveIsFenced(t *testing.T) {
 	t.Parallel()
 	const ttl = 3 * time.Second
 	const pause = ttl + 2*time.Second
-	sc := newHAScenario(t, faults.StackOptions{Name: "stop", TTL: ttl, Limit: 200, FeedTimeout: 2 * time.Second}, 3000)
+	// One request in flight at a time, so the zombie's late messages are
+	// bounded by one batch, as they were before sends ran concurrently; with
+	// send_concurrency N the bound is N batches (fanout's tests show the
+	// fence is asked before every request).
+	const sendConcurrency = 1
+	sc := newHAScenario(t, faults.StackOptions{Name: "stop", TTL: ttl, Limit: 200, FeedTimeout: 2 * time.Second, SendConcurrency: sendConcurrency}, 3000)
 	for _, name := range []string{"a", "b"} {
 		// Windows of 30 s (27 s of budget) starting every 10 s: three
 		// invocations per process, two of them standing by.
@@ -347,8 +352,8 @@ func TestFaultStoppedActiveIsFenced(t *testing.T) {
 			}
 		}
 		t.Logf("round %d: the zombie (generation %d) sent %d messages after it resumed", i+1, r.gen, late)
-		if late < 1 || late > faults.SendBatchLimit {
-			t.Errorf("round %d: the zombie sent %d messages after it resumed, want the one batch it had in flight (1 to %d)", i+1, late, faults.SendBatchLimit)
+		if limit := faults.InFlightLimit(sendConcurrency); late < 1 || late > limit {
+			t.Errorf("round %d: the zombie sent %d messages after it resumed, want the one batch it had in flight (1 to %d)", i+1, late, limit)
 		}
 		if held := faults.HeldByOlder(fin.Messages, fin.Stored, r.gen); len(held) > 0 {
 			t.Errorf("round %d: %d documents hold the zombie's generation %d although a newer generation sent them:\n%s", i+1, len(held), r.gen, head(held, 10))
@@ -447,7 +452,8 @@ func TestFaultClockSkew(t *testing.T) {
 	t.Parallel()
 	const ttl = 10 * time.Second
 	const skew = 2 * time.Second
-	sc := newHAScenario(t, faults.StackOptions{Name: "skew", TTL: ttl, Limit: 200, FeedTimeout: 2 * time.Second}, 3000)
+	const sendConcurrency = 1 // as in TestFaultStoppedActiveIsFenced
+	sc := newHAScenario(t, faults.StackOptions{Name: "skew", TTL: ttl, Limit: 200, FeedTimeout: 2 * time.Second, SendConcurrency: sendConcurrency}, 3000)
 	opts := map[string]faults.ProcOptions{
 		"slow": {Name: "slow", ClockSkew: -skew, Tick: 10 * time.Second, PollerTimeout: 40 * time.Second},
 		"fast": {Name: "fast", ClockSkew: skew, Tick: 10 * time.Second, PollerTimeout: 40 * time.Second},
@@ -518,8 +524,8 @@ func TestFaultClockSkew(t *testing.T) {
 
 	for _, o := range faults.Overlaps(fin.Messages) {
 		t.Logf("overlap: %s", o)
-		if o.Late > faults.SendBatchLimit {
-			t.Errorf("two pollers sent at once: %s; a fenced poller may only finish one batch (%d messages)", o, faults.SendBatchLimit)
+		if limit := faults.InFlightLimit(sendConcurrency); o.Late > limit {
+			t.Errorf("two pollers sent at once: %s; a fenced poller may only finish the one batch it had in flight (%d messages)", o, limit)
 		}
 	}
 	// The skew was in effect: SQS's clock minus the envelope's enqueued_at

@@ -103,8 +103,12 @@ func cmdRun(ctx context.Context, env *cliEnv, args []string) error {
 	timeout := fs.Duration("timeout", 0, "stop after this long, with an error (0: never)")
 	verbose := fs.Bool("v", false, "debug logging")
 	skew := fs.Duration("clock-skew", 0, "offset this process's poller clock (fault testing)")
+	receivers := fs.Int("receivers", localrun.DefaultReceivers, "concurrent receivers per work queue, each invoking the writer on what it receives")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *receivers < 1 {
+		return fmt.Errorf("run: --receivers is %d, must be at least 1", *receivers)
 	}
 	deps, err := load(ctx, env, *path, env.stderr, *verbose)
 	if err != nil {
@@ -121,7 +125,7 @@ func cmdRun(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	opts := localrun.Options{
 		Tick: *tick, PollerTimeout: *pollerTimeout, UntilIdle: *untilIdle,
-		NoPoller: *noPoller, NoWriter: *noWriter,
+		NoPoller: *noPoller, NoWriter: *noWriter, Concurrency: *receivers,
 	}
 	if *jobs != "" {
 		opts.Jobs = strings.Split(*jobs, ",")

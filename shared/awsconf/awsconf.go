@@ -6,17 +6,30 @@ package awsconf
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
-// Load returns the default SDK configuration.
+// MaxIdleConnsPerHost is how many idle connections the clients keep per
+// endpoint. The SDK keeps 10; the poller has up to 16 SQS requests in flight
+// (fanout.DefaultConcurrency) and the local writer loops more, and a
+// connection closed after every burst costs a TLS handshake on the next.
+const MaxIdleConnsPerHost = 64
+
+// Load returns the default SDK configuration, with an HTTP client that keeps
+// MaxIdleConnsPerHost idle connections per endpoint.
 func Load(ctx context.Context) (aws.Config, error) {
-	cfg, err := config.LoadDefaultConfig(ctx)
+	hc := awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConns = 4 * MaxIdleConnsPerHost
+		t.MaxIdleConnsPerHost = MaxIdleConnsPerHost
+	})
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithHTTPClient(hc))
 	if err != nil {
 		return aws.Config{}, fmt.Errorf("load aws config: %w", err)
 	}

@@ -88,6 +88,23 @@ const (
 	DefaultWriterTimeout    = 30 * time.Second
 	DefaultHTTPTimeout      = 10 * time.Second
 	DefaultFloodThreshold   = 10000
+	// DefaultBatchSize is the writer's batch for PostgreSQL outputs on a
+	// standard queue: one transaction per batch, so its fixed cost (the
+	// round trip, the statements, the commit) is shared by a hundred
+	// changes. Measured locally (make bench, pg-mapping): batches of 100
+	// write two to three times the documents per second of batches of 10.
+	DefaultBatchSize = 100
+	// MaxFIFOBatchSize is SQS's (and Lambda's) cap on a FIFO queue's batch;
+	// MaxBatchSize is Lambda's cap on a standard queue's.
+	MaxFIFOBatchSize = 10
+	MaxBatchSize     = 10000
+	// DefaultSendConcurrency is how many SendMessageBatch requests the
+	// poller keeps in flight. A page of 500 changes is 50 requests per
+	// output; at 15-20 ms a request (in a region), 64 in flight queue a page
+	// to one output in one round trip and to three in three, which keeps
+	// the poller near its source's pace (make bench, cloud-poller).
+	DefaultSendConcurrency = 64
+	MaxSendConcurrency     = 512
 )
 
 // File is the whole configuration file.
@@ -143,8 +160,11 @@ type Job struct {
 	// Schedule is how often the poller is invoked. Default 1m.
 	Schedule Duration `json:"schedule,omitempty"`
 	// LatencyObjective is how old a queued change may get before an alarm fires.
-	LatencyObjective Duration  `json:"latency_objective,omitempty"`
-	Outputs          []*Output `json:"outputs"`
+	LatencyObjective Duration `json:"latency_objective,omitempty"`
+	// SendConcurrency bounds the SQS requests (and claim-check puts) the
+	// poller has in flight, across the outputs. Default DefaultSendConcurrency.
+	SendConcurrency int       `json:"send_concurrency,omitempty"`
+	Outputs         []*Output `json:"outputs"`
 	// Attachments copies the documents' attachments to S3; off by default.
 	Attachments *Attachments `json:"attachments,omitempty"`
 }
@@ -251,7 +271,10 @@ type Output struct {
 	// MaxReceiveCount is how many deliveries a message gets before it moves
 	// to the DLQ. Default 5.
 	MaxReceiveCount int `json:"max_receive_count"`
-	// BatchSize is how many messages the writer takes at once. Default 10.
+	// BatchSize is how many messages the writer takes at once: at most 10 on
+	// a FIFO queue, at most 10,000 on a standard one (gathered for up to the
+	// batching window). Default DefaultBatchSize for postgres outputs on a
+	// standard queue, 10 otherwise.
 	BatchSize int `json:"batch_size"`
 	// MaxConcurrency bounds concurrent writer invocations for this output.
 	MaxConcurrency int `json:"max_concurrency"`
@@ -520,6 +543,9 @@ func (f *File) SetDefaults() {
 		if j.LatencyObjective == 0 {
 			j.LatencyObjective = Duration(DefaultLatencyObjective)
 		}
+		if j.SendConcurrency == 0 {
+			j.SendConcurrency = DefaultSendConcurrency
+		}
 		if a := j.Attachments; a != nil && a.Enabled {
 			a.defaults(f.Stack.Bucket, j.ID)
 		}
@@ -540,7 +566,10 @@ func (f *File) SetDefaults() {
 				o.MaxReceiveCount = DefaultMaxReceiveCount
 			}
 			if o.BatchSize == 0 {
-				o.BatchSize = 10
+				o.BatchSize = MaxFIFOBatchSize
+				if o.Type == OutputPostgres && !o.FIFO() {
+					o.BatchSize = DefaultBatchSize
+				}
 			}
 			if o.MaxConcurrency == 0 {
 				o.MaxConcurrency = 2
@@ -724,6 +753,9 @@ func (j *Job) validate(p string) []error {
 	} else if d.D() < time.Second {
 		bad("latency_objective", "%s must be at least 1s", d.D())
 	}
+	if j.SendConcurrency < 1 || j.SendConcurrency > MaxSendConcurrency {
+		bad("send_concurrency", "%d must be between 1 and %d", j.SendConcurrency, MaxSendConcurrency)
+	}
 	if len(j.Outputs) == 0 {
 		bad("outputs", "at least one output is required")
 	}
@@ -808,8 +840,11 @@ func (o *Output) validate(p string) []error {
 	if o.MaxReceiveCount < 1 || o.MaxReceiveCount > 1000 {
 		bad("max_receive_count", "%d must be between 1 and 1000", o.MaxReceiveCount)
 	}
-	if o.BatchSize < 1 || o.BatchSize > 10 {
-		bad("batch_size", "%d must be between 1 and 10", o.BatchSize)
+	switch {
+	case o.FIFO() && (o.BatchSize < 1 || o.BatchSize > MaxFIFOBatchSize):
+		bad("batch_size", "%d must be between 1 and %d on a FIFO queue (ordering per_document)", o.BatchSize, MaxFIFOBatchSize)
+	case o.BatchSize < 1 || o.BatchSize > MaxBatchSize:
+		bad("batch_size", "%d must be between 1 and %d", o.BatchSize, MaxBatchSize)
 	}
 	if o.MaxConcurrency < 2 || o.MaxConcurrency > 1000 {
 		bad("max_concurrency", "%d must be between 2 and 1000", o.MaxConcurrency)

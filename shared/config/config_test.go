@@ -60,6 +60,14 @@ func TestDefaults(t *testing.T) {
 	if fd.MaxAnswerBytes != 32<<20 || fd.PageBytes != 16<<20 || fd.QuarantineAfter != 3 {
 		t.Errorf("feed bounds %d, %d, %d; want 32 MiB, 16 MiB, 3", fd.MaxAnswerBytes, fd.PageBytes, fd.QuarantineAfter)
 	}
+	// Batches: PostgreSQL on a standard queue shares a transaction among a
+	// hundred changes; FIFO queues and the other outputs take ten.
+	if d := cmp.Diff([]int{10, 100, 10}, []int{o[0].BatchSize, o[1].BatchSize, o[2].BatchSize}); d != "" {
+		t.Errorf("batch sizes (-want +got):\n%s", d)
+	}
+	if got := f.Jobs[0].SendConcurrency; got != DefaultSendConcurrency {
+		t.Errorf("send_concurrency = %d, want %d", got, DefaultSendConcurrency)
+	}
 }
 
 func TestAttachmentDefaults(t *testing.T) {
@@ -134,6 +142,18 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 			want: []string{`jobs[a].attachments.prefix: "/x/" must not start`, `jobs[a].attachments.key_template: "{name}-{rev}" must contain {digest}`,
 				`jobs[a].attachments.key_template: "{name}-{rev}" has a placeholder other than`,
 				`jobs[a].attachments.max_bytes: -1`, `jobs[a].attachments.on_missing: "ignore" is not one of fail, skip`},
+		},
+		{
+			name: "batch sizes beyond the queue's",
+			in: `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[
+				{"id":"f","type":"postgres","ordering":"per_document","batch_size":11,"postgres":{"dsn":{"env":"D"}}},
+				{"id":"s","type":"postgres","batch_size":10001,"postgres":{"dsn":{"env":"D"}}}]}]}`,
+			want: []string{"outputs[f].batch_size: 11 must be between 1 and 10 on a FIFO queue", "outputs[s].batch_size: 10001 must be between 1 and 10000"},
+		},
+		{
+			name: "send concurrency",
+			in:   `{"jobs":[{"id":"a","send_concurrency":-1,"source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{}}]}]}`,
+			want: []string{"jobs[a].send_concurrency: -1 must be between 1 and 512"},
 		},
 		{
 			name: "unknown key",

@@ -1,6 +1,10 @@
 // Package fanout sends change envelopes to the work queues of a job's outputs
 // with SendMessageBatch, putting bodies too large for a message in S3 (claim
 // check). A Send succeeds only when SQS accepted every entry.
+//
+// The requests of one Send run concurrently, up to Sender.Concurrency at a
+// time: the claim checks first, then the batches of every output. Changes of
+// one document bound for a FIFO queue are sent in their order (see Send).
 package fanout
 
 import (
@@ -12,24 +16,29 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 )
 
-// SQS is the part of the SQS client the sender calls.
+// SQS is the part of the SQS client the sender calls. It must be safe for
+// concurrent use (the SDK's client is).
 type SQS interface {
 	SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
 }
 
-// S3 is the part of the S3 client the sender calls.
+// S3 is the part of the S3 client the sender calls. It must be safe for
+// concurrent use (the SDK's client is).
 type S3 interface {
 	PutObject(ctx context.Context, in *s3.PutObjectInput, optFns ...func(*s3.Options)) (*s3.PutObjectOutput, error)
 }
@@ -50,15 +59,36 @@ func NewTarget(o *config.Output, url string) Target {
 	return Target{Output: o.ID, QueueURL: url, FIFO: o.FIFO(), Total: o.Ordering == config.OrderingTotal}
 }
 
+// group is the FIFO message group of change c on t.
+func (t Target) group(c *change.Envelope) string {
+	if t.Total {
+		return GroupID(t.Output)
+	}
+	return GroupID(c.DocID)
+}
+
+// DefaultConcurrency is how many requests one Send keeps in flight when
+// Sender.Concurrency is zero: config.DefaultSendConcurrency, the poller's
+// default. At 15-20 ms per SendMessageBatch, 64 requests in flight queue up
+// to 30,000-40,000 changes a second.
+const DefaultConcurrency = config.DefaultSendConcurrency
+
 // Sender sends envelopes. Safe for concurrent use.
 type Sender struct {
 	SQS    SQS
 	S3     S3
 	Bucket string
-	// MaxBytes is the largest message body; larger envelopes carry an S3 pointer.
+	// MaxBytes is the largest message body; larger envelopes carry an S3
+	// pointer. It also bounds the bodies of one SendMessageBatch.
 	MaxBytes int
 	// Attempts bounds the retries of entries SQS did not accept. Default 5.
 	Attempts int
+	// Concurrency bounds the SQS and S3 requests one Send has in flight.
+	// Default DefaultConcurrency.
+	Concurrency int
+	// Backoff is the wait before the first retry of entries SQS did not
+	// accept; it doubles for every further retry. Default 100ms.
+	Backoff time.Duration
 }
 
 // ErrRejected is returned when SQS refuses entries for a reason retrying
@@ -69,7 +99,8 @@ var ErrRejected = errors.New("sqs rejected entries")
 const batchLimit = 10
 
 // Fence is called before every SQS request; a non-nil error stops the send
-// (the poller's lease may have expired).
+// (the poller's lease may have expired). Send calls it from one goroutine at
+// a time, so it may renew the lease in place.
 type Fence func() error
 
 // Stats describes what a Send queued.
@@ -77,74 +108,182 @@ type Stats struct {
 	Messages   int
 	Bytes      int
 	ClaimCheck int
+	Requests   int // SendMessageBatch requests, retries included
+	Puts       int // claim checks put in S3
 }
 
 // Send queues every change to every target. Changes carry everything but the
-// Output field, which Send fills per target. It returns nil only when SQS
-// accepted every entry; on error some entries may have been queued, which is
-// harmless: FIFO queues deduplicate and sinks apply changes monotonically.
+// Output field, which Send fills per target; changes are numbered in the
+// order given (their counters), which is the order of the feed.
+//
+// Requests run concurrently, at most Concurrency at a time. On a FIFO target,
+// SQS keeps the order of messages of one group only among requests that do
+// not overlap. So on a per-document target, the changes of a document that
+// appears more than once are sent in waves: its first change in the first
+// wave, its second in the second, and so on, each wave starting once the
+// previous one was accepted. On a target with ordering total (one group),
+// the requests go one after another, in feed order, beside the others.
+//
+// Send returns nil only when SQS accepted every entry. On error some entries
+// may have been queued and others not, in any order: the caller must not
+// record any of the changes as queued. Sending them again is harmless: FIFO
+// queues deduplicate and sinks apply changes monotonically.
 func (s *Sender) Send(ctx context.Context, targets []Target, changes []*change.Envelope, fence Fence) (Stats, error) {
 	var st Stats
-	for _, t := range targets {
-		entries, err := s.entries(ctx, t, changes, &st)
-		if err != nil {
-			return st, err
-		}
-		for _, chunk := range s.chunks(entries) {
-			if err := s.sendBatch(ctx, t, chunk, fence); err != nil {
-				return st, err
-			}
-			for _, e := range chunk {
-				st.Messages++
-				st.Bytes += len(aws.ToString(e.MessageBody))
-			}
+	if len(targets) == 0 || len(changes) == 0 {
+		return st, nil
+	}
+	run := &send{s: s, fence: fence}
+	enc, err := run.encode(ctx, targets, changes)
+	if err != nil {
+		return run.stats(), err
+	}
+	for _, wave := range s.waves(targets, changes, enc) {
+		if err := run.lanes(ctx, wave); err != nil {
+			return run.stats(), err
 		}
 	}
-	return st, nil
+	return run.stats(), nil
 }
 
-func (s *Sender) entries(ctx context.Context, t Target, changes []*change.Envelope, st *Stats) ([]sqstypes.SendMessageBatchRequestEntry, error) {
-	entries := make([]sqstypes.SendMessageBatchRequestEntry, 0, len(changes))
-	for i, c := range changes {
-		env := *c
-		env.Output = t.Output
-		body, err := json.Marshal(&env)
-		if err != nil {
-			return nil, fmt.Errorf("encode envelope %s: %w", c.DocID, err)
-		}
-		if len(body) > s.MaxBytes {
-			ref, err := s.claimCheck(ctx, c)
-			if err != nil {
-				return nil, err
-			}
-			env.Doc, env.DocRef = nil, ref
-			if body, err = json.Marshal(&env); err != nil {
-				return nil, fmt.Errorf("encode envelope %s: %w", c.DocID, err)
-			}
-			st.ClaimCheck++
-		}
-		e := sqstypes.SendMessageBatchRequestEntry{
-			Id:          aws.String(strconv.Itoa(i)),
-			MessageBody: aws.String(string(body)),
-		}
-		if t.FIFO {
-			group := c.DocID
-			if t.Total {
-				group = t.Output
-			}
-			e.MessageGroupId = aws.String(GroupID(group))
-			e.MessageDeduplicationId = aws.String(DeduplicationID(c.Job, t.Output, c.DocID, c.Seq))
-		}
-		entries = append(entries, e)
+// send is the state of one Send shared by its goroutines.
+type send struct {
+	s *Sender
+
+	fenceMu sync.Mutex
+	fence   Fence
+
+	mu sync.Mutex
+	st Stats
+}
+
+func (r *send) stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st
+}
+
+func (r *send) add(f func(*Stats)) {
+	r.mu.Lock()
+	f(&r.st)
+	r.mu.Unlock()
+}
+
+// askFence asks the caller's fence, one goroutine at a time.
+func (r *send) askFence() error {
+	r.fenceMu.Lock()
+	defer r.fenceMu.Unlock()
+	return r.fence()
+}
+
+func (s *Sender) limit() int {
+	if s.Concurrency > 0 {
+		return s.Concurrency
 	}
-	return entries, nil
+	return DefaultConcurrency
+}
+
+// encoded is one change's message body with the output left out: the body of
+// an output is head + `"output":"<id>"` + tail.
+type encoded struct {
+	head, tail []byte
+	claim      bool // the body travels as a claim check
+}
+
+func (e encoded) body(output []byte) string {
+	b := make([]byte, 0, len(e.head)+len(output)+len(e.tail))
+	b = append(b, e.head...)
+	b = append(b, output...)
+	b = append(b, e.tail...)
+	return string(b)
+}
+
+// outputField is how the envelope's empty Output field encodes.
+var outputField = []byte(`"output":""`)
+
+// encode encodes every change once, with the output left out, and puts the
+// bodies of those whose envelope would not fit a message (for the longest
+// output name) in S3, concurrently.
+func (r *send) encode(ctx context.Context, targets []Target, changes []*change.Envelope) ([]encoded, error) {
+	longest := 0
+	for _, t := range targets {
+		longest = max(longest, len(outputJSON(t.Output)))
+	}
+	enc := make([]encoded, len(changes))
+	var big []int
+	for i, c := range changes {
+		e, err := split(c)
+		if err != nil {
+			return nil, err
+		}
+		enc[i] = e
+		if len(e.head)+longest+len(e.tail) > r.s.MaxBytes && c.Doc != nil {
+			big = append(big, i)
+		}
+	}
+	if len(big) == 0 {
+		return enc, nil
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.s.limit())
+	refs := make([]*change.ObjectRef, len(big))
+	for k, i := range big {
+		g.Go(func() error {
+			ref, put, err := r.s.claimCheck(gctx, changes[i])
+			refs[k] = ref
+			if put {
+				r.add(func(st *Stats) { st.Puts++ })
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	for k, i := range big {
+		c := *changes[i]
+		c.Doc, c.DocRef = nil, refs[k]
+		e, err := split(&c)
+		if err != nil {
+			return nil, err
+		}
+		e.claim = true
+		enc[i] = e
+		// Later Sends of the same change (a retry) reuse the object.
+		changes[i].DocRef = refs[k]
+	}
+	return enc, nil
+}
+
+// split encodes a change with an empty Output and cuts it where the output
+// goes. The field is the third of the envelope, after "v" and "job", whose
+// values cannot contain it, so its first occurrence is the field itself.
+func split(c *change.Envelope) (encoded, error) {
+	env := *c
+	env.Output = ""
+	b, err := json.Marshal(&env)
+	if err != nil {
+		return encoded{}, fmt.Errorf("encode envelope %s: %w", c.DocID, err)
+	}
+	i := bytes.Index(b, outputField)
+	if i < 0 {
+		return encoded{}, fmt.Errorf("encode envelope %s: no output field in %.40q", c.DocID, b)
+	}
+	j := i + len(`"output":`)
+	return encoded{head: b[:j], tail: b[j+len(`""`):]}, nil
+}
+
+func outputJSON(output string) []byte {
+	b, _ := json.Marshal(output) // a string always encodes
+	return b
 }
 
 // claimCheck puts the change's body in S3 once (the key depends only on the
-// change, so every output's envelope points at the same object).
-func (s *Sender) claimCheck(ctx context.Context, c *change.Envelope) (*change.ObjectRef, error) {
+// change, so every output's envelope points at the same object). It reports
+// whether it put an object.
+func (s *Sender) claimCheck(ctx context.Context, c *change.Envelope) (*change.ObjectRef, bool, error) {
 	if c.DocRef != nil {
-		return c.DocRef, nil
+		return c.DocRef, false, nil
 	}
 	key := claimcheck.Key(c.Job, c.Version)
 	_, err := s.S3.PutObject(ctx, &s3.PutObjectInput{
@@ -154,46 +293,149 @@ func (s *Sender) claimCheck(ctx context.Context, c *change.Envelope) (*change.Ob
 		ContentType: aws.String("application/json"),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("put claim check %s: %w", key, err)
+		return nil, false, fmt.Errorf("put claim check %s: %w", key, err)
 	}
-	c.DocRef = &change.ObjectRef{Bucket: s.Bucket, Key: key, Size: int64(len(c.Doc))}
-	return c.DocRef, nil
+	return &change.ObjectRef{Bucket: s.Bucket, Key: key, Size: int64(len(c.Doc))}, true, nil
 }
 
-// chunks groups entries into SendMessageBatch requests of at most ten entries
-// and at most MaxBytes of bodies.
-func (s *Sender) chunks(entries []sqstypes.SendMessageBatchRequestEntry) [][]sqstypes.SendMessageBatchRequestEntry {
-	var out [][]sqstypes.SendMessageBatchRequestEntry
-	var cur []sqstypes.SendMessageBatchRequestEntry
-	size := 0
-	for _, e := range entries {
-		n := len(aws.ToString(e.MessageBody))
-		if len(cur) == batchLimit || (len(cur) > 0 && size+n > s.MaxBytes) {
-			out = append(out, cur)
-			cur, size = nil, 0
-		}
-		cur = append(cur, e)
-		size += n
+// batch is one SendMessageBatch request's worth of entries for one target.
+type batch struct {
+	t       Target
+	entries []sqstypes.SendMessageBatchRequestEntry
+	claims  int // entries carrying a claim check
+}
+
+// lane is a sequence of requests sent one after another, in order; the
+// lanes of a wave run concurrently.
+type lane []batch
+
+// waves builds the requests: per target, entries grouped into batches of at
+// most ten entries and MaxBytes of bodies, in feed order. Standard queues
+// need one wave of one-request lanes. On a per-document FIFO queue the k-th
+// change of a document goes in wave k, so that no two requests in flight
+// together hold the same group. A FIFO queue with ordering total has one
+// group: all its requests form one lane, in feed order.
+func (s *Sender) waves(targets []Target, changes []*change.Envelope, enc []encoded) [][]lane {
+	// wave[i] is the number of earlier changes of change i's document.
+	wave := make([]int, len(changes))
+	waves := 1
+	seen := make(map[string]int, len(changes))
+	for i, c := range changes {
+		wave[i] = seen[c.DocID]
+		seen[c.DocID]++
+		waves = max(waves, wave[i]+1)
 	}
-	if len(cur) > 0 {
+	out := make([][]lane, waves)
+	all := make([]int, len(changes))
+	for i := range all {
+		all[i] = i
+	}
+	for _, t := range targets {
+		output := outputJSON(t.Output)
+		switch {
+		case t.FIFO && t.Total:
+			out[0] = append(out[0], lane(s.chunks(t, changes, enc, output, all)))
+		case t.FIFO:
+			per := make([][]int, waves)
+			for i := range changes {
+				per[wave[i]] = append(per[wave[i]], i)
+			}
+			for w, idx := range per {
+				for _, b := range s.chunks(t, changes, enc, output, idx) {
+					out[w] = append(out[w], lane{b})
+				}
+			}
+		default:
+			for _, b := range s.chunks(t, changes, enc, output, all) {
+				out[0] = append(out[0], lane{b})
+			}
+		}
+	}
+	return out
+}
+
+// chunks groups the entries of changes idx for target t into batches of at
+// most ten entries and at most MaxBytes of bodies.
+func (s *Sender) chunks(t Target, changes []*change.Envelope, enc []encoded, output []byte, idx []int) []batch {
+	var out []batch
+	var cur batch
+	size := 0
+	for _, i := range idx {
+		body := enc[i].body(output)
+		if len(cur.entries) == batchLimit || (len(cur.entries) > 0 && size+len(body) > s.MaxBytes) {
+			out = append(out, cur)
+			cur, size = batch{}, 0
+		}
+		e := sqstypes.SendMessageBatchRequestEntry{
+			Id:          aws.String(strconv.Itoa(i)),
+			MessageBody: aws.String(body),
+		}
+		if t.FIFO {
+			c := changes[i]
+			e.MessageGroupId = aws.String(t.group(c))
+			e.MessageDeduplicationId = aws.String(DeduplicationID(c.Job, t.Output, c.DocID, c.Seq))
+		}
+		cur.t = t
+		cur.entries = append(cur.entries, e)
+		if enc[i].claim {
+			cur.claims++
+		}
+		size += len(body)
+	}
+	if len(cur.entries) > 0 {
 		out = append(out, cur)
 	}
 	return out
 }
 
+// lanes sends the lanes of one wave concurrently, each lane's requests in
+// order, and returns when every request was accepted, or with the first
+// error (the others are cancelled).
+func (r *send) lanes(ctx context.Context, ls []lane) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.s.limit())
+	for _, l := range ls {
+		g.Go(func() error {
+			for _, b := range l {
+				if err := r.sendBatch(gctx, b.t, b.entries); err != nil {
+					return err
+				}
+				n := 0
+				for _, e := range b.entries {
+					n += len(aws.ToString(e.MessageBody))
+				}
+				r.add(func(st *Stats) {
+					st.Messages += len(b.entries)
+					st.Bytes += n
+					st.ClaimCheck += b.claims
+				})
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
 // sendBatch sends one request's entries, retrying the entries SQS did not
 // accept; the fence is asked before every request, retries included.
-func (s *Sender) sendBatch(ctx context.Context, t Target, entries []sqstypes.SendMessageBatchRequestEntry, fence Fence) error {
-	attempts := s.Attempts
+func (r *send) sendBatch(ctx context.Context, t Target, entries []sqstypes.SendMessageBatchRequestEntry) error {
+	attempts := r.s.Attempts
 	if attempts == 0 {
 		attempts = 5
 	}
-	backoff := 100 * time.Millisecond
+	backoff := r.s.Backoff
+	if backoff == 0 {
+		backoff = 100 * time.Millisecond
+	}
 	for attempt := 1; ; attempt++ {
-		if err := fence(); err != nil {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("send message batch to %s: %w", t.Output, err)
+		}
+		if err := r.askFence(); err != nil {
 			return err
 		}
-		out, err := s.SQS.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &t.QueueURL, Entries: entries})
+		r.add(func(st *Stats) { st.Requests++ })
+		out, err := r.s.SQS.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &t.QueueURL, Entries: entries})
 		if err != nil {
 			return fmt.Errorf("send message batch to %s: %w", t.Output, err)
 		}
@@ -215,14 +457,29 @@ func (s *Sender) sendBatch(ctx context.Context, t Target, entries []sqstypes.Sen
 			f := out.Failed[0]
 			return fmt.Errorf("send message batch to %s: %w: %d entries still failing after %d attempts: %s", t.Output, ErrRejected, len(retry), attempt, aws.ToString(f.Code))
 		}
-		entries = retry
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("send message batch to %s: %w", t.Output, ctx.Err())
-		case <-time.After(backoff):
+		// On a FIFO queue the retried entries keep their order: SQS lists
+		// failures in any order, the request must list them as sent.
+		entries = inOrder(entries, retry)
+		if err := clock.Sleep(ctx, backoff); err != nil {
+			return fmt.Errorf("send message batch to %s: %w", t.Output, err)
 		}
 		backoff *= 2
 	}
+}
+
+// inOrder returns the entries of subset in the order they have in all.
+func inOrder(all, subset []sqstypes.SendMessageBatchRequestEntry) []sqstypes.SendMessageBatchRequestEntry {
+	want := make(map[string]bool, len(subset))
+	for _, e := range subset {
+		want[aws.ToString(e.Id)] = true
+	}
+	out := make([]sqstypes.SendMessageBatchRequestEntry, 0, len(subset))
+	for _, e := range all {
+		if want[aws.ToString(e.Id)] {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // GroupID is the FIFO message group of a document: the id itself when SQS

@@ -46,7 +46,9 @@ type Options struct {
 	// UntilIdle stops the run, successfully, once every job is caught up and
 	// every work queue is drained.
 	UntilIdle bool
-	// Concurrency is the number of writer loops per queue. Default 2.
+	// Concurrency is the number of receivers (writer loops) per work queue,
+	// each invoking the writer on the batches it receives. Default
+	// DefaultReceivers.
 	Concurrency int
 }
 
@@ -60,6 +62,8 @@ type Runtime struct {
 	inflight    atomic.Int64
 	read        atomic.Int64
 	enqueued    atomic.Int64
+	invoked     atomic.Int64 // writer invocations
+	handling    atomic.Int64 // time.Duration the writer spent in them
 	writer      *writer.Handler
 	mu          sync.Mutex
 	caughtUp    map[string]bool
@@ -95,17 +99,16 @@ func (r *Runtime) Run(ctx context.Context) error {
 				}
 				q.job = j.ID
 				queues = append(queues, q)
-				n := r.Opts.Concurrency
-				if n == 0 {
-					n = 2
-				}
-				for i := 0; i < n; i++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						r.writerLoop(ctx, h, q, i, n)
-					}()
-				}
+				n := r.receivers()
+				dels := newDeleter(r, q, n)
+				wg.Go(func() {
+					var loops sync.WaitGroup
+					for i := range n {
+						loops.Go(func() { r.writerLoop(ctx, h, q, i, n, dels) })
+					}
+					loops.Wait()
+					dels.wait()
+				})
 			}
 		}
 	}
@@ -137,11 +140,16 @@ func (r *Runtime) Run(ctx context.Context) error {
 type Summary struct {
 	Read, Enqueued int64
 	Outputs        map[string]writer.Stats // by "job/output"
+	// WriterInvocations is the number of batches handed to the writer, and
+	// WriterTime the time it spent on them: what Lambda would bill.
+	WriterInvocations int64
+	WriterTime        time.Duration
 }
 
 // Summary returns the counters of the run so far.
 func (r *Runtime) Summary() Summary {
-	s := Summary{Read: r.read.Load(), Enqueued: r.enqueued.Load()}
+	s := Summary{Read: r.read.Load(), Enqueued: r.enqueued.Load(),
+		WriterInvocations: r.invoked.Load(), WriterTime: time.Duration(r.handling.Load())}
 	if r.writer != nil {
 		s.Outputs = r.writer.Stats()
 	}
@@ -255,7 +263,11 @@ func receiveVisibility(timeout time.Duration) int32 {
 // Loop i of n receives only while i is below the output's receiver limit: a
 // struggling output (writer backpressure) is fed by fewer loops, down to
 // one, until it recovers.
-func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue, i, n int) {
+//
+// A batch larger than ten messages is gathered from several receives
+// (gather), and what the handler did not report failed is deleted in the
+// background (deleter) while the loop already waits for its next batch.
+func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue, i, n int, dels *deleter) {
 	c := r.Deps.SQS
 	timeout := r.Opts.WriterTimeout
 	if timeout == 0 {
@@ -273,7 +285,7 @@ func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue, i,
 		}
 		in := &sqs.ReceiveMessageInput{
 			QueueUrl:                    &q.url,
-			MaxNumberOfMessages:         int32(q.out.BatchSize),
+			MaxNumberOfMessages:         int32(min(q.out.BatchSize, receiveLimit)),
 			WaitTimeSeconds:             1,
 			VisibilityTimeout:           visibility,
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
@@ -293,9 +305,11 @@ func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue, i,
 		if len(out.Messages) == 0 {
 			continue
 		}
+		// In flight from the receive until the deletion is done, so that
+		// --until-idle never sees a drained queue with work still pending.
 		r.inflight.Add(1)
-		r.invoke(ctx, h, q, out.Messages, timeout)
-		r.inflight.Add(-1)
+		msgs := r.gather(rctx, q, in, out.Messages)
+		dels.delete(ctx, r.invoke(ctx, h, q, msgs, timeout))
 	}
 }
 
@@ -310,28 +324,22 @@ func attemptID() string {
 	return hex.EncodeToString(b)
 }
 
-func (r *Runtime) invoke(ctx context.Context, h *writer.Handler, q queue, msgs []sqstypes.Message, timeout time.Duration) {
+// invoke runs the handler on one batch, with the invocation's deadline, and
+// returns the messages to delete: those it did not report failed.
+func (r *Runtime) invoke(ctx context.Context, h *writer.Handler, q queue, msgs []sqstypes.Message, timeout time.Duration) []sqstypes.DeleteMessageBatchRequestEntry {
 	ev := writer.Event(q.arn, r.Deps.AWS.Region, msgs)
 	// The messages stay with us even if the run is stopping: finish the batch.
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
+	start := time.Now()
 	resp, err := h.Handle(ictx, ev)
+	r.invoked.Add(1)
+	r.handling.Add(int64(time.Since(start)))
 	if err != nil {
 		r.Log.Error("writer invocation failed; batch will be retried", "queue", q.name, "error", err)
-		return
+		return nil
 	}
-	del := writer.DeleteEntries(msgs, resp)
-	if len(del) == 0 {
-		return
-	}
-	d, err := r.Deps.SQS.DeleteMessageBatch(ictx, &sqs.DeleteMessageBatchInput{QueueUrl: &q.url, Entries: del})
-	if err != nil {
-		r.Log.Warn("delete messages", "queue", q.name, "error", err)
-		return
-	}
-	for _, f := range d.Failed {
-		r.Log.Warn("delete message", "queue", q.name, "code", aws.ToString(f.Code))
-	}
+	return writer.DeleteEntries(msgs, resp)
 }
 
 // waitIdle returns nil when, twice in a row, every job is caught up, no

@@ -159,7 +159,7 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		Job:        j,
 		Feed:       source,
 		Leases:     &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
-		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes},
+		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency},
 		Targets:    targets,
 		Quarantine: &quarantine.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
 		Log:        d.Log,

@@ -334,7 +334,7 @@ func newRig(batch func(call int, since string) (*feed.Batch, error)) *rig {
 		Targets: []fanout.Target{{Output: "pg", QueueURL: "queue"}},
 		Log:     slog.New(slog.NewTextHandler(r.logs, nil)),
 		Metrics: metrics.New(io.Discard, map[string]string{"Job": "orders"}),
-		Clock:   w.Now, StandbyInterval: 5 * time.Millisecond,
+		Clock:   w.Now, StandbyInterval: 5 * time.Millisecond, ChunkRows: 100,
 	}
 	return r
 }

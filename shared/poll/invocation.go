@@ -39,9 +39,26 @@ type invocation struct {
 	seen misreads // malformed rows and unreadable pages met, to quarantine
 	held error    // the malformed row the last batch was cut before, or nil
 
-	inflight    chan error      // the checkpoint write in flight, or nil
+	inflight    chan written    // the checkpoint write in flight, or nil
 	unsaved     json.RawMessage // queued but not yet checkpointed
 	unsavedLeft int64
+}
+
+// written is the outcome of a checkpoint write made in the background: the
+// write works on a copy of the lease, merged back by settle, so that the
+// fence can read the lease meanwhile.
+type written struct {
+	err   error
+	lease lease.Lease
+}
+
+// next is the read of the page that follows the one being queued.
+type next struct {
+	since  json.RawMessage
+	done   chan struct{}
+	batch  *feed.Batch
+	err    error
+	cancel context.CancelFunc
 }
 
 func (v *invocation) now() time.Time { return v.p.Clock.Now() }
@@ -120,8 +137,18 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 // loop reads, queues and checkpoints batches until the budget is spent
 // (nil, or the source's last failure), the lease is lost (ErrLeaseLost) or
 // something fails for good.
+//
+// The pipeline overlaps what has no side effects with what does: the next
+// page is read while the current one is queued (prefetch), and a page's
+// closing checkpoint is written while the next page is queued. The rules
+// hold: pages are queued one after another, in feed order, so a document's
+// changes reach a FIFO queue in order; a checkpoint names only pages queued
+// whole, and is written only after the one before it (settle); the fence
+// is still asked before every request.
 func (v *invocation) loop(ctx context.Context) error {
 	defer func() { _ = v.settle() }()
+	var ahead *next
+	defer func() { ahead.stop() }()
 	for {
 		v.p.Metrics.AddHighRes(metrics.Role, 1, metrics.None)
 		// Start another batch only if the slowest one so far would still
@@ -130,22 +157,37 @@ func (v *invocation) loop(ctx context.Context) error {
 		if !v.fits() {
 			return v.lastErr
 		}
-		if v.inflight == nil {
-			if err := v.sess.KeepAlive(ctx); err != nil {
-				return err
-			}
+		if err := v.keepAlive(ctx); err != nil {
+			return err
 		}
-		batch, err := v.read(ctx)
-		if serr := v.settle(); serr != nil {
-			return serr
+		var batch *feed.Batch
+		var err error
+		if ahead != nil && string(ahead.since) == string(v.since) {
+			batch, err = ahead.wait(ctx)
+		} else {
+			ahead.stop()
+			batch, err = v.read(ctx, v.since)
+		}
+		ahead = nil
+		v.held = nil
+		if err == nil {
+			v.held = v.screen(ctx, batch)
 		}
 		if err != nil {
+			// What was queued before is recorded before the source's
+			// failure is handled.
+			if serr := v.settle(); serr != nil {
+				return serr
+			}
 			if stop, err := v.sourceFailed(ctx, err); stop {
 				return err
 			}
 			continue
 		}
 		v.received(batch)
+		if v.held == nil && v.more(batch) {
+			ahead = v.prefetch(ctx, nextSince(batch))
+		}
 		if stop, err := v.queue(ctx, batch); stop {
 			return err
 		}
@@ -172,6 +214,91 @@ func (v *invocation) holdBack(ctx context.Context) (stop bool, _ error) {
 	return false, nil
 }
 
+// keepAlive renews the lease when its heartbeat is due. A checkpoint write
+// in flight renews it too: wait for that one first.
+func (v *invocation) keepAlive(ctx context.Context) error {
+	if v.inflight != nil && v.now().Sub(v.lease.RenewedAt) >= v.p.Job.Lease.TTL.D()/3 {
+		if err := v.settle(); err != nil {
+			return err
+		}
+	}
+	if v.inflight != nil {
+		return nil
+	}
+	return v.sess.KeepAlive(ctx)
+}
+
+// fence runs before every SQS request (from the sender's goroutines, one at
+// a time, while Run's goroutine waits in Send). The lease it reads is not
+// written meanwhile: a checkpoint write in flight works on a copy. When the
+// lease needs renewing, that write is waited for first, so lease writes stay
+// in order.
+func (v *invocation) fence(ctx context.Context) error {
+	if v.inflight != nil {
+		// A write that has returned is taken at once: a refused one
+		// stops the sends as soon as it is known.
+		wait := v.lease.Remaining(v.now()) < v.p.Job.Lease.TTL.D()/2
+		if err := v.settleIf(wait); err != nil {
+			return err
+		}
+	}
+	return v.sess.Fence(ctx)
+}
+
+// more reports whether the page after b is worth reading ahead: b was full
+// or the source says more is pending. A page that ends the feed is followed
+// by a long poll, read in its turn.
+func (v *invocation) more(b *feed.Batch) bool {
+	if len(b.Rows) == 0 {
+		return false
+	}
+	if b.Pending >= 0 {
+		return b.Pending > 0
+	}
+	return len(b.Rows) >= v.p.Job.Feed.Limit
+}
+
+// nextSince is where the page after b starts.
+func nextSince(b *feed.Batch) json.RawMessage {
+	if len(b.LastSeq) > 0 {
+		return b.LastSeq
+	}
+	return b.Rows[len(b.Rows)-1].Seq
+}
+
+// prefetch reads the page from since in the background. At most one page is
+// read ahead, so memory holds at most two pages.
+func (v *invocation) prefetch(ctx context.Context, since json.RawMessage) *next {
+	rctx, cancel := context.WithCancel(ctx)
+	n := &next{since: since, done: make(chan struct{}), cancel: cancel}
+	timeout := v.readTimeout()
+	go func() {
+		defer close(n.done)
+		n.batch, n.err = v.fetch(rctx, since, timeout)
+	}()
+	return n
+}
+
+// wait returns the page read ahead.
+func (n *next) wait(ctx context.Context) (*feed.Batch, error) {
+	select {
+	case <-n.done:
+	case <-ctx.Done():
+		n.stop()
+	}
+	n.cancel()
+	return n.batch, n.err
+}
+
+// stop abandons a read ahead (nil: nothing to stop) and waits for it.
+func (n *next) stop() {
+	if n == nil {
+		return
+	}
+	n.cancel()
+	<-n.done
+}
+
 // fits reports whether the budget still has room for the slowest chunk so
 // far.
 func (v *invocation) fits() bool {
@@ -182,18 +309,32 @@ func (v *invocation) fits() bool {
 // long-polls no longer than the heartbeat interval (minus the time the
 // client allows a source past its timeout), so renewals keep their pace,
 // and never past the budget.
-func (v *invocation) read(ctx context.Context) (*feed.Batch, error) {
+func (v *invocation) read(ctx context.Context, since json.RawMessage) (*feed.Batch, error) {
+	return v.fetch(ctx, since, v.readTimeout())
+}
+
+// readTimeout is the long-poll timeout of a read starting now.
+func (v *invocation) readTimeout() time.Duration {
 	ttl := v.p.Job.Lease.TTL.D()
 	remaining := v.end.Sub(v.now())
-	timeout := max(min(v.p.Job.Feed.Timeout.D(), ttl/3-feed.DefaultSlack, remaining-feed.DefaultSlack), 250*time.Millisecond)
-	batch, err := v.p.Feed.Changes(ctx, v.since, timeout)
-	v.held = nil
-	if err == nil {
-		if v.seen == nil {
-			v.seen = misreads{}
-		}
-		v.held = v.p.screen(ctx, v.since, batch, v.seen, v.log)
+	return max(min(v.p.Job.Feed.Timeout.D(), ttl/3-feed.DefaultSlack, remaining-feed.DefaultSlack), 250*time.Millisecond)
+}
+
+// screen decides on the batch's rows that name no document (see
+// Poller.screen), which may cut the batch; it returns the error of the row
+// it was cut before, or nil.
+func (v *invocation) screen(ctx context.Context, b *feed.Batch) error {
+	if v.seen == nil {
+		v.seen = misreads{}
 	}
+	return v.p.screen(ctx, v.since, b, v.seen, v.log)
+}
+
+// fetch reads the page from since with its bodies; its rows that name no
+// document are left for screen. It touches no state of the invocation, so
+// it may run beside it.
+func (v *invocation) fetch(ctx context.Context, since json.RawMessage, timeout time.Duration) (*feed.Batch, error) {
+	batch, err := v.p.Feed.Changes(ctx, since, timeout)
 	if err == nil && len(batch.Rows) > 0 {
 		err = v.p.Feed.FetchBatch(ctx, batch)
 	}
@@ -264,8 +405,8 @@ func (v *invocation) received(b *feed.Batch) {
 // one chunk, never the whole batch. stop reports that the invocation ends,
 // with err.
 func (v *invocation) queue(ctx context.Context, b *feed.Batch) (stop bool, err error) {
-	for start := 0; start < len(b.Rows); start += chunkRows {
-		end := min(start+chunkRows, len(b.Rows))
+	for start, end := 0, 0; start < len(b.Rows); start = end {
+		end = v.chunkEnd(b.Rows, start)
 		if start > 0 && !v.fits() {
 			return true, v.saveQueued(ctx)
 		}
@@ -287,6 +428,27 @@ func (v *invocation) queue(ctx context.Context, b *feed.Batch) (stop bool, err e
 	return false, nil
 }
 
+// chunkEnd is where the chunk that starts at rows[start] ends: after
+// ChunkRows rows, or after the row that brings its bodies to ChunkBytes,
+// which bounds what one Send holds encoded (each body once, and again per
+// output).
+func (v *invocation) chunkEnd(rows []feed.Row, start int) int {
+	n := v.p.ChunkRows
+	if n <= 0 {
+		n = DefaultChunkRows
+	}
+	budget := v.p.ChunkBytes
+	if budget <= 0 {
+		budget = DefaultChunkBytes
+	}
+	end, size := start, 0
+	for end < len(rows) && end-start < n && size < budget {
+		size += len(rows[end].Doc)
+		end++
+	}
+	return end
+}
+
 // send queues the changes of rows to every output, the fence asked before
 // every request. stop reports that the invocation ends, with err.
 func (v *invocation) send(ctx context.Context, rows []feed.Row) (stop bool, err error) {
@@ -294,10 +456,10 @@ func (v *invocation) send(ctx context.Context, rows []feed.Row) (stop bool, err 
 	if len(changes) == 0 {
 		return false, nil
 	}
-	if err := v.sess.KeepAlive(ctx); err != nil {
+	if err := v.keepAlive(ctx); err != nil {
 		return true, err
 	}
-	st, err := v.p.Sender.Send(ctx, v.p.Targets, changes, func() error { return v.sess.Fence(ctx) })
+	st, err := v.p.Sender.Send(ctx, v.p.Targets, changes, func() error { return v.fence(ctx) })
 	if err != nil {
 		return true, v.sendFailed(ctx, err)
 	}
@@ -381,28 +543,50 @@ func (v *invocation) checkpoint(ctx context.Context, seq json.RawMessage, left i
 // writeAsync writes a checkpoint in the background. The write outlives a
 // cancelled invocation context: what was queued should be recorded, and the
 // lease condition still guards it.
-func (v *invocation) writeAsync(ctx context.Context, seq json.RawMessage, left int64) chan error {
-	done := make(chan error, 1)
+func (v *invocation) writeAsync(ctx context.Context, seq json.RawMessage, left int64) chan written {
+	done := make(chan written, 1)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.p.Job.Lease.TTL.D()/2)
+	l := *v.lease
 	go func() {
 		defer cancel()
-		err := v.p.Leases.Checkpoint(cctx, v.lease, seq, left)
+		err := v.p.Leases.Checkpoint(cctx, &l, seq, left)
 		if err == nil {
 			v.p.count(metrics.Checkpoints, 1)
 		}
-		done <- err
+		done <- written{err: err, lease: l}
 	}()
 	return done
 }
 
-// settle waits for the checkpoint write in flight, if any.
-func (v *invocation) settle() error {
+// settle waits for the checkpoint write in flight, if any, and takes the
+// renewal it made.
+func (v *invocation) settle() error { return v.settleIf(true) }
+
+// settleIf is settle when wait is set; otherwise it takes the write only if
+// it has already returned.
+func (v *invocation) settleIf(wait bool) error {
 	if v.inflight == nil {
 		return nil
 	}
-	err := <-v.inflight
+	var w written
+	if wait {
+		w = <-v.inflight
+	} else {
+		select {
+		case w = <-v.inflight:
+		default:
+			return nil
+		}
+	}
 	v.inflight = nil
-	return err
+	if w.err != nil {
+		return w.err
+	}
+	if w.lease.RenewedAt.After(v.lease.RenewedAt) {
+		v.lease.RenewedAt = w.lease.RenewedAt
+	}
+	v.lease.Checkpoint = w.lease.Checkpoint
+	return nil
 }
 
 // saveQueued checkpoints what was queued but not yet recorded, before the

@@ -72,6 +72,13 @@ type Poller struct {
 
 	// StandbyInterval is how often a standby reads the job item. Default 1s.
 	StandbyInterval time.Duration
+	// ChunkRows is how many feed rows are queued at a time (one Send); the
+	// checkpoint can move after each chunk, so a slow output or the end of
+	// the budget costs at most one chunk. Default DefaultChunkRows.
+	ChunkRows int
+	// ChunkBytes ends a chunk early once its bodies reach this many bytes.
+	// Default DefaultChunkBytes.
+	ChunkBytes int
 	// OnBatch, when set, is called after every poll with whether the job is
 	// caught up (the last read returned nothing new); the local runtime's
 	// --until-idle uses it.
@@ -96,9 +103,16 @@ type Result struct {
 	CaughtUp   bool
 }
 
-// chunkRows is how many feed rows are queued at a time; the checkpoint can
-// move after each chunk.
-const chunkRows = 100
+// DefaultChunkRows is how many feed rows are queued at a time when
+// Poller.ChunkRows is zero: a default page (500 rows) is one chunk, so its
+// requests (50 per output) run together at the sender's concurrency.
+const DefaultChunkRows = 1000
+
+// DefaultChunkBytes is the body size at which a chunk ends early: a chunk's
+// bodies are held encoded while it is queued (once, and once more per
+// output), beside the page read ahead, so large documents make smaller
+// chunks and the poller's memory stays within a small function's.
+const DefaultChunkBytes = 4 << 20
 
 // checkpointEvery spaces the checkpoint writes within a batch.
 const checkpointEvery = time.Second

@@ -215,12 +215,8 @@ var errConflict = errors.New("conditional request conflict")
 func (s *Sink) apply(ctx context.Context, c *change.Envelope) error {
 	key, marker := s.Key(c.DocID), s.TombstoneKey(c.DocID)
 	for range maxAttempts {
-		var st state
-		var err error
-		if st.obj, err = s.head(ctx, key); err != nil {
-			return classify(ctx, err)
-		}
-		if st.mark, err = s.head(ctx, marker); err != nil {
+		st, err := s.read(ctx, key, marker)
+		if err != nil {
 			return classify(ctx, err)
 		}
 		if c.Version.Compare(st.current()) > 0 {
@@ -254,6 +250,26 @@ func (s *Sink) apply(ctx context.Context, c *change.Envelope) error {
 		return classify(ctx, err)
 	}
 	return deliver.TransientError("conflict", fmt.Errorf("apply change %s: lost %d conditional writes in a row to concurrent writers", c.DocID, maxAttempts))
+}
+
+// read reads object and marker at once: which of the two answers first does
+// not matter, the conditional write that follows refuses a key that changed
+// since, and the other key is read again after it.
+func (s *Sink) read(ctx context.Context, key, marker string) (state, error) {
+	var st state
+	var markErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st.mark, markErr = s.head(ctx, marker)
+	}()
+	obj, objErr := s.head(ctx, key)
+	<-done
+	st.obj = obj
+	if objErr != nil {
+		return st, objErr
+	}
+	return st, markErr
 }
 
 // settle removes whichever of object and marker is older than the other: the

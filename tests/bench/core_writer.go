@@ -162,7 +162,37 @@ SET rev = EXCLUDED.rev, seq = EXCLUDED.seq, body = EXCLUDED.body, updated_at = E
 	}
 	r.add("sink/raw", median(slices.Clone(sinkRatios)), "goal >= 0.7; per round "+coreJoin(sinkRatios, "%.3f"))
 	r.add("handler/raw", median(slices.Clone(handlerRatios)), "per round "+coreJoin(handlerRatios, "%.3f"))
+	var handlerSink []float64
+	for i := range rates["sink"] {
+		handlerSink = append(handlerSink, rates["handler"][i]/rates["sink"][i])
+	}
+	r.add("handler/sink", median(slices.Clone(handlerSink)), "the handler's rate over its own sink's, side by side; per round "+coreJoin(handlerSink, "%.3f"))
+
+	// The handler's own cost, apart from PostgreSQL: the same events through a
+	// handler whose sink does nothing, from one goroutine.
+	nop, nopEvents, err := writerHandler(name+"-nop", writerNopSink{}, envs)
+	if err != nil {
+		return err
+	}
+	var perMsg []float64
+	for range 5 {
+		start := time.Now()
+		for _, ev := range nopEvents {
+			if _, err := nop.Handle(ctx, ev); err != nil {
+				return err
+			}
+		}
+		perMsg = append(perMsg, float64(time.Since(start).Microseconds())/float64(writerDocs))
+	}
+	r.add("handler overhead µs per message", median(slices.Clone(perMsg)), "decode, route, metrics, with a sink that does nothing, one goroutine; 5 passes of "+strconv.Itoa(writerDocs)+" messages: "+coreJoin(perMsg, "%.1f"))
 	return nil
+}
+
+// writerNopSink accepts every change and writes nothing.
+type writerNopSink struct{}
+
+func (writerNopSink) Apply(_ context.Context, changes []*change.Envelope) []error {
+	return make([]error, len(changes))
 }
 
 // writerEnvelopes builds n live changes of distinct documents, in

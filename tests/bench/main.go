@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -61,7 +62,20 @@ func format(v any) any {
 func main() {
 	only := flag.String("only", "", "comma-separated benchmark names to run (default: all)")
 	out := flag.String("out", "bench-results.json", "where to write the figures")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: start cpu profile:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	host, _ := os.Hostname()
@@ -88,6 +102,7 @@ func main() {
 	}
 	fmt.Printf("figures written to %s\n", *out)
 	if failed > 0 {
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

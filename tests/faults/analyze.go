@@ -70,8 +70,8 @@ func (o Overlap) String() string {
 
 // Overlaps returns, for every pair of generations, the messages of the older
 // one sent after the newer one's first: the pairs that sent at the same
-// time. A fenced poller may finish the one SendMessageBatch it had in flight
-// (SendBatchLimit messages), nothing more. SQS send times have millisecond
+// time. A fenced poller may finish the SendMessageBatch requests it had in
+// flight (InFlightLimit), nothing more. SQS send times have millisecond
 // resolution, so a message sent in the same millisecond is not late.
 func Overlaps(msgs []Message) []Overlap {
 	first := map[int64]time.Time{}

@@ -20,6 +20,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/changes-worker/changes-worker/shared/poll"
 )
 
 // Job is the id of the one job of every stack built here.
@@ -28,15 +30,25 @@ const Job = "orders"
 // Output is the id of the stack's PostgreSQL output.
 const Output = "pg"
 
-// ChunkRows is how many feed rows a poller queues at a time (poll's
-// chunkRows). The checkpoint moves after a chunk at most once a second
-// within a batch and always at its end, so a failover replays at most one
-// batch (the feed limit), usually less than a chunk.
-const ChunkRows = 100
+// ChunkRows is how many feed rows a poller queues at a time
+// (poll.DefaultChunkRows). The checkpoint moves after a chunk at most once a
+// second within a batch and always at its end, so a failover replays at
+// most one batch (the feed limit), usually less.
+const ChunkRows = poll.DefaultChunkRows
 
-// SendBatchLimit is the most entries one SQS SendMessageBatch carries; a
-// fenced poller can have at most one such request in flight.
+// SendBatchLimit is the most entries one SQS SendMessageBatch carries.
 const SendBatchLimit = 10
+
+// SendConcurrency is the requests a fault stack's poller keeps in flight
+// (the job's send_concurrency) unless StackOptions.SendConcurrency says
+// otherwise. It is small so that the requests still run concurrently while
+// a fenced poller's late messages stay few.
+const SendConcurrency = 4
+
+// InFlightLimit is the most messages a fenced poller can still send with
+// sendConcurrency requests in flight: the requests that had passed the
+// fence before it was stopped, each of at most SendBatchLimit entries.
+func InFlightLimit(sendConcurrency int) int { return sendConcurrency * SendBatchLimit }
 
 // packagePath is cmd/changesctl's import path, so Build works from any
 // directory of the module.

@@ -1,11 +1,16 @@
 package faults
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net"
+	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,11 +22,20 @@ import (
 // can add latency to every request, black-hole the traffic (connections stay
 // open, nothing gets through in either direction) or cut it (every
 // connection closed at once). Safe for concurrent use.
+//
+// Made by NewHTTPProxy, it reads the client's bytes as HTTP/1.1 requests:
+// the latency is then added once per request, whatever its size, and
+// requests are counted by AWS action (Requests). Connections are kept alive
+// and served concurrently, one upstream connection per client connection.
 type Proxy struct {
 	target  string
 	ln      net.Listener
 	latency atomic.Int64 // time.Duration added before forwarding client bytes
 	holed   atomic.Bool
+	http    bool
+
+	countMu sync.Mutex
+	counts  map[string]int64 // requests by AWS action
 
 	waiting atomic.Int64 // request bytes read and not yet forwarded
 	drop    atomic.Int64 // responses still to drop
@@ -46,15 +60,37 @@ func AWSEndpoint(service string) (string, error) {
 }
 
 // NewProxy listens on a free local port and forwards to target (host:port).
-func NewProxy(target string) (*Proxy, error) {
+func NewProxy(target string) (*Proxy, error) { return newProxy(target, false) }
+
+// NewHTTPProxy is NewProxy for HTTP/1.1 clients such as the AWS SDK: each
+// request is delayed once by the latency and counted by its AWS action.
+func NewHTTPProxy(target string) (*Proxy, error) { return newProxy(target, true) }
+
+func newProxy(target string, httpMode bool) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{target: target, ln: ln, http: httpMode, conns: map[net.Conn]struct{}{}, counts: map[string]int64{}}
 	p.wg.Add(1)
 	go p.serve()
 	return p, nil
+}
+
+// Requests returns how many requests passed through the proxy by AWS action
+// ("SQS.SendMessageBatch", "DynamoDB.UpdateItem", "S3.PutObject", ...),
+// since it started or the last ResetRequests. Only an HTTP proxy counts.
+func (p *Proxy) Requests() map[string]int64 {
+	p.countMu.Lock()
+	defer p.countMu.Unlock()
+	return maps.Clone(p.counts)
+}
+
+// ResetRequests sets every request count back to zero.
+func (p *Proxy) ResetRequests() {
+	p.countMu.Lock()
+	defer p.countMu.Unlock()
+	clear(p.counts)
 }
 
 // URL is the proxy's address as an endpoint URL.
@@ -174,7 +210,11 @@ func (p *Proxy) handle(client net.Conn) {
 	defer p.untrack(up)
 	done := make(chan struct{}, 2)
 	go func() {
-		p.pipe(up, client, true)
+		if p.http {
+			p.pipeRequests(up, client)
+		} else {
+			p.pipe(up, client, true)
+		}
 		done <- struct{}{}
 	}()
 	go func() {
@@ -214,6 +254,76 @@ func (p *Proxy) pipe(dst, src net.Conn, request bool) {
 			return // EOF or closed: handle closes both sides
 		}
 	}
+}
+
+// pipeRequests forwards the HTTP requests read from src to dst, each after
+// the latency (and any hold), counting them by action.
+func (p *Proxy) pipeRequests(dst, src net.Conn) {
+	br := bufio.NewReaderSize(src, 64*1024)
+	bw := bufio.NewWriterSize(dst, 64*1024)
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return // EOF or closed: handle closes both sides
+		}
+		p.countMu.Lock()
+		p.counts[Action(req)]++
+		p.countMu.Unlock()
+		p.waiting.Add(1)
+		if d := time.Duration(p.latency.Load()); d > 0 {
+			time.Sleep(d)
+		}
+		p.gate()
+		p.waiting.Add(-1)
+		if p.holed.Load() {
+			_, _ = io.Copy(io.Discard, req.Body)
+			continue
+		}
+		if err := req.Write(bw); err != nil {
+			return
+		}
+		if err := bw.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+// Action names the AWS operation of a request: the X-Amz-Target of the JSON
+// protocols (SQS, DynamoDB) as "SQS.<op>" or "DynamoDB.<op>", the Action of
+// the query protocol, or for S3 (path-style addressing) the operation its
+// method and path make.
+func Action(req *http.Request) string {
+	if t := req.Header.Get("X-Amz-Target"); t != "" {
+		svc, op, _ := strings.Cut(t, ".")
+		switch {
+		case svc == "AmazonSQS":
+			svc = "SQS"
+		case strings.HasPrefix(svc, "DynamoDB"):
+			svc = "DynamoDB"
+		}
+		return svc + "." + op
+	}
+	if a := req.URL.Query().Get("Action"); a != "" {
+		return "Query." + a
+	}
+	_, key, _ := strings.Cut(strings.TrimPrefix(req.URL.Path, "/"), "/")
+	q := req.URL.Query()
+	object := key != ""
+	switch {
+	case req.Method == http.MethodPut && object:
+		return "S3.PutObject"
+	case req.Method == http.MethodGet && object:
+		return "S3.GetObject"
+	case req.Method == http.MethodHead && object:
+		return "S3.HeadObject"
+	case req.Method == http.MethodDelete && object:
+		return "S3.DeleteObject"
+	case req.Method == http.MethodPost && q.Has("delete"):
+		return "S3.DeleteObjects"
+	case req.Method == http.MethodGet:
+		return "S3.ListObjects"
+	}
+	return "S3." + req.Method + "Bucket"
 }
 
 // HoldInFlight holds the proxy at a moment when a request is passing

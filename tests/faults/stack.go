@@ -33,6 +33,9 @@ type StackOptions struct {
 	Limit int
 	// FeedTimeout is the long-poll timeout sent to the source. Default 10s.
 	FeedTimeout time.Duration
+	// SendConcurrency is the job's send_concurrency. Default
+	// SendConcurrency.
+	SendConcurrency int
 }
 
 // Stack is one isolated pipeline (testenv/stack): its own table, queues,
@@ -62,12 +65,17 @@ func NewStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	if o.FeedTimeout == 0 {
 		o.FeedTimeout = config.DefaultFeedTimeout
 	}
+	if o.SendConcurrency == 0 {
+		o.SendConcurrency = SendConcurrency
+	}
 	cfg := &config.File{
 		Stack: config.Stack{PollerTimeout: config.Duration(time.Minute), WriterTimeout: config.Duration(20 * time.Second)},
 		Jobs: []*config.Job{{
 			ID:    Job,
 			Feed:  config.Feed{Limit: o.Limit, Timeout: config.Duration(o.FeedTimeout)},
 			Lease: config.Lease{TTL: config.Duration(o.TTL)},
+			// The requests in flight a fenced poller may still finish.
+			SendConcurrency: o.SendConcurrency,
 			Outputs: []*config.Output{{ID: Output, Type: config.OutputPostgres, MaxReceiveCount: 20,
 				Postgres: &config.PostgresOutput{CreateTables: true}}},
 		}},

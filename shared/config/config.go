@@ -1112,17 +1112,17 @@ func ModeFits(mode, sourceType string) error {
 		if sourceType == SourceSyncGateway || sourceType == SourceAppServices {
 			return nil
 		}
-		return fmt.Errorf("%q needs a sync_gateway or app_services source", mode)
+		return fmt.Errorf("%q needs a sync_gateway or app_services source, not %s", mode, sourceType)
 	case ModeSSE:
 		if sourceType == SourceEdgeServer {
 			return nil
 		}
-		return fmt.Errorf("%q needs an edge_server source", mode)
+		return fmt.Errorf("%q needs an edge_server source, not %s", mode, sourceType)
 	case ModeEventSource:
 		if sourceType == SourceCouchDB {
 			return nil
 		}
-		return fmt.Errorf("%q needs a couchdb source", mode)
+		return fmt.Errorf("%q needs a couchdb source, not %s", mode, sourceType)
 	}
 	return fmt.Errorf("%q is not one of longpoll, continuous, websocket, sse, eventsource", mode)
 }

@@ -5,6 +5,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -123,11 +124,6 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 	if j == nil {
 		return nil, fmt.Errorf("build poller: no job %q in the configuration", jobID)
 	}
-	if j.Feed.Mode != "" && j.Feed.Mode != config.ModeLongpoll {
-		// feed.Client.Stream reads every streaming mode; the poller's loop
-		// does not call it yet (see the Stream documentation for how).
-		return nil, fmt.Errorf("build poller %s: feed.mode %q: the poller reads only longpoll for now", j.ID, j.Feed.Mode)
-	}
 	rec := metrics.New(d.Metrics, map[string]string{"Job": j.ID})
 	fc, err := d.feed(ctx, j, sourceMeter(rec))
 	if err != nil {
@@ -158,6 +154,7 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 	return &poll.Poller{
 		Job:        j,
 		Feed:       source,
+		OpenStream: openStream(fc, j.Feed.Mode),
 		Leases:     &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
 		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency},
 		Targets:    targets,
@@ -166,6 +163,21 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		Metrics:    rec,
 		Clock:      d.Now,
 	}, nil
+}
+
+// openStream is how the poller opens the job's streaming feed; nil for
+// longpoll, which reads pages only.
+func openStream(fc *feed.Client, mode string) poll.OpenStream {
+	if mode == "" || mode == config.ModeLongpoll {
+		return nil
+	}
+	return func(ctx context.Context, since json.RawMessage) (poll.Stream, error) {
+		s, err := fc.Stream(ctx, since, feed.StreamOptions{Mode: mode})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
 }
 
 // Feed builds the feed client of a job, with its credentials resolved.

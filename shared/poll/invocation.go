@@ -36,6 +36,8 @@ type invocation struct {
 	caughtUpAt   time.Time
 	standby      bool // "standing by" was logged
 
+	str streaming // the streaming feed, when the job reads one
+
 	seen misreads // malformed rows and unreadable pages met, to quarantine
 	held error    // the malformed row the last batch was cut before, or nil
 
@@ -149,6 +151,7 @@ func (v *invocation) loop(ctx context.Context) error {
 	defer func() { _ = v.settle() }()
 	var ahead *next
 	defer func() { ahead.stop() }()
+	defer v.closeStream()
 	for {
 		v.p.Metrics.AddHighRes(metrics.Role, 1, metrics.None)
 		// Start another batch only if the slowest one so far would still
@@ -160,29 +163,23 @@ func (v *invocation) loop(ctx context.Context) error {
 		if err := v.keepAlive(ctx); err != nil {
 			return err
 		}
-		var batch *feed.Batch
-		var err error
-		if ahead != nil && string(ahead.since) == string(v.since) {
-			batch, err = ahead.wait(ctx)
-		} else {
-			ahead.stop()
-			batch, err = v.read(ctx, v.since)
-		}
+		streamed := v.streams()
+		batch, err := v.take(ctx, ahead, streamed)
 		ahead = nil
 		v.held = nil
 		if err == nil {
 			v.held = v.screen(ctx, batch)
 		}
 		if err != nil {
-			// What was queued before is recorded before the source's
-			// failure is handled.
-			if serr := v.settle(); serr != nil {
-				return serr
-			}
-			if stop, err := v.sourceFailed(ctx, err); stop {
+			if stop, err := v.readFailed(ctx, err, streamed); stop {
 				return err
 			}
 			continue
+		}
+		if streamed {
+			v.cutStream()
+		} else {
+			v.paged(batch)
 		}
 		v.received(batch)
 		if v.held == nil && v.more(batch) {
@@ -198,6 +195,32 @@ func (v *invocation) loop(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// take reads the next batch: from the stream when streamed, else the page
+// read ahead if it starts at the checkpoint, else a page read now.
+func (v *invocation) take(ctx context.Context, ahead *next, streamed bool) (*feed.Batch, error) {
+	switch {
+	case streamed:
+		ahead.stop()
+		return v.readStream(ctx)
+	case ahead != nil && string(ahead.since) == string(v.since):
+		return ahead.wait(ctx)
+	}
+	ahead.stop()
+	return v.read(ctx, v.since)
+}
+
+// readFailed handles a failed read, after recording what was queued
+// before. stop reports that the invocation ends, with err.
+func (v *invocation) readFailed(ctx context.Context, err error, streamed bool) (stop bool, _ error) {
+	if serr := v.settle(); serr != nil {
+		return true, serr
+	}
+	if streamed {
+		return v.streamFailed(ctx, err)
+	}
+	return v.sourceFailed(ctx, err)
 }
 
 // holdBack waits before the malformed row the last batch was cut before is

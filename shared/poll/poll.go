@@ -60,6 +60,9 @@ type Poller struct {
 	// Quarantine records the feed rows the poller skips and the pages it
 	// is blocked on (see screen and pageFailed).
 	Quarantine Quarantine
+	// OpenStream, when set, makes the invocation stream once caught up
+	// (feed.mode other than longpoll); see streaming. Nil: pages only.
+	OpenStream OpenStream
 	Log        *slog.Logger
 	Metrics    *metrics.Recorder
 	// Clock is the time of the poller's budget and lease decisions; fault

@@ -208,6 +208,8 @@ type fakeFeed struct {
 	w       *world
 	perRead time.Duration
 	batch   func(call int, since string) (*feed.Batch, error)
+	// fetch, when set, answers FetchBatch.
+	fetch func(b *feed.Batch) error
 
 	mu     sync.Mutex
 	sinces []string
@@ -225,7 +227,90 @@ func (f *fakeFeed) Changes(_ context.Context, since json.RawMessage, _ time.Dura
 	return f.batch(call, string(since))
 }
 
-func (f *fakeFeed) FetchBatch(context.Context, *feed.Batch) error { return nil }
+// FetchBatch answers with fetch(b) when set.
+func (f *fakeFeed) FetchBatch(_ context.Context, b *feed.Batch) error {
+	if f.fetch == nil {
+		return nil
+	}
+	if err := f.fetch(b); err != nil {
+		f.w.record("failed fetch %s-%s", b.Rows[0].ID, b.Rows[len(b.Rows)-1].ID)
+		return err
+	}
+	return nil
+}
+
+// fakeStreams opens streams whose Next answers next(stream, call): stream
+// counts the streams opened (from 1), call the Next calls on that stream
+// (from 1). A nil batch and nil error is a wait in which nothing arrived:
+// the clock moves by the wait and the batch is empty.
+type fakeStreams struct {
+	w    *world
+	next func(stream, call int) (*feed.Batch, error)
+	// openErr, when set, answers every open.
+	openErr error
+
+	mu     sync.Mutex
+	opened []string // the since of each stream opened
+}
+
+func (f *fakeStreams) open(_ context.Context, since json.RawMessage) (poll.Stream, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.opened = append(f.opened, string(since))
+	n := len(f.opened)
+	if f.openErr != nil {
+		f.w.record("stream %d refused", n)
+		return nil, f.openErr
+	}
+	f.w.record("stream %d from %s", n, since)
+	return &fakeStream{f: f, n: n, pos: since}, nil
+}
+
+// froms returns the since of each stream opened.
+func (f *fakeStreams) froms() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.opened...)
+}
+
+type fakeStream struct {
+	f      *fakeStreams
+	n      int
+	calls  int
+	pos    json.RawMessage
+	closed bool
+}
+
+func (s *fakeStream) Next(_ context.Context, wait time.Duration) (*feed.Batch, error) {
+	if s.closed {
+		return nil, fmt.Errorf("stream %d: next after close", s.n)
+	}
+	s.calls++
+	b, err := s.f.next(s.n, s.calls)
+	switch {
+	case err != nil:
+		s.f.w.record("stream %d failed", s.n)
+		return nil, err
+	case b == nil:
+		s.f.w.Advance(wait)
+		return &feed.Batch{Rows: []feed.Row{}, LastSeq: s.pos, Pending: -1}, nil
+	}
+	s.pos = b.LastSeq
+	return b, nil
+}
+
+func (s *fakeStream) Close() error {
+	if !s.closed {
+		s.closed = true
+		s.f.w.record("stream %d closed", s.n)
+	}
+	return nil
+}
+
+// streamed is a batch of rows from..to as a stream hands it out.
+func streamed(from, to int) *feed.Batch {
+	return &feed.Batch{Rows: rows(from, to), LastSeq: json.RawMessage(strconv.Itoa(to)), Pending: -1}
+}
 
 // fakeSender sends groups of ten changes per target, one "request" each,
 // asking the fence first, as fanout.Sender does. Before request n (counted
@@ -315,12 +400,13 @@ func docIDs(from, to int) []string {
 
 // rig is a poller on fakes.
 type rig struct {
-	w      *world
-	leases *fakeLeases
-	feed   *fakeFeed
-	sender *fakeSender
-	poller *poll.Poller
-	logs   *bytes.Buffer
+	w       *world
+	leases  *fakeLeases
+	feed    *fakeFeed
+	sender  *fakeSender
+	streams *fakeStreams
+	poller  *poll.Poller
+	logs    *bytes.Buffer
 }
 
 func newRig(batch func(call int, since string) (*feed.Batch, error)) *rig {

@@ -182,7 +182,7 @@ func (v *invocation) loop(ctx context.Context) error {
 			v.paged(batch)
 		}
 		v.received(batch)
-		if v.held == nil && v.more(batch) {
+		if v.held == nil && !streamed && v.more(batch) {
 			ahead = v.prefetch(ctx, nextSince(batch))
 		}
 		if stop, err := v.queue(ctx, batch); stop {

@@ -48,19 +48,7 @@ func TestRun(t *testing.T) {
 	t.Parallel()
 	unavailable := &feed.StatusError{Op: "changes", Status: 503, Reason: "Service Unavailable"}
 	unauthorized := &feed.StatusError{Op: "changes", Status: 401, Reason: "unauthorized"}
-	tests := []struct {
-		name     string
-		setup    func(r *rig)
-		deadline time.Duration
-
-		wantErr         error
-		wantRole        string // default "active": an active invocation ends by releasing the lease
-		wantSent        []string
-		mayAlsoSend     []string // sent or not, after wantSent, in this order
-		wantCheckpoints []string // successful checkpoint writes, in order
-		wantStored      string   // default: the last checkpoint written
-		check           func(t *testing.T, r *rig)
-	}{
+	tests := []runCase{
 		{
 			name: "queues a batch in chunks of 100, checkpointing at most once a second",
 			setup: func(r *rig) {
@@ -386,6 +374,27 @@ func TestRun(t *testing.T) {
 			},
 		},
 	}
+	runCases(t, tests)
+}
+
+// runCase is one invocation on the rig and what it must have done.
+type runCase struct {
+	name     string
+	setup    func(r *rig)
+	deadline time.Duration
+
+	wantErr         error
+	wantRole        string // default "active": an active invocation ends by releasing the lease
+	wantSent        []string
+	mayAlsoSend     []string // sent or not, after wantSent, in this order
+	wantCheckpoints []string // successful checkpoint writes, in order
+	wantStored      string   // default: the last checkpoint written
+	check           func(t *testing.T, r *rig)
+}
+
+// runCases runs each case on a new rig, in parallel.
+func runCases(t *testing.T, tests []runCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

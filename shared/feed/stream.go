@@ -77,7 +77,8 @@ type Stream struct {
 
 // Stream opens the feed in a streaming mode from since (exactly as the source
 // wrote it; nil starts from the beginning) and returns once the source has
-// accepted the request. The stream lives until ctx ends or Close.
+// accepted the request, or after acceptWait when it has not answered yet (a
+// refusal then comes from Next). The stream lives until ctx ends or Close.
 //
 //   - continuous: GET {url}/_changes?feed=continuous&heartbeat=MS&since=S
 //     plus the parameters Changes sends (include_docs, revocations,
@@ -196,7 +197,7 @@ func (s *Stream) failure() error {
 		return &transportError{op: "stream", err: fmt.Errorf("%w: silent for %s", ErrStreamEnded, s.dog.d)}
 	}
 	var se *StatusError
-	if errors.As(s.err, &se) || errors.Is(s.err, ErrMalformed) {
+	if errors.As(s.err, &se) || errors.Is(s.err, ErrMalformed) || errors.Is(s.err, ErrModeUnsupported) {
 		return s.err
 	}
 	return &transportError{op: "stream", err: fmt.Errorf("%w: %w", ErrStreamEnded, s.err)}
@@ -251,29 +252,73 @@ func (c *Client) openHTTPStream(ctx context.Context, since json.RawMessage, o St
 	// source's gzip middleware does not do for heartbeats (pouchdb-server):
 	// ask for it as sent. (Setting the header also turns off Go's own gzip.)
 	req.Header.Set("Accept-Encoding", "identity")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, &transportError{op: "stream", err: err}
+	answer := make(chan answered, 1)
+	go func() {
+		resp, err := c.hc.Do(req)
+		answer <- answered{resp, err}
+	}()
+	timer := time.NewTimer(acceptWait)
+	defer timer.Stop()
+	select {
+	case a := <-answer:
+		resp, err := accepted(a, o.Mode)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error { return readStream(ctx, resp, o.Mode, dog, out) }, nil
+	case <-timer.C:
+		// Some sources (pouchdb-server) send the headers only with the
+		// first change or heartbeat: the answer is awaited by the reader,
+		// and a refusal comes from Next.
+		return func(ctx context.Context) error {
+			resp, err := accepted(<-answer, o.Mode)
+			if err != nil {
+				return err
+			}
+			return readStream(ctx, resp, o.Mode, dog, out)
+		}, nil
 	}
+}
+
+// acceptWait is how long Stream waits for a streaming answer's headers
+// before returning.
+const acceptWait = 2 * time.Second
+
+// answered is the outcome of a streaming request.
+type answered struct {
+	resp *http.Response
+	err  error
+}
+
+// accepted checks the answer to a continuous, eventsource or sse request.
+func accepted(a answered, mode string) (*http.Response, error) {
+	if a.err != nil {
+		return nil, &transportError{op: "stream", err: a.err}
+	}
+	resp := a.resp
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		return nil, newStatusError("stream", resp.StatusCode, b)
 	}
-	if o.Mode != config.ModeContinuous {
+	if mode != config.ModeContinuous {
 		if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
 			resp.Body.Close()
-			return nil, fmt.Errorf("stream: feed=%s answered as %q, not text/event-stream: %w", o.Mode, mt, ErrModeUnsupported)
+			return nil, fmt.Errorf("stream: feed=%s answered as %q, not text/event-stream: %w", mode, mt, ErrModeUnsupported)
 		}
 	}
-	return func(ctx context.Context) error {
-		defer resp.Body.Close()
-		br := bufio.NewReaderSize(resp.Body, 64<<10)
-		if o.Mode == config.ModeContinuous {
-			return readLines(ctx, br, dog, out)
-		}
-		return readEvents(ctx, br, dog, out)
-	}, nil
+	return resp, nil
+}
+
+// readStream reads the rows of an accepted continuous, eventsource or sse
+// answer.
+func readStream(ctx context.Context, resp *http.Response, mode string, dog *watchdog, out chan<- json.RawMessage) error {
+	defer resp.Body.Close()
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	if mode == config.ModeContinuous {
+		return readLines(ctx, br, dog, out)
+	}
+	return readEvents(ctx, br, dog, out)
 }
 
 // readLine reads one line, without its end, bounded by maxLine.

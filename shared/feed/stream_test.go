@@ -200,3 +200,44 @@ func TestStreamRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamHeadersLate: a source that sends its answer's headers only with
+// the first change or heartbeat (pouchdb-server with nothing new) does not
+// hold Stream up past acceptWait; the row comes from Next, and a refusal
+// that comes late comes from Next too, still permanent.
+func TestStreamHeadersLate(t *testing.T) {
+	t.Parallel()
+	late := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-time.After(acceptWait + 500*time.Millisecond):
+				h(w, r)
+			case <-r.Context().Done():
+			}
+		}
+	}
+	f := newFakeSource(t, late(streamed("application/json", 0, false, sgRow(`7`, "a", "1-a")+"\n")))
+	began := time.Now()
+	s, err := f.client(nil).Stream(t.Context(), []byte("6"), StreamOptions{Mode: config.ModeContinuous})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if d := time.Since(began); d > acceptWait+250*time.Millisecond {
+		t.Errorf("Stream returned after %s, want about %s", d, acceptWait)
+	}
+	b, err := s.Next(t.Context(), 5*time.Second)
+	if err != nil || len(b.Rows) != 1 || string(b.LastSeq) != "7" {
+		t.Fatalf("Next: %+v, %v; want the row with seq 7", b, err)
+	}
+
+	g := newFakeSource(t, late(replyType(200, "text/plain; charset=utf-8", `{"results":[],"last_seq":0}`)))
+	s, err = g.client(nil).Stream(t.Context(), nil, StreamOptions{Mode: config.ModeEventSource})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Next(t.Context(), 5*time.Second); !errors.Is(err, ErrModeUnsupported) || Transient(err) {
+		t.Errorf("late eventsource answered as JSON: %v, want permanent ErrModeUnsupported", err)
+	}
+}

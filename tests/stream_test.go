@@ -1,0 +1,159 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/feed"
+	"github.com/changes-worker/changes-worker/shared/localrun"
+	"github.com/changes-worker/changes-worker/shared/pipeline"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
+)
+
+// newStreamStack is a stack whose job "orders" reads the created CouchDB-
+// compatible database in feed mode mode into one PostgreSQL output.
+func newStreamStack(t *testing.T, mode string) *testStack {
+	t.Helper()
+	job := &config.Job{
+		ID:     "orders",
+		Source: config.Source{Type: config.SourceCouchDB},
+		Feed:   config.Feed{Limit: 50, Timeout: config.Duration(2 * time.Second), Mode: mode},
+		Lease:  config.Lease{TTL: config.Duration(10 * time.Second)},
+		Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, MaxReceiveCount: 4,
+			Postgres: &config.PostgresOutput{CreateTables: true}}},
+	}
+	cfg := &config.File{
+		Stack: config.Stack{PollerTimeout: config.Duration(20 * time.Second), WriterTimeout: config.Duration(10 * time.Second)},
+		Jobs:  []*config.Job{job},
+	}
+	return &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg}), t: t}
+}
+
+// runOneInvocation runs the pipeline in the background with one poller
+// invocation lasting the whole test (a schedule longer than the test), and
+// returns the function that stops it.
+func runOneInvocation(t *testing.T, deps *pipeline.Deps) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	rt := &localrun.Runtime{Deps: deps, Opts: localrun.Options{Tick: 10 * time.Minute, PollerTimeout: 3 * time.Minute}, Log: deps.Log}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := rt.Run(ctx); err != nil && ctx.Err() == nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
+// waitForLog waits until the pipeline log holds s.
+func waitForLog(t *testing.T, logs *stack.Capture, s string, within time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !strings.Contains(logs.String(), s); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the pipeline log within %s", s, within)
+		}
+	}
+}
+
+// TestStreamPipelineCouchDB: with feed.mode continuous, the poller catches
+// up, opens one stream, and inserts, updates and deletes made while that
+// stream is open reach PostgreSQL through it: the output ends equal to the
+// source, and the invocation never closed or lost its stream meanwhile.
+func TestStreamPipelineCouchDB(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newStreamStack(t, config.ModeContinuous)
+	revs := map[string]string{}
+	put := func(id string, v int) {
+		t.Helper()
+		body := map[string]any{"v": v}
+		if revs[id] != "" {
+			body["_rev"] = revs[id]
+		}
+		rev, err := s.PutDoc(ctx, id, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs[id] = rev
+	}
+	for i := range 20 {
+		put(fmt.Sprintf("before-%02d", i), i)
+	}
+	started := time.Now()
+	stop := runOneInvocation(t, s.Deps)
+	defer stop()
+	waitForLog(t, s.Logs(), `msg="stream opened" job=orders`, 60*time.Second)
+	t.Logf("stream opened %s after the start", time.Since(started).Round(time.Millisecond))
+
+	for i := range 30 {
+		put(fmt.Sprintf("during-%02d é/ü", i), i)
+	}
+	for i := range 10 {
+		put(fmt.Sprintf("before-%02d", i), 100+i)
+		put(fmt.Sprintf("during-%02d é/ü", i), 100+i)
+	}
+	for _, id := range []string{"before-10", "before-11", "during-20 é/ü", "during-21 é/ü", "during-00 é/ü"} {
+		if err := s.DeleteDoc(ctx, id, revs[id]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := s.sourceState(ctx)
+	wrote := time.Now()
+	waitEqual(t, want, func() map[string]string { return s.pgState(ctx) })
+	t.Logf("the output equals the source %s after the last write", time.Since(wrote).Round(time.Millisecond))
+
+	logs := s.Logs().String()
+	if n := strings.Count(logs, `msg="stream opened"`); n != 1 {
+		t.Errorf("%d streams opened, want 1", n)
+	}
+	for _, bad := range []string{`msg="stream closed"`, `msg="stream ended; catching up with pages"`, `msg="lease released"`} {
+		if strings.Contains(logs, bad) {
+			t.Errorf("the log has %s before the output caught up: the changes did not all come through one stream", bad)
+		}
+	}
+}
+
+// waitEqual waits up to a minute for got() to equal want.
+func waitEqual(t *testing.T, want map[string]string, got func() map[string]string) {
+	t.Helper()
+	var last map[string]string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if last = got(); cmp.Equal(want, last) {
+			return
+		}
+	}
+	t.Fatalf("output differs from the source after a minute (-source +output):\n%s", cmp.Diff(want, last))
+}
+
+// TestStreamPipelineEventSourceRefused: pouchdb-server answers
+// feed=eventsource with an ordinary JSON answer, so a job in that mode
+// catches up in pages (the changes queued and checkpointed), then its
+// invocation ends with ErrModeUnsupported naming the mode.
+func TestStreamPipelineEventSourceRefused(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newStreamStack(t, config.ModeEventSource)
+	for i := range 5 {
+		if _, err := s.PutDoc(ctx, fmt.Sprintf("d%d", i), map[string]any{"v": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ictx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	res, err := s.Deps.HandleSchedule(ictx, pipeline.ScheduleEvent{Job: "orders"})
+	if !errors.Is(err, feed.ErrModeUnsupported) || !strings.Contains(err.Error(), "feed=eventsource") {
+		t.Fatalf("HandleSchedule error %v, want ErrModeUnsupported naming feed=eventsource", err)
+	}
+	if res.Enqueued != 5 || string(res.Checkpoint) != "5" {
+		t.Errorf("result %+v, want the 5 changes queued and checkpoint 5 before the refusal", res)
+	}
+	t.Logf("refusal: %v", err)
+}

@@ -1,0 +1,163 @@
+package syncgateway
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/localrun"
+	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
+)
+
+// streamPasswordEnv holds the test user's password for the stacks' jobs
+// (the stack resolves secrets from the process environment).
+const streamPasswordEnv = "SG_STREAM_TEST_PASSWORD"
+
+// TestStreamPipeline: a job in each streaming mode Sync Gateway offers,
+// reading as a user restricted to channel "orders", catches up, opens one
+// stream, and what happens while that stream is open (inserts, updates,
+// deletes, documents moved out of and into the channel, unicode ids) ends
+// in PostgreSQL exactly as the user sees the database, through that one
+// stream.
+func TestStreamPipeline(t *testing.T) {
+	t.Parallel()
+	os.Setenv(streamPasswordEnv, "alicepw")
+	for _, mode := range []string{config.ModeContinuous, config.ModeWebSocket} {
+		for _, fetch := range fetchModes {
+			t.Run(mode+"/"+fetch, func(t *testing.T) {
+				t.Parallel()
+				db := sg.CreateDB(t, "")
+				db.PutUser("alice", "alicepw", "orders")
+				revs := map[string]string{}
+				put := func(id string, body map[string]any) { revs[id] = db.Put(id, revs[id], body) }
+				for i := range 10 {
+					put(fmt.Sprintf("o-%02d", i), orders(i, "orders"))
+					put(fmt.Sprintf("e-%02d", i), orders(i, "eu"))
+				}
+				db.WaitCached()
+				s := newSGStreamStack(t, db.URL(), mode, fetch)
+				stop := runStreaming(t, s)
+				defer stop()
+				waitLogged(t, s, `msg="stream opened" job=sg`)
+
+				for i := range 20 {
+					put(fmt.Sprintf("n-%02d ü/é+%d", i, i), orders(i, "orders"))
+				}
+				for i := range 5 {
+					put(fmt.Sprintf("o-%02d", i), orders(100+i, "orders"))
+				}
+				for _, id := range []string{"o-05", "n-03 ü/é+3", "e-00"} {
+					db.Delete(id, revs[id])
+				}
+				put("o-06", orders(6, "eu"))           // moved out
+				put("e-01", orders(1, "eu", "orders")) // moved in
+				put(unicodeIDs[2], orders(1, "orders"))
+				db.WaitCached()
+				want := db.Visible("alice", "alicepw")
+				wrote := time.Now()
+				got := waitOutput(t, s, want)
+				t.Logf("%d documents visible to alice; the output equals them %s after the last write", len(got), time.Since(wrote).Round(time.Millisecond))
+
+				logs := s.Logs().String()
+				if n := strings.Count(logs, `msg="stream opened"`); n != 1 {
+					t.Errorf("%d streams opened, want 1", n)
+				}
+				for _, bad := range []string{`msg="stream closed"`, `msg="stream ended; catching up with pages"`, `msg="lease released"`} {
+					if strings.Contains(logs, bad) {
+						t.Errorf("the log has %s before the output caught up: the changes did not all come through one stream", bad)
+					}
+				}
+			})
+		}
+	}
+}
+
+// newSGStreamStack is a stack with one job, "sg", reading url as alice in
+// the feed mode into one PostgreSQL output.
+func newSGStreamStack(t *testing.T, url, mode, fetch string) *stack.Stack {
+	t.Helper()
+	job := &config.Job{
+		ID: "sg",
+		Source: config.Source{Type: config.SourceSyncGateway, URL: url,
+			Auth: &config.Auth{Type: "basic", Username: "alice", Password: &config.SecretRef{Env: streamPasswordEnv}}},
+		Feed:  config.Feed{Limit: 50, Timeout: config.Duration(2 * time.Second), Mode: mode, Fetch: fetch},
+		Lease: config.Lease{TTL: config.Duration(10 * time.Second)},
+		Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, MaxReceiveCount: 4,
+			Postgres: &config.PostgresOutput{CreateTables: true}}},
+	}
+	cfg := &config.File{
+		Stack: config.Stack{PollerTimeout: config.Duration(20 * time.Second), WriterTimeout: config.Duration(10 * time.Second)},
+		Jobs:  []*config.Job{job},
+	}
+	return stack.ForTest(t, stack.Options{Config: cfg})
+}
+
+// runStreaming runs the stack's pipeline in the background with one poller
+// invocation lasting the whole test, and returns the function that stops
+// it.
+func runStreaming(t *testing.T, s *stack.Stack) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	rt := &localrun.Runtime{Deps: s.Deps, Opts: localrun.Options{Tick: 10 * time.Minute, PollerTimeout: 3 * time.Minute}, Log: s.Deps.Log}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := rt.Run(ctx); err != nil && ctx.Err() == nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
+// waitLogged waits up to a minute for the pipeline log to hold line.
+func waitLogged(t *testing.T, s *stack.Stack, line string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(s.Logs().String(), line); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the pipeline log within a minute", line)
+		}
+	}
+}
+
+// waitOutput waits up to a minute for the output table to hold exactly
+// want (doc id → rev) and returns what it holds.
+func waitOutput(t *testing.T, s *stack.Stack, want map[string]string) map[string]string {
+	t.Helper()
+	data, _, err := s.PostgresTables("sg", "pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := testenv.Postgres(t)
+	var got map[string]string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		got = map[string]string{}
+		rows, err := pool.Query(t.Context(), "SELECT doc_id, rev FROM "+data.Sanitize())
+		if err != nil {
+			// The writer creates the table with its first change.
+			if strings.Contains(err.Error(), "42P01") {
+				continue
+			}
+			t.Fatalf("read output table: %v", err)
+		}
+		for rows.Next() {
+			var id, rev string
+			if err := rows.Scan(&id, &rev); err != nil {
+				t.Fatal(err)
+			}
+			got[id] = rev
+		}
+		rows.Close()
+		if cmp.Equal(want, got) {
+			return got
+		}
+	}
+	t.Fatalf("postgres differs from what alice can read after a minute (-alice +postgres):\n%s", cmp.Diff(want, got))
+	return nil
+}

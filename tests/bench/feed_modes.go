@@ -235,7 +235,7 @@ func modeRun(ctx context.Context, r *results, label string, src *modeSource, mod
 	whole := src.proxy.snapshot()
 	fig.changes, fig.bodies, fig.streams = float64(used.changes+used.streams)*per, float64(used.other)*per, whole.streams
 	fig.total = whole.changes + whole.streams + whole.other
-	r.add(label+" p50 ms", fig.p50, fmt.Sprintf("%d writes, %d a second", len(xs), time.Second/modeInterval))
+	r.add(label+" p50 ms", fig.p50, fmt.Sprintf("%d writes, %d a second; load average %s", len(xs), time.Second/modeInterval, loadAverage()))
 	r.add(label+" p95 ms", fig.p95, "")
 	r.add(label+" _changes requests per 1k changes", fig.changes, fmt.Sprintf("%d long polls, %d streams opened in the window", used.changes, used.streams))
 	r.add(label+" other source requests per 1k changes", fig.bodies, "bodies come with include_docs; these are document GETs and the rest")
@@ -326,4 +326,14 @@ func newCountingProxy(target string) (*countingProxy, error) {
 
 func (p *countingProxy) snapshot() proxyCounts {
 	return proxyCounts{p.changes.Load(), p.streams.Load(), p.other.Load()}
+}
+
+// loadAverage is the machine's one-minute load average, or "?".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	first, _, _ := strings.Cut(string(b), " ")
+	return first
 }

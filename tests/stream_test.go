@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,4 +161,124 @@ func TestStreamPipelineEventSourceRefused(t *testing.T) {
 		t.Errorf("result %+v, want the 5 changes queued and checkpoint 5 before the refusal", res)
 	}
 	t.Logf("refusal: %v", err)
+}
+
+// TestStreamPipelineDropped: the first streams are cut by a proxy between
+// the poller and pouchdb-server while documents are written, updated and
+// deleted; each time the poller goes back to pages from its checkpoint and
+// opens a new stream, and the output ends equal to the source.
+func TestStreamPipelineDropped(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newStreamStack(t, config.ModeContinuous)
+	cutter := newStreamCutter(t, s.SourceURL, 3, 1500*time.Millisecond)
+	// Point the job at the proxy before its poller is built.
+	s.Config.Jobs[0].Source.URL = cutter.url
+	revs := map[string]string{}
+	put := func(id string, v int) {
+		t.Helper()
+		body := map[string]any{"v": v}
+		if revs[id] != "" {
+			body["_rev"] = revs[id]
+		}
+		rev, err := s.PutDoc(ctx, id, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs[id] = rev
+	}
+	put("before", 0)
+	stop := runOneInvocation(t, s.Deps)
+	defer stop()
+	waitForLog(t, s.Logs(), `msg="stream opened" job=orders`, 60*time.Second)
+	for i := range 80 {
+		id := fmt.Sprintf("d%02d", i%40)
+		put(id, i)
+		if i%10 == 9 {
+			if err := s.DeleteDoc(ctx, id, revs[id]); err != nil {
+				t.Fatal(err)
+			}
+			delete(revs, id)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitEqual(t, s.sourceState(ctx), func() map[string]string { return s.pgState(ctx) })
+
+	logs := s.Logs().String()
+	if n := cutter.cut.Load(); n < 2 {
+		t.Fatalf("the proxy cut %d streams while documents were written, want at least 2", n)
+	}
+	if n := strings.Count(logs, `msg="stream ended; catching up with pages"`); n < 2 {
+		t.Errorf("%d streams ended in the log, want at least 2", n)
+	}
+	if n := strings.Count(logs, `msg="stream opened"`); n < 3 {
+		t.Errorf("%d streams opened, want at least 3 (the first and one after each cut)", n)
+	}
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, `msg="stream ended`) {
+			t.Log(l[strings.Index(l, "error="):])
+		}
+	}
+}
+
+// streamCutter is a proxy to a source that cuts its first n streaming
+// answers a while after their headers.
+type streamCutter struct {
+	url string
+	cut atomic.Int64
+}
+
+func newStreamCutter(t *testing.T, db string, n int64, after time.Duration) *streamCutter {
+	t.Helper()
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := *u
+	base.Path = ""
+	rp := httputil.NewSingleHostReverseProxy(&base)
+	rp.FlushInterval = -1
+	c := &streamCutter{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("feed") != config.ModeContinuous || c.cut.Add(1) > n {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		cutAfter(w, r, base.Host, after)
+	}))
+	t.Cleanup(srv.Close)
+	c.url = srv.URL + u.Path
+	return c
+}
+
+// cutAfter forwards r to host and relays the answer as it comes, then
+// breaks the connection once after has passed since the headers.
+func cutAfter(w http.ResponseWriter, r *http.Request, host string, after time.Duration) {
+	out := r.Clone(r.Context())
+	out.URL.Scheme, out.URL.Host, out.RequestURI = "http", host, ""
+	resp, err := http.DefaultTransport.RoundTrip(out)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	timer := time.AfterFunc(after, func() { resp.Body.Close() })
+	defer timer.Stop()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			_, _ = w.Write(buf[:n])
+			_ = rc.Flush()
+		}
+		if err != nil {
+			panic(http.ErrAbortHandler) // the client sees the stream break
+		}
+	}
 }

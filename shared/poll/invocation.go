@@ -146,7 +146,9 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 // hold: pages are queued one after another, in feed order, so a document's
 // changes reach a FIFO queue in order; a checkpoint names only pages queued
 // whole, and is written only after the one before it (settle); the fence
-// is still asked before every request.
+// is still asked before every request. In a streaming mode, once caught up,
+// batches come from one stream instead of pages (see streaming), with
+// nothing read ahead.
 func (v *invocation) loop(ctx context.Context) error {
 	defer func() { _ = v.settle() }()
 	var ahead *next

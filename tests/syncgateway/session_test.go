@@ -235,3 +235,67 @@ func TestSessionExpiresDuringConcurrentFetches(t *testing.T) {
 		t.Error("no request was refused: the session was not deleted")
 	}
 }
+
+// TestPipelineWithSession runs the whole pipeline with session auth: the
+// output ends with exactly what the user can read, also after an
+// administrator deleted the user's sessions between two runs (the cached
+// poller's client signs in again), and the logs show neither the password
+// nor the cookie.
+func TestPipelineWithSession(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := sg.CreateDB(t, "")
+	db.PutUser("alice", "alicepw", "orders")
+	s := newPipelineStackAuth(t, db, config.AuthSession, "alice", "alicepw", config.FetchBulkGet, 7)
+	revs := map[string]string{}
+	put := func(id string, body map[string]any) { revs[id] = db.Put(id, revs[id], body) }
+	check := func(phase string) {
+		t.Helper()
+		db.WaitCached()
+		sum := s.runUntilIdle(ctx)
+		want := db.Visible("alice", "alicepw")
+		got, _ := s.pgState(ctx)
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("%s: postgres differs from what alice can read (-alice +postgres):\n%s", phase, d)
+		}
+		if len(want) == 0 {
+			t.Errorf("%s: alice can read nothing; the check proves nothing", phase)
+		}
+		t.Logf("%s: %d documents visible to alice, %d changes read", phase, len(want), sum.Read)
+	}
+
+	for i := range 10 {
+		put(fmt.Sprintf("o-%02d", i), orders(i, "orders"))
+	}
+	for i := range 3 {
+		put(fmt.Sprintf("e-%d", i), orders(i, "eu"))
+	}
+	put(unicodeIDs[0], orders(1, "orders"))
+	check("initial load")
+	first := sessionSignIns(db.Name)
+
+	db.Admin(http.MethodDelete, "/_user/alice/_session", nil)
+	put("o-00", orders(100, "orders"))
+	db.Delete("o-01", revs["o-01"])
+	put("o-02", orders(2, "eu"))          // moved out
+	put("e-0", orders(0, "eu", "orders")) // moved in
+	put(unicodeIDs[0], orders(2, "orders"))
+	check("after the sessions were deleted")
+	second := sessionSignIns(db.Name)
+
+	t.Logf("sign-ins seen in the Sync Gateway log: %d after the first run, %d after the second", first, second)
+	if first < 1 || second <= first {
+		t.Errorf("sign-ins %d then %d: want at least one, and another after the sessions were deleted", first, second)
+	}
+	logs := s.logs.tail(1 << 20)
+	for _, secret := range []string{"alicepw", "SyncGatewaySession"} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("the pipeline log shows %q", secret)
+		}
+	}
+}
+
+// sessionSignIns counts the sign-ins to db in the server's log.
+func sessionSignIns(db string) int {
+	return strings.Count(sg.LogTail(1<<30), "POST /"+db+"/_session")
+}

@@ -19,7 +19,7 @@ import (
 // the cookie's value, only whether one was sent.
 type exchange struct {
 	Method, Path string
-	Cookie       bool // a SyncGatewaySession cookie
+	Cookie       bool // a session cookie (see recorder.cookie)
 	Auth         bool // an Authorization header
 	Status       int
 }
@@ -30,15 +30,16 @@ func (e exchange) String() string {
 
 // recorder is a transport that records every exchange.
 type recorder struct {
-	next http.RoundTripper
-	mu   sync.Mutex
-	log  []exchange
+	next   http.RoundTripper
+	cookie string // the session cookie's name
+	mu     sync.Mutex
+	log    []exchange
 }
 
 func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := r.next.RoundTrip(req)
 	e := exchange{Method: req.Method, Path: req.URL.Path, Auth: req.Header.Get("Authorization") != ""}
-	c, _ := req.Cookie("SyncGatewaySession")
+	c, _ := req.Cookie(r.cookie)
 	e.Cookie = c != nil && c.Value != ""
 	if err == nil {
 		e.Status = resp.StatusCode
@@ -62,7 +63,7 @@ func (r *recorder) take() []exchange {
 // user+"pw"), whose exchanges rec records.
 func sessionClient(t *testing.T, url, user string, edit func(*feed.Options)) (*feed.Client, *recorder) {
 	t.Helper()
-	rec := &recorder{next: http.DefaultTransport.(*http.Transport).Clone()}
+	rec := &recorder{next: http.DefaultTransport.(*http.Transport).Clone(), cookie: "SyncGatewaySession"}
 	return client(t, url, user, func(o *feed.Options) {
 		o.Session, o.HTTPClient = true, &http.Client{Transport: rec}
 		if edit != nil {
@@ -183,6 +184,26 @@ func TestSessionAuth(t *testing.T) {
 	}
 	if log := rec.take(); len(log) != 1 || log[0].Method != http.MethodPost {
 		t.Errorf("wrong password: %v, want one sign-in and nothing else", log)
+	}
+}
+
+// TestSessionCookieName: a database with its own session_cookie_name
+// sets that cookie, and the client sends it back.
+func TestSessionCookieName(t *testing.T) {
+	t.Parallel()
+	db := sg.CreateDBConfig(t, map[string]any{"session_cookie_name": "OrdersSession"})
+	db.PutUser("alice", "alicepw", "orders")
+	o1 := db.Put("o1", "", orders(1, "orders"))
+	db.WaitCached()
+	c, rec := sessionClient(t, db.URL(), "alice", nil)
+	rec.cookie = "OrdersSession"
+	got, _, _, _ := readAll(t, c, nil)
+	if got["o1"].Rev != o1 || len(got) != 1 {
+		t.Errorf("documents %+v, want o1 at %s", got, o1)
+	}
+	log := rec.take()
+	if n := signIns(t, db.Name, log); n != 1 {
+		t.Errorf("%d sign-ins, want 1: %v", n, log)
 	}
 }
 

@@ -293,7 +293,7 @@ func TestPipelineWithSession(t *testing.T) {
 	}
 	put(unicodeIDs[0], orders(1, "orders"))
 	check("initial load")
-	first := sessionSignIns(db.Name)
+	first, firstRefused := sessionLog(db.Name)
 
 	db.Admin(http.MethodDelete, "/_user/alice/_session", nil)
 	put("o-00", orders(100, "orders"))
@@ -302,11 +302,12 @@ func TestPipelineWithSession(t *testing.T) {
 	put("e-0", orders(0, "eu", "orders")) // moved in
 	put(unicodeIDs[0], orders(2, "orders"))
 	check("after the sessions were deleted")
-	second := sessionSignIns(db.Name)
+	second, secondRefused := sessionLog(db.Name)
 
-	t.Logf("sign-ins seen in the Sync Gateway log: %d after the first run, %d after the second", first, second)
-	if first < 1 || second <= first {
-		t.Errorf("sign-ins %d then %d: want at least one, and another after the sessions were deleted", first, second)
+	t.Logf("in the Sync Gateway log: %d sign-ins and %d refused sessions after the first run, %d and %d after the second",
+		first, firstRefused, second, secondRefused)
+	if first < 1 || second <= first || firstRefused != 0 || secondRefused < 1 {
+		t.Error("want a sign-in in the first run; in the second, the cached poller's session refused and a new sign-in")
 	}
 	logs := s.logs.tail(1 << 20)
 	for _, secret := range []string{"alicepw", "SyncGatewaySession"} {
@@ -316,7 +317,16 @@ func TestPipelineWithSession(t *testing.T) {
 	}
 }
 
-// sessionSignIns counts the sign-ins to db in the server's log.
-func sessionSignIns(db string) int {
-	return strings.Count(sg.LogTail(1<<30), "POST /"+db+"/_session")
+// sessionLog counts, in the server's log, the sign-ins to db and the
+// requests it refused for their session.
+func sessionLog(db string) (signIns, refused int) {
+	for _, l := range strings.Split(sg.LogTail(1<<30), "\n") {
+		switch {
+		case strings.Contains(l, "POST /"+db+"/_session "):
+			signIns++
+		case strings.Contains(l, "db:"+db+" ") && strings.Contains(l, "--> 401 Session"):
+			refused++
+		}
+	}
+	return signIns, refused
 }

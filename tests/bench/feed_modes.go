@@ -34,6 +34,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/localrun"
+	"github.com/changes-worker/changes-worker/shared/metrics"
 	"github.com/changes-worker/changes-worker/shared/sample"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
@@ -68,6 +69,7 @@ type modeFigures struct {
 	streams         int64   // streams opened over the whole run
 	total           int64   // requests to the source over the whole run
 	queuedP95       float64 // ms from the poller's enqueue to the delivery
+	checkpoints     float64 // checkpoint writes over the whole run
 }
 
 func feedModes(ctx context.Context, r *results) error {
@@ -104,11 +106,11 @@ func feedModes(ctx context.Context, r *results) error {
 		}
 		all = append(all, f)
 	}
-	fmt.Printf("  %-28s %7s %7s %7s %9s %12s %9s %8s %8s\n", "source, mode", "p50 ms", "p95 ms", "max ms", "SQS p95", "_changes/1k", "other/1k", "streams", "run req")
+	fmt.Printf("  %-28s %7s %7s %7s %9s %12s %9s %8s %8s %12s\n", "source, mode", "p50 ms", "p95 ms", "max ms", "SQS p95", "_changes/1k", "other/1k", "streams", "run req", "checkpoints")
 	for _, f := range all {
-		fmt.Printf("  %-28s %7.0f %7.0f %7.0f %9.0f %12.1f %9.1f %8d %8d\n", f.label, f.p50, f.p95, f.max, f.queuedP95, f.changes, f.bodies, f.streams, f.total)
+		fmt.Printf("  %-28s %7.0f %7.0f %7.0f %9.0f %12.1f %9.1f %8d %8d %12.0f\n", f.label, f.p50, f.p95, f.max, f.queuedP95, f.changes, f.bodies, f.streams, f.total, f.checkpoints)
 	}
-	fmt.Printf("  (/1k: requests per 1,000 changes while the %d documents were written and delivered; streams and run req: over the whole run, warm-up and catch-up included; SQS p95: enqueue to delivery)\n", modeDocs)
+	fmt.Printf("  (/1k: requests per 1,000 changes while the %d documents were written and delivered; streams and run req: over the whole run, warm-up and catch-up included; SQS p95: enqueue to delivery; checkpoints: writes over the whole run)\n", modeDocs)
 	return nil
 }
 
@@ -244,6 +246,12 @@ func modeRun(ctx context.Context, r *results, label string, src *modeSource, mod
 	queued := emfValues(st.Metrics().String(), "EndToEndLatency")
 	fig.queuedP95 = percentile(queued, 95)
 	r.add(label+" enqueue to delivery p95 ms", fig.queuedP95, fmt.Sprintf("the writer's EndToEndLatency metric; p50 %.0f ms, max %.0f ms", percentile(queued, 50), percentile(queued, 100)))
+	checkpoints := 0.0
+	for _, v := range emfValues(st.Metrics().String(), metrics.Checkpoints) {
+		checkpoints += v
+	}
+	fig.checkpoints = checkpoints
+	r.add(label+" checkpoint writes", checkpoints, fmt.Sprintf("over the whole run, for %d changes", modeDocs+1))
 	r.add(label+" _changes requests per 1k changes", fig.changes, fmt.Sprintf("%d long polls, %d streams opened in the window", used.changes, used.streams))
 	r.add(label+" other source requests per 1k changes", fig.bodies, "bodies come with include_docs; these are document GETs and the rest")
 	if lines := logLines(st.Logs().String(), time.Time{}, 0, 0); len(lines) > 0 {

@@ -15,13 +15,13 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/statetable"
 )
 
 // Clients are the AWS clients provisioning uses.
@@ -57,7 +57,7 @@ type QueuePair struct {
 // Apply creates or updates every resource of f.
 func Apply(ctx context.Context, c Clients, f *config.File) (*Report, error) {
 	rep := &Report{Table: f.TableName(), Bucket: f.Stack.Bucket}
-	if err := createTable(ctx, c.DynamoDB, rep.Table); err != nil {
+	if err := statetable.Create(ctx, c.DynamoDB, rep.Table); err != nil {
 		return nil, err
 	}
 	buckets := map[string]bool{f.Stack.Bucket: true}
@@ -83,24 +83,6 @@ func Apply(ctx context.Context, c Clients, f *config.File) (*Report, error) {
 		}
 	}
 	return rep, nil
-}
-
-func createTable(ctx context.Context, db *dynamodb.Client, name string) error {
-	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName:            &name,
-		BillingMode:          ddbtypes.BillingModePayPerRequest,
-		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String("job_id"), AttributeType: ddbtypes.ScalarAttributeTypeS}},
-		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String("job_id"), KeyType: ddbtypes.KeyTypeHash}},
-	})
-	var inUse *ddbtypes.ResourceInUseException
-	if err != nil && !errors.As(err, &inUse) {
-		return fmt.Errorf("create table %s: %w", name, err)
-	}
-	w := dynamodb.NewTableExistsWaiter(db)
-	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: &name}, time.Minute); err != nil {
-		return fmt.Errorf("wait for table %s: %w", name, err)
-	}
-	return nil
 }
 
 func createBucket(ctx context.Context, c *s3.Client, name string) error {

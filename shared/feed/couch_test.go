@@ -177,15 +177,7 @@ func readAll(t *testing.T, c *Client, since json.RawMessage) (map[string]docStat
 // newCouchClient returns a client on db; edit adjusts the options.
 func newCouchClient(t *testing.T, db string, edit func(*Options)) *Client {
 	t.Helper()
-	o := Options{SourceType: config.SourceCouchDB, URL: db, Slack: 300 * time.Millisecond, RequestTimeout: 10 * time.Second}
-	if edit != nil {
-		edit(&o)
-	}
-	c, err := New(o)
-	if err != nil {
-		t.Fatalf("new client: %v", err)
-	}
-	return c
+	return mustNew(t, Options{SourceType: config.SourceCouchDB, URL: db, Slack: 300 * time.Millisecond, RequestTimeout: 10 * time.Second}, edit)
 }
 
 func TestCouchFeedReadsWinners(t *testing.T) {

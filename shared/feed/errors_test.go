@@ -119,15 +119,12 @@ func TestOnRequest(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var got []seen
-	c, err := New(Options{SourceType: config.SourceCouchDB, URL: srv.URL + "/db", Username: "u", Password: "wrong",
+	c := mustNew(t, Options{SourceType: config.SourceCouchDB, URL: srv.URL + "/db", Username: "u", Password: "wrong",
 		OnRequest: func(op string, status int, d time.Duration) {
 			mu.Lock()
 			defer mu.Unlock()
 			got = append(got, seen{op, status, d})
 		}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := c.Changes(t.Context(), nil, 0); err == nil {
 		t.Fatal("Changes succeeded against a 401")
 	}

@@ -61,13 +61,21 @@ func (f *fakeSource) db() string { return f.srv.URL + "/db" }
 // client returns a Client on the fake; edit adjusts the options.
 func (f *fakeSource) client(edit func(*Options)) *Client {
 	f.t.Helper()
-	o := Options{SourceType: config.SourceCouchDB, URL: f.db(), Slack: time.Second, RequestTimeout: 5 * time.Second}
-	if edit != nil {
-		edit(&o)
+	return mustNew(f.t, Options{SourceType: config.SourceCouchDB, URL: f.db(), Slack: time.Second, RequestTimeout: 5 * time.Second}, edit)
+}
+
+// mustNew returns New(o) once the edits that are not nil adjusted o,
+// failing the test when New refuses the options.
+func mustNew(t testing.TB, o Options, edits ...func(*Options)) *Client {
+	t.Helper()
+	for _, edit := range edits {
+		if edit != nil {
+			edit(&o)
+		}
 	}
 	c, err := New(o)
 	if err != nil {
-		f.t.Fatalf("new client: %v", err)
+		t.Fatalf("new client: %v", err)
 	}
 	return c
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -104,35 +105,19 @@ func createQueues(ctx context.Context, c *sqs.Client, f *config.File, j *config.
 			string(sqstypes.QueueAttributeNameContentBasedDeduplication): "false",
 		}
 	}
-	dlqAttrs := map[string]string{
+	dlqURL, dlqARN, err := upsertQueueARN(ctx, c, f.DLQName(j, o), fifo, map[string]string{
 		string(sqstypes.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(int(DLQRetention.Seconds())),
 		string(sqstypes.QueueAttributeNameSqsManagedSseEnabled):   "true",
-	}
-	for k, v := range fifo {
-		dlqAttrs[k] = v
-	}
-	dlqURL, err := upsertQueue(ctx, c, f.DLQName(j, o), dlqAttrs)
-	if err != nil {
-		return qp, err
-	}
-	dlqARN, err := queueARN(ctx, c, dlqURL)
+	})
 	if err != nil {
 		return qp, err
 	}
 	redrive, _ := json.Marshal(map[string]any{"deadLetterTargetArn": dlqARN, "maxReceiveCount": o.QueueMaxReceiveCount()})
-	attrs := map[string]string{
+	qURL, qARN, err := upsertQueueARN(ctx, c, f.QueueName(j, o), fifo, map[string]string{
 		string(sqstypes.QueueAttributeNameVisibilityTimeout):    strconv.Itoa(int(VisibilityFactor * f.Stack.WriterTimeout.D().Seconds())),
 		string(sqstypes.QueueAttributeNameRedrivePolicy):        string(redrive),
 		string(sqstypes.QueueAttributeNameSqsManagedSseEnabled): "true",
-	}
-	for k, v := range fifo {
-		attrs[k] = v
-	}
-	qURL, err := upsertQueue(ctx, c, f.QueueName(j, o), attrs)
-	if err != nil {
-		return qp, err
-	}
-	qARN, err := queueARN(ctx, c, qURL)
+	})
 	if err != nil {
 		return qp, err
 	}
@@ -145,6 +130,21 @@ func createQueues(ctx context.Context, c *sqs.Client, f *config.File, j *config.
 	}
 	qp.Queue, qp.DLQ = qURL, dlqURL
 	return qp, nil
+}
+
+// upsertQueueARN upserts the queue with attrs and fifo's attributes, and
+// returns its URL and ARN.
+func upsertQueueARN(ctx context.Context, c *sqs.Client, name string, fifo, attrs map[string]string) (string, string, error) {
+	maps.Copy(attrs, fifo)
+	url, err := upsertQueue(ctx, c, name, attrs)
+	if err != nil {
+		return "", "", err
+	}
+	arn, err := queueARN(ctx, c, url)
+	if err != nil {
+		return "", "", err
+	}
+	return url, arn, nil
 }
 
 // upsertQueue creates the queue, or updates the mutable attributes of an

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/changes-worker/changes-worker/shared/config"
 )
 
@@ -62,6 +64,18 @@ func (f *fakeSource) db() string { return f.srv.URL + "/db" }
 func (f *fakeSource) client(edit func(*Options)) *Client {
 	f.t.Helper()
 	return mustNew(f.t, Options{SourceType: config.SourceCouchDB, URL: f.db(), Slack: time.Second, RequestTimeout: 5 * time.Second}, edit)
+}
+
+// checkBatch fails the test when Changes failed (err), and reports how its
+// batch differs from want.
+func checkBatch(t *testing.T, got *Batch, err error, want *Batch) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("Changes: %v", err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("batch (-want +got):\n%s", diff)
+	}
 }
 
 // mustNew returns New(o) once the edits that are not nil adjusted o,

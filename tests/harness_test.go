@@ -21,6 +21,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/localrun"
 	"github.com/changes-worker/changes-worker/shared/receiver"
+	"github.com/changes-worker/changes-worker/shared/sample"
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
@@ -101,6 +102,15 @@ func newStack(t *testing.T, o stackOptions) *testStack {
 		Jobs:  []*config.Job{job},
 	}
 	return &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg, HTTPClient: o.httpClient}), t: t, recv: recv}
+}
+
+// load writes the sample documents o describes into the stack's source
+// database.
+func (s *testStack) load(ctx context.Context, o sample.Options) {
+	s.t.Helper()
+	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, o); err != nil {
+		s.t.Fatalf("load sample documents: %v", err)
+	}
 }
 
 // runUntilIdle runs pollers and writers in this process until idle.

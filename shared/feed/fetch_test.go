@@ -36,6 +36,16 @@ func TestDocPathEscaping(t *testing.T) {
 		{id: "../_all_docs", wantURI: "/db/..%2F_all_docs"},
 		{id: "_design/by name", wantURI: "/db/_design/by%20name"},
 		{id: "_local/x/y", wantURI: "/db/_local/x%2Fy"},
+		// Dots that a URL path would read as relative segments.
+		{id: ".", wantURI: "/db/%2E"},
+		{id: "..", wantURI: "/db/%2E%2E"},
+		{id: "...", wantURI: "/db/%2E%2E%2E"},
+		{id: "_design/..", wantURI: "/db/_design/%2E%2E"},
+		{id: "_local/.", wantURI: "/db/_local/%2E"},
+		{id: "a.b", wantURI: "/db/a.b"},
+		{id: "a/../../b", wantURI: "/db/a%2F..%2F..%2Fb"},
+		{id: "%2e%2e/", wantURI: "/db/%252e%252e%2F"},
+		{id: "+1", wantURI: "/db/%2B1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.id, func(t *testing.T) {

@@ -173,15 +173,10 @@ func (j *Journal) write(ctx context.Context, reqs []types.WriteRequest) error {
 	return nil
 }
 
-// Scanner is the DynamoDB call Entries makes.
-type Scanner interface {
-	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
-}
-
 // Entries lists every journal entry of this (job, output), for inspection
 // and tests. It scans the state table, which holds one item per job besides
 // the journal, so it is cheap.
-func (j *Journal) Entries(ctx context.Context, db Scanner) (map[string]Entry, error) {
+func (j *Journal) Entries(ctx context.Context, db statetable.Scanner) (map[string]Entry, error) {
 	prefix := j.key("")
 	out := map[string]Entry{}
 	items, err := statetable.ScanPrefix(ctx, db, j.Table, prefix)

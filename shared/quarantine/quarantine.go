@@ -178,14 +178,9 @@ func (s *Store) Record(ctx context.Context, e Entry) error {
 	return nil
 }
 
-// Scanner is the DynamoDB call List makes.
-type Scanner interface {
-	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
-}
-
 // List returns a job's entries, oldest first seen first. It scans the state
 // table, which holds one item per job besides such entries, so it is cheap.
-func List(ctx context.Context, db Scanner, table, job string) ([]Entry, error) {
+func List(ctx context.Context, db statetable.Scanner, table, job string) ([]Entry, error) {
 	items, err := statetable.ScanPrefix(ctx, db, table, Prefix(job))
 	if err != nil {
 		return nil, fmt.Errorf("scan quarantine of %s: %w", job, err)

@@ -25,10 +25,17 @@ type pipelineStack struct {
 
 func newPipelineStack(t *testing.T, db *testenv.SGDatabase, user, password, fetch string, limit int) *pipelineStack {
 	t.Helper()
+	return newPipelineStackAuth(t, db, config.AuthBasic, user, password, fetch, limit)
+}
+
+// newPipelineStackAuth is newPipelineStack with the source's auth type
+// (basic or session).
+func newPipelineStackAuth(t *testing.T, db *testenv.SGDatabase, authType, user, password, fetch string, limit int) *pipelineStack {
+	t.Helper()
 	job := &config.Job{
 		ID: "sg",
 		Source: config.Source{Type: config.SourceSyncGateway, URL: db.URL(),
-			Auth: &config.Auth{Type: "basic", Username: user, Password: &config.SecretRef{Env: "SG_TEST_PASSWORD"}}},
+			Auth: &config.Auth{Type: authType, Username: user, Password: &config.SecretRef{Env: "SG_TEST_PASSWORD"}}},
 		Feed:  config.Feed{Limit: limit, Timeout: config.Duration(2 * time.Second), Fetch: fetch},
 		Lease: config.Lease{TTL: config.Duration(10 * time.Second)},
 		Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, MaxReceiveCount: 4,

@@ -49,31 +49,33 @@ func newPipelineStackAuth(t *testing.T, db *testenv.SGDatabase, authType, user, 
 	return &pipelineStack{Stack: st, t: t}
 }
 
-// runUntilIdle runs pollers and writers until the job is caught up and
-// its queue drained, and fails the test on dead letters.
-func (s *pipelineStack) runUntilIdle(ctx context.Context) localrun.Summary {
+// converge waits for db's caches, runs the pipeline until the job is caught
+// up and its queue drained, and fails the test on dead letters, and unless
+// the output table holds exactly the documents user can read, at their
+// revisions. It returns those documents and the size of the
+// largest body in the table.
+func (s *pipelineStack) converge(ctx context.Context, db *testenv.SGDatabase, user, password, phase string) (map[string]string, int) {
 	s.t.Helper()
+	db.WaitCached()
 	sum, err := s.RunUntilIdle(ctx, localrun.Options{})
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	for k, st := range sum.Outputs {
 		if st.DeadLettered != 0 {
-			s.t.Errorf("%s: %d messages dead-lettered", k, st.DeadLettered)
+			s.t.Errorf("%s: %s: %d messages dead-lettered", phase, k, st.DeadLettered)
 		}
 	}
-	return sum
-}
-
-// pgState returns doc id → rev of the rows in the output table, and the
-// size of the largest body.
-func (s *pipelineStack) pgState(ctx context.Context) (map[string]string, int) {
-	s.t.Helper()
+	want := db.Visible(user, password)
 	got, largest, err := s.PostgresRevs(ctx, "sg", "pg")
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	return got, largest
+	if d := cmp.Diff(want, got); d != "" {
+		s.t.Errorf("%s: postgres differs from what %s can read (-%s +postgres):\n%s", phase, user, user, d)
+	}
+	s.t.Logf("%s: %d documents visible to %s, %d changes read", phase, len(want), user, sum.Read)
+	return want, largest
 }
 
 // TestPipelineDeliversWhatTheUserSees is the end-to-end check: a job reading
@@ -95,17 +97,10 @@ func TestPipelineDeliversWhatTheUserSees(t *testing.T) {
 			s := newPipelineStack(t, db, "alice", "alicepw", tc.fetch, tc.limit)
 			check := func(phase string) {
 				t.Helper()
-				db.WaitCached()
-				sum := s.runUntilIdle(ctx)
-				want := db.Visible("alice", "alicepw")
-				got, largest := s.pgState(ctx)
-				if d := cmp.Diff(want, got); d != "" {
-					t.Errorf("%s: postgres differs from what alice can read (-alice +postgres):\n%s", phase, d)
-				}
+				want, largest := s.converge(ctx, db, "alice", "alicepw", phase)
 				if _, ok := want[bigID]; ok && largest < 300*1024 {
 					t.Errorf("%s: the largest body in postgres is %d bytes, want the ~400 KB document", phase, largest)
 				}
-				t.Logf("%s: %d documents visible to alice, %d changes read", phase, len(want), sum.Read)
 			}
 
 			// Phase 1: documents in and out of alice's channel, unicode and

@@ -101,14 +101,22 @@ func toText(v any) coercion {
 	return coercion{text: jsonText(v), reason: reasonJSONAsText}
 }
 
-func toInteger(v any, bits int) coercion {
-	var s, reason string
+// numberText returns the text of a number for the numeric coercions: a JSON
+// number as written, a string trimmed with reason parsed_string; ok is false
+// for any other value.
+func numberText(v any) (s, reason string, ok bool) {
 	switch v := v.(type) {
 	case json.Number:
-		s = string(v)
+		return string(v), "", true
 	case string:
-		s, reason = strings.TrimSpace(v), reasonParsedString
-	default:
+		return strings.TrimSpace(v), reasonParsedString, true
+	}
+	return "", "", false
+}
+
+func toInteger(v any, bits int) coercion {
+	s, reason, ok := numberText(v)
+	if !ok {
 		return coercion{fail: failNotNumber}
 	}
 	if _, err := strconv.ParseInt(s, 10, bits); err == nil && reason == "" {
@@ -147,13 +155,8 @@ const (
 )
 
 func toNumeric(v any) coercion {
-	var s, reason string
-	switch v := v.(type) {
-	case json.Number:
-		s = string(v)
-	case string:
-		s, reason = strings.TrimSpace(v), reasonParsedString
-	default:
+	s, reason, ok := numberText(v)
+	if !ok {
 		return coercion{fail: failNotNumber}
 	}
 	d, ok := parseDecimal(s)

@@ -2,15 +2,9 @@ package pgsink
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"slices"
-	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/changes-worker/changes-worker/shared/change"
@@ -19,7 +13,6 @@ import (
 
 // mappedChange is a checked and mapped change awaiting the database.
 type mappedChange struct {
-	i   int // index in the Apply call
 	c   *change.Envelope
 	doc *mappedDoc
 }
@@ -38,7 +31,7 @@ type mappedChange struct {
 // document fails alone and its neighbours are applied.
 func (s *Sink) applyMapped(ctx context.Context, changes []*change.Envelope) []error {
 	errs := make([]error, len(changes))
-	var todo []*mappedChange
+	var todo []pending[*mappedChange]
 	for i, c := range changes {
 		if err := deliver.CheckChange(c); err != nil {
 			errs[i] = err
@@ -49,47 +42,9 @@ func (s *Sink) applyMapped(ctx context.Context, changes []*change.Envelope) []er
 			errs[i] = err
 			continue
 		}
-		todo = append(todo, &mappedChange{i: i, c: c, doc: doc})
+		todo = append(todo, pending[*mappedChange]{i: i, c: c, item: &mappedChange{c: c, doc: doc}})
 	}
-	if len(todo) == 0 {
-		return errs
-	}
-	// One order for every writer: by document, then oldest first.
-	slices.SortStableFunc(todo, func(a, b *mappedChange) int {
-		if c := strings.Compare(a.c.DocID, b.c.DocID); c != 0 {
-			return c
-		}
-		return a.c.Version.Compare(b.c.Version)
-	})
-	newest := make([]*mappedChange, 0, len(todo))
-	for i, mc := range todo {
-		if i+1 == len(todo) || todo[i+1].c.DocID != mc.c.DocID {
-			newest = append(newest, mc)
-		}
-	}
-
-	start := time.Now()
-	err := s.writeMapped(ctx, s.pool, newest)
-	deliver.Observe(ctx, time.Since(start), s.exhausted(classify(ctx, err)))
-	if err == nil {
-		return errs
-	}
-	var pgErr *pgconn.PgError
-	if ctx.Err() != nil || !errors.As(err, &pgErr) {
-		cerr := s.exhausted(classify(ctx, err))
-		for _, mc := range todo {
-			errs[mc.i] = cerr
-		}
-		return errs
-	}
-	slog.WarnContext(ctx, "postgres batch failed, applying changes one by one",
-		"output", s.output, "changes", len(todo), "sqlstate", pgErr.Code)
-	for _, mc := range todo {
-		if err := s.writeMapped(ctx, s.pool, []*mappedChange{mc}); err != nil {
-			errs[mc.i] = classify(ctx, err)
-		}
-	}
-	return errs
+	return applyNewest(ctx, s, errs, todo, s.writeMapped)
 }
 
 // writeMapped applies changes of distinct documents as one batch: a single

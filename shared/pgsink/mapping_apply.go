@@ -51,25 +51,16 @@ func (s *Sink) applyMapped(ctx context.Context, changes []*change.Envelope) []er
 // transaction.
 func (s *Sink) writeMapped(ctx context.Context, db batcher, changes []*mappedChange) error {
 	m := s.mapping
-	n := len(changes)
-	var (
-		ids      = make([]string, n)
-		gens     = make([]int64, n)
-		counters = make([]int64, n)
-		revs     = make([]string, n)
-		deleted  = make([]bool, n)
-		filtered = make([]bool, n)
-		seqs     = make([]string, n)
-		records  = 0
-	)
+	vc := newVersionColumns(len(changes))
+	filtered := make([]bool, len(changes))
+	records := 0
 	for i, mc := range changes {
-		c := mc.c
-		ids[i], gens[i], counters[i], revs[i] = c.DocID, c.Generation, c.Counter, c.Rev
-		deleted[i], filtered[i], seqs[i] = c.Tombstone(), mc.doc.filtered, string(c.Seq)
+		vc.set(i, mc.c)
+		filtered[i] = mc.doc.filtered
 		records += len(mc.doc.records)
 	}
 	args := make([]any, 0, 17+len(m.tables)*8)
-	args = append(args, ids, gens, counters, revs, deleted, filtered, seqs)
+	args = append(args, vc.ids, vc.gens, vc.counters, vc.revs, vc.deleted, filtered, vc.seqs)
 	write := m.writeSQL
 	if records > 0 {
 		write = m.writeQualitySQL
@@ -80,8 +71,8 @@ func (s *Sink) writeMapped(ctx context.Context, db batcher, changes []*mappedCha
 	}
 
 	b := &pgx.Batch{}
-	b.Queue(s.lockSQL, ids, m.lockSeed)
-	b.Queue(m.clearSQL, ids, gens, counters)
+	b.Queue(s.lockSQL, vc.ids, m.lockSeed)
+	b.Queue(m.clearSQL, vc.ids, vc.gens, vc.counters)
 	b.Queue(write, args...)
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("apply changes to %s: %w", m.versions, err)

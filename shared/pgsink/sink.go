@@ -343,31 +343,50 @@ func applyNewest[T any](ctx context.Context, s *Sink, errs []error, todo []pendi
 // apply applies changes, at most one per document, as one batch: a single
 // transaction.
 func (s *Sink) apply(ctx context.Context, db batcher, changes []*change.Envelope) error {
-	n := len(changes)
-	var (
-		ids      = make([]string, n)
-		gens     = make([]int64, n)
-		counters = make([]int64, n)
-		revs     = make([]string, n)
-		deleted  = make([]bool, n)
-		seqs     = make([]string, n)
-		bodies   = make([]*string, n)
-	)
+	vc := newVersionColumns(len(changes))
+	bodies := make([]*string, len(changes))
 	for i, c := range changes {
-		ids[i], gens[i], counters[i], revs[i] = c.DocID, c.Generation, c.Counter, c.Rev
-		deleted[i], seqs[i] = c.Tombstone(), string(c.Seq)
+		vc.set(i, c)
 		if !c.Tombstone() {
 			body := string(c.Doc)
 			bodies[i] = &body
 		}
 	}
 	b := &pgx.Batch{}
-	b.Queue(s.lockSQL, ids, s.lockSeed)
-	b.Queue(s.applySQL, ids, gens, counters, revs, deleted, seqs, bodies)
+	b.Queue(s.lockSQL, vc.ids, s.lockSeed)
+	b.Queue(s.applySQL, vc.ids, vc.gens, vc.counters, vc.revs, vc.deleted, vc.seqs, bodies)
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("apply changes to %s: %w", s.names.data, err)
 	}
 	return nil
+}
+
+// versionColumns holds the versions of a batch of changes as the
+// statements take them: one array per column of the versions table.
+type versionColumns struct {
+	ids      []string
+	gens     []int64
+	counters []int64
+	revs     []string
+	deleted  []bool
+	seqs     []string
+}
+
+func newVersionColumns(n int) versionColumns {
+	return versionColumns{
+		ids:      make([]string, n),
+		gens:     make([]int64, n),
+		counters: make([]int64, n),
+		revs:     make([]string, n),
+		deleted:  make([]bool, n),
+		seqs:     make([]string, n),
+	}
+}
+
+// set stores the version of c at index i.
+func (v versionColumns) set(i int, c *change.Envelope) {
+	v.ids[i], v.gens[i], v.counters[i], v.revs[i] = c.DocID, c.Generation, c.Counter, c.Rev
+	v.deleted[i], v.seqs[i] = c.Tombstone(), string(c.Seq)
 }
 
 // check rejects a change no retry can apply.

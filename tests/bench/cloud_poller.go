@@ -111,18 +111,15 @@ func cloudPoller(ctx context.Context, r *results) error {
 			return sp.total, nil
 		}
 	}
-	variants := []struct {
-		name string
-		run  func(ctx context.Context, round int) (time.Duration, error)
-	}{
-		{"raw", func(ctx context.Context, _ int) (time.Duration, error) {
+	variants := []coreVariant{
+		{"raw", cloudPollerDocs, func(ctx context.Context, _ int) (time.Duration, error) {
 			return coreRawChanges(ctx, rawClient, st.SourceURL, cloudPollerLimit, cloudPollerDocs)
 		}},
-		{"sqs1", poller("sqs1", base.Sender, base.Targets[:1])},
-		{"sqs3", poller("sqs3", base.Sender, base.Targets)},
-		{"null1", poller("null1", null, nullTargets[:1])},
-		{"null3", poller("null3", null, nullTargets)},
-		{"emulator", func(ctx context.Context, round int) (time.Duration, error) {
+		{"sqs1", cloudPollerDocs, poller("sqs1", base.Sender, base.Targets[:1])},
+		{"sqs3", cloudPollerDocs, poller("sqs3", base.Sender, base.Targets)},
+		{"null1", cloudPollerDocs, poller("null1", null, nullTargets[:1])},
+		{"null3", cloudPollerDocs, poller("null3", null, nullTargets)},
+		{"emulator", cloudPollerDocs, func(ctx context.Context, round int) (time.Duration, error) {
 			cw.resetRequests()
 			d, err := cloudSendRate(ctx, base.Sender, base.Targets[:1], cloudPollerDocs)
 			if round == 0 {
@@ -132,20 +129,12 @@ func cloudPoller(ctx context.Context, r *results) error {
 			return d, err
 		}},
 	}
-	rates := map[string][]float64{}
-	for round := range cloudPollerRounds {
-		got := map[string]float64{}
-		for k := range variants {
-			v := variants[(k+round)%len(variants)]
-			d, err := v.run(ctx, round)
-			if err != nil {
-				return fmt.Errorf("round %d %s: %w", round+1, v.name, err)
-			}
-			got[v.name] = coreRate(cloudPollerDocs, d)
-			rates[v.name] = append(rates[v.name], got[v.name])
-		}
+	rates, err := coreRounds(ctx, cloudPollerRounds, variants, func(round int, got map[string]float64) {
 		fmt.Printf("  round %d: raw %.0f; poller to the emulator: 1 output %.0f, 3 outputs %.0f; to the stand-in: 1 output %.0f, 3 outputs %.0f; emulator's own send rate %.0f docs/s\n",
 			round+1, got["raw"], got["sqs1"], got["sqs3"], got["null1"], got["null3"], got["emulator"])
+	})
+	if err != nil {
+		return err
 	}
 	ratio := func(a string) []float64 {
 		xs := make([]float64, len(rates[a]))

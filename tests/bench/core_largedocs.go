@@ -20,7 +20,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
-	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
 const (
@@ -34,27 +33,17 @@ func init() {
 }
 
 func pollerLargeDocs(ctx context.Context, r *results) error {
-	bin, remove, err := faults.Build(ctx)
-	if err != nil {
-		return err
-	}
-	defer remove()
 	st, err := newCoreStack(ctx, "pl", coreStackSettings{limit: 500, pollerTimeout: 5 * time.Minute})
 	if err != nil {
 		return err
 	}
 	defer coreClose(ctx, st)
-	t0 := time.Now()
-	if err := loadLargeDocs(ctx, st.SourceURL, memoryLargeDocs, memoryLargeBytes); err != nil {
-		return err
-	}
-	loaded := time.Since(t0)
-	t1 := time.Now()
-	m, err := coreMeasureProcess(ctx, bin, "run", "--config", st.ConfigPath, "--no-writer", "--until-idle", "--timeout", "4m")
+	loaded, m, took, err := coreMeasurePoller(ctx, st, func(ctx context.Context) error {
+		return loadLargeDocs(ctx, st.SourceURL, memoryLargeDocs, memoryLargeBytes)
+	})
 	if err != nil {
 		return err
 	}
-	took := time.Since(t1)
 	ids, claims, err := queuedDocs(ctx, st)
 	if err != nil {
 		return err

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
@@ -37,24 +38,14 @@ const (
 )
 
 func pollerMemory(ctx context.Context, r *results) error {
-	bin, remove, err := faults.Build(ctx)
-	if err != nil {
-		return err
-	}
-	defer remove()
-
 	st, err := newCoreStack(ctx, "pm", coreStackSettings{limit: memoryLimit, pollerTimeout: 5 * time.Minute})
 	if err != nil {
 		return err
 	}
 	defer coreClose(ctx, st)
-	t0 := time.Now()
-	if err := coreLoad(ctx, st.SourceURL, memoryDocs, memoryPadding); err != nil {
-		return err
-	}
-	loaded := time.Since(t0)
-
-	m, err := coreMeasureProcess(ctx, bin, "run", "--config", st.ConfigPath, "--no-writer", "--until-idle", "--timeout", "4m")
+	loaded, m, _, err := coreMeasurePoller(ctx, st, func(ctx context.Context) error {
+		return coreLoad(ctx, st.SourceURL, memoryDocs, memoryPadding)
+	})
 	if err != nil {
 		return err
 	}
@@ -65,6 +56,26 @@ func pollerMemory(ctx context.Context, r *results) error {
 	r.add("Go live heap max MiB", m.liveMax, "largest live heap a GC left")
 	r.add("Go heap goal max MiB", m.goalMax, "")
 	return nil
+}
+
+// coreMeasurePoller loads the source of st with load, then runs the poller
+// of st alone (`changesctl run --no-writer --until-idle`) as a process of its
+// own, and returns how long load took, what the process used and how long it
+// ran.
+func coreMeasurePoller(ctx context.Context, st *stack.Stack, load func(context.Context) error) (loaded time.Duration, m coreProcessMemory, took time.Duration, err error) {
+	bin, remove, err := faults.Build(ctx)
+	if err != nil {
+		return 0, m, 0, err
+	}
+	defer remove()
+	t0 := time.Now()
+	if err := load(ctx); err != nil {
+		return 0, m, 0, err
+	}
+	loaded = time.Since(t0)
+	t1 := time.Now()
+	m, err = coreMeasureProcess(ctx, bin, "run", "--config", st.ConfigPath, "--no-writer", "--until-idle", "--timeout", "4m")
+	return loaded, m, time.Since(t1), err
 }
 
 // coreProcessMemory is what one process used.

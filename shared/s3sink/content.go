@@ -129,36 +129,9 @@ func decodeJSON(b []byte) (any, error) {
 }
 
 func equalJSON(a, b any) bool {
-	switch a := a.(type) {
-	case map[string]any:
-		b, ok := b.(map[string]any)
-		if !ok || len(a) != len(b) {
-			return false
-		}
-		for k, va := range a {
-			vb, ok := b[k]
-			if !ok || !equalJSON(va, vb) {
-				return false
-			}
-		}
-		return true
-	case []any:
-		b, ok := b.([]any)
-		if !ok || len(a) != len(b) {
-			return false
-		}
-		for i := range a {
-			if !equalJSON(a[i], b[i]) {
-				return false
-			}
-		}
-		return true
-	case json.Number:
-		b, ok := b.(json.Number)
-		return ok && canonicalNumber(string(a)) == canonicalNumber(string(b))
-	default: // string, bool, nil
-		return a == b
-	}
+	return deliver.EqualJSON(a, b, func(a, b json.Number) bool {
+		return canonicalNumber(string(a)) == canonicalNumber(string(b))
+	})
 }
 
 // canonicalNumber writes a JSON number so that numbers of equal value are

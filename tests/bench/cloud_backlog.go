@@ -140,14 +140,13 @@ type cloudRun struct {
 // cloudBacklogStack returns a stack of one PostgreSQL output, named after
 // kind, whose source holds docs documents, and the output's data table.
 func cloudBacklogStack(ctx context.Context, kind string, docs int) (*stack.Stack, pgx.Identifier, error) {
-	st, err := newCloudStack(ctx, kind, 500, cloudOutput{id: "pg", kind: config.OutputPostgres})
+	st, _, err := coreLoaded(ctx, func() (*stack.Stack, error) {
+		return newCloudStack(ctx, kind, 500, cloudOutput{id: "pg", kind: config.OutputPostgres})
+	}, coreLoad, docs, 0)
 	if err != nil {
 		return nil, nil, err
 	}
 	table, _, err := st.PostgresTables("bench", "pg")
-	if err == nil {
-		err = coreLoad(ctx, st.SourceURL, docs, 0)
-	}
 	if err != nil {
 		coreClose(ctx, st)
 		return nil, nil, err

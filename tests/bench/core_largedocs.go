@@ -33,14 +33,14 @@ func init() {
 }
 
 func pollerLargeDocs(ctx context.Context, r *results) error {
-	st, err := newCoreStack(ctx, "pl", coreStackSettings{limit: 500, pollerTimeout: 5 * time.Minute})
+	st, loaded, err := coreLoaded(ctx, func() (*stack.Stack, error) {
+		return newCoreStack(ctx, "pl", coreStackSettings{limit: 500, pollerTimeout: 5 * time.Minute})
+	}, loadLargeDocs, memoryLargeDocs, memoryLargeBytes)
 	if err != nil {
 		return err
 	}
 	defer coreClose(ctx, st)
-	loaded, m, took, err := coreMeasurePoller(ctx, st, func(ctx context.Context) error {
-		return loadLargeDocs(ctx, st.SourceURL, memoryLargeDocs, memoryLargeBytes)
-	})
+	m, took, err := coreMeasurePoller(ctx, st)
 	if err != nil {
 		return err
 	}

@@ -38,14 +38,14 @@ const (
 )
 
 func pollerMemory(ctx context.Context, r *results) error {
-	st, err := newCoreStack(ctx, "pm", coreStackSettings{limit: memoryLimit, pollerTimeout: 5 * time.Minute})
+	st, loaded, err := coreLoaded(ctx, func() (*stack.Stack, error) {
+		return newCoreStack(ctx, "pm", coreStackSettings{limit: memoryLimit, pollerTimeout: 5 * time.Minute})
+	}, coreLoad, memoryDocs, memoryPadding)
 	if err != nil {
 		return err
 	}
 	defer coreClose(ctx, st)
-	loaded, m, _, err := coreMeasurePoller(ctx, st, func(ctx context.Context) error {
-		return coreLoad(ctx, st.SourceURL, memoryDocs, memoryPadding)
-	})
+	m, _, err := coreMeasurePoller(ctx, st)
 	if err != nil {
 		return err
 	}
@@ -58,24 +58,18 @@ func pollerMemory(ctx context.Context, r *results) error {
 	return nil
 }
 
-// coreMeasurePoller loads the source of st with load, then runs the poller
-// of st alone (`changesctl run --no-writer --until-idle`) as a process of its
-// own, and returns how long load took, what the process used and how long it
-// ran.
-func coreMeasurePoller(ctx context.Context, st *stack.Stack, load func(context.Context) error) (loaded time.Duration, m coreProcessMemory, took time.Duration, err error) {
+// coreMeasurePoller runs the poller of st alone (`changesctl run
+// --no-writer --until-idle`) as a process of its own, and returns what the
+// process used and how long it ran.
+func coreMeasurePoller(ctx context.Context, st *stack.Stack) (coreProcessMemory, time.Duration, error) {
 	bin, remove, err := faults.Build(ctx)
 	if err != nil {
-		return 0, m, 0, err
+		return coreProcessMemory{}, 0, err
 	}
 	defer remove()
 	t0 := time.Now()
-	if err := load(ctx); err != nil {
-		return 0, m, 0, err
-	}
-	loaded = time.Since(t0)
-	t1 := time.Now()
-	m, err = coreMeasureProcess(ctx, bin, "run", "--config", st.ConfigPath, "--no-writer", "--until-idle", "--timeout", "4m")
-	return loaded, m, time.Since(t1), err
+	m, err := coreMeasureProcess(ctx, bin, "run", "--config", st.ConfigPath, "--no-writer", "--until-idle", "--timeout", "4m")
+	return m, time.Since(t0), err
 }
 
 // coreProcessMemory is what one process used.

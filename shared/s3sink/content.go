@@ -16,7 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/changes-worker/changes-worker/shared/deliver"
 )
@@ -36,12 +35,7 @@ import (
 //
 // CompareContent only reads, and is safe for concurrent use.
 func (s *State) CompareContent(ctx context.Context, docs []deliver.SourceDoc) (map[string]string, error) {
-	n := s.Parallelism
-	if n <= 0 {
-		n = DefaultStateParallelism
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(n)
+	g, gctx := s.group(ctx)
 	var mu sync.Mutex
 	differs := map[string]string{}
 	for _, d := range docs {

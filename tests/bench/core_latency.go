@@ -40,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/changes-worker/changes-worker/shared/localrun"
+	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
 const (
@@ -265,14 +266,7 @@ func (w *coreRowWatcher) write(ctx context.Context, id string, n int) error {
 // Errors (the table does not exist before the first delivery) are retried.
 func (w *coreRowWatcher) run(ctx context.Context) {
 	q := "SELECT doc_id FROM " + w.table.Sanitize() + " WHERE doc_id = ANY($1)"
-	t := time.NewTicker(latencyPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	faults.Every(ctx, latencyPoll, func() bool {
 		w.mu.Lock()
 		var ids []string
 		for id := range w.sent {
@@ -282,16 +276,16 @@ func (w *coreRowWatcher) run(ctx context.Context) {
 		}
 		w.mu.Unlock()
 		if len(ids) == 0 {
-			continue
+			return true
 		}
 		rows, err := w.pool.Query(ctx, q, ids)
 		if err != nil {
-			continue
+			return true
 		}
 		found, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		now := time.Now()
 		if err != nil {
-			continue
+			return true
 		}
 		w.mu.Lock()
 		for _, id := range found {
@@ -300,7 +294,8 @@ func (w *coreRowWatcher) run(ctx context.Context) {
 			}
 		}
 		w.mu.Unlock()
-	}
+		return true
+	})
 }
 
 // wait returns once every written document was seen, or fails after limit.

@@ -638,8 +638,11 @@ func TestCredentialsNeverShown(t *testing.T) {
 	}
 }
 
+// New refuses a bad output or bad credentials, and its error never shows a
+// secret.
 func TestNewRejects(t *testing.T) {
 	t.Parallel()
+	ref := &config.SecretRef{Env: "X"}
 	tests := []struct {
 		name  string
 		out   config.HTTPOutput
@@ -660,6 +663,21 @@ func TestNewRejects(t *testing.T) {
 		{name: "basic without password", out: config.HTTPOutput{URL: "http://h/{doc_id}", Auth: &config.Auth{Type: "basic", Username: "u"}}, want: "basic auth"},
 		{name: "bearer without token", out: config.HTTPOutput{URL: "http://h/{doc_id}", Auth: &config.Auth{Type: "bearer"}}, want: "bearer auth"},
 		{name: "credentials without auth", out: config.HTTPOutput{URL: "http://h/{doc_id}"}, creds: Credentials{Token: "x"}, want: "without auth"},
+		{name: "unresolved header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"X-Api-Key": {Ref: ref}}},
+			want: "header X-Api-Key: its secret reference is not resolved"},
+		{name: "resolved header splitting lines", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"X-Api-Key": {Ref: ref}}},
+			creds: Credentials{Headers: map[string]string{"X-Api-Key": "S3CR3T\r\nX-Evil: 1"}}, want: "header X-Api-Key: the resolved value holds control characters"},
+		{name: "unresolved url secret", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref}, want: "url_secret is not resolved"},
+		{name: "url secret not path-safe", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref},
+			creds: Credentials{URLSecret: "S3CR3T?x=1"}, want: "url_secret in the path"},
+		{name: "url secret as a dot segment", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref},
+			creds: Credentials{URLSecret: "S3CR3T/.."}, want: "url_secret in the path"},
+		{name: "placeholder without url_secret", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}"}, creds: Credentials{URLSecret: "S3CR3T"},
+			want: "{secret} needs url_secret"},
+		{name: "placeholder in host", out: config.HTTPOutput{URL: "http://{secret}.h/{doc_id}", URLSecret: ref}, creds: Credentials{URLSecret: "S3CR3T"},
+			want: "host"},
+		{name: "fragment after a literal query", out: config.HTTPOutput{URL: "http://h/{doc_id}?key=S3CR3T#frag"}, want: "fragment"},
+		{name: "bad scheme with a literal query", out: config.HTTPOutput{URL: "ftp://h/{doc_id}?key=S3CR3T"}, want: "http://"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -667,6 +685,9 @@ func TestNewRejects(t *testing.T) {
 			_, err := New(tt.out, tt.creds, nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("New error = %v, want one mentioning %q", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "S3CR3T") {
+				t.Errorf("New error shows the secret: %v", err)
 			}
 		})
 	}
@@ -895,45 +916,6 @@ func TestSecretHeadersAndURL(t *testing.T) {
 	}
 	if text := fmt.Sprintf("%v %+v %#v", creds, creds, creds); strings.Contains(text, "S3CR3T") {
 		t.Errorf("credentials formatted show a secret: %s", text)
-	}
-}
-
-func TestNewRejectsSecrets(t *testing.T) {
-	t.Parallel()
-	ref := &config.SecretRef{Env: "X"}
-	tests := []struct {
-		name  string
-		out   config.HTTPOutput
-		creds Credentials
-		want  string
-	}{
-		{name: "unresolved header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"X-Api-Key": {Ref: ref}}},
-			want: "header X-Api-Key: its secret reference is not resolved"},
-		{name: "resolved header splitting lines", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"X-Api-Key": {Ref: ref}}},
-			creds: Credentials{Headers: map[string]string{"X-Api-Key": "S3CR3T\r\nX-Evil: 1"}}, want: "header X-Api-Key: the resolved value holds control characters"},
-		{name: "unresolved url secret", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref}, want: "url_secret is not resolved"},
-		{name: "url secret not path-safe", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref},
-			creds: Credentials{URLSecret: "S3CR3T?x=1"}, want: "url_secret in the path"},
-		{name: "url secret as a dot segment", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref},
-			creds: Credentials{URLSecret: "S3CR3T/.."}, want: "url_secret in the path"},
-		{name: "placeholder without url_secret", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}"}, creds: Credentials{URLSecret: "S3CR3T"},
-			want: "{secret} needs url_secret"},
-		{name: "placeholder in host", out: config.HTTPOutput{URL: "http://{secret}.h/{doc_id}", URLSecret: ref}, creds: Credentials{URLSecret: "S3CR3T"},
-			want: "host"},
-		{name: "fragment after a literal query", out: config.HTTPOutput{URL: "http://h/{doc_id}?key=S3CR3T#frag"}, want: "fragment"},
-		{name: "bad scheme with a literal query", out: config.HTTPOutput{URL: "ftp://h/{doc_id}?key=S3CR3T"}, want: "http://"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := New(tt.out, tt.creds, nil)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("New error = %v, want one mentioning %q", err, tt.want)
-			}
-			if err != nil && strings.Contains(err.Error(), "S3CR3T") {
-				t.Errorf("New error shows the secret: %v", err)
-			}
-		})
 	}
 }
 

@@ -683,9 +683,7 @@ func TestNewRejects(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := New(tt.out, tt.creds, nil)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("New error = %v, want one mentioning %q", err, tt.want)
-			}
+			delivertest.CheckNew(t, err, tt.want)
 			if err != nil && strings.Contains(err.Error(), "S3CR3T") {
 				t.Errorf("New error shows the secret: %v", err)
 			}

@@ -610,14 +610,8 @@ func TestMappingNew(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := New(pool, tt.out, "out-1")
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("New error = %v, want one mentioning %q", err, tt.wantErr)
-				}
+			if !delivertest.CheckNew(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("New: %v", err)
 			}
 			text, err := DDL(tt.out, "out-1")
 			if err != nil {

@@ -653,14 +653,8 @@ func TestNew(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s, err := New(&fakeS3{}, tt.out)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Errorf("New error = %v, want one mentioning %q", err, tt.wantErr)
-				}
+			if !delivertest.CheckNew(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("New: %v", err)
 			}
 			if got := s.Key("a/b"); got != tt.wantKey {
 				t.Errorf("Key = %q, want %q", got, tt.wantKey)

@@ -33,18 +33,13 @@ func init() {
 }
 
 func pollerLargeDocs(ctx context.Context, r *results) error {
-	st, loaded, err := coreLoaded(ctx, func() (*stack.Stack, error) {
-		return newCoreStack(ctx, "pl", coreStackSettings{limit: 500, pollerTimeout: 5 * time.Minute})
-	}, loadLargeDocs, memoryLargeDocs, memoryLargeBytes)
+	run, err := corePollerOnly(ctx, "pl", 500, loadLargeDocs, memoryLargeDocs, memoryLargeBytes)
 	if err != nil {
 		return err
 	}
-	defer coreClose(ctx, st)
-	m, took, err := coreMeasurePoller(ctx, st)
-	if err != nil {
-		return err
-	}
-	ids, claims, err := queuedDocs(ctx, st)
+	defer coreClose(ctx, run.st)
+	loaded, took, m := run.loaded, run.took, run.mem
+	ids, claims, err := queuedDocs(ctx, run.st)
 	if err != nil {
 		return err
 	}

@@ -38,17 +38,12 @@ const (
 )
 
 func pollerMemory(ctx context.Context, r *results) error {
-	st, loaded, err := coreLoaded(ctx, func() (*stack.Stack, error) {
-		return newCoreStack(ctx, "pm", coreStackSettings{limit: memoryLimit, pollerTimeout: 5 * time.Minute})
-	}, coreLoad, memoryDocs, memoryPadding)
+	run, err := corePollerOnly(ctx, "pm", memoryLimit, coreLoad, memoryDocs, memoryPadding)
 	if err != nil {
 		return err
 	}
-	defer coreClose(ctx, st)
-	m, _, err := coreMeasurePoller(ctx, st)
-	if err != nil {
-		return err
-	}
+	defer coreClose(ctx, run.st)
+	loaded, m := run.loaded, run.mem
 	r.add("docs", memoryDocs, fmt.Sprintf("~%d KB bodies, limit %d (a batch holds ~%.0f MiB of bodies), loaded in %s",
 		memoryPadding/1024, memoryLimit, float64(memoryLimit*memoryPadding)/(1<<20), loaded.Round(time.Second)))
 	r.add("peak RSS MiB", m.maxRSS, fmt.Sprintf("ru_maxrss of the changesctl process; %s", strings.TrimSpace(m.summary)))
@@ -58,18 +53,40 @@ func pollerMemory(ctx context.Context, r *results) error {
 	return nil
 }
 
-// coreMeasurePoller runs the poller of st alone (`changesctl run
-// --no-writer --until-idle`) as a process of its own, and returns what the
-// process used and how long it ran.
-func coreMeasurePoller(ctx context.Context, st *stack.Stack) (coreProcessMemory, time.Duration, error) {
+// corePollerRun is a stack whose poller ran alone, as a process of its own.
+type corePollerRun struct {
+	st     *stack.Stack
+	loaded time.Duration // writing the documents into the source
+	took   time.Duration // the poller process, start to exit
+	mem    coreProcessMemory
+}
+
+// corePollerOnly provisions a stack named after kind with feed limit limit
+// and a 5-minute poller timeout, has load write n documents of about size
+// bytes into its source, then runs its poller alone (`changesctl run
+// --no-writer --until-idle`) as a process of its own. The caller closes
+// run.st; on an error it is closed already.
+func corePollerOnly(ctx context.Context, kind string, limit int, load func(ctx context.Context, db string, n, size int) error, n, size int) (corePollerRun, error) {
+	var run corePollerRun
 	bin, remove, err := faults.Build(ctx)
 	if err != nil {
-		return coreProcessMemory{}, 0, err
+		return run, err
 	}
 	defer remove()
+	run.st, run.loaded, err = coreLoaded(ctx, func() (*stack.Stack, error) {
+		return newCoreStack(ctx, kind, coreStackSettings{limit: limit, pollerTimeout: 5 * time.Minute})
+	}, load, n, size)
+	if err != nil {
+		return run, err
+	}
 	t0 := time.Now()
-	m, err := coreMeasureProcess(ctx, bin, "run", "--config", st.ConfigPath, "--no-writer", "--until-idle", "--timeout", "4m")
-	return m, time.Since(t0), err
+	run.mem, err = coreMeasureProcess(ctx, bin, "run", "--config", run.st.ConfigPath, "--no-writer", "--until-idle", "--timeout", "4m")
+	run.took = time.Since(t0)
+	if err != nil {
+		coreClose(ctx, run.st)
+		return run, err
+	}
+	return run, nil
 }
 
 // coreProcessMemory is what one process used.

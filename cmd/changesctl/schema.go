@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -15,11 +14,9 @@ import (
 // with a mapping, the data and versions tables of one without. It reads only
 // the configuration file: no database or AWS access.
 func cmdSchema(_ context.Context, env *cliEnv, args []string) error {
-	fs := flag.NewFlagSet("schema", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	path := fs.String("config", "", "job configuration file")
-	jobID := fs.String("job", "", "only this job")
-	outputID := fs.String("output", "", "only this output")
+	fs := newFlags(env, "schema")
+	sc := scopeFlags(fs, "only this job", "only this output")
+	path, jobID, outputID := sc.path, sc.job, sc.output
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -214,6 +214,21 @@ func (s *testStack) run(writerOnly bool) localrun.Summary {
 	return rt.Summary()
 }
 
+// runInBackground runs the pipeline in this process until the test ends,
+// failing the test if it stops with an error before that.
+func (s *testStack) runInBackground() {
+	ctx, cancel := context.WithCancel(s.t.Context())
+	rt := &localrun.Runtime{Deps: s.Deps, Log: s.Deps.Log, Opts: localrun.Options{Tick: time.Second}}
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	s.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && ctx.Err() == nil {
+			s.t.Errorf("run: %v", err)
+		}
+	})
+}
+
 // pgTables returns the data and versions tables of a PostgreSQL output,
 // quoted.
 func (s *testStack) pgTables(output string) (data, versions string) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,19 +26,6 @@ func TestLoadFindsDeployedBucket(t *testing.T) {
 	const stackBucket = "cwb-generated-bucket-4f5e6d"
 	createOutputStack(t, cfn, deployedPrefix, stackBucket)
 
-	write := func(prefix, bucket string) string {
-		b := ""
-		if bucket != "" {
-			b = fmt.Sprintf(`, "bucket": %q`, bucket)
-		}
-		p := filepath.Join(t.TempDir(), "jobs.json")
-		doc := fmt.Sprintf(`{"stack": {"prefix": %q%s}, "jobs": [{"id": "j", "source": {"type": "couchdb", "url": "http://127.0.0.1:5984/x"},
-			"outputs": [{"id": "files", "type": "s3", "s3": {"prefix": "docs/"}}]}]}`, prefix, b)
-		if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
 	noStack := "cwn" + strings.ReplaceAll(testenv.Name(t), "-", "")[1:9]
 	tests := []struct {
 		name    string
@@ -48,10 +34,10 @@ func TestLoadFindsDeployedBucket(t *testing.T) {
 		want    string
 		wantLog string
 	}{
-		{name: "deployed stack", path: write(deployedPrefix, ""), want: stackBucket, wantLog: "using the deployed stack's bucket"},
-		{name: "no stack", path: write(noStack, ""), want: noStack + "-data"},
-		{name: "bucket in the file", path: write(deployedPrefix, "named-in-file"), want: "named-in-file"},
-		{name: "CHANGES_BUCKET", path: write(deployedPrefix, ""), env: map[string]string{"CHANGES_BUCKET": "from-env"}, want: "from-env"},
+		{name: "deployed stack", path: writeS3Config(t, deployedPrefix, ""), want: stackBucket, wantLog: "using the deployed stack's bucket"},
+		{name: "no stack", path: writeS3Config(t, noStack, ""), want: noStack + "-data"},
+		{name: "bucket in the file", path: writeS3Config(t, deployedPrefix, "named-in-file"), want: "named-in-file"},
+		{name: "CHANGES_BUCKET", path: writeS3Config(t, deployedPrefix, ""), env: map[string]string{"CHANGES_BUCKET": "from-env"}, want: "from-env"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

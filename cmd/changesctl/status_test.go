@@ -26,9 +26,7 @@ func (s *testStack) pollerCheckpoint() *lease.Lease {
 }
 
 func TestStatus(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := newTestStack(t, outPG, outS3)
+	ctx, s := parallelStack(t, outPG, outS3)
 	store := s.Leases
 	l := s.pollerCheckpoint()
 	authAt := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -106,9 +104,7 @@ func TestStatus(t *testing.T) {
 // blocked: a page recorded at the current checkpoint is blocked, one at an
 // older position was passed since.
 func TestStatusShowsQuarantine(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := newTestStack(t, outPG)
+	ctx, s := parallelStack(t, outPG)
 	s.pollerCheckpoint()
 	q := &quarantine.Store{DB: s.Deps.DynamoDB, Table: s.Config.TableName()}
 	for _, e := range []quarantine.Entry{

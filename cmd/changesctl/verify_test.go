@@ -27,9 +27,7 @@ import (
 // checks that verify is clean again and that a later source change still
 // wins over the repair.
 func TestVerifyFindsAndRepairsDrift(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := newTestStack(t, outPG, outS3)
+	ctx, s := parallelStack(t, outPG, outS3)
 	revs := map[string]string{}
 	for i := range 12 {
 		id := fmt.Sprintf("doc-%02d", i)
@@ -147,9 +145,7 @@ func TestVerifyHTTPUnsupported(t *testing.T) {
 // pipeline reads it, so a document whose output copy was deleted behind the
 // sink's back is reported under such an id, and a repair brings it back.
 func TestVerifyListsWhatAllDocsSkips(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := newTestStack(t, outPG, outS3)
+	ctx, s := parallelStack(t, outPG, outS3)
 	revs := map[string]string{}
 	for _, id := range []string{"plain", "注文-1", "注文-2"} {
 		revs[id] = s.putDoc(id, map[string]any{"id": id}, "")
@@ -200,9 +196,7 @@ func TestVerifyListsWhatAllDocsSkips(t *testing.T) {
 // verify reports exactly that document as differing (and only with content
 // comparison on), that a repair rewrites it, and that verify is then clean.
 func TestVerifyComparesContent(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := newTestStack(t, outPG, outPGMap, outS3)
+	ctx, s := parallelStack(t, outPG, outPGMap, outS3)
 	revs := map[string]string{}
 	for i := range 6 {
 		id := fmt.Sprintf("doc-%02d", i)

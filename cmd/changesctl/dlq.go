@@ -258,7 +258,7 @@ func printMessage(w io.Writer, m dlq.Message, now time.Time, body bool) {
 	defer tw.Flush()
 	fmt.Fprintf(tw, "message\t%s\n", m.ID)
 	if !m.SentAt.IsZero() {
-		fmt.Fprintf(tw, "in dlq since\t%s (%s)\n", m.SentAt.Format(time.RFC3339), ago(now, m.SentAt))
+		fmt.Fprintf(tw, "in dlq since\t%s\n", when(now, m.SentAt))
 	}
 	if e := m.Envelope; e != nil {
 		fmt.Fprintf(tw, "document\t%q\n", e.DocID)
@@ -272,7 +272,7 @@ func printMessage(w io.Writer, m dlq.Message, now time.Time, body bool) {
 		fmt.Fprintln(tw)
 		fmt.Fprintf(tw, "job/output\t%s/%s\n", e.Job, e.Output)
 		if !e.EnqueuedAt.IsZero() {
-			fmt.Fprintf(tw, "enqueued\t%s (%s)\n", e.EnqueuedAt.Format(time.RFC3339), ago(now, e.EnqueuedAt))
+			fmt.Fprintf(tw, "enqueued\t%s\n", when(now, e.EnqueuedAt))
 		}
 		switch {
 		case e.DocRef != nil:
@@ -292,10 +292,10 @@ func printMessage(w io.Writer, m dlq.Message, now time.Time, body bool) {
 		fmt.Fprintf(tw, "failure\t%s %s%s after %d attempt(s)\n", f.Class, f.Reason, status, f.Attempts)
 		fmt.Fprintf(tw, "error\t%s\n", f.Error)
 		if !f.FirstAt.IsZero() {
-			fmt.Fprintf(tw, "first failure\t%s (%s)\n", f.FirstAt.Format(time.RFC3339), ago(now, f.FirstAt))
+			fmt.Fprintf(tw, "first failure\t%s\n", when(now, f.FirstAt))
 		}
 		if !f.LastAt.IsZero() {
-			fmt.Fprintf(tw, "last failure\t%s (%s)\n", f.LastAt.Format(time.RFC3339), ago(now, f.LastAt))
+			fmt.Fprintf(tw, "last failure\t%s\n", when(now, f.LastAt))
 		}
 	}
 	if body && m.Envelope != nil && len(m.Envelope.Doc) > 0 {
@@ -374,6 +374,11 @@ func ago(now, t time.Time) string {
 		return d.Round(time.Second).String() + " ago"
 	}
 	return d.Round(time.Minute).String() + " ago"
+}
+
+// when is t for people: RFC 3339, and how long before now it was.
+func when(now, t time.Time) string {
+	return t.Format(time.RFC3339) + " (" + ago(now, t) + ")"
 }
 
 // failureStatus names a failure's HTTP status or SQL state ("http 422",

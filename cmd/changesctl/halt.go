@@ -218,8 +218,8 @@ func haltShow(ctx context.Context, env *cliEnv, deps *pipeline.Deps, j *config.J
 		status := inParens(failureStatus(h.HTTPStatus, h.SQLState))
 		fmt.Fprintf(tw, "failure\t%s %s%s, %d attempt(s) since the halt\n", h.Class, h.Reason, status, h.Attempts)
 		fmt.Fprintf(tw, "error\t%s\n", h.Error)
-		fmt.Fprintf(tw, "halted since\t%s (%s)\n", h.Since.Format(time.RFC3339), ago(now, h.Since))
-		fmt.Fprintf(tw, "last attempt\t%s (%s)\n", h.LastAttemptAt.Format(time.RFC3339), ago(now, h.LastAttemptAt))
+		fmt.Fprintf(tw, "halted since\t%s\n", when(now, h.Since))
+		fmt.Fprintf(tw, "last attempt\t%s\n", when(now, h.LastAttemptAt))
 		if h.Requested != "" {
 			fmt.Fprintf(tw, "requested\t%s\n", h.Requested)
 		}

@@ -209,8 +209,8 @@ func printStatus(w io.Writer, rows []jobStatus) error {
 			}
 			for _, h := range o.Halted {
 				status := inParens(failureStatus(h.HTTPStatus, h.SQLState))
-				halts = append(halts, fmt.Sprintf("%s/%s HALTED since %s (%s) at document %q seq %s: %s %s%s; changesctl halt show --job %s --output %s",
-					r.Job, o.Output, h.Since.Format(time.RFC3339), ago(time.Now(), h.Since), h.DocID, dash(string(h.Seq)), h.Class, h.Reason, status, r.Job, o.Output))
+				halts = append(halts, fmt.Sprintf("%s/%s HALTED since %s at document %q seq %s: %s %s%s; changesctl halt show --job %s --output %s",
+					r.Job, o.Output, when(time.Now(), h.Since), h.DocID, dash(string(h.Seq)), h.Class, h.Reason, status, r.Job, o.Output))
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", lead, output, queue, oldest, dlqDepth)
 		}

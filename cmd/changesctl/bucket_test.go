@@ -2,16 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
-	cfntypes "github.com/aws/aws-sdk-go-v2/service/cloudformation/types"
 
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
@@ -24,7 +20,7 @@ func TestLoadFindsDeployedBucket(t *testing.T) {
 	cfn := cloudformation.NewFromConfig(awsCfg)
 	deployedPrefix := "cwb" + strings.ReplaceAll(testenv.Name(t), "-", "")[1:9]
 	const stackBucket = "cwb-generated-bucket-4f5e6d"
-	createOutputStack(t, cfn, deployedPrefix, stackBucket)
+	testenv.CreateStack(t, cfn, deployedPrefix, fmt.Sprintf(`{"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": {"BucketName": {"Value": %q}}}`, stackBucket))
 
 	noStack := "cwn" + strings.ReplaceAll(testenv.Name(t), "-", "")[1:9]
 	tests := []struct {
@@ -66,31 +62,5 @@ func TestLoadFindsDeployedBucket(t *testing.T) {
 				t.Errorf("log %q, want %q", logs.String(), tt.wantLog)
 			}
 		})
-	}
-}
-
-// createOutputStack creates a stack named name whose output BucketName is
-// bucket, through the local CloudFormation, and deletes it at the end.
-func createOutputStack(t *testing.T, c *cloudformation.Client, name, bucket string) {
-	t.Helper()
-	ctx := t.Context()
-	body := fmt.Sprintf(`{"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": {"BucketName": {"Value": %q}}}`, bucket)
-	if _, err := c.CreateStack(ctx, &cloudformation.CreateStackInput{StackName: &name, TemplateBody: &body}); err != nil {
-		t.Fatalf("create stack: %v", err)
-	}
-	t.Cleanup(func() { c.DeleteStack(context.WithoutCancel(ctx), &cloudformation.DeleteStackInput{StackName: &name}) })
-	for deadline := time.Now().Add(time.Minute); ; {
-		out, err := c.DescribeStacks(ctx, &cloudformation.DescribeStacksInput{StackName: &name})
-		if err != nil {
-			t.Fatalf("describe stack: %v", err)
-		}
-		st := out.Stacks[0]
-		if st.StackStatus == cfntypes.StackStatusCreateComplete {
-			return
-		}
-		if !strings.HasSuffix(string(st.StackStatus), "_IN_PROGRESS") || time.Now().After(deadline) {
-			t.Fatalf("stack %s: %s %s", name, st.StackStatus, aws.ToString(st.StackStatusReason))
-		}
-		time.Sleep(300 * time.Millisecond)
 	}
 }

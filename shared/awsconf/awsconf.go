@@ -17,8 +17,8 @@ import (
 )
 
 // MaxIdleConnsPerHost is how many idle connections the clients keep per
-// endpoint. The SDK keeps 10; the poller has up to 16 SQS requests in flight
-// (fanout.DefaultConcurrency) and the local writer loops more, and a
+// endpoint. The SDK keeps 10; the poller has up to send_concurrency (64 by
+// default) SQS requests in flight and the local writer loops more, and a
 // connection closed after every burst costs a TLS handshake on the next.
 const MaxIdleConnsPerHost = 64
 

@@ -28,6 +28,13 @@ const (
 	SourceEdgeServer  = "edge_server"
 )
 
+// Auth types.
+const (
+	AuthBasic   = "basic"
+	AuthBearer  = "bearer"
+	AuthSession = "session"
+)
+
 // Output types.
 const (
 	OutputPostgres = "postgres"
@@ -190,9 +197,12 @@ type TLS struct {
 	CAPEM string `json:"ca_pem,omitempty"`
 }
 
-// Auth is basic or bearer authentication. Secrets are given by reference only.
+// Auth is basic, bearer or session authentication. Secrets are given by
+// reference only.
 type Auth struct {
-	// Type is basic or bearer.
+	// Type is basic, bearer, or session: a Sync Gateway or App Services
+	// source only, which signs in with the username and password (POST
+	// {db}/_session) and sends the session cookie instead of the password.
 	Type     string     `json:"type"`
 	Username string     `json:"username,omitempty"`
 	Password *SecretRef `json:"password,omitempty"`
@@ -688,6 +698,11 @@ func (j *Job) validate(p string) []error {
 	}
 	if s.Auth != nil {
 		errs = append(errs, s.Auth.validate(p+".source.auth")...)
+		if s.Auth.Type == AuthSession && s.Type != SourceSyncGateway && s.Type != SourceAppServices {
+			// CouchDB's session is server-wide (/_session, AuthSession) and
+			// Edge Server documents none: neither is implemented.
+			bad("source.auth.type", "session is for sync_gateway and app_services sources (POST {db}/_session), not %q: use basic", s.Type)
+		}
 	}
 	if s.TLS != nil {
 		switch {
@@ -895,6 +910,9 @@ func (h *HTTPOutput) validate(p string) []error {
 	}
 	if h.Auth != nil {
 		errs = append(errs, h.Auth.validate(p+".auth")...)
+		if h.Auth.Type == AuthSession {
+			errs = append(errs, fmt.Errorf("%s.auth.type: session is for a Sync Gateway source, not an output: use basic or bearer", p))
+		}
 	}
 	if t := h.Timeout; t == zeroGiven {
 		errs = append(errs, fmt.Errorf("%s.timeout: "+zeroRefused, p, DefaultHTTPTimeout))
@@ -991,12 +1009,12 @@ func (s *S3Output) validate(p string) []error {
 func (a *Auth) validate(p string) []error {
 	var errs []error
 	switch a.Type {
-	case "basic":
+	case AuthBasic, AuthSession:
 		if a.Username == "" {
-			errs = append(errs, fmt.Errorf("%s.username: is required for basic auth", p))
+			errs = append(errs, fmt.Errorf("%s.username: is required for %s auth", p, a.Type))
 		}
 		if a.Password == nil {
-			errs = append(errs, fmt.Errorf("%s.password: is required for basic auth", p))
+			errs = append(errs, fmt.Errorf("%s.password: is required for %s auth", p, a.Type))
 		} else if err := a.Password.validate(); err != nil {
 			errs = append(errs, fmt.Errorf("%s.password: %w", p, err))
 		}
@@ -1007,7 +1025,7 @@ func (a *Auth) validate(p string) []error {
 			errs = append(errs, fmt.Errorf("%s.token: %w", p, err))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("%s.type: %q is not basic or bearer", p, a.Type))
+		errs = append(errs, fmt.Errorf("%s.type: %q is not basic, bearer or session", p, a.Type))
 	}
 	return errs
 }

@@ -30,13 +30,7 @@ func (c *Client) Attachment(ctx context.Context, id, rev, name string) (io.ReadC
 		return nil, fmt.Errorf("%s: build request: %w", op, err)
 	}
 	req.Header.Set("Accept", "*/*")
-	req.Header.Set("User-Agent", userAgent)
-	switch {
-	case c.o.Token != "":
-		req.Header.Set("Authorization", "Bearer "+c.o.Token)
-	case c.o.Username != "":
-		req.SetBasicAuth(c.o.Username, c.o.Password)
-	}
+	c.identify(req.Header)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, &transportError{op: op, err: err}

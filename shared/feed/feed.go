@@ -39,7 +39,8 @@ const (
 )
 
 // Options configure a Client. Credentials are already resolved; they are sent
-// only in the Authorization header and never appear in errors or String.
+// only in the Authorization header (or, for a session, the sign-in request
+// and the Cookie header) and never appear in errors or String.
 type Options struct {
 	// SourceType is config.SourceCouchDB, SourceSyncGateway, SourceAppServices
 	// or SourceEdgeServer.
@@ -49,6 +50,12 @@ type Options struct {
 	URL string
 	// Username and Password select basic authentication when Username is set.
 	Username, Password string
+	// Session signs in with Username and Password instead (POST
+	// {db}/_session, Sync Gateway and App Services only) and sends the
+	// session's cookie with every request; on a 401 it signs in again once
+	// and resends the request. The sign-in is reported to OnRequest as
+	// "session".
+	Session bool
 	// Token selects bearer authentication when set.
 	Token string
 	// Limit bounds the rows of one _changes request. Default config.DefaultLimit.
@@ -101,6 +108,8 @@ func (o Options) String() string {
 	switch {
 	case o.Token != "":
 		auth = "bearer [redacted]"
+	case o.Session:
+		auth = fmt.Sprintf("session %s:[redacted]", o.Username)
 	case o.Username != "":
 		auth = fmt.Sprintf("basic %s:[redacted]", o.Username)
 	}
@@ -132,6 +141,9 @@ func (o Options) Validate() error {
 	}
 	if o.Username == "" && o.Password != "" {
 		errs = append(errs, errors.New("username: required when a password is set"))
+	}
+	if o.Session {
+		errs = append(errs, o.validateSession()...)
 	}
 	if o.Limit < 0 {
 		errs = append(errs, fmt.Errorf("limit: %d is negative", o.Limit))
@@ -249,6 +261,12 @@ func New(o Options) (*Client, error) {
 			}
 		}
 		hc = defaultHTTPClient(o.Concurrency, roots)
+	}
+	if o.Session {
+		var err error
+		if hc, err = o.withSession(hc); err != nil {
+			return nil, fmt.Errorf("feed options: %w", err)
+		}
 	}
 	return &Client{o: o, base: strings.TrimRight(o.URL, "/"), hc: hc, pages: pager{max: o.Limit}}, nil
 }

@@ -223,13 +223,14 @@ func (c *Client) header(req *http.Request, accept string, jsonBody bool) {
 	c.identify(req.Header)
 }
 
-// identify sets User-Agent and the credentials.
+// identify sets User-Agent and the credentials (a session's cookie is set
+// by the client's transport, see session).
 func (c *Client) identify(h http.Header) {
 	h.Set("User-Agent", userAgent)
 	switch {
 	case c.o.Token != "":
 		h.Set("Authorization", "Bearer "+c.o.Token)
-	case c.o.Username != "":
+	case c.o.Username != "" && !c.o.Session:
 		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(c.o.Username+":"+c.o.Password)))
 	}
 }

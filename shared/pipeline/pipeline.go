@@ -198,6 +198,7 @@ func (d *Deps) feed(ctx context.Context, j *config.Job, onRequest func(string, i
 		if opts.Username, opts.Password, opts.Token, err = d.credentials(ctx, a); err != nil {
 			return nil, fmt.Errorf("source auth of %s: %w", j.ID, err)
 		}
+		opts.Session = a.Type == config.AuthSession
 	}
 	if t := j.Source.TLS; t != nil {
 		opts.CAPEM = []byte(t.CAPEM)
@@ -279,7 +280,7 @@ func (d *Deps) Close() {
 
 func (d *Deps) credentials(ctx context.Context, a *config.Auth) (user, pass, token string, err error) {
 	switch a.Type {
-	case "basic":
+	case config.AuthBasic, config.AuthSession:
 		pass, err = d.Secrets.Resolve(ctx, *a.Password)
 		return a.Username, pass, "", err
 	case "bearer":

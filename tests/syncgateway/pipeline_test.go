@@ -34,6 +34,13 @@ type pipelineStack struct {
 
 func newPipelineStack(t *testing.T, db *testenv.SGDatabase, user, password, fetch string, limit int) *pipelineStack {
 	t.Helper()
+	return newPipelineStackAuth(t, db, config.AuthBasic, user, password, fetch, limit)
+}
+
+// newPipelineStackAuth is newPipelineStack with the source's auth type
+// (basic or session).
+func newPipelineStackAuth(t *testing.T, db *testenv.SGDatabase, authType, user, password, fetch string, limit int) *pipelineStack {
+	t.Helper()
 	awsCfg := testenv.AWS(t)
 	testenv.Postgres(t) // fails early, with a hint, when PostgreSQL is down
 	prefix := testenv.Name(t)
@@ -45,11 +52,11 @@ func newPipelineStack(t *testing.T, db *testenv.SGDatabase, user, password, fetc
 	doc := fmt.Sprintf(`{
 		"stack": {"prefix": %q, "bucket": "changes-worker-tests", "poller_timeout": "20s", "writer_timeout": "10s"},
 		"jobs": [{"id": "sg", "source": {"type": "sync_gateway", "url": %q,
-				"auth": {"type": "basic", "username": %q, "password": {"env": "SG_TEST_PASSWORD"}}},
+				"auth": {"type": %q, "username": %q, "password": {"env": "SG_TEST_PASSWORD"}}},
 			"feed": {"limit": %d, "timeout": "2s", "fetch": %q}, "lease": {"ttl": "10s"},
 			"outputs": [{"id": "pg", "type": "postgres", "max_receive_count": 4,
 				"postgres": {"dsn": {"env": "SG_TEST_PG_DSN"}, "table": %q, "create_tables": true}}]}]}`,
-		prefix, db.URL(), user, limit, fetch, s.table)
+		prefix, db.URL(), authType, user, limit, fetch, s.table)
 	path := filepath.Join(t.TempDir(), "jobs.json")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)

@@ -52,7 +52,6 @@ func cmdInvoke(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "invoke "+fn)
 	fs.Usage = func() { fmt.Fprint(env.stderr, invokeUsage); fs.PrintDefaults() }
 	sc := scopeFlags(fs, "job id (poller: replaces the event's job; writer: point the records at this job's output)", "writer: point the records at this output")
-	jobID, outputID := sc.job, sc.output
 	eventPath := fs.String("event", "", "Lambda event file (- for standard input)")
 	timeout := fs.Duration("timeout", 0, "the invocation's deadline (default: stack.poller_timeout or stack.writer_timeout)")
 	verbose := fs.Bool("v", false, "debug logging")
@@ -89,15 +88,15 @@ func cmdInvoke(ctx context.Context, env *cliEnv, args []string) error {
 	var resp any
 	switch fn {
 	case "poller":
-		if *outputID != "" {
+		if *sc.output != "" {
 			return errors.New("invoke poller: --output applies to the writer only")
 		}
 		var ev pipeline.ScheduleEvent
 		if err := decodeEvent(raw, &ev); err != nil {
 			return fmt.Errorf("invoke poller: %s: %w", *eventPath, err)
 		}
-		if *jobID != "" {
-			ev.Job = *jobID
+		if *sc.job != "" {
+			ev.Job = *sc.job
 		}
 		resp, err = deps.HandleSchedule(ictx, ev)
 	case "writer":
@@ -105,8 +104,8 @@ func cmdInvoke(ctx context.Context, env *cliEnv, args []string) error {
 		if err := decodeEvent(raw, &ev); err != nil {
 			return fmt.Errorf("invoke writer: %s: %w", *eventPath, err)
 		}
-		if *jobID != "" || *outputID != "" {
-			if err := retarget(ctx, deps, &ev, *jobID, *outputID); err != nil {
+		if *sc.job != "" || *sc.output != "" {
+			if err := retarget(ctx, deps, &ev, *sc.job, *sc.output); err != nil {
 				return fmt.Errorf("invoke writer: %w", err)
 			}
 		}

@@ -158,6 +158,7 @@ started_before() {
 # passes and records the service's status line.
 start_service() {
 	local name="$1" key="$2" url="$3" dir="$4" pidfile="$5" log="$6" what="$7" ready="$8" pid
+	[[ "${9:-}" == -- ]] || die "start_service $name: want -- before the command"
 	shift 9
 	say "starting $name on $url (log ${log#"$ROOT"/})"
 	(

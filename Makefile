@@ -21,7 +21,7 @@ CFN_LINT_VERSION := 1.51.0
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK      := $(LOCAL)/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: help up down sync-gateway build ctl test test-infra fuzz demo bench lint cdk-deps cdk-config synth diff deploy destroy localstack-up localstack-deploy
+.PHONY: help up down sync-gateway build ctl test test-infra cfn-lint-tool fuzz demo bench lint cdk-deps cdk-config synth diff deploy destroy localstack-up localstack-deploy
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -44,8 +44,7 @@ build: ## build the Lambda bootstraps for linux/arm64 into build/<function>/boot
 		echo "build/$$f/bootstrap"; \
 	done
 
-test: lint up cdk-deps ## lint, then run every test (unit, integration, end-to-end, infra) against the local services
-	@command -v cfn-lint >/dev/null 2>&1 || pip install --quiet "cfn-lint==$(CFN_LINT_VERSION)"
+test: lint up cdk-deps cfn-lint-tool ## lint, then run every test (unit, integration, end-to-end, infra) against the local services
 	@$(ENV) $(GO) test -count=1 -timeout 45m ./...
 
 # Fuzz targets as package:Target. Their seed corpora (f.Add and testdata/fuzz)
@@ -72,8 +71,7 @@ fuzz: up ## run each fuzz target for FUZZTIME (30s); a failing input is written 
 	done; \
 	if [ -n "$$failed" ]; then echo "fuzz failures:$$failed"; exit 1; fi
 
-test-infra: up cdk-deps ## only the CDK stack tests: assertions, IAM, cdk-nag, cfn-lint, the local variant deployed to LocalStack
-	@command -v cfn-lint >/dev/null 2>&1 || pip install --quiet "cfn-lint==$(CFN_LINT_VERSION)"
+test-infra: up cdk-deps cfn-lint-tool ## only the CDK stack tests: assertions, IAM, cdk-nag, cfn-lint, the local variant deployed to LocalStack
 	@$(ENV) $(GO) test -count=1 ./infra/...
 
 demo: up ctl ## run the pipeline end to end on the local services and print a summary
@@ -97,6 +95,10 @@ infra/node_modules/.package-lock.json: infra/package.json infra/package-lock.jso
 	npm ci --prefix infra --no-audit --no-fund
 
 cdk-deps: infra/node_modules/.package-lock.json ## install the pinned CDK CLI and cdklocal into infra/node_modules
+
+# cfn-lint-tool installs the pinned cfn-lint the infra tests run, unless one is on PATH.
+cfn-lint-tool:
+	@command -v cfn-lint >/dev/null 2>&1 || pip install --quiet "cfn-lint==$(CFN_LINT_VERSION)"
 
 cdk-config:
 	@test -n "$(CDK_CONFIG)" || { echo "name the job configuration: make $(or $(MAKECMDGOALS),synth) CDK_CONFIG=path/to/jobs.json (there is no default)" >&2; exit 1; }

@@ -70,27 +70,9 @@ func (s *changesStack) addAlarms() {
 	for _, r := range s.routes {
 		s.addRouteAlarms(r)
 	}
-	s.alarm("PollerFunctionErrors", "poller-errors", "The poller function failed (error or timeout). See its log group.", &awscloudwatch.AlarmProps{
-		Metric:             s.poller.metric(lambdaErrors, &awscloudwatch.MetricOptions{Period: seconds(errorPeriod), Statistic: jsii.String("Sum")}),
-		Threshold:          jsii.Number(0),
-		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-		EvaluationPeriods:  jsii.Number(1),
-		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-	})
-	s.alarm("WriterFunctionErrors", "writer-errors", "The writer function failed a whole batch (error or timeout). See its log group.", &awscloudwatch.AlarmProps{
-		Metric:             s.writer.metric(lambdaErrors, &awscloudwatch.MetricOptions{Period: seconds(errorPeriod), Statistic: jsii.String("Sum")}),
-		Threshold:          jsii.Number(0),
-		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-		EvaluationPeriods:  jsii.Number(1),
-		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-	})
-	s.alarm("WriterFunctionThrottles", "writer-throttles", "The writer function was throttled: the account's concurrency is exhausted.", &awscloudwatch.AlarmProps{
-		Metric:             s.writer.metric(lambdaThrottles, &awscloudwatch.MetricOptions{Period: seconds(errorPeriod), Statistic: jsii.String("Sum")}),
-		Threshold:          jsii.Number(0),
-		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-		EvaluationPeriods:  jsii.Number(1),
-		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-	})
+	s.alarmAbove("PollerFunctionErrors", "poller-errors", "The poller function failed (error or timeout). See its log group.", s.poller.metric(lambdaErrors, sumOver(errorPeriod)), 0)
+	s.alarmAbove("WriterFunctionErrors", "writer-errors", "The writer function failed a whole batch (error or timeout). See its log group.", s.writer.metric(lambdaErrors, sumOver(errorPeriod)), 0)
+	s.alarmAbove("WriterFunctionThrottles", "writer-throttles", "The writer function was throttled: the account's concurrency is exhausted.", s.writer.metric(lambdaThrottles, sumOver(errorPeriod)), 0)
 }
 
 // addAlarmTopic creates the encrypted, TLS-only topic the alarms notify. The
@@ -143,45 +125,15 @@ func (s *changesStack) addAlarmTopic() {
 
 // addJobAlarms creates the alarms of one job's poller.
 func (s *changesStack) addJobAlarms(j *config.Job) {
-	s.alarm("PollerErrors-"+j.ID, j.ID+"-poller-errors", fmt.Sprintf("The poller of job %s reported errors (PollerErrors).", j.ID), &awscloudwatch.AlarmProps{
-		Metric:             s.jobMetric(metrics.PollerErrors, j, "Sum", errorPeriod),
-		Threshold:          jsii.Number(0),
-		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-		EvaluationPeriods:  jsii.Number(1),
-		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-	})
+	s.alarmAbove("PollerErrors-"+j.ID, j.ID+"-poller-errors", fmt.Sprintf("The poller of job %s reported errors (PollerErrors).", j.ID), s.jobMetric(metrics.PollerErrors, j, "Sum", errorPeriod), 0)
 
-	s.alarm("SourceAuthFailures-"+j.ID, j.ID+"-source-auth-failures", fmt.Sprintf("The source of job %s refused our credentials (401/403, SourceAuthFailures). Check the job's source credentials.", j.ID), &awscloudwatch.AlarmProps{
-		Metric:             s.jobMetric(metrics.SourceAuthFailures, j, "Sum", errorPeriod),
-		Threshold:          jsii.Number(0),
-		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-		EvaluationPeriods:  jsii.Number(1),
-		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-	})
-	s.alarm("Flood-"+j.ID, j.ID+"-flood", fmt.Sprintf("A poller invocation of job %s read more than %d changes (feed.flood_threshold, FloodBatches): the source is spiking.", j.ID, j.Feed.FloodThreshold), &awscloudwatch.AlarmProps{
-		Metric:             s.jobMetric(metrics.FloodBatches, j, "Sum", errorPeriod),
-		Threshold:          jsii.Number(0),
-		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-		EvaluationPeriods:  jsii.Number(1),
-		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-	})
+	s.alarmAbove("SourceAuthFailures-"+j.ID, j.ID+"-source-auth-failures", fmt.Sprintf("The source of job %s refused our credentials (401/403, SourceAuthFailures). Check the job's source credentials.", j.ID), s.jobMetric(metrics.SourceAuthFailures, j, "Sum", errorPeriod), 0)
+	s.alarmAbove("Flood-"+j.ID, j.ID+"-flood", fmt.Sprintf("A poller invocation of job %s read more than %d changes (feed.flood_threshold, FloodBatches): the source is spiking.", j.ID, j.Feed.FloodThreshold), s.jobMetric(metrics.FloodBatches, j, "Sum", errorPeriod), 0)
 
 	// Feed rows that name no document were skipped (each one recorded), or
 	// a page the poller cannot read holds the job at one position.
-	s.alarm("MalformedRows-"+j.ID, j.ID+"-malformed-rows", fmt.Sprintf("The poller of job %s skipped feed rows that name no document (MalformedRows); each is recorded with its reason and bytes in the job's quarantine: see changesctl status.", j.ID), &awscloudwatch.AlarmProps{
-		Metric:             s.jobMetric(metrics.MalformedRows, j, "Sum", errorPeriod),
-		Threshold:          jsii.Number(0),
-		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-		EvaluationPeriods:  jsii.Number(1),
-		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-	})
-	s.alarm("BlockedPage-"+j.ID, j.ID+"-blocked-page", fmt.Sprintf("The poller of job %s is blocked on a page of the feed it cannot read (MalformedPages) and does not move past it; the position and the reason are in the job's quarantine: see changesctl status.", j.ID), &awscloudwatch.AlarmProps{
-		Metric:             s.jobMetric(metrics.MalformedPages, j, "Sum", errorPeriod),
-		Threshold:          jsii.Number(0),
-		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-		EvaluationPeriods:  jsii.Number(1),
-		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-	})
+	s.alarmAbove("MalformedRows-"+j.ID, j.ID+"-malformed-rows", fmt.Sprintf("The poller of job %s skipped feed rows that name no document (MalformedRows); each is recorded with its reason and bytes in the job's quarantine: see changesctl status.", j.ID), s.jobMetric(metrics.MalformedRows, j, "Sum", errorPeriod), 0)
+	s.alarmAbove("BlockedPage-"+j.ID, j.ID+"-blocked-page", fmt.Sprintf("The poller of job %s is blocked on a page of the feed it cannot read (MalformedPages) and does not move past it; the position and the reason are in the job's quarantine: see changesctl status.", j.ID), s.jobMetric(metrics.MalformedPages, j, "Sum", errorPeriod), 0)
 
 	// No checkpoint in a whole window while the source reports pending changes.
 	stalled := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
@@ -217,20 +169,8 @@ func (s *changesStack) addJobAlarms(j *config.Job) {
 // addRouteAlarms creates the alarms of one (job, output).
 func (s *changesStack) addRouteAlarms(r *route) {
 	id := r.job.ID + "-" + r.out.ID
-	s.alarm("DLQNotEmpty-"+id, id+"-dlq-not-empty", fmt.Sprintf("Messages of job %s output %s failed permanently or too often and wait in the DLQ %s. Fix the cause, then redrive them from the SQS console.", r.job.ID, r.out.ID, s.cfg.DLQName(r.job, r.out)), &awscloudwatch.AlarmProps{
-		Metric:             r.dlq.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: awscdk.Duration_Minutes(jsii.Number(1)), Statistic: jsii.String("Maximum")}),
-		Threshold:          jsii.Number(0),
-		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-		EvaluationPeriods:  jsii.Number(1),
-		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-	})
-	s.alarm("OutputAuthFailures-"+id, id+"-output-auth-failures", fmt.Sprintf("Output %s of job %s refused our credentials (HTTP 401/403, S3 AccessDenied, PostgreSQL 28P01/28000; OutputAuthFailures). Check the output's credentials.", r.out.ID, r.job.ID), &awscloudwatch.AlarmProps{
-		Metric:             s.outputMetric(metrics.OutputAuthFailures, r.job, r.out, "Sum", errorPeriod),
-		Threshold:          jsii.Number(0),
-		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-		EvaluationPeriods:  jsii.Number(1),
-		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-	})
+	s.alarmAbove("DLQNotEmpty-"+id, id+"-dlq-not-empty", fmt.Sprintf("Messages of job %s output %s failed permanently or too often and wait in the DLQ %s. Fix the cause, then redrive them from the SQS console.", r.job.ID, r.out.ID, s.cfg.DLQName(r.job, r.out)), r.dlq.MetricApproximateNumberOfMessagesVisible(maxOver(time.Minute)), 0)
+	s.alarmAbove("OutputAuthFailures-"+id, id+"-output-auth-failures", fmt.Sprintf("Output %s of job %s refused our credentials (HTTP 401/403, S3 AccessDenied, PostgreSQL 28P01/28000; OutputAuthFailures). Check the output's credentials.", r.out.ID, r.job.ID), s.outputMetric(metrics.OutputAuthFailures, r.job, r.out, "Sum", errorPeriod), 0)
 	s.alarm("Backpressure-"+id, id+"-backpressure", fmt.Sprintf("Output %s of job %s has been slow or refusing (429/503, too many connections) for %s; the writer is holding its changes back (BackpressureActive).", r.out.ID, r.job.ID, backpressurePeriods*errorPeriod), &awscloudwatch.AlarmProps{
 		Metric:             s.outputMetric(metrics.BackpressureActive, r.job, r.out, "Minimum", errorPeriod),
 		Threshold:          jsii.Number(1),
@@ -239,13 +179,7 @@ func (s *changesStack) addRouteAlarms(r *route) {
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
 	objective := r.job.LatencyObjective.D()
-	s.alarm("QueueAge-"+id, id+"-latency", fmt.Sprintf("The oldest change queued for job %s output %s is older than the job's latency objective (%s).", r.job.ID, r.out.ID, objective), &awscloudwatch.AlarmProps{
-		Metric:             r.queue.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{Period: awscdk.Duration_Minutes(jsii.Number(1)), Statistic: jsii.String("Maximum")}),
-		Threshold:          jsii.Number(objective.Seconds()),
-		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-		EvaluationPeriods:  jsii.Number(1),
-		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-	})
+	s.alarmAbove("QueueAge-"+id, id+"-latency", fmt.Sprintf("The oldest change queued for job %s output %s is older than the job's latency objective (%s).", r.job.ID, r.out.ID, objective), r.queue.MetricApproximateAgeOfOldestMessage(maxOver(time.Minute)), objective.Seconds())
 	if r.out.Halts() {
 		// The writer reports 1 on every failed attempt of a halted change
 		// (at most about an hour apart) and 0 once it was delivered or
@@ -261,12 +195,34 @@ func (s *changesStack) addRouteAlarms(r *route) {
 	}
 }
 
+// alarmAbove creates an alarm that fires when metric is above threshold
+// in one period; no data is not a breach.
+func (s *changesStack) alarmAbove(id, suffix, description string, metric awscloudwatch.IMetric, threshold float64) {
+	s.alarm(id, suffix, description, &awscloudwatch.AlarmProps{
+		Metric:             metric,
+		Threshold:          jsii.Number(threshold),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+}
+
 // alarm creates an alarm named <prefix>-<suffix> that notifies the topic.
 func (s *changesStack) alarm(id, suffix, description string, props *awscloudwatch.AlarmProps) {
 	props.AlarmName = s.name(suffix)
 	props.AlarmDescription = jsii.String(description)
 	a := awscloudwatch.NewAlarm(s.stack, jsii.String(id), props)
 	a.AddAlarmAction(awscloudwatchactions.NewSnsAction(s.alarmTopic))
+}
+
+// sumOver and maxOver are the metric options of a sum and of a maximum over
+// period.
+func sumOver(period time.Duration) *awscloudwatch.MetricOptions {
+	return &awscloudwatch.MetricOptions{Period: seconds(period), Statistic: jsii.String("Sum")}
+}
+
+func maxOver(period time.Duration) *awscloudwatch.MetricOptions {
+	return &awscloudwatch.MetricOptions{Period: seconds(period), Statistic: jsii.String("Maximum")}
 }
 
 // jobMetric is one of the poller's metrics for job j.

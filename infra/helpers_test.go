@@ -61,7 +61,7 @@ func TestMain(m *testing.M) {
 // first use.
 func synthesized(t *testing.T) *synthesis {
 	t.Helper()
-	shared.once.Do(func() { shared.syn, shared.err = synthesize(variantFull, &shared.root) })
+	shared.once.Do(func() { shared.syn, shared.err = synthesizeShared(variantFull, &shared.root) })
 	if shared.err != nil {
 		t.Fatalf("synthesize %s: %v", testConfig, shared.err)
 	}
@@ -72,19 +72,27 @@ func synthesized(t *testing.T) *synthesis {
 func synthesizedLocal(t *testing.T) *synthesis {
 	t.Helper()
 	synthesized(t) // one synthesis at a time through the jsii runtime
-	sharedLocal.once.Do(func() { sharedLocal.syn, sharedLocal.err = synthesize(variantLocal, &sharedLocal.root) })
+	sharedLocal.once.Do(func() { sharedLocal.syn, sharedLocal.err = synthesizeShared(variantLocal, &sharedLocal.root) })
 	if sharedLocal.err != nil {
 		t.Fatalf("synthesize %s (local variant): %v", testConfig, sharedLocal.err)
 	}
 	return sharedLocal.syn
 }
 
-func synthesize(v variant, rootOut *string) (*synthesis, error) {
+// synthesizeShared synthesizes testConfig in variant v into a new temporary
+// directory, which it names in rootOut for TestMain to remove.
+func synthesizeShared(v variant, rootOut *string) (*synthesis, error) {
 	root, err := os.MkdirTemp("", "changes-worker-infra-test-")
 	if err != nil {
 		return nil, err
 	}
 	*rootOut = root
+	return synthesize(testConfig, v, root)
+}
+
+// synthesize synthesizes the stack of the configuration at configPath in
+// variant v, with stand-ins for the functions' code, into directory root.
+func synthesize(configPath string, v variant, root string) (*synthesis, error) {
 	// Stand-ins for `make build`: the stack only packages the files. The
 	// local variant has no function code and must not need a build.
 	buildDir := filepath.Join(root, "build")
@@ -105,7 +113,7 @@ func synthesize(v variant, rootOut *string) (*synthesis, error) {
 	outdir := filepath.Join(root, "cdk.out")
 	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx, Outdir: jsii.String(outdir)})
 	stack, err := buildApp(app, appOptions{
-		configPath: testConfig,
+		configPath: configPath,
 		buildDir:   buildDir,
 		stageDir:   filepath.Join(root, "staging"),
 		variant:    v,
@@ -115,7 +123,7 @@ func synthesize(v variant, rootOut *string) (*synthesis, error) {
 	}
 	art := app.Synth(nil).GetStackArtifact(stack.stack.ArtifactId())
 	syn := &synthesis{cfg: stack.cfg, templatePath: *art.TemplateFullPath(), outdir: outdir}
-	if syn.raw, err = os.ReadFile(testConfig); err != nil {
+	if syn.raw, err = os.ReadFile(configPath); err != nil {
 		return nil, err
 	}
 	b, err := os.ReadFile(syn.templatePath)

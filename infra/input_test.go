@@ -3,16 +3,12 @@ package main
 //lint:file-ignore SA1019 the Go CDK reads synthesis messages (errors, warnings, cdk-nag findings) only through cxapi.SynthesisMessage; its replacement is not published for Go.
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/cxapi"
-	"github.com/aws/jsii-runtime-go"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -138,29 +134,17 @@ func TestExistingBucketNoRetain(t *testing.T) {
 }`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	build := filepath.Join(dir, "build")
-	for _, fn := range []string{fnPoller, fnWriter} {
-		os.MkdirAll(filepath.Join(build, fn), 0o755)
-		os.WriteFile(filepath.Join(build, fn, "bootstrap"), []byte(fn), 0o755)
-	}
-	ctx, err := cdkContext()
+	syn, err := synthesize(cfgPath, variantFull, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx, Outdir: jsii.String(filepath.Join(dir, "cdk.out"))})
-	stack, err := buildApp(app, appOptions{configPath: cfgPath, buildDir: build})
-	if err != nil {
-		t.Fatal(err)
-	}
-	art := app.Synth(nil).GetStackArtifact(stack.stack.ArtifactId())
 	expiryWarned := false
-	for _, m := range *art.Messages() {
-		if m.Level == cxapi.SynthesisMessageLevel_ERROR {
-			t.Errorf("synth error at %s: %v", *m.Id, m.Entry.Data)
+	for _, m := range syn.messages {
+		if m.level == string(cxapi.SynthesisMessageLevel_ERROR) {
+			t.Errorf("synth error at %s: %s", m.path, m.text)
 		}
-		text := fmt.Sprint(m.Entry.Data)
-		if m.Level == cxapi.SynthesisMessageLevel_WARNING && strings.Contains(text, "existing-data") &&
-			strings.Contains(text, "claim-check/") && strings.Contains(text, "changesctl bucket check") {
+		if m.level == string(cxapi.SynthesisMessageLevel_WARNING) && strings.Contains(m.text, "existing-data") &&
+			strings.Contains(m.text, "claim-check/") && strings.Contains(m.text, "changesctl bucket check") {
 			expiryWarned = true
 		}
 	}
@@ -169,16 +153,6 @@ func TestExistingBucketNoRetain(t *testing.T) {
 	if !expiryWarned {
 		t.Errorf("no synth warning about the claim-check expiry rule of the existing bucket")
 	}
-	b, err := os.ReadFile(*art.TemplateFullPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tmpl map[string]any
-	if err := json.Unmarshal(b, &tmpl); err != nil {
-		t.Fatal(err)
-	}
-	syn := &synthesis{tmpl: tmpl}
-
 	if n := len(syn.resources("AWS::S3::Bucket")); n != 0 {
 		t.Errorf("%d buckets created, want none: stack.bucket names an existing one", n)
 	}
@@ -205,7 +179,7 @@ func TestExistingBucketNoRetain(t *testing.T) {
 	if strings.Contains(writer, ":s3:::existing-data/claim-check/*") {
 		t.Errorf("writer may read every job's claim checks: %s", writer)
 	}
-	resources, _ := tmpl["Resources"].(map[string]any)
+	resources, _ := syn.tmpl["Resources"].(map[string]any)
 	for id, r := range resources {
 		typ, _ := r.(map[string]any)["Type"].(string)
 		if typ == "AWS::CloudFormation::CustomResource" || strings.HasPrefix(typ, "Custom::") {

@@ -115,9 +115,6 @@ wait_until() {
 	done
 }
 
-# wait_http NAME URL PID LOG waits until URL answers.
-wait_http() { wait_until "$1" "$3" "$4" answers "$2"; }
-
 # stop_group PID stops a process group that this script just started and
 # that failed its checks.
 stop_group() {
@@ -126,7 +123,70 @@ stop_group() {
 	kill -KILL -- "-$1" 2>/dev/null || true
 }
 
+# die_log LOG MESSAGE shows the end of LOG and fails with MESSAGE.
+die_log() {
+	tail -n 20 "$1" >&2 || true
+	die "$2"
+}
+
+# stamp_matches STAMP FILE is true when STAMP holds FILE's checksum: what was
+# installed from FILE is still what FILE asks for.
+stamp_matches() {
+	[[ -f "$1" ]] && [[ "$(cat "$1")" == "$(sha256sum "$2" | cut -d' ' -f1)" ]]
+}
+
+# write_stamp STAMP FILE records FILE's checksum in STAMP.
+write_stamp() { sha256sum "$2" | cut -d' ' -f1 >"$1"; }
+
 STATUS=()  # lines for the closing table
+
+# started_before NAME KEY URL PORTVAR PIDFILE PATTERN READY WHAT is true,
+# with the service's status line recorded, when this script started it
+# earlier: the pid in PIDFILE is alive with PATTERN in its command line. Such
+# a process that does not pass READY URL is an error (it listens on another
+# port than PORTVAR says).
+started_before() {
+	local name="$1" key="$2" url="$3" pid
+	pid="$(pid_alive "$5" "$6")" || return 1
+	"$7" "$url" || die "$name started by up.sh (pid $pid) does not answer on $url (another $4?); run localstack/down.sh first"
+	STATUS+=("$key|$url|$8 (pid $pid, started by up.sh)")
+}
+
+# start_service NAME KEY URL DIR PIDFILE LOG WHAT READY -- COMMAND... runs
+# COMMAND in DIR in a session of its own (so that down.sh stops all it
+# starts), logging to LOG, records its pid in PIDFILE, waits until READY URL
+# passes and records the service's status line.
+start_service() {
+	local name="$1" key="$2" url="$3" dir="$4" pidfile="$5" log="$6" what="$7" ready="$8" pid
+	[[ "${9:-}" == -- ]] || die "start_service $name: want -- before the command"
+	shift 9
+	say "starting $name on $url (log ${log#"$ROOT"/})"
+	(
+		cd "$dir"
+		exec setsid "$@"
+	) </dev/null >>"$log" 2>&1 &
+	pid=$!
+	echo "$pid" >"$pidfile"
+	wait_until "$name" "$pid" "$log" "$ready" "$url"
+	STATUS+=("$key|$url|$what (pid $pid, started now)")
+}
+
+# install_venv VENV REQUIREMENTS LOG installs the pinned REQUIREMENTS into
+# a new virtualenv VENV made with Python 3.13, logging to LOG. The caller
+# checks the result and writes the stamp.
+install_venv() {
+	local venv="$1" requirements="$2" log="$3" py
+	py="$(find_python)" || die "no Python 3.13 found to install ${requirements#"$ROOT"/} \
+(looked in \$(pyenv root)/versions/3.13.*, /root/.pyenv/versions/3.13.0 and python3.13 on PATH). \
+Install one (pyenv install 3.13) or set LOCALSTACK_PYTHON=/path/to/python3.13"
+	say "installing ${requirements#"$ROOT"/} into ${venv#"$ROOT"/} with $py (pinned; log ${log#"$ROOT"/})"
+	rm -rf "$venv"
+	"$py" -m venv "$venv" >"$log" 2>&1 || die_log "$log" "python -m venv failed; see $log"
+	# --no-deps: pip installs exactly the pinned set and resolves nothing else.
+	"$venv/bin/python" -m pip install --no-deps --no-input --disable-pip-version-check \
+		-r "$requirements" >>"$log" 2>&1 ||
+		die_log "$log" "pip install -r ${requirements#"$ROOT"/} failed; see $log"
+}
 
 # ------------------------------------------------------------------ LocalStack
 
@@ -161,30 +221,21 @@ find_python() {
 }
 
 localstack_installed() {
-	[[ -x "$LS_VENV/bin/python" && -f "$LS_STAMP" ]] &&
-		[[ "$(cat "$LS_STAMP")" == "$(sha256sum "$LS_REQUIREMENTS" | cut -d' ' -f1)" ]]
+	[[ -x "$LS_VENV/bin/python" ]] && stamp_matches "$LS_STAMP" "$LS_REQUIREMENTS"
 }
 
 install_localstack() {
-	local py log="$LOGS/pip-localstack.log"
-	py="$(find_python)" || die "LocalStack $LOCALSTACK_VERSION needs Python 3.13 and none was found \
-(looked in \$(pyenv root)/versions/3.13.*, /root/.pyenv/versions/3.13.0 and python3.13 on PATH). \
-Install one (pyenv install 3.13) or set LOCALSTACK_PYTHON=/path/to/python3.13"
-	say "installing LocalStack $LOCALSTACK_VERSION into ${LS_VENV#"$ROOT"/} with $py (pinned, takes 1-2 minutes; log ${log#"$ROOT"/})"
-	rm -rf "$LS_VENV"
-	"$py" -m venv "$LS_VENV" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "python -m venv failed; see $log"; }
-	# --no-deps: pip installs exactly the pinned set and resolves nothing else.
-	"$LS_VENV/bin/python" -m pip install --no-deps --no-input --disable-pip-version-check \
-		-r "$LS_REQUIREMENTS" >>"$log" 2>&1 ||
-		{ tail -n 20 "$log" >&2; die "pip install -r localstack/requirements.txt failed; see $log"; }
+	local log="$LOGS/pip-localstack.log"
+	say "LocalStack $LOCALSTACK_VERSION takes 1-2 minutes to install"
+	install_venv "$LS_VENV" "$LS_REQUIREMENTS" "$log"
 	"$LS_VENV/bin/python" - "$LOCALSTACK_VERSION" >>"$log" 2>&1 <<-'EOF' ||
 		import sys, importlib.metadata as md
 		import localstack.runtime.main  # noqa: F401
 		got = md.version("localstack-core")
 		sys.exit(f"localstack-core {got} installed, want {sys.argv[1]}" if got != sys.argv[1] else 0)
 	EOF
-		{ tail -n 20 "$log" >&2; die "LocalStack does not import after the install; see $log"; }
-	sha256sum "$LS_REQUIREMENTS" | cut -d' ' -f1 >"$LS_STAMP"
+		die_log "$log" "LocalStack does not import after the install; see $log"
+	write_stamp "$LS_STAMP" "$LS_REQUIREMENTS"
 }
 
 # localstack_ready URL is true when LocalStack's health endpoint reports SQS
@@ -225,13 +276,8 @@ front_dynamodb_local() {
 }
 
 up_localstack() {
-	local pidfile="$RUN/localstack.pid" log="$LOGS/localstack.log" pid
-	if pid="$(pid_alive "$pidfile" localstack.runtime.main)"; then
-		localstack_ready "$LOCALSTACK_URL" ||
-			die "LocalStack started by up.sh (pid $pid) does not answer on $LOCALSTACK_URL (another LOCALSTACK_PORT?); run localstack/down.sh first"
-		STATUS+=("aws|$LOCALSTACK_URL|LocalStack $LOCALSTACK_VERSION (pid $pid, started by up.sh)")
-		return
-	fi
+	local pidfile="$RUN/localstack.pid" log="$LOGS/localstack.log"
+	started_before LocalStack aws "$LOCALSTACK_URL" LOCALSTACK_PORT "$pidfile" localstack.runtime.main localstack_ready "LocalStack $LOCALSTACK_VERSION" && return
 	if localstack_ready "$LOCALSTACK_URL"; then
 		STATUS+=("aws|$LOCALSTACK_URL|LocalStack $(localstack_version "$LOCALSTACK_URL") (already running, not managed by up.sh)")
 		return
@@ -249,7 +295,6 @@ up_localstack() {
 	localstack_installed || install_localstack
 	mkdir -p "$LS_DIR/filesystem" "$LS_DIR/tmp"
 	front_dynamodb_local
-	say "starting LocalStack on $LOCALSTACK_URL (log ${log#"$ROOT"/})"
 	# OVERRIDE_IN_DOCKER=0: this host can look like a container to LocalStack,
 	# which would then use system directories. Every directory it writes is
 	# under .local/localstack (FILESYSTEM_ROOT, and TMPDIR for its temporary
@@ -257,24 +302,18 @@ up_localstack() {
 	# LOCALSTACK_HOST: queue URLs http://127.0.0.1:PORT/queue/REGION/ACCOUNT/NAME,
 	# which resolve without LocalStack's DNS name. No certificate download, no
 	# analytics events.
-	(
-		cd "$LS_DIR"
-		exec env OVERRIDE_IN_DOCKER=0 \
-			GATEWAY_LISTEN="127.0.0.1:$LOCALSTACK_PORT" \
-			LOCALSTACK_HOST="127.0.0.1:$LOCALSTACK_PORT" \
-			SQS_ENDPOINT_STRATEGY=path \
-			DNS_ADDRESS=0 \
-			FILESYSTEM_ROOT="$LS_DIR/filesystem" \
-			TMPDIR="$LS_DIR/tmp" \
-			SKIP_SSL_CERT_DOWNLOAD=1 \
-			DISABLE_EVENTS=1 \
-			DYNAMODB_LOCAL_PORT="$DYNAMODB_PORT" \
-			setsid "$LS_VENV/bin/python" -m localstack.runtime.main
-	) </dev/null >>"$log" 2>&1 &
-	pid=$!
-	echo "$pid" >"$pidfile"
-	wait_until LocalStack "$pid" "$log" localstack_ready "$LOCALSTACK_URL"
-	STATUS+=("aws|$LOCALSTACK_URL|LocalStack $LOCALSTACK_VERSION (pid $pid, started now)")
+	start_service LocalStack aws "$LOCALSTACK_URL" "$LS_DIR" "$pidfile" "$log" "LocalStack $LOCALSTACK_VERSION" localstack_ready -- \
+		env OVERRIDE_IN_DOCKER=0 \
+		GATEWAY_LISTEN="127.0.0.1:$LOCALSTACK_PORT" \
+		LOCALSTACK_HOST="127.0.0.1:$LOCALSTACK_PORT" \
+		SQS_ENDPOINT_STRATEGY=path \
+		DNS_ADDRESS=0 \
+		FILESYSTEM_ROOT="$LS_DIR/filesystem" \
+		TMPDIR="$LS_DIR/tmp" \
+		SKIP_SSL_CERT_DOWNLOAD=1 \
+		DISABLE_EVENTS=1 \
+		DYNAMODB_LOCAL_PORT="$DYNAMODB_PORT" \
+		"$LS_VENV/bin/python" -m localstack.runtime.main
 }
 
 # ------------------------------------------------------------------ S3 (moto)
@@ -285,22 +324,15 @@ MOTO_REQUIREMENTS="$ROOT/localstack/moto-requirements.txt"
 MOTO_STAMP="$MOTO_VENV/.requirements.sha256"
 
 moto_installed() {
-	[[ -x "$MOTO_VENV/bin/python" && -f "$MOTO_STAMP" ]] &&
-		[[ "$(cat "$MOTO_STAMP")" == "$(sha256sum "$MOTO_REQUIREMENTS" | cut -d' ' -f1)" ]]
+	[[ -x "$MOTO_VENV/bin/python" ]] && stamp_matches "$MOTO_STAMP" "$MOTO_REQUIREMENTS"
 }
 
 install_moto() {
-	local py log="$LOGS/pip-moto.log"
-	py="$(find_python)" || die "moto's server is installed with Python 3.13 and none was found; set LOCALSTACK_PYTHON=/path/to/python3.13"
-	say "installing moto $MOTO_VERSION (S3 only) into ${MOTO_VENV#"$ROOT"/} (pinned; log ${log#"$ROOT"/})"
-	rm -rf "$MOTO_VENV"
-	"$py" -m venv "$MOTO_VENV" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "python -m venv failed; see $log"; }
-	"$MOTO_VENV/bin/python" -m pip install --no-deps --no-input --disable-pip-version-check \
-		-r "$MOTO_REQUIREMENTS" >>"$log" 2>&1 ||
-		{ tail -n 20 "$log" >&2; die "pip install -r localstack/moto-requirements.txt failed; see $log"; }
+	local log="$LOGS/pip-moto.log"
+	install_venv "$MOTO_VENV" "$MOTO_REQUIREMENTS" "$log"
 	"$MOTO_VENV/bin/python" -c 'import moto.server' >>"$log" 2>&1 ||
-		{ tail -n 20 "$log" >&2; die "moto does not import after the install; see $log"; }
-	sha256sum "$MOTO_REQUIREMENTS" | cut -d' ' -f1 >"$MOTO_STAMP"
+		die_log "$log" "moto does not import after the install; see $log"
+	write_stamp "$MOTO_STAMP" "$MOTO_REQUIREMENTS"
 }
 
 # s3_ready URL is true when URL answers an S3 ListBuckets call (moto checks
@@ -312,28 +344,16 @@ s3_ready() {
 }
 
 up_s3() {
-	local pidfile="$RUN/moto-s3.pid" log="$LOGS/moto-s3.log" pid
-	if pid="$(pid_alive "$pidfile" moto.server)"; then
-		s3_ready "$S3_URL" ||
-			die "moto (S3) started by up.sh (pid $pid) does not answer on $S3_URL (another S3_PORT?); run localstack/down.sh first"
-		STATUS+=("s3|$S3_URL|moto $MOTO_VERSION, S3 only (pid $pid, started by up.sh)")
-		return
-	fi
+	local pidfile="$RUN/moto-s3.pid" log="$LOGS/moto-s3.log" what="moto $MOTO_VERSION, S3 only"
+	started_before "moto (S3)" s3 "$S3_URL" S3_PORT "$pidfile" moto.server s3_ready "$what" && return
 	if s3_ready "$S3_URL"; then
 		STATUS+=("s3|$S3_URL|S3 (already running, not managed by up.sh)")
 		return
 	fi
 	port_open "$S3_PORT" && die "127.0.0.1:$S3_PORT is taken by something that does not answer S3 calls; stop it or set S3_PORT (and AWS_ENDPOINT_URL_S3)"
 	moto_installed || install_moto
-	say "starting moto's server for S3 on $S3_URL (log ${log#"$ROOT"/})"
-	(
-		cd "$MOTO_DIR"
-		exec setsid "$MOTO_VENV/bin/python" -m moto.server -H 127.0.0.1 -p "$S3_PORT"
-	) </dev/null >>"$log" 2>&1 &
-	pid=$!
-	echo "$pid" >"$pidfile"
-	wait_until "moto (S3)" "$pid" "$log" s3_ready "$S3_URL"
-	STATUS+=("s3|$S3_URL|moto $MOTO_VERSION, S3 only (pid $pid, started now)")
+	start_service "moto (S3)" s3 "$S3_URL" "$MOTO_DIR" "$pidfile" "$log" "$what" s3_ready -- \
+		"$MOTO_VENV/bin/python" -m moto.server -H 127.0.0.1 -p "$S3_PORT"
 }
 
 # ---------------------------------------------------------------- DynamoDB Local
@@ -350,9 +370,7 @@ java_major() {
 	echo "${v:-0}"
 }
 
-dynamodb_installed() {
-	[[ -f "$DDB_STAMP" ]] && [[ "$(cat "$DDB_STAMP")" == "$(sha256sum "$DDB_POM" | cut -d' ' -f1)" ]]
-}
+dynamodb_installed() { stamp_matches "$DDB_STAMP" "$DDB_POM"; }
 
 install_dynamodb() {
 	local log="$LOGS/mvn-dynamodb-local.log"
@@ -362,12 +380,12 @@ install_dynamodb() {
 	# Maven's own repository stays under .local too.
 	mvn -B -q -f "$DDB_POM" -Dmaven.repo.local="$LOCAL/m2" dependency:copy-dependencies \
 		-DincludeScope=runtime -DoutputDirectory="$DDB_DIR/lib.new" >"$log" 2>&1 ||
-		{ tail -n 20 "$log" >&2; die "mvn dependency:copy-dependencies failed; see $log"; }
+		die_log "$log" "mvn dependency:copy-dependencies failed; see $log"
 	ls "$DDB_DIR/lib.new"/DynamoDBLocal-*.jar "$DDB_DIR/lib.new"/libsqlite4java-linux-amd64-*.so >/dev/null 2>&1 ||
 		die "Maven did not fetch DynamoDBLocal and its native library; see $log"
 	rm -rf "${DDB_DIR:?}/lib"
 	mv "$DDB_DIR/lib.new" "$DDB_DIR/lib"
-	sha256sum "$DDB_POM" | cut -d' ' -f1 >"$DDB_STAMP"
+	write_stamp "$DDB_STAMP" "$DDB_POM"
 }
 
 # dynamodb_ready URL is true when URL answers a DynamoDB ListTables call.
@@ -380,13 +398,8 @@ dynamodb_ready() {
 }
 
 up_dynamodb() {
-	local pidfile="$RUN/dynamodb-local.pid" log="$LOGS/dynamodb-local.log" pid
-	if pid="$(pid_alive "$pidfile" "$DDB_MAIN")"; then
-		dynamodb_ready "$DYNAMODB_URL" ||
-			die "DynamoDB Local started by up.sh (pid $pid) does not answer on $DYNAMODB_URL (another DYNAMODB_PORT?); run localstack/down.sh first"
-		STATUS+=("dynamodb|$DYNAMODB_URL|DynamoDB Local $DYNAMODB_LOCAL_VERSION in memory (pid $pid, started by up.sh)")
-		return
-	fi
+	local pidfile="$RUN/dynamodb-local.pid" log="$LOGS/dynamodb-local.log" what="DynamoDB Local $DYNAMODB_LOCAL_VERSION in memory"
+	started_before "DynamoDB Local" dynamodb "$DYNAMODB_URL" DYNAMODB_PORT "$pidfile" "$DDB_MAIN" dynamodb_ready "$what" && return
 	if dynamodb_ready "$DYNAMODB_URL"; then
 		STATUS+=("dynamodb|$DYNAMODB_URL|DynamoDB (already running, not managed by up.sh)")
 		return
@@ -399,19 +412,12 @@ up_dynamodb() {
 		(("$(java_major)" >= 17)) || die "DynamoDB Local $DYNAMODB_LOCAL_VERSION needs Java 17 or later; \`java -version\` says $(java -version 2>&1 | head -n1)"
 	fi
 	dynamodb_installed || install_dynamodb
-	say "starting DynamoDB Local on $DYNAMODB_URL (log ${log#"$ROOT"/})"
 	# -inMemory: state goes with the process, as LocalStack's. -sharedDb: one
 	# database whatever the credentials and region of a request. It listens
 	# on every interface: DynamoDB Local has no option to bind one address.
-	(
-		cd "$DDB_DIR"
-		exec setsid java "-Xmx$DYNAMODB_HEAP" -Djava.library.path="$DDB_DIR/lib" -cp "$DDB_DIR/lib/*" "$DDB_MAIN" \
-			-port "$DYNAMODB_PORT" -inMemory -sharedDb -disableTelemetry
-	) </dev/null >>"$log" 2>&1 &
-	pid=$!
-	echo "$pid" >"$pidfile"
-	wait_until "DynamoDB Local" "$pid" "$log" dynamodb_ready "$DYNAMODB_URL"
-	STATUS+=("dynamodb|$DYNAMODB_URL|DynamoDB Local $DYNAMODB_LOCAL_VERSION in memory (pid $pid, started now)")
+	start_service "DynamoDB Local" dynamodb "$DYNAMODB_URL" "$DDB_DIR" "$pidfile" "$log" "$what" dynamodb_ready -- \
+		java "-Xmx$DYNAMODB_HEAP" -Djava.library.path="$DDB_DIR/lib" -cp "$DDB_DIR/lib/*" "$DDB_MAIN" \
+		-port "$DYNAMODB_PORT" -inMemory -sharedDb -disableTelemetry
 }
 
 # -------------------------------------------------------------- CouchDB source
@@ -434,36 +440,32 @@ install_pouch() {
 	# sqlite3's install script would try to download a prebuilt binary.
 	npm install --prefix "$POUCH_DIR" --no-audit --no-fund --no-save --ignore-scripts \
 		--loglevel=error "pouchdb-server@$POUCHDB_SERVER_VERSION" >"$LOGS/npm.log" 2>&1 ||
-		{ tail -n 20 "$LOGS/npm.log" >&2; die "npm install pouchdb-server failed; see $LOGS/npm.log"; }
+		die_log "$LOGS/npm.log" "npm install pouchdb-server failed; see $LOGS/npm.log"
 }
 
+# couch_ready URL is true when something answers HTTP at URL.
+couch_ready() { answers "$1/"; }
+
 up_couch() {
-	local pidfile="$RUN/pouchdb-server.pid" log="$LOGS/pouchdb-server.log" pid
-	if pid="$(pid_alive "$pidfile" pouchdb-server)" && answers "$COUCH_URL_LOCAL/"; then
-		STATUS+=("couch|$COUCH_URL_LOCAL|pouchdb-server $POUCHDB_SERVER_VERSION in memory (pid $pid, started by up.sh)")
+	local pidfile="$RUN/pouchdb-server.pid" log="$LOGS/pouchdb-server.log" what="pouchdb-server $POUCHDB_SERVER_VERSION in memory" pid
+	if pid="$(pid_alive "$pidfile" pouchdb-server)" && couch_ready "$COUCH_URL_LOCAL"; then
+		STATUS+=("couch|$COUCH_URL_LOCAL|$what (pid $pid, started by up.sh)")
 		return
 	fi
-	if answers "$COUCH_URL_LOCAL/"; then
+	if couch_ready "$COUCH_URL_LOCAL"; then
 		STATUS+=("couch|$COUCH_URL_LOCAL|already running, not managed by up.sh")
 		return
 	fi
 	port_open "$COUCH_PORT" && die "127.0.0.1:$COUCH_PORT is taken by something that does not speak HTTP"
 
 	pouch_installed || install_pouch
-	say "starting pouchdb-server on $COUCH_URL_LOCAL (log $log)"
 	# pouchdb-server writes config.json and log.txt into its working
 	# directory: run it from .local/pouchdb-server so they stay out of the repo.
 	# No admin is configured (admin party), as in CouchDB 1.x: every request is
 	# an admin, so tests can create and delete databases without credentials.
-	(
-		cd "$POUCH_DIR"
-		exec setsid node "$POUCH_BIN" --in-memory --host 127.0.0.1 --port "$COUCH_PORT" \
-			--config "$POUCH_DIR/config.json" --no-color
-	) </dev/null >>"$log" 2>&1 &
-	pid=$!
-	echo "$pid" >"$pidfile"
-	wait_http "pouchdb-server" "$COUCH_URL_LOCAL/" "$pid" "$log"
-	STATUS+=("couch|$COUCH_URL_LOCAL|pouchdb-server $POUCHDB_SERVER_VERSION in memory (pid $pid, started now)")
+	start_service pouchdb-server couch "$COUCH_URL_LOCAL" "$POUCH_DIR" "$pidfile" "$log" "$what" couch_ready -- \
+		node "$POUCH_BIN" --in-memory --host 127.0.0.1 --port "$COUCH_PORT" \
+		--config "$POUCH_DIR/config.json" --no-color
 }
 
 # ------------------------------------------------------------------ PostgreSQL

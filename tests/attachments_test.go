@@ -95,30 +95,32 @@ func TestAttachmentsReachEveryOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := 0
+	// seen counts, per output, the bodies of the test's documents found
+	// there, each checked.
+	seen := map[string]int{}
+	found := func(output string, body []byte) {
+		t.Helper()
+		var d struct {
+			ID string `json:"_id"`
+		}
+		_ = json.Unmarshal(body, &d)
+		if _, ok := contents[d.ID]; ok {
+			seen[output]++
+			check(output, d.ID, body)
+		}
+	}
 	for _, e := range entries {
 		b, err := os.ReadFile(filepath.Join(s.recv.Dir, e.Name()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var d struct {
-			ID string `json:"_id"`
-		}
-		_ = json.Unmarshal(b, &d)
-		if _, ok := contents[d.ID]; ok {
-			seen++
-			check("http", d.ID, b)
-		}
-	}
-	if seen != len(contents) {
-		t.Errorf("http receiver holds %d of the %d documents", seen, len(contents))
+		found("http", b)
 	}
 	_, archive, err := s.Output("orders", "archive")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: &archive.S3.Bucket, Prefix: &archive.S3.Prefix})
-	seen = 0
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
@@ -134,17 +136,12 @@ func TestAttachmentsReachEveryOutput(t *testing.T) {
 			}
 			b, _ := io.ReadAll(g.Body)
 			g.Body.Close()
-			var d struct {
-				ID string `json:"_id"`
-			}
-			_ = json.Unmarshal(b, &d)
-			if _, ok := contents[d.ID]; ok {
-				seen++
-				check("s3", d.ID, b)
-			}
+			found("s3", b)
 		}
 	}
-	if seen != len(contents) {
-		t.Errorf("s3 output holds %d of the %d documents", seen, len(contents))
+	for _, output := range []string{"http", "s3"} {
+		if seen[output] != len(contents) {
+			t.Errorf("%s output holds %d of the %d documents", output, seen[output], len(contents))
+		}
 	}
 }

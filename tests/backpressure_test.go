@@ -84,9 +84,7 @@ func TestBackpressureRetryAfterNothingDeadLettered(t *testing.T) {
 			})
 		},
 	})
-	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, sample.Options{Docs: 40, Seed: 11}); err != nil {
-		t.Fatal(err)
-	}
+	s.load(ctx, sample.Options{Docs: 40, Seed: 11})
 	sum0 := s.runUntilIdle(ctx, localrun.Options{})
 
 	if d := cmp.Diff(s.sourceState(ctx), s.httpState()); d != "" {
@@ -161,9 +159,7 @@ func TestBackpressureLatencyRisesAndRecovers(t *testing.T) {
 			})
 		},
 	})
-	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, sample.Options{Docs: 150, Seed: 5}); err != nil {
-		t.Fatal(err)
-	}
+	s.load(ctx, sample.Options{Docs: 150, Seed: 5})
 	// Two receivers: the bound below counts the batch one of them may have
 	// started before the tracker reacted.
 	sum0 := s.runUntilIdle(ctx, localrun.Options{Concurrency: 2})

@@ -35,9 +35,7 @@ func TestConvergesToSourceWinners(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStack(t, stackOptions{limit: 250})
-	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, sample.Options{Docs: 2000, UpdateEvery: 3, DeleteEvery: 7, Seed: 42}); err != nil {
-		t.Fatal(err)
-	}
+	s.load(ctx, sample.Options{Docs: 2000, UpdateEvery: 3, DeleteEvery: 7, Seed: 42})
 	bigID := "big/ünïcode dóc"
 	if _, err := s.PutDoc(ctx, bigID, map[string]any{"type": "order", "notes": strings.Repeat("é", 200*1024)}); err != nil { // ~400 KB of UTF-8
 		t.Fatal(err)
@@ -83,9 +81,7 @@ func TestOutputFailuresRetryAndDeadLetter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStack(t, stackOptions{outputs: []string{"rest"}, maxReceive: 4})
-	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, sample.Options{Docs: 40, Seed: 7}); err != nil {
-		t.Fatal(err)
-	}
+	s.load(ctx, sample.Options{Docs: 40, Seed: 7})
 	poison := sample.ID(5)
 	var fails atomic.Int32
 	s.recv.FailWith(func(r *http.Request) int {
@@ -251,9 +247,7 @@ func TestTwoPollersOneActive(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStack(t, stackOptions{outputs: []string{"pg"}, limit: 50})
-	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, sample.Options{Docs: 300, Seed: 3}); err != nil {
-		t.Fatal(err)
-	}
+	s.load(ctx, sample.Options{Docs: 300, Seed: 3})
 	p, err := s.Deps.Poller(ctx, "orders")
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/localrun"
 	"github.com/changes-worker/changes-worker/shared/receiver"
-	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/sample"
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
@@ -104,43 +104,30 @@ func newStack(t *testing.T, o stackOptions) *testStack {
 	return &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg, HTTPClient: o.httpClient}), t: t, recv: recv}
 }
 
+// load writes the sample documents o describes into the stack's source
+// database.
+func (s *testStack) load(ctx context.Context, o sample.Options) {
+	s.t.Helper()
+	if _, err := sample.Load(ctx, http.DefaultClient, s.SourceURL, o); err != nil {
+		s.t.Fatalf("load sample documents: %v", err)
+	}
+}
+
 // runUntilIdle runs pollers and writers in this process until idle.
 func (s *testStack) runUntilIdle(ctx context.Context, opts localrun.Options) localrun.Summary {
 	s.t.Helper()
-	opts.UntilIdle = true
-	if opts.Tick == 0 {
-		opts.Tick = 2 * time.Second
+	sum, err := s.RunUntilIdle(ctx, opts)
+	if err != nil {
+		s.t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	defer cancel()
-	rt := &localrun.Runtime{Deps: s.Deps, Opts: opts, Log: s.Deps.Log}
-	if err := rt.Run(ctx); err != nil {
-		s.t.Fatalf("run until idle: %v", err)
-	}
-	return rt.Summary()
+	return sum
 }
 
 // pgState returns doc id → rev of the rows in the output table.
 func (s *testStack) pgState(ctx context.Context) map[string]string {
 	s.t.Helper()
-	data, _, err := s.PostgresTables("orders", "pg")
+	got, _, err := s.PostgresRevs(ctx, "orders", "pg")
 	if err != nil {
-		s.t.Fatal(err)
-	}
-	pool := testenv.Postgres(s.t)
-	rows, err := pool.Query(ctx, "SELECT doc_id, rev FROM "+data.Sanitize())
-	if err != nil {
-		s.t.Fatalf("read output table: %v", err)
-	}
-	got := map[string]string{}
-	for rows.Next() {
-		var id, rev string
-		if err := rows.Scan(&id, &rev); err != nil {
-			s.t.Fatal(err)
-		}
-		got[id] = rev
-	}
-	if err := rows.Err(); err != nil {
 		s.t.Fatal(err)
 	}
 	return got

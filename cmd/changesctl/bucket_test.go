@@ -2,17 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
-	cfntypes "github.com/aws/aws-sdk-go-v2/service/cloudformation/types"
 
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
@@ -25,21 +20,8 @@ func TestLoadFindsDeployedBucket(t *testing.T) {
 	cfn := cloudformation.NewFromConfig(awsCfg)
 	deployedPrefix := "cwb" + strings.ReplaceAll(testenv.Name(t), "-", "")[1:9]
 	const stackBucket = "cwb-generated-bucket-4f5e6d"
-	createOutputStack(t, cfn, deployedPrefix, stackBucket)
+	testenv.CreateStack(t, cfn, deployedPrefix, fmt.Sprintf(`{"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": {"BucketName": {"Value": %q}}}`, stackBucket))
 
-	write := func(prefix, bucket string) string {
-		b := ""
-		if bucket != "" {
-			b = fmt.Sprintf(`, "bucket": %q`, bucket)
-		}
-		p := filepath.Join(t.TempDir(), "jobs.json")
-		doc := fmt.Sprintf(`{"stack": {"prefix": %q%s}, "jobs": [{"id": "j", "source": {"type": "couchdb", "url": "http://127.0.0.1:5984/x"},
-			"outputs": [{"id": "files", "type": "s3", "s3": {"prefix": "docs/"}}]}]}`, prefix, b)
-		if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
 	noStack := "cwn" + strings.ReplaceAll(testenv.Name(t), "-", "")[1:9]
 	tests := []struct {
 		name    string
@@ -48,10 +30,10 @@ func TestLoadFindsDeployedBucket(t *testing.T) {
 		want    string
 		wantLog string
 	}{
-		{name: "deployed stack", path: write(deployedPrefix, ""), want: stackBucket, wantLog: "using the deployed stack's bucket"},
-		{name: "no stack", path: write(noStack, ""), want: noStack + "-data"},
-		{name: "bucket in the file", path: write(deployedPrefix, "named-in-file"), want: "named-in-file"},
-		{name: "CHANGES_BUCKET", path: write(deployedPrefix, ""), env: map[string]string{"CHANGES_BUCKET": "from-env"}, want: "from-env"},
+		{name: "deployed stack", path: writeS3Config(t, deployedPrefix, ""), want: stackBucket, wantLog: "using the deployed stack's bucket"},
+		{name: "no stack", path: writeS3Config(t, noStack, ""), want: noStack + "-data"},
+		{name: "bucket in the file", path: writeS3Config(t, deployedPrefix, "named-in-file"), want: "named-in-file"},
+		{name: "CHANGES_BUCKET", path: writeS3Config(t, deployedPrefix, ""), env: map[string]string{"CHANGES_BUCKET": "from-env"}, want: "from-env"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,31 +62,5 @@ func TestLoadFindsDeployedBucket(t *testing.T) {
 				t.Errorf("log %q, want %q", logs.String(), tt.wantLog)
 			}
 		})
-	}
-}
-
-// createOutputStack creates a stack named name whose output BucketName is
-// bucket, through the local CloudFormation, and deletes it at the end.
-func createOutputStack(t *testing.T, c *cloudformation.Client, name, bucket string) {
-	t.Helper()
-	ctx := t.Context()
-	body := fmt.Sprintf(`{"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": {"BucketName": {"Value": %q}}}`, bucket)
-	if _, err := c.CreateStack(ctx, &cloudformation.CreateStackInput{StackName: &name, TemplateBody: &body}); err != nil {
-		t.Fatalf("create stack: %v", err)
-	}
-	t.Cleanup(func() { c.DeleteStack(context.WithoutCancel(ctx), &cloudformation.DeleteStackInput{StackName: &name}) })
-	for deadline := time.Now().Add(time.Minute); ; {
-		out, err := c.DescribeStacks(ctx, &cloudformation.DescribeStacksInput{StackName: &name})
-		if err != nil {
-			t.Fatalf("describe stack: %v", err)
-		}
-		st := out.Stacks[0]
-		if st.StackStatus == cfntypes.StackStatusCreateComplete {
-			return
-		}
-		if !strings.HasSuffix(string(st.StackStatus), "_IN_PROGRESS") || time.Now().After(deadline) {
-			t.Fatalf("stack %s: %s %s", name, st.StackStatus, aws.ToString(st.StackStatusReason))
-		}
-		time.Sleep(300 * time.Millisecond)
 	}
 }

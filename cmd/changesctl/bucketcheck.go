@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
@@ -19,9 +18,8 @@ func cmdBucket(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) == 0 || args[0] != "check" {
 		return errors.New("bucket: usage: changesctl bucket check --config FILE")
 	}
-	fs := flag.NewFlagSet("bucket check", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	path := fs.String("config", "", "job configuration file")
+	fs := newFlags(env, "bucket check")
+	sc := scopeFlags(fs, "", "")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -29,7 +27,7 @@ func cmdBucket(ctx context.Context, env *cliEnv, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bucket check: unexpected argument %q", fs.Arg(0))
 	}
-	deps, err := load(ctx, env, *path, env.stderr, *verbose)
+	deps, err := sc.load(ctx, env, *verbose)
 	if err != nil {
 		return err
 	}

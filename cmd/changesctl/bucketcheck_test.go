@@ -3,9 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -28,12 +25,7 @@ func TestBucketCheck(t *testing.T) {
 	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
 		t.Fatal(err)
 	}
-	cfgPath := filepath.Join(t.TempDir(), "jobs.json")
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(`{"stack": {"prefix": "cwb", "bucket": %q},
-		"jobs": [{"id": "j", "source": {"type": "couchdb", "url": "http://127.0.0.1:5984/x"},
-		"outputs": [{"id": "files", "type": "s3", "s3": {"prefix": "docs/"}}]}]}`, bucket)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := writeS3Config(t, "cwb", bucket)
 	run := func() (string, error) {
 		var out, errb bytes.Buffer
 		err := realMain(ctx, &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, lookup: testenv.Lookup},

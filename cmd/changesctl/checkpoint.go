@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -40,21 +39,12 @@ without --force they wait up to --wait for a running poller to hand it over;
 // checkpoint is written under that lease, which is then released: the next
 // poller starts from it.
 func cmdCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprint(env.stderr, checkpointUsage)
-		return errors.New("checkpoint: want get, set or reset")
+	verb, err := action(env, "checkpoint", checkpointUsage, args, "get", "set", "reset")
+	if err != nil {
+		return err
 	}
-	verb := args[0]
-	switch verb {
-	case "get", "set", "reset":
-	default:
-		fmt.Fprint(env.stderr, checkpointUsage)
-		return fmt.Errorf("checkpoint: unknown action %q (want get, set or reset)", verb)
-	}
-	fs := flag.NewFlagSet("checkpoint "+verb, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	path := fs.String("config", "", "job configuration file")
-	jobID := fs.String("job", "", "job id (default: the only job)")
+	fs := newFlags(env, "checkpoint "+verb)
+	sc := scopeFlags(fs, helpOneJob, "")
 	seq := fs.String("seq", "", "set: sequence to store, as JSON (a number, or a quoted string)")
 	from := fs.String("from", "beginning", "reset: beginning or now")
 	wait := fs.Duration("wait", 0, "wait this long for a running poller to hand the lease over (0: do not wait)")
@@ -64,15 +54,11 @@ func cmdCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	deps, err := load(ctx, env, *path, env.stderr, false)
+	deps, j, err := sc.openJob(ctx, env, "checkpoint")
 	if err != nil {
 		return err
 	}
 	defer deps.Close()
-	j, err := pickJob(deps.Config, *jobID)
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
 	store := lease.New(deps.DynamoDB, deps.Config.TableName())
 	st, err := store.Get(ctx, j.ID)
 	if err != nil {

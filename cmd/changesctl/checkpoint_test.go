@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,9 +15,7 @@ import (
 )
 
 func TestCheckpoint(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := newTestStack(t, outPG)
+	ctx, s := parallelStack(t, outPG)
 	store := s.Leases
 	get := func() *lease.State {
 		t.Helper()
@@ -100,9 +96,7 @@ func TestCheckpoint(t *testing.T) {
 // database's update_seq, also for a keyspace URL, written as the JSON string
 // Sync Gateway's last_seq always is.
 func TestCheckpointNowSyncGateway(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := newTestStack(t, outPG)
+	ctx, s := parallelStack(t, outPG)
 	asked := make(chan string, 100)
 	sg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		asked <- r.URL.Path
@@ -123,10 +117,7 @@ func TestCheckpointNowSyncGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ConfigPath = filepath.Join(t.TempDir(), "sg.json")
-	if err := os.WriteFile(s.ConfigPath, doc, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	s.ConfigPath = tempFile(t, "sg.json", doc)
 	s.mustCLI(ctx, "checkpoint", "reset", "--from", "now", "--yes")
 	if out := s.mustCLI(ctx, "checkpoint", "get"); !strings.Contains(out, `orders checkpoint "4242",`) {
 		t.Errorf("get after reset --from now: %s", out)

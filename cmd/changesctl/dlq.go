@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -28,16 +27,12 @@ const dlqUsage = `usage: changesctl dlq list|show|redrive|purge --config FILE [-
 
 // cmdDLQ inspects and empties the dead-letter queue of one (job, output).
 func cmdDLQ(ctx context.Context, env *cliEnv, args []string) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprint(env.stderr, dlqUsage)
-		return errors.New("dlq: want list, show, redrive or purge")
+	verb, err := action(env, "dlq", dlqUsage, args, "list", "show", "redrive", "purge")
+	if err != nil {
+		return err
 	}
-	verb := args[0]
-	fs := flag.NewFlagSet("dlq "+verb, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	path := fs.String("config", "", "job configuration file")
-	jobID := fs.String("job", "", "job id (default: the only job)")
-	outputID := fs.String("output", "", "output id (default: the job's only output)")
+	fs := newFlags(env, "dlq "+verb)
+	sc := scopeFlags(fs, helpOneJob, helpOneOutput)
 	asJSON := fs.Bool("json", false, "print JSON")
 	var (
 		samples, maxMsgs, limit *int
@@ -61,11 +56,8 @@ func cmdDLQ(ctx context.Context, env *cliEnv, args []string) error {
 		limit = fs.Int("limit", 0, "copy at most this many messages (0: all)")
 		visibility = fs.Duration("visibility", dlq.DefaultVisibility, "copy: how long a received DLQ message stays hidden")
 		workers = fs.Int("workers", dlq.DefaultWorkers, "copy: concurrent copy loops")
-	case "purge":
+	default: // purge
 		yes = fs.Bool("yes", false, "do not ask for confirmation")
-	default:
-		fmt.Fprint(env.stderr, dlqUsage)
-		return fmt.Errorf("dlq: unknown action %q (want list, show, redrive or purge)", verb)
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -89,15 +81,11 @@ func cmdDLQ(ctx context.Context, env *cliEnv, args []string) error {
 	if err := errors.Join(bad...); err != nil {
 		return fmt.Errorf("dlq %s: %w", verb, err)
 	}
-	deps, err := load(ctx, env, *path, env.stderr, false)
+	deps, j, o, err := sc.openOutput(ctx, env, "dlq")
 	if err != nil {
 		return err
 	}
 	defer deps.Close()
-	j, o, err := route(deps.Config, *jobID, *outputID)
-	if err != nil {
-		return fmt.Errorf("dlq: %w", err)
-	}
 	q, err := dlq.Resolve(ctx, deps.SQS, deps.Config, j, o)
 	if err != nil {
 		return fmt.Errorf("dlq: %w (run changesctl bootstrap first?)", err)
@@ -192,13 +180,7 @@ func dlqList(ctx context.Context, env *cliEnv, deps *pipeline.Deps, q dlq.Queues
 	fmt.Fprintln(tw, "COUNT\tCLASS\tREASON\tSTATUS\tLAST FAILURE\tSAMPLE DOC IDS\tERROR")
 	now := time.Now()
 	for _, g := range l.Groups {
-		status := "-"
-		switch {
-		case g.HTTPStatus != 0:
-			status = fmt.Sprintf("http %d", g.HTTPStatus)
-		case g.SQLState != "":
-			status = "sqlstate " + g.SQLState
-		}
+		status := dash(failureStatus(g.HTTPStatus, g.SQLState))
 		last := "-"
 		if !g.LastAt.IsZero() {
 			last = ago(now, g.LastAt)
@@ -276,7 +258,7 @@ func printMessage(w io.Writer, m dlq.Message, now time.Time, body bool) {
 	defer tw.Flush()
 	fmt.Fprintf(tw, "message\t%s\n", m.ID)
 	if !m.SentAt.IsZero() {
-		fmt.Fprintf(tw, "in dlq since\t%s (%s)\n", m.SentAt.Format(time.RFC3339), ago(now, m.SentAt))
+		fmt.Fprintf(tw, "in dlq since\t%s\n", when(now, m.SentAt))
 	}
 	if e := m.Envelope; e != nil {
 		fmt.Fprintf(tw, "document\t%q\n", e.DocID)
@@ -290,7 +272,7 @@ func printMessage(w io.Writer, m dlq.Message, now time.Time, body bool) {
 		fmt.Fprintln(tw)
 		fmt.Fprintf(tw, "job/output\t%s/%s\n", e.Job, e.Output)
 		if !e.EnqueuedAt.IsZero() {
-			fmt.Fprintf(tw, "enqueued\t%s (%s)\n", e.EnqueuedAt.Format(time.RFC3339), ago(now, e.EnqueuedAt))
+			fmt.Fprintf(tw, "enqueued\t%s\n", when(now, e.EnqueuedAt))
 		}
 		switch {
 		case e.DocRef != nil:
@@ -306,20 +288,14 @@ func printMessage(w io.Writer, m dlq.Message, now time.Time, body bool) {
 	if !f.Recorded() {
 		fmt.Fprintf(tw, "failure\tno reason recorded: the queue's redrive policy moved it (the writer failed or timed out on every receive)\n")
 	} else {
-		status := ""
-		switch {
-		case f.HTTPStatus != 0:
-			status = fmt.Sprintf(" (http %d)", f.HTTPStatus)
-		case f.SQLState != "":
-			status = " (sqlstate " + f.SQLState + ")"
-		}
+		status := inParens(failureStatus(f.HTTPStatus, f.SQLState))
 		fmt.Fprintf(tw, "failure\t%s %s%s after %d attempt(s)\n", f.Class, f.Reason, status, f.Attempts)
 		fmt.Fprintf(tw, "error\t%s\n", f.Error)
 		if !f.FirstAt.IsZero() {
-			fmt.Fprintf(tw, "first failure\t%s (%s)\n", f.FirstAt.Format(time.RFC3339), ago(now, f.FirstAt))
+			fmt.Fprintf(tw, "first failure\t%s\n", when(now, f.FirstAt))
 		}
 		if !f.LastAt.IsZero() {
-			fmt.Fprintf(tw, "last failure\t%s (%s)\n", f.LastAt.Format(time.RFC3339), ago(now, f.LastAt))
+			fmt.Fprintf(tw, "last failure\t%s\n", when(now, f.LastAt))
 		}
 	}
 	if body && m.Envelope != nil && len(m.Envelope.Doc) > 0 {
@@ -398,6 +374,31 @@ func ago(now, t time.Time) string {
 		return d.Round(time.Second).String() + " ago"
 	}
 	return d.Round(time.Minute).String() + " ago"
+}
+
+// when is t for people: RFC 3339, and how long before now it was.
+func when(now, t time.Time) string {
+	return t.Format(time.RFC3339) + " (" + ago(now, t) + ")"
+}
+
+// failureStatus names a failure's HTTP status or SQL state ("http 422",
+// "sqlstate 23505"), or is empty when it has neither.
+func failureStatus(httpStatus int, sqlState string) string {
+	switch {
+	case httpStatus != 0:
+		return fmt.Sprintf("http %d", httpStatus)
+	case sqlState != "":
+		return "sqlstate " + sqlState
+	}
+	return ""
+}
+
+// inParens returns " (s)", or "" for an empty s.
+func inParens(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
 }
 
 func truncate(s string, n int) string {

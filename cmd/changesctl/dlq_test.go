@@ -20,9 +20,7 @@ import (
 // DLQ, reads their reasons back with list and show, redrives them, lets the
 // real writer deliver them to PostgreSQL, and purges a DLQ.
 func TestDLQRoundTrip(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := newTestStack(t, outPG)
+	ctx, s := parallelStack(t, outPG)
 	q := s.queues(outPG)
 
 	// The output already holds a newer revision of "a" (version 5.1).

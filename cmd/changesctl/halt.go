@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -37,16 +36,12 @@ retry and skip wait (--wait, 2m) until the writer took the change again.
 
 // cmdHalt inspects and resumes halted outputs.
 func cmdHalt(ctx context.Context, env *cliEnv, args []string) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprint(env.stderr, haltUsage)
-		return errors.New("halt: want show, retry, skip or clear")
+	verb, err := action(env, "halt", haltUsage, args, "show", "retry", "skip", "clear")
+	if err != nil {
+		return err
 	}
-	verb := args[0]
-	fs := flag.NewFlagSet("halt "+verb, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	path := fs.String("config", "", "job configuration file")
-	jobID := fs.String("job", "", "job id (default: the only job)")
-	outputID := fs.String("output", "", "output id (default: the job's only output)")
+	fs := newFlags(env, "halt "+verb)
+	sc := scopeFlags(fs, helpOneJob, helpOneOutput)
 	group := fs.String("group", "", "the halted message group (default: the only one)")
 	var (
 		body, asJSON, yes *bool
@@ -61,11 +56,8 @@ func cmdHalt(ctx context.Context, env *cliEnv, args []string) error {
 		if verb == "skip" {
 			yes = fs.Bool("yes", false, "do not ask for confirmation")
 		}
-	case "clear":
+	default: // clear
 		yes = fs.Bool("yes", false, "do not ask for confirmation")
-	default:
-		fmt.Fprint(env.stderr, haltUsage)
-		return fmt.Errorf("halt: unknown action %q (want show, retry, skip or clear)", verb)
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -73,15 +65,11 @@ func cmdHalt(ctx context.Context, env *cliEnv, args []string) error {
 	if wait != nil && *wait < 0 {
 		return fmt.Errorf("halt %s: --wait %s is negative", verb, *wait)
 	}
-	deps, err := load(ctx, env, *path, env.stderr, false)
+	deps, j, o, err := sc.openOutput(ctx, env, "halt")
 	if err != nil {
 		return err
 	}
 	defer deps.Close()
-	j, o, err := route(deps.Config, *jobID, *outputID)
-	if err != nil {
-		return fmt.Errorf("halt: %w", err)
-	}
 	if !o.Halts() {
 		return fmt.Errorf("halt: output %s/%s has on_failure %s: it never halts (its failures go to the DLQ: changesctl dlq list)", j.ID, o.ID, o.OnFailure)
 	}
@@ -227,17 +215,11 @@ func haltShow(ctx context.Context, env *cliEnv, deps *pipeline.Deps, j *config.J
 			}
 		}
 		fmt.Fprintf(tw, "change\t%s\n", what)
-		status := ""
-		switch {
-		case h.HTTPStatus != 0:
-			status = fmt.Sprintf(" (http %d)", h.HTTPStatus)
-		case h.SQLState != "":
-			status = " (sqlstate " + h.SQLState + ")"
-		}
+		status := inParens(failureStatus(h.HTTPStatus, h.SQLState))
 		fmt.Fprintf(tw, "failure\t%s %s%s, %d attempt(s) since the halt\n", h.Class, h.Reason, status, h.Attempts)
 		fmt.Fprintf(tw, "error\t%s\n", h.Error)
-		fmt.Fprintf(tw, "halted since\t%s (%s)\n", h.Since.Format(time.RFC3339), ago(now, h.Since))
-		fmt.Fprintf(tw, "last attempt\t%s (%s)\n", h.LastAttemptAt.Format(time.RFC3339), ago(now, h.LastAttemptAt))
+		fmt.Fprintf(tw, "halted since\t%s\n", when(now, h.Since))
+		fmt.Fprintf(tw, "last attempt\t%s\n", when(now, h.LastAttemptAt))
 		if h.Requested != "" {
 			fmt.Fprintf(tw, "requested\t%s\n", h.Requested)
 		}

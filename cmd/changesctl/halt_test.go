@@ -17,7 +17,6 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/halt"
-	"github.com/changes-worker/changes-worker/shared/localrun"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
@@ -55,12 +54,14 @@ func (r *haltReceiver) got() []string {
 }
 
 // newHaltStack is a test stack whose job has one output, "ledger": HTTP to
-// url, ordering total, on_failure halt, halting on a change's second
-// transient failure.
-func newHaltStack(t *testing.T, url string) *testStack {
+// recv (served for the test), ordering total, on_failure halt, halting on a
+// change's second transient failure.
+func newHaltStack(t *testing.T, recv *haltReceiver) *testStack {
 	t.Helper()
+	srv := httptest.NewServer(recv)
+	t.Cleanup(srv.Close)
 	out := &config.Output{ID: "ledger", Type: config.OutputHTTP, Ordering: config.OrderingTotal, OnFailure: config.OnFailureHalt,
-		MaxReceiveCount: 2, HTTP: &config.HTTPOutput{URL: url}}
+		MaxReceiveCount: 2, HTTP: &config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}"}}
 	job := &config.Job{ID: "orders", Feed: config.Feed{Limit: 100, Timeout: config.Duration(2 * time.Second)},
 		Lease: config.Lease{TTL: config.Duration(6 * time.Second)}, Outputs: []*config.Output{out}}
 	cfg := &config.File{
@@ -88,19 +89,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 func TestHaltSkipAndRetry(t *testing.T) {
 	t.Parallel()
 	recv := &haltReceiver{refuse: map[string]bool{"poison": true, "fixme": true}}
-	srv := httptest.NewServer(recv)
-	t.Cleanup(srv.Close)
-	s := newHaltStack(t, srv.URL+"/docs/{doc_id}")
-	ctx, cancel := context.WithCancel(t.Context())
-	rt := &localrun.Runtime{Deps: s.Deps, Log: s.Deps.Log, Opts: localrun.Options{Tick: time.Second}}
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && ctx.Err() == nil {
-			t.Errorf("run: %v", err)
-		}
-	})
+	s := newHaltStack(t, recv)
+	s.runInBackground()
 
 	halted := func() []haltShown {
 		var list []haltShown
@@ -199,25 +189,14 @@ func TestHaltSkipAndRetry(t *testing.T) {
 func TestHaltClearGone(t *testing.T) {
 	t.Parallel()
 	recv := &haltReceiver{refuse: map[string]bool{}}
-	srv := httptest.NewServer(recv)
-	t.Cleanup(srv.Close)
-	s := newHaltStack(t, srv.URL+"/docs/{doc_id}")
+	s := newHaltStack(t, recv)
 	store := &halt.Store{DB: s.Deps.DynamoDB, Table: s.Config.TableName()}
 	now := time.Now().UTC()
 	if _, err := store.Record(t.Context(), halt.State{Job: "orders", Output: "ledger", Group: "ledger", MessageID: "purged-message",
 		DocID: "lost", Seq: "1", Class: "permanent", Reason: "http_status", HTTPStatus: 400, Since: now, LastAt: now}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	rt := &localrun.Runtime{Deps: s.Deps, Log: s.Deps.Log, Opts: localrun.Options{Tick: time.Second}}
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && ctx.Err() == nil {
-			t.Errorf("run: %v", err)
-		}
-	})
+	s.runInBackground()
 	for _, id := range []string{"a", "b", "c"} {
 		s.putDoc(id, map[string]any{"n": id}, "")
 	}

@@ -49,13 +49,10 @@ func cmdInvoke(ctx context.Context, env *cliEnv, args []string) error {
 		return errors.New("invoke: name the function: poller or writer")
 	}
 	fn := args[0]
-	fs := flag.NewFlagSet("invoke "+fn, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := newFlags(env, "invoke "+fn)
 	fs.Usage = func() { fmt.Fprint(env.stderr, invokeUsage); fs.PrintDefaults() }
-	path := fs.String("config", "", "job configuration file")
+	sc := scopeFlags(fs, "job id (poller: replaces the event's job; writer: point the records at this job's output)", "writer: point the records at this output")
 	eventPath := fs.String("event", "", "Lambda event file (- for standard input)")
-	jobID := fs.String("job", "", "job id (poller: replaces the event's job; writer: point the records at this job's output)")
-	outputID := fs.String("output", "", "writer: point the records at this output")
 	timeout := fs.Duration("timeout", 0, "the invocation's deadline (default: stack.poller_timeout or stack.writer_timeout)")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -71,7 +68,7 @@ func cmdInvoke(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return fmt.Errorf("invoke %s: %w", fn, err)
 	}
-	deps, err := load(ctx, env, *path, env.stderr, *verbose)
+	deps, err := sc.load(ctx, env, *verbose)
 	if err != nil {
 		return err
 	}
@@ -91,15 +88,15 @@ func cmdInvoke(ctx context.Context, env *cliEnv, args []string) error {
 	var resp any
 	switch fn {
 	case "poller":
-		if *outputID != "" {
+		if *sc.output != "" {
 			return errors.New("invoke poller: --output applies to the writer only")
 		}
 		var ev pipeline.ScheduleEvent
 		if err := decodeEvent(raw, &ev); err != nil {
 			return fmt.Errorf("invoke poller: %s: %w", *eventPath, err)
 		}
-		if *jobID != "" {
-			ev.Job = *jobID
+		if *sc.job != "" {
+			ev.Job = *sc.job
 		}
 		resp, err = deps.HandleSchedule(ictx, ev)
 	case "writer":
@@ -107,8 +104,8 @@ func cmdInvoke(ctx context.Context, env *cliEnv, args []string) error {
 		if err := decodeEvent(raw, &ev); err != nil {
 			return fmt.Errorf("invoke writer: %s: %w", *eventPath, err)
 		}
-		if *jobID != "" || *outputID != "" {
-			if err := retarget(ctx, deps, &ev, *jobID, *outputID); err != nil {
+		if *sc.job != "" || *sc.output != "" {
+			if err := retarget(ctx, deps, &ev, *sc.job, *sc.output); err != nil {
 				return fmt.Errorf("invoke writer: %w", err)
 			}
 		}

@@ -122,10 +122,7 @@ func TestInvokeWriterMissingClaimCheck(t *testing.T) {
 	}
 	missing := "claim-check/orders/3/missing-" + s.Name + ".json"
 	raw = bytes.Replace(raw, []byte(`claim-check/orders/3/1210.json`), []byte(missing), 1)
-	event := filepath.Join(t.TempDir(), "event.json")
-	if err := os.WriteFile(event, raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	event := tempFile(t, "event.json", raw)
 	if resp := s.invokeWriter(event, "--job", "orders"); len(resp.BatchItemFailures) != 0 {
 		t.Errorf("failures %v: a permanent failure goes to the DLQ, not back to the queue", resp.BatchItemFailures)
 	}
@@ -140,10 +137,7 @@ func TestInvokeWriterMissingClaimCheck(t *testing.T) {
 
 func TestInvokeErrors(t *testing.T) {
 	s := newTestStack(t, outPG)
-	badField := filepath.Join(t.TempDir(), "bad.json")
-	if err := os.WriteFile(badField, []byte(`{"job": "orders", "jobs": ["x"]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	badField := tempFile(t, "bad.json", []byte(`{"job": "orders", "jobs": ["x"]}`))
 	tests := []struct {
 		name string
 		args []string

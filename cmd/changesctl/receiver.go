@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"time"
@@ -13,8 +12,7 @@ import (
 
 // cmdReceiver serves the reference HTTP receiver (the demo's REST endpoint).
 func cmdReceiver(ctx context.Context, env *cliEnv, args []string) error {
-	fs := flag.NewFlagSet("receiver", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := newFlags(env, "receiver")
 	addr := fs.String("addr", "127.0.0.1:8099", "listen address")
 	dir := fs.String("dir", ".local/http-out", "directory receiving one JSON file per document")
 	if err := fs.Parse(args); err != nil {

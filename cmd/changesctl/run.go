@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -65,13 +64,12 @@ func useDeployedBucket(ctx context.Context, cfg *config.File, cfn deployed.Cloud
 }
 
 func cmdBootstrap(ctx context.Context, env *cliEnv, args []string) error {
-	fs := flag.NewFlagSet("bootstrap", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	path := fs.String("config", "", "job configuration file")
+	fs := newFlags(env, "bootstrap")
+	sc := scopeFlags(fs, "", "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	deps, err := load(ctx, env, *path, env.stderr, false)
+	deps, err := sc.load(ctx, env, false)
 	if err != nil {
 		return err
 	}
@@ -91,9 +89,8 @@ func cmdBootstrap(ctx context.Context, env *cliEnv, args []string) error {
 }
 
 func cmdRun(ctx context.Context, env *cliEnv, args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	path := fs.String("config", "", "job configuration file")
+	fs := newFlags(env, "run")
+	sc := scopeFlags(fs, "", "")
 	jobs := fs.String("jobs", "", "comma-separated job ids (default: every job)")
 	untilIdle := fs.Bool("until-idle", false, "exit 0 once every job is caught up and every queue is drained")
 	tick := fs.Duration("tick", 0, "schedule interval (default: each job's schedule)")
@@ -110,7 +107,7 @@ func cmdRun(ctx context.Context, env *cliEnv, args []string) error {
 	if *receivers < 1 {
 		return fmt.Errorf("run: --receivers is %d, must be at least 1", *receivers)
 	}
-	deps, err := load(ctx, env, *path, env.stderr, *verbose)
+	deps, err := sc.load(ctx, env, *verbose)
 	if err != nil {
 		return err
 	}

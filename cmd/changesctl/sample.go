@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/http"
 
@@ -11,8 +10,7 @@ import (
 
 // cmdSample loads the sample order data set into a source database.
 func cmdSample(ctx context.Context, env *cliEnv, args []string) error {
-	fs := flag.NewFlagSet("sample", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := newFlags(env, "sample")
 	db := fs.String("url", "", "database URL, e.g. http://127.0.0.1:5984/demo-orders")
 	docs := fs.Int("docs", 1000, "documents to insert")
 	update := fs.Int("update-every", 4, "update every n-th document once more")

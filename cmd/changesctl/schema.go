@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -15,32 +14,29 @@ import (
 // with a mapping, the data and versions tables of one without. It reads only
 // the configuration file: no database or AWS access.
 func cmdSchema(_ context.Context, env *cliEnv, args []string) error {
-	fs := flag.NewFlagSet("schema", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	path := fs.String("config", "", "job configuration file")
-	jobID := fs.String("job", "", "only this job")
-	outputID := fs.String("output", "", "only this output")
+	fs := newFlags(env, "schema")
+	sc := scopeFlags(fs, "only this job", "only this output")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *path == "" {
+	if *sc.path == "" {
 		return errors.New("schema: --config is required")
 	}
-	cfg, err := config.Load(*path)
+	cfg, err := config.Load(*sc.path)
 	if err != nil {
 		return err
 	}
 	printed := 0
 	for _, j := range cfg.Jobs {
-		if *jobID != "" && j.ID != *jobID {
+		if *sc.job != "" && j.ID != *sc.job {
 			continue
 		}
 		for _, o := range j.Outputs {
-			if *outputID != "" && o.ID != *outputID {
+			if *sc.output != "" && o.ID != *sc.output {
 				continue
 			}
 			if o.Postgres == nil {
-				if *outputID != "" {
+				if *sc.output != "" {
 					return fmt.Errorf("schema: output %s of job %s is not a postgres output", o.ID, j.ID)
 				}
 				continue

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,6 +71,14 @@ func newTestStack(t *testing.T, outputs ...string) *testStack {
 		Jobs:  []*config.Job{job},
 	}
 	return &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg}), t: t, mapTable: mapTable}
+}
+
+// parallelStack marks the test parallel and gives it a test stack with
+// these outputs, and the test's context.
+func parallelStack(t *testing.T, outputs ...string) (context.Context, *testStack) {
+	t.Helper()
+	t.Parallel()
+	return t.Context(), newTestStack(t, outputs...)
 }
 
 // cli runs changesctl in this process with the stack's configuration
@@ -214,6 +224,21 @@ func (s *testStack) run(writerOnly bool) localrun.Summary {
 	return rt.Summary()
 }
 
+// runInBackground runs the pipeline in this process until the test ends,
+// failing the test if it stops with an error before that.
+func (s *testStack) runInBackground() {
+	ctx, cancel := context.WithCancel(s.t.Context())
+	rt := &localrun.Runtime{Deps: s.Deps, Log: s.Deps.Log, Opts: localrun.Options{Tick: time.Second}}
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	s.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && ctx.Err() == nil {
+			s.t.Errorf("run: %v", err)
+		}
+	})
+}
+
 // pgTables returns the data and versions tables of a PostgreSQL output,
 // quoted.
 func (s *testStack) pgTables(output string) (data, versions string) {
@@ -261,6 +286,30 @@ func (s *testStack) deleteDoc(id, rev string) {
 	if err := s.DeleteDoc(s.t.Context(), id, rev); err != nil {
 		s.t.Fatal(err)
 	}
+}
+
+// tempFile writes content to a file named name in a new temporary
+// directory of the test and returns its path.
+func tempFile(t *testing.T, name string, content []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// writeS3Config writes a configuration with one job, "j", whose one output
+// is S3 ("files"), under stack prefix and bucket (none when bucket is
+// empty), and returns its path.
+func writeS3Config(t *testing.T, prefix, bucket string) string {
+	t.Helper()
+	b := ""
+	if bucket != "" {
+		b = fmt.Sprintf(`, "bucket": %q`, bucket)
+	}
+	return tempFile(t, "jobs.json", fmt.Appendf(nil, `{"stack": {"prefix": %q%s}, "jobs": [{"id": "j", "source": {"type": "couchdb", "url": "http://127.0.0.1:5984/x"},
+		"outputs": [{"id": "files", "type": "s3", "s3": {"prefix": "docs/"}}]}]}`, prefix, b))
 }
 
 // exitCode is the status main would exit with for err.

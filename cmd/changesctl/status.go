@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -102,10 +101,8 @@ type outputStatus struct {
 // could push a message stuck behind a failing output into the DLQ without
 // a recorded reason.
 func cmdStatus(ctx context.Context, env *cliEnv, args []string) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	path := fs.String("config", "", "job configuration file")
-	jobID := fs.String("job", "", "only this job")
+	fs := newFlags(env, "status")
+	sc := scopeFlags(fs, "only this job", "")
 	asJSON := fs.Bool("json", false, "print JSON")
 	watch := fs.Bool("watch", false, "redraw until interrupted")
 	interval := fs.Duration("interval", 2*time.Second, "--watch: time between redraws")
@@ -119,14 +116,14 @@ func cmdStatus(ctx context.Context, env *cliEnv, args []string) error {
 	if *interval < 100*time.Millisecond {
 		return fmt.Errorf("status: --interval %s is too short", *interval)
 	}
-	deps, err := load(ctx, env, *path, env.stderr, false)
+	deps, err := sc.load(ctx, env, false)
 	if err != nil {
 		return err
 	}
 	defer deps.Close()
 	jobs := deps.Config.Jobs
-	if *jobID != "" {
-		j, err := pickJob(deps.Config, *jobID)
+	if *sc.job != "" {
+		j, err := pickJob(deps.Config, *sc.job)
 		if err != nil {
 			return fmt.Errorf("status: %w", err)
 		}
@@ -211,15 +208,9 @@ func printStatus(w io.Writer, rows []jobStatus) error {
 				output += " HALTED"
 			}
 			for _, h := range o.Halted {
-				status := ""
-				switch {
-				case h.HTTPStatus != 0:
-					status = fmt.Sprintf(" (http %d)", h.HTTPStatus)
-				case h.SQLState != "":
-					status = " (sqlstate " + h.SQLState + ")"
-				}
-				halts = append(halts, fmt.Sprintf("%s/%s HALTED since %s (%s) at document %q seq %s: %s %s%s; changesctl halt show --job %s --output %s",
-					r.Job, o.Output, h.Since.Format(time.RFC3339), ago(time.Now(), h.Since), h.DocID, dash(string(h.Seq)), h.Class, h.Reason, status, r.Job, o.Output))
+				status := inParens(failureStatus(h.HTTPStatus, h.SQLState))
+				halts = append(halts, fmt.Sprintf("%s/%s HALTED since %s at document %q seq %s: %s %s%s; changesctl halt show --job %s --output %s",
+					r.Job, o.Output, when(time.Now(), h.Since), h.DocID, dash(string(h.Seq)), h.Class, h.Reason, status, r.Job, o.Output))
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", lead, output, queue, oldest, dlqDepth)
 		}

@@ -7,21 +7,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/quarantine"
 )
 
-func TestStatus(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := newTestStack(t, outPG, outS3)
-	store := s.Leases
-	l, _, err := store.Acquire(ctx, "orders", "poller-7", "host-a", time.Minute)
+// pollerCheckpoint has poller-7 on host-a hold the job's lease and write
+// checkpoint "12-abc" with 3 changes pending; it returns the lease.
+func (s *testStack) pollerCheckpoint() *lease.Lease {
+	s.t.Helper()
+	l, _, err := s.Leases.Acquire(s.t.Context(), "orders", "poller-7", "host-a", time.Minute)
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
-	if err := store.Checkpoint(ctx, l, json.RawMessage(`"12-abc"`), 3); err != nil {
-		t.Fatal(err)
+	if err := s.Leases.Checkpoint(s.t.Context(), l, json.RawMessage(`"12-abc"`), 3); err != nil {
+		s.t.Fatal(err)
 	}
+	return l
+}
+
+func TestStatus(t *testing.T) {
+	ctx, s := parallelStack(t, outPG, outS3)
+	store := s.Leases
+	l := s.pollerCheckpoint()
 	authAt := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	for _, n := range []int64{120, 20000, 700} { // only a larger batch replaces the recorded one
 		if err := store.NoteLargestBatch(ctx, "orders", n); err != nil {
@@ -97,17 +104,8 @@ func TestStatus(t *testing.T) {
 // blocked: a page recorded at the current checkpoint is blocked, one at an
 // older position was passed since.
 func TestStatusShowsQuarantine(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := newTestStack(t, outPG)
-	store := s.Leases
-	l, _, err := store.Acquire(ctx, "orders", "poller-7", "host-a", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Checkpoint(ctx, l, json.RawMessage(`"12-abc"`), 3); err != nil {
-		t.Fatal(err)
-	}
+	ctx, s := parallelStack(t, outPG)
+	s.pollerCheckpoint()
 	q := &quarantine.Store{DB: s.Deps.DynamoDB, Table: s.Config.TableName()}
 	for _, e := range []quarantine.Entry{
 		{Job: "orders", Kind: quarantine.Row, Seq: json.RawMessage(`"9-xyz"`), After: json.RawMessage(`"8-xyz"`), Reason: "the row has no id",

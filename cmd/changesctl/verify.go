@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -21,11 +20,8 @@ import (
 // re-enqueues what differs. Exit status 2 when drift was found (or the
 // output cannot be verified), 0 when the output matches the source.
 func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	path := fs.String("config", "", "job configuration file")
-	jobID := fs.String("job", "", "job id (default: the only job)")
-	outputID := fs.String("output", "", "output id (default: the job's only output)")
+	fs := newFlags(env, "verify")
+	sc := scopeFlags(fs, helpOneJob, helpOneOutput)
 	repair := fs.Bool("repair", false, "re-enqueue the missing, stale, differing and unexpected documents with their current source state")
 	content := fs.Bool("content", true, "compare the content of documents held at the source's revision (reads every body from the source and the output); false compares revisions only")
 	sample := fs.Int("sample", 10, "sample documents shown per kind of drift")
@@ -37,15 +33,11 @@ func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	deps, err := load(ctx, env, *path, env.stderr, false)
+	deps, j, o, err := sc.openOutput(ctx, env, "verify")
 	if err != nil {
 		return err
 	}
 	defer deps.Close()
-	j, o, err := route(deps.Config, *jobID, *outputID)
-	if err != nil {
-		return fmt.Errorf("verify: %w", err)
-	}
 	name := j.ID + "/" + o.ID
 	out, err := deps.State(ctx, o)
 	var noState *pipeline.NoStateError

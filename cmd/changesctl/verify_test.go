@@ -25,11 +25,21 @@ import (
 // object, a stale object, an object the source never had), checks that
 // verify reports exactly those, repairs them, lets the writer drain, and
 // checks that verify is clean again and that a later source change still
+// verifyJSON runs verify --json on an output (drift exits 2: the status is
+// not checked) and decodes what it printed.
+func (s *testStack) verifyJSON(output string) verifyResult {
+	s.t.Helper()
+	var res verifyResult
+	out, _, _ := s.cli(s.t.Context(), "", "verify", "--output", output, "--json")
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		s.t.Fatalf("verify --json: %v\n%s", err, out)
+	}
+	return res
+}
+
 // wins over the repair.
 func TestVerifyFindsAndRepairsDrift(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := newTestStack(t, outPG, outS3)
+	ctx, s := parallelStack(t, outPG, outS3)
 	revs := map[string]string{}
 	for i := range 12 {
 		id := fmt.Sprintf("doc-%02d", i)
@@ -90,11 +100,7 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 				t.Errorf("verify %s does not report %q:\n%s", o, w, got)
 			}
 		}
-		var res verifyResult
-		jsonOut, _, _ := s.cli(ctx, "", "verify", "--output", o, "--json")
-		if err := json.Unmarshal([]byte(jsonOut), &res); err != nil {
-			t.Fatalf("verify --json: %v\n%s", err, jsonOut)
-		}
+		res := s.verifyJSON(o)
 		if c := res.Report.Counts; c[verify.Missing] != 1 || c[verify.Stale] != 1 || c[verify.Unexpected] != 1 || res.Report.SourceDocs != 11 {
 			t.Errorf("verify %s --json: %+v", o, res.Report)
 		}
@@ -147,9 +153,7 @@ func TestVerifyHTTPUnsupported(t *testing.T) {
 // pipeline reads it, so a document whose output copy was deleted behind the
 // sink's back is reported under such an id, and a repair brings it back.
 func TestVerifyListsWhatAllDocsSkips(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := newTestStack(t, outPG, outS3)
+	ctx, s := parallelStack(t, outPG, outS3)
 	revs := map[string]string{}
 	for _, id := range []string{"plain", "注文-1", "注文-2"} {
 		revs[id] = s.putDoc(id, map[string]any{"id": id}, "")
@@ -200,9 +204,7 @@ func TestVerifyListsWhatAllDocsSkips(t *testing.T) {
 // verify reports exactly that document as differing (and only with content
 // comparison on), that a repair rewrites it, and that verify is then clean.
 func TestVerifyComparesContent(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := newTestStack(t, outPG, outPGMap, outS3)
+	ctx, s := parallelStack(t, outPG, outPGMap, outS3)
 	revs := map[string]string{}
 	for i := range 6 {
 		id := fmt.Sprintf("doc-%02d", i)
@@ -250,11 +252,7 @@ func TestVerifyComparesContent(t *testing.T) {
 		if got, _, err := s.cli(ctx, "", "verify", "--output", o, "--content=false"); err != nil || !strings.Contains(got, "in sync") {
 			t.Errorf("verify %s --content=false: %v, want in sync (revisions only)\n%s", o, err, got)
 		}
-		var res verifyResult
-		jsonOut, _, _ := s.cli(ctx, "", "verify", "--output", o, "--json")
-		if err := json.Unmarshal([]byte(jsonOut), &res); err != nil {
-			t.Fatalf("verify --json: %v\n%s", err, jsonOut)
-		}
+		res := s.verifyJSON(o)
 		if c := res.Report.Counts; c[verify.Content] != 1 || len(c) != 1 || res.Report.ContentChecked != 6 {
 			t.Errorf("verify %s --json: %+v", o, res.Report)
 		}

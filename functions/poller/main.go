@@ -4,27 +4,11 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
 
-	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-lambda-go/lambdacontext"
-
+	"github.com/changes-worker/changes-worker/functions/internal/lambdamain"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 )
 
 func main() {
-	if err := realMain(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, "poller:", err)
-		os.Exit(1)
-	}
-}
-
-func realMain(ctx context.Context) error {
-	deps, err := pipeline.Load(ctx, os.LookupEnv, lambdacontext.NewLogger(), os.Stdout)
-	if err != nil {
-		return err
-	}
-	lambda.Start(deps.HandleSchedule)
-	return nil
+	lambdamain.Start(context.Background(), "poller", func(d *pipeline.Deps) any { return d.HandleSchedule })
 }

@@ -2,7 +2,6 @@ package attach_test
 
 import (
 	"bytes"
-	"context"
 	crand "crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -18,38 +17,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/changes-worker/changes-worker/shared/attach"
-	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/testbucket"
 )
-
-// bucket creates a bucket on the local S3 for one test, emptied and deleted
-// at the end.
-func bucket(t *testing.T) (*s3.Client, string) {
-	t.Helper()
-	c := s3.NewFromConfig(testenv.AWS(t), awsconf.S3Options)
-	name := testenv.Name(t)
-	if _, err := c.CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: &name}); err != nil {
-		t.Fatalf("create bucket %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		p := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: &name})
-		for p.HasMorePages() {
-			out, err := p.NextPage(ctx)
-			if err != nil {
-				return
-			}
-			for _, o := range out.Contents {
-				_, _ = c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &name, Key: o.Key})
-			}
-		}
-		_, _ = c.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: &name})
-	})
-	return c, name
-}
 
 func object(t *testing.T, c *s3.Client, bucket, key string) []byte {
 	t.Helper()
@@ -210,7 +182,7 @@ func TestAttachmentsToS3(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s3c, bkt := bucket(t)
+			s3c, bkt := testbucket.New(t)
 			src := tt.src(t)
 			var stats []attach.Stats
 			f := &attach.Feed{
@@ -318,7 +290,7 @@ func TestAttachmentsToS3(t *testing.T) {
 // were, "skip" marks the entry.
 func TestMissingAttachment(t *testing.T) {
 	t.Parallel()
-	s3c, bkt := bucket(t)
+	s3c, bkt := testbucket.New(t)
 	src := couchSource(t)
 	c := src.client(t)
 	digest := "md5-" + base64.StdEncoding.EncodeToString(make([]byte, 16))
@@ -353,7 +325,7 @@ func TestMissingAttachment(t *testing.T) {
 // and no object is left, for a single put and for a multipart upload.
 func TestContentMismatch(t *testing.T) {
 	t.Parallel()
-	s3c, bkt := bucket(t)
+	s3c, bkt := testbucket.New(t)
 	for _, size := range []int{10, 11 << 20} {
 		data := base64.StdEncoding.EncodeToString(random(t, size))
 		digest := "md5-" + base64.StdEncoding.EncodeToString(make([]byte, 16))

@@ -11,6 +11,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/attach"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/feed"
+	"github.com/changes-worker/changes-worker/shared/testenv/testbucket"
 )
 
 // TestThroughput copies 200 attachments of 256 KiB (one per document) from
@@ -19,7 +20,7 @@ import (
 func TestThroughput(t *testing.T) {
 	t.Parallel()
 	const docs, size = 200, 256 << 10
-	s3c, bkt := bucket(t)
+	s3c, bkt := testbucket.New(t)
 	src := couchSource(t)
 	for start := 0; start < docs; start += 20 {
 		var batch []map[string]any

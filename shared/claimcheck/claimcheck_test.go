@@ -22,6 +22,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/testbucket"
 )
 
 func TestCheck(t *testing.T) {
@@ -164,10 +165,7 @@ func TestFanoutClaimChecksAccepted(t *testing.T) {
 	ctx := t.Context()
 	cfg := testenv.AWS(t)
 	sq, s3c := sqs.NewFromConfig(cfg), s3.NewFromConfig(cfg, awsconf.S3Options)
-	name := testenv.Name(t)
-	if _, err := s3c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &name}); err != nil {
-		t.Fatal(err)
-	}
+	name := testbucket.Create(t, s3c)
 	q, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
 	if err != nil {
 		t.Fatal(err)

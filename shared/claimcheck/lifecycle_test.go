@@ -12,6 +12,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/testbucket"
 )
 
 // CheckExpiry against the emulator's lifecycle configurations: the rule the
@@ -53,10 +54,7 @@ func TestCheckExpiry(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			bucket := testenv.Name(t)
-			if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-				t.Fatal(err)
-			}
+			bucket := testbucket.Create(t, client)
 			if tt.rules != nil {
 				if _, err := client.PutBucketLifecycleConfiguration(ctx, &s3.PutBucketLifecycleConfigurationInput{
 					Bucket: &bucket, LifecycleConfiguration: &s3types.BucketLifecycleConfiguration{Rules: tt.rules},

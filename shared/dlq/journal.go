@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -12,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/changes-worker/changes-worker/shared/clock"
+	"github.com/changes-worker/changes-worker/shared/statetable"
 )
 
 // DynamoDB is the part of the DynamoDB client the journal calls.
@@ -61,10 +61,8 @@ type Journal struct {
 	Now       clock.Clock // zero: the system clock
 }
 
-// Journal item attributes. job_id is the state table's partition key (see
-// provision and lease).
+// Journal item attributes; the key is statetable.KeyAttr.
 const (
-	jAttrKey     = "job_id"
 	jAttrState   = "redrive_state"
 	jAttrAt      = "redrive_at"
 	jAttrWorkID  = "work_message_id"
@@ -88,7 +86,7 @@ func (j *Journal) Lookup(ctx context.Context, ids []string) (map[string]Entry, e
 				continue
 			}
 			byKey[k] = id
-			keys = append(keys, map[string]types.AttributeValue{jAttrKey: &types.AttributeValueMemberS{Value: k}})
+			keys = append(keys, statetable.Key(k))
 		}
 		req := map[string]types.KeysAndAttributes{j.Table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
 		for attempt := 0; len(req) > 0; attempt++ {
@@ -125,13 +123,13 @@ func (j *Journal) Mark(ctx context.Context, ids []string, state State, workIDs m
 	reqs := make([]types.WriteRequest, 0, len(ids))
 	for _, id := range ids {
 		item := map[string]types.AttributeValue{
-			jAttrKey:     &types.AttributeValueMemberS{Value: j.key(id)},
-			jAttrState:   &types.AttributeValueMemberS{Value: string(state)},
-			jAttrAt:      &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339Nano)},
-			jAttrExpires: &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(retention).Unix(), 10)},
+			statetable.KeyAttr: statetable.Str(j.key(id)),
+			jAttrState:         statetable.Str(string(state)),
+			jAttrAt:            statetable.Stamp(now),
+			jAttrExpires:       statetable.Num(now.Add(retention).Unix()),
 		}
 		if w := workIDs[id]; w != "" {
-			item[jAttrWorkID] = &types.AttributeValueMemberS{Value: w}
+			item[jAttrWorkID] = statetable.Str(w)
 		}
 		reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
 	}
@@ -146,7 +144,7 @@ func (j *Journal) Forget(ctx context.Context, ids []string) error {
 	reqs := make([]types.WriteRequest, 0, len(ids))
 	for _, id := range ids {
 		reqs = append(reqs, types.WriteRequest{DeleteRequest: &types.DeleteRequest{
-			Key: map[string]types.AttributeValue{jAttrKey: &types.AttributeValueMemberS{Value: j.key(id)}},
+			Key: statetable.Key(j.key(id)),
 		}})
 	}
 	if err := j.write(ctx, reqs); err != nil {
@@ -175,48 +173,30 @@ func (j *Journal) write(ctx context.Context, reqs []types.WriteRequest) error {
 	return nil
 }
 
-// Scanner is the DynamoDB call Entries makes.
-type Scanner interface {
-	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
-}
-
 // Entries lists every journal entry of this (job, output), for inspection
 // and tests. It scans the state table, which holds one item per job besides
 // the journal, so it is cheap.
-func (j *Journal) Entries(ctx context.Context, db Scanner) (map[string]Entry, error) {
+func (j *Journal) Entries(ctx context.Context, db statetable.Scanner) (map[string]Entry, error) {
 	prefix := j.key("")
 	out := map[string]Entry{}
-	p := dynamodb.NewScanPaginator(db, &dynamodb.ScanInput{
-		TableName:                 &j.Table,
-		ConsistentRead:            aws.Bool(true),
-		FilterExpression:          aws.String("begins_with(#k, :p)"),
-		ExpressionAttributeNames:  map[string]string{"#k": jAttrKey},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: prefix}},
-	})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("scan redrive journal: %w", err)
-		}
-		for _, item := range page.Items {
-			e := decodeEntry(item)
-			e.MessageID = e.MessageID[len(prefix):]
-			out[e.MessageID] = e
-		}
+	items, err := statetable.ScanPrefix(ctx, db, j.Table, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("scan redrive journal: %w", err)
+	}
+	for _, item := range items {
+		e := decodeEntry(item)
+		e.MessageID = e.MessageID[len(prefix):]
+		out[e.MessageID] = e
 	}
 	return out, nil
 }
 
 // decodeEntry reads an item; MessageID is the item's whole key.
 func decodeEntry(item map[string]types.AttributeValue) Entry {
-	s := func(k string) string {
-		if v, ok := item[k].(*types.AttributeValueMemberS); ok {
-			return v.Value
-		}
-		return ""
+	return Entry{
+		MessageID: statetable.String(item, statetable.KeyAttr), State: State(statetable.String(item, jAttrState)),
+		At: statetable.Time(item, jAttrAt), WorkMessageID: statetable.String(item, jAttrWorkID),
 	}
-	at, _ := time.Parse(time.RFC3339Nano, s(jAttrAt))
-	return Entry{MessageID: s(jAttrKey), State: State(s(jAttrState)), At: at, WorkMessageID: s(jAttrWorkID)}
 }
 
 // pause waits before retry attempt n (1, 2, ...): 50ms, 100ms, ... up to 2s.

@@ -238,3 +238,44 @@ func (s *bigSource) checkBodies(t *testing.T, rows []Row) {
 		}
 	}
 }
+
+// readToEnd reads c's feed from since until it is caught up, at most
+// maxPages pages, fetching each page's bodies with FetchBatch when fetch is
+// set. It hands every page to check, checks its bodies and counts its
+// documents into seen (which may hold what the caller read before); at the
+// end it fails the test unless seen holds the source's n documents, each
+// once.
+func (s *bigSource) readToEnd(t *testing.T, c *Client, since json.RawMessage, maxPages int, fetch bool, seen map[string]int, check func(page int, b *Batch)) {
+	t.Helper()
+	for page := 1; ; page++ {
+		if page > maxPages {
+			t.Fatalf("no end after %d pages", maxPages)
+		}
+		b, err := c.Changes(t.Context(), since, time.Second)
+		if err != nil {
+			t.Fatalf("Changes from %s: %v", since, err)
+		}
+		if fetch {
+			if err := c.FetchBatch(t.Context(), b); err != nil {
+				t.Fatalf("FetchBatch: %v", err)
+			}
+		}
+		check(page, b)
+		s.checkBodies(t, b.Rows)
+		for _, r := range b.Rows {
+			seen[r.ID]++
+		}
+		since = b.LastSeq
+		if b.CaughtUp() {
+			break
+		}
+	}
+	if len(seen) != s.n {
+		t.Errorf("read %d distinct documents, want %d", len(seen), s.n)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("document %s read %d times", id, n)
+		}
+	}
+}

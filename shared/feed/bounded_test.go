@@ -26,10 +26,7 @@ const heldMax = 32 << 20
 func TestChangesPageOfLargeDocsIsBounded(t *testing.T) {
 	t.Parallel()
 	src := newBigSource(t, 500, 400<<10)
-	c, err := New(Options{SourceType: config.SourceCouchDB, URL: src.db(), RequestTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustNew(t, Options{SourceType: config.SourceCouchDB, URL: src.db(), RequestTimeout: 30 * time.Second})
 	b, err := c.Changes(t.Context(), nil, time.Second)
 	if err != nil {
 		t.Fatalf("Changes: %v", err)
@@ -54,35 +51,11 @@ func TestChangesPageOfLargeDocsIsBounded(t *testing.T) {
 	for _, r := range b.Rows {
 		seen[r.ID]++
 	}
-	since := b.LastSeq
-	for pages := 1; ; pages++ {
-		if pages > 100 {
-			t.Fatalf("no end after %d pages", pages)
-		}
-		b, err := c.Changes(t.Context(), since, time.Second)
-		if err != nil {
-			t.Fatalf("Changes from %s: %v", since, err)
-		}
+	src.readToEnd(t, c, b.LastSeq, 100, false, seen, func(page int, b *Batch) {
 		if n := docBytes(b.Rows); n > heldMax {
-			t.Errorf("page %d holds %d bytes of bodies, want at most %d", pages, n, heldMax)
+			t.Errorf("page %d holds %d bytes of bodies, want at most %d", page, n, heldMax)
 		}
-		src.checkBodies(t, b.Rows)
-		for _, r := range b.Rows {
-			seen[r.ID]++
-		}
-		since = b.LastSeq
-		if b.CaughtUp() {
-			break
-		}
-	}
-	if len(seen) != 500 {
-		t.Errorf("read %d distinct documents, want 500", len(seen))
-	}
-	for id, n := range seen {
-		if n != 1 {
-			t.Errorf("document %s read %d times", id, n)
-		}
-	}
+	})
 	reqs := src.requests()
 	if got := reqs[1].Limit; got > kept {
 		t.Errorf("second request's limit = %d, want at most the %d rows the first page kept", got, kept)
@@ -95,10 +68,7 @@ func TestChangesPageGrowsBack(t *testing.T) {
 	t.Parallel()
 	large := newBigSource(t, 200, 400<<10)
 	small := newBigSource(t, 5000, 100)
-	c, err := New(Options{SourceType: config.SourceCouchDB, URL: large.db(), Limit: 400, RequestTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustNew(t, Options{SourceType: config.SourceCouchDB, URL: large.db(), Limit: 400, RequestTimeout: 30 * time.Second})
 	if _, err := c.Changes(t.Context(), nil, time.Second); err != nil {
 		t.Fatalf("Changes: %v", err)
 	}
@@ -135,10 +105,7 @@ func TestChangesPageGrowsBack(t *testing.T) {
 func TestChangesRowOverAnswerLimit(t *testing.T) {
 	t.Parallel()
 	src := newBigSource(t, 3, 40<<20)
-	c, err := New(Options{SourceType: config.SourceCouchDB, URL: src.db(), RequestTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustNew(t, Options{SourceType: config.SourceCouchDB, URL: src.db(), RequestTimeout: 30 * time.Second})
 	b, err := c.Changes(t.Context(), nil, time.Second)
 	if err == nil {
 		t.Fatalf("Changes = %d rows, want an error", len(b.Rows))
@@ -164,10 +131,7 @@ func TestFetchDocsSplitsBulkGetByBytes(t *testing.T) {
 		t.Run(source, func(t *testing.T) {
 			t.Parallel()
 			src := newBigSource(t, 150, 400<<10)
-			c, err := New(Options{SourceType: source, URL: src.db(), Fetch: config.FetchBulkGet, RequestTimeout: 30 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := mustNew(t, Options{SourceType: source, URL: src.db(), Fetch: config.FetchBulkGet, RequestTimeout: 30 * time.Second})
 			rows := src.rowsFrom(0, 150)
 			if err := c.FetchDocs(t.Context(), rows); err != nil {
 				t.Fatalf("FetchDocs: %v", err)
@@ -201,10 +165,7 @@ func TestChangesStreamsTheAnswer(t *testing.T) {
 	for i := range 100 {
 		src.doc(i) // built before counting
 	}
-	c, err := New(Options{SourceType: config.SourceCouchDB, URL: src.db(), RequestTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustNew(t, Options{SourceType: config.SourceCouchDB, URL: src.db(), RequestTimeout: 30 * time.Second})
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -232,25 +193,10 @@ func TestFetchBatchWithinBudget(t *testing.T) {
 			t.Parallel()
 			const budget = 4 << 20
 			src := newBigSource(t, 120, 400<<10)
-			c, err := New(Options{SourceType: source, URL: src.db(), Fetch: config.FetchBulkGet, Limit: 50,
+			c := mustNew(t, Options{SourceType: source, URL: src.db(), Fetch: config.FetchBulkGet, Limit: 50,
 				PageBytes: budget, RequestTimeout: 30 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen := map[string]int{}
-			var since json.RawMessage
 			var sizes []int
-			for pages := 0; ; pages++ {
-				if pages > 60 {
-					t.Fatalf("no end after %d pages", pages)
-				}
-				b, err := c.Changes(t.Context(), since, time.Second)
-				if err != nil {
-					t.Fatalf("Changes: %v", err)
-				}
-				if err := c.FetchBatch(t.Context(), b); err != nil {
-					t.Fatalf("FetchBatch: %v", err)
-				}
+			src.readToEnd(t, c, nil, 61, true, map[string]int{}, func(_ int, b *Batch) {
 				if len(b.Rows) == 0 && !b.CaughtUp() {
 					t.Fatalf("an empty page that is not the end: %+v", b)
 				}
@@ -258,26 +204,10 @@ func TestFetchBatchWithinBudget(t *testing.T) {
 				if n := docBytes(b.Rows); n > budget+400<<10 {
 					t.Errorf("page holds %d bytes, want at most the budget and one body (%d)", n, budget+400<<10)
 				}
-				src.checkBodies(t, b.Rows)
 				if len(b.Rows) > 0 && b.Cut != "" && string(b.LastSeq) != string(b.Rows[len(b.Rows)-1].Seq) {
 					t.Errorf("cut page ends at %s, want its last row's seq", b.LastSeq)
 				}
-				for _, r := range b.Rows {
-					seen[r.ID]++
-				}
-				since = b.LastSeq
-				if b.CaughtUp() {
-					break
-				}
-			}
-			if len(seen) != 120 {
-				t.Errorf("read %d distinct documents, want 120", len(seen))
-			}
-			for id, n := range seen {
-				if n != 1 {
-					t.Errorf("document %s read %d times", id, n)
-				}
-			}
+			})
 			var limits []int
 			for _, r := range src.requests() {
 				if r.Path == "/db/_changes" {
@@ -298,11 +228,8 @@ func TestFetchBatchGrowsBack(t *testing.T) {
 	t.Parallel()
 	large := newBigSource(t, 40, 400<<10)
 	small := newBigSource(t, 3000, 100)
-	c, err := New(Options{SourceType: config.SourceCouchDB, URL: large.db(), Fetch: config.FetchBulkGet, Limit: 200,
+	c := mustNew(t, Options{SourceType: config.SourceCouchDB, URL: large.db(), Fetch: config.FetchBulkGet, Limit: 200,
 		PageBytes: 2 << 20, RequestTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	b, err := c.Changes(t.Context(), nil, time.Second)
 	if err != nil {
 		t.Fatal(err)

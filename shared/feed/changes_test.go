@@ -245,12 +245,7 @@ func TestChangesParse(t *testing.T) {
 			t.Parallel()
 			f := newFakeSource(t, reply(http.StatusOK, tt.body))
 			got, err := f.client(tt.edit).Changes(t.Context(), nil, time.Second)
-			if err != nil {
-				t.Fatalf("Changes: %v", err)
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("batch (-want +got):\n%s", diff)
-			}
+			checkBatch(t, got, err, tt.want)
 		})
 	}
 }
@@ -448,12 +443,7 @@ func TestChangesSourceIgnoresTimeout(t *testing.T) {
 				}
 				return
 			}
-			if err != nil {
-				t.Fatalf("Changes: %v", err)
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("batch (-want +got):\n%s", diff)
-			}
+			checkBatch(t, got, err, tt.want)
 		})
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -106,12 +105,10 @@ func TestStatusError(t *testing.T) {
 // (401) and one with no answer (status 0) included.
 func TestOnRequest(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	f := newFakeSource(t, func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(10 * time.Millisecond)
-		w.WriteHeader(http.StatusUnauthorized)
-		_, _ = w.Write([]byte(`{"error":"unauthorized"}`))
-	}))
-	t.Cleanup(srv.Close)
+		reply(http.StatusUnauthorized, `{"error":"unauthorized"}`)(w, r)
+	})
 	type seen struct {
 		op     string
 		status int
@@ -119,19 +116,16 @@ func TestOnRequest(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var got []seen
-	c, err := New(Options{SourceType: config.SourceCouchDB, URL: srv.URL + "/db", Username: "u", Password: "wrong",
+	c := mustNew(t, Options{SourceType: config.SourceCouchDB, URL: f.db(), Username: "u", Password: "wrong",
 		OnRequest: func(op string, status int, d time.Duration) {
 			mu.Lock()
 			defer mu.Unlock()
 			got = append(got, seen{op, status, d})
 		}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := c.Changes(t.Context(), nil, 0); err == nil {
 		t.Fatal("Changes succeeded against a 401")
 	}
-	srv.Close()
+	f.srv.Close()
 	if _, err := c.Changes(t.Context(), nil, 0); err == nil {
 		t.Fatal("Changes succeeded against a closed server")
 	}

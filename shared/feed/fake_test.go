@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/changes-worker/changes-worker/shared/config"
 )
 
@@ -61,13 +63,33 @@ func (f *fakeSource) db() string { return f.srv.URL + "/db" }
 // client returns a Client on the fake; edit adjusts the options.
 func (f *fakeSource) client(edit func(*Options)) *Client {
 	f.t.Helper()
-	o := Options{SourceType: config.SourceCouchDB, URL: f.db(), Slack: time.Second, RequestTimeout: 5 * time.Second}
-	if edit != nil {
-		edit(&o)
+	return mustNew(f.t, Options{SourceType: config.SourceCouchDB, URL: f.db(), Slack: time.Second, RequestTimeout: 5 * time.Second}, edit)
+}
+
+// checkBatch fails the test when Changes failed (err), and reports how its
+// batch differs from want.
+func checkBatch(t *testing.T, got *Batch, err error, want *Batch) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("Changes: %v", err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("batch (-want +got):\n%s", diff)
+	}
+}
+
+// mustNew returns New(o) once the edits that are not nil adjusted o,
+// failing the test when New refuses the options.
+func mustNew(t testing.TB, o Options, edits ...func(*Options)) *Client {
+	t.Helper()
+	for _, edit := range edits {
+		if edit != nil {
+			edit(&o)
+		}
 	}
 	c, err := New(o)
 	if err != nil {
-		f.t.Fatalf("new client: %v", err)
+		t.Fatalf("new client: %v", err)
 	}
 	return c
 }

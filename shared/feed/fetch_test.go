@@ -36,6 +36,16 @@ func TestDocPathEscaping(t *testing.T) {
 		{id: "../_all_docs", wantURI: "/db/..%2F_all_docs"},
 		{id: "_design/by name", wantURI: "/db/_design/by%20name"},
 		{id: "_local/x/y", wantURI: "/db/_local/x%2Fy"},
+		// Dots that a URL path would read as relative segments.
+		{id: ".", wantURI: "/db/%2E"},
+		{id: "..", wantURI: "/db/%2E%2E"},
+		{id: "...", wantURI: "/db/%2E%2E%2E"},
+		{id: "_design/..", wantURI: "/db/_design/%2E%2E"},
+		{id: "_local/.", wantURI: "/db/_local/%2E"},
+		{id: "a.b", wantURI: "/db/a.b"},
+		{id: "a/../../b", wantURI: "/db/a%2F..%2F..%2Fb"},
+		{id: "%2e%2e/", wantURI: "/db/%252e%252e%2F"},
+		{id: "+1", wantURI: "/db/%2B1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.id, func(t *testing.T) {
@@ -138,55 +148,63 @@ func winnerRoutes() map[string]http.HandlerFunc {
 
 const wantBulkRequest = `{"docs":[{"id":"a","rev":"1-a"},{"id":"b/1","rev":"2-b"},{"id":"c","rev":"1-c"},{"id":"g","rev":"2-g"}]}`
 
-func TestFetchDocsBulkGetJSON(t *testing.T) {
-	t.Parallel()
-	routes := winnerRoutes()
-	// CouchDB's error for b, pouchdb-server's "missing" for c.
-	routes["/db/_bulk_get"] = reply(200, `{"results":[`+
-		`{"id":"a","docs":[{"ok":{"_id":"a","_rev":"1-a","v":1}}]},`+
-		`{"id":"b/1","docs":[{"error":{"id":"b/1","rev":"2-b","error":"not_found","reason":"missing"}}]},`+
-		`{"id":"c","docs":[{"missing":"1-c"}]},`+
-		`{"id":"g","docs":[{"ok":{"_id":"g","_rev":"2-g","_deleted":true}}]}]}`)
-	f := newFakeSource(t, route(routes))
-	rows := feedRows()
-	if err := f.client(func(o *Options) { o.Fetch = config.FetchBulkGet }).FetchDocs(t.Context(), rows); err != nil {
-		t.Fatalf("FetchDocs: %v", err)
-	}
-	if diff := cmp.Diff(fetchedRows(), rows); diff != "" {
-		t.Errorf("rows (-want +got):\n%s", diff)
-	}
-	checkFetchRequests(t, f.requests(), []string{"POST /db/_bulk_get?revs=false", "GET /db/b%2F1", "GET /db/c"})
-}
-
-func TestFetchDocsBulkGetMultipart(t *testing.T) {
+// TestFetchDocsBulkGet: _bulk_get answered as JSON (CouchDB's error for
+// b, pouchdb-server's "missing" for c) or as multipart/mixed (Sync
+// Gateway's) fills the rows the same way, with a GET of the winner for each
+// revision gone.
+func TestFetchDocsBulkGet(t *testing.T) {
 	t.Parallel()
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
-	part := func(contentType, content string) {
-		w, err := mw.CreatePart(textproto.MIMEHeader{"Content-Type": {contentType}})
+	for _, content := range []string{
+		`{"_id":"a","_rev":"1-a","v":1}`,
+		`{"error":"not_found","id":"b/1","reason":"missing","rev":"2-b","status":404}`,
+		`{"error":"not_found","id":"c","reason":"missing","rev":"1-c","status":404}`,
+		`{"_id":"g","_rev":"2-g","_deleted":true}`,
+	} {
+		w, err := mw.CreatePart(textproto.MIMEHeader{"Content-Type": {"application/json"}})
 		if err != nil {
 			t.Fatalf("create part: %v", err)
 		}
 		w.Write([]byte(content))
 	}
-	part("application/json", `{"_id":"a","_rev":"1-a","v":1}`)
-	part("application/json", `{"error":"not_found","id":"b/1","reason":"missing","rev":"2-b","status":404}`)
-	part("application/json", `{"error":"not_found","id":"c","reason":"missing","rev":"1-c","status":404}`)
-	part("application/json", `{"_id":"g","_rev":"2-g","_deleted":true}`)
 	mw.Close()
-
-	routes := winnerRoutes()
-	routes["/db/_bulk_get"] = replyType(200, "multipart/mixed; boundary="+mw.Boundary(), body.String())
-	f := newFakeSource(t, route(routes))
-	rows := feedRows()
-	c := f.client(func(o *Options) { o.SourceType, o.Fetch = config.SourceSyncGateway, config.FetchBulkGet })
-	if err := c.FetchDocs(t.Context(), rows); err != nil {
-		t.Fatalf("FetchDocs: %v", err)
+	tests := []struct {
+		name string
+		bulk http.HandlerFunc
+		edit func(*Options)
+	}{
+		{
+			name: "json",
+			bulk: reply(200, `{"results":[`+
+				`{"id":"a","docs":[{"ok":{"_id":"a","_rev":"1-a","v":1}}]},`+
+				`{"id":"b/1","docs":[{"error":{"id":"b/1","rev":"2-b","error":"not_found","reason":"missing"}}]},`+
+				`{"id":"c","docs":[{"missing":"1-c"}]},`+
+				`{"id":"g","docs":[{"ok":{"_id":"g","_rev":"2-g","_deleted":true}}]}]}`),
+			edit: func(o *Options) { o.Fetch = config.FetchBulkGet },
+		},
+		{
+			name: "multipart",
+			bulk: replyType(200, "multipart/mixed; boundary="+mw.Boundary(), body.String()),
+			edit: func(o *Options) { o.SourceType, o.Fetch = config.SourceSyncGateway, config.FetchBulkGet },
+		},
 	}
-	if diff := cmp.Diff(fetchedRows(), rows); diff != "" {
-		t.Errorf("rows (-want +got):\n%s", diff)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			routes := winnerRoutes()
+			routes["/db/_bulk_get"] = tt.bulk
+			f := newFakeSource(t, route(routes))
+			rows := feedRows()
+			if err := f.client(tt.edit).FetchDocs(t.Context(), rows); err != nil {
+				t.Fatalf("FetchDocs: %v", err)
+			}
+			if diff := cmp.Diff(fetchedRows(), rows); diff != "" {
+				t.Errorf("rows (-want +got):\n%s", diff)
+			}
+			checkFetchRequests(t, f.requests(), []string{"POST /db/_bulk_get?revs=false", "GET /db/b%2F1", "GET /db/c"})
+		})
 	}
-	checkFetchRequests(t, f.requests(), []string{"POST /db/_bulk_get?revs=false", "GET /db/b%2F1", "GET /db/c"})
 }
 
 // TestFetchDocsBulkGetMatchesByRevision answers the way pouchdb-server does:

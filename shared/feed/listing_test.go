@@ -35,13 +35,10 @@ func TestListCouch(t *testing.T) {
 		map[string]any{"_id": "conflicted", "_rev": revF, "_revisions": map[string]any{"start": 2, "ids": []string{revF[2:], revRoot[2:]}}, "v": "f"})
 	want["conflicted"] = docState{Rev: revF, V: "f"}
 
-	c, err := New(Options{SourceType: config.SourceCouchDB, URL: db, Limit: 500, Fetch: config.FetchIncludeDocs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustNew(t, Options{SourceType: config.SourceCouchDB, URL: db, Limit: 500, Fetch: config.FetchIncludeDocs})
 	got := map[string]docState{}
 	pages := 0
-	err = c.List(t.Context(), 3, func(rows []Row) error {
+	err := c.List(t.Context(), 3, func(rows []Row) error {
 		pages++
 		if len(rows) > 3 {
 			t.Errorf("page of %d rows, asked for 3", len(rows))
@@ -83,10 +80,7 @@ func TestCurrentCouch(t *testing.T) {
 		ids = append(ids, id)
 	}
 	ids = append(ids, ids[0]) // asked twice, answered twice
-	c, err := New(Options{SourceType: config.SourceCouchDB, URL: db})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustNew(t, Options{SourceType: config.SourceCouchDB, URL: db})
 	rows, err := c.Current(t.Context(), ids)
 	if err != nil {
 		t.Fatalf("Current: %v", err)

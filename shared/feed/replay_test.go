@@ -320,14 +320,7 @@ func (r *replay) client(user string, edit func(*Options)) *Client {
 	if user != "" {
 		o.Username, o.Password = user, user+"pw"
 	}
-	if edit != nil {
-		edit(&o)
-	}
-	c, err := New(o)
-	if err != nil {
-		r.t.Fatalf("new client: %v", err)
-	}
-	return c
+	return mustNew(r.t, o, edit)
 }
 
 // TestReplayParsesEveryCapture keeps the captures and their parser honest:

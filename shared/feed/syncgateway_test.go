@@ -93,12 +93,7 @@ func TestSyncGatewayReplayFeeds(t *testing.T) {
 			// Captured before any revocation: revocations=true changes nothing.
 			r := newReplay(t, tt.version, tt.capture).ignoring(append(tt.ignore, "revocations")...)
 			got, err := r.client(tt.user, tt.edit).Changes(t.Context(), raw(tt.since), tt.timeout)
-			if err != nil {
-				t.Fatalf("Changes: %v", err)
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("batch (-want +got):\n%s", diff)
-			}
+			checkBatch(t, got, err, tt.want)
 			if seen := r.requests(); len(seen) != 1 || !strings.HasPrefix(seen[0].File, tt.capture) {
 				t.Errorf("requests %+v, want one answered by capture %s", seen, tt.capture)
 			}

@@ -15,12 +15,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/changes-worker/changes-worker/shared/statetable"
 )
 
 // DynamoDB is the part of the DynamoDB client the store calls.
@@ -28,7 +29,7 @@ type DynamoDB interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
-	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+	statetable.Scanner
 }
 
 // Action is what the operator asked for a halted change.
@@ -84,7 +85,6 @@ const MaxBody = 300_000
 var ErrNotHalted = errors.New("not halted")
 
 const (
-	attrKey       = "job_id"
 	attrJob       = "halt_job"
 	attrOutput    = "halt_output"
 	attrGroup     = "halt_group"
@@ -111,14 +111,10 @@ func Key(job, output, group string) string { return "halt/" + job + "/" + output
 
 func prefix(job, output string) string { return "halt/" + job + "/" + output + "/" }
 
-func key(k string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{attrKey: &types.AttributeValueMemberS{Value: k}}
-}
-
 // Get returns the group's record, or nil when the group is not halted.
 // The read is strongly consistent.
 func (s *Store) Get(ctx context.Context, job, output, group string) (*State, error) {
-	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.Table, Key: key(Key(job, output, group)), ConsistentRead: aws.Bool(true)})
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.Table, Key: statetable.Key(Key(job, output, group)), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return nil, fmt.Errorf("get halt %s/%s/%s: %w", job, output, group, err)
 	}
@@ -131,22 +127,13 @@ func (s *Store) Get(ctx context.Context, job, output, group string) (*State, err
 
 // List returns every halted group of an output, oldest halt first.
 func (s *Store) List(ctx context.Context, job, output string) ([]State, error) {
-	var list []State
-	p := dynamodb.NewScanPaginator(s.DB, &dynamodb.ScanInput{
-		TableName:                 &s.Table,
-		ConsistentRead:            aws.Bool(true),
-		FilterExpression:          aws.String("begins_with(#k, :p)"),
-		ExpressionAttributeNames:  map[string]string{"#k": attrKey},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: prefix(job, output)}},
-	})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("list halts of %s/%s: %w", job, output, err)
-		}
-		for _, it := range page.Items {
-			list = append(list, decode(it))
-		}
+	items, err := statetable.ScanPrefix(ctx, s.DB, s.Table, prefix(job, output))
+	if err != nil {
+		return nil, fmt.Errorf("list halts of %s/%s: %w", job, output, err)
+	}
+	list := make([]State, 0, len(items))
+	for _, it := range items {
+		list = append(list, decode(it))
 	}
 	for i := 1; i < len(list); i++ {
 		for k := i; k > 0 && list[k].Since.Before(list[k-1].Since); k-- {
@@ -184,7 +171,7 @@ func (s *Store) Record(ctx context.Context, st State) (*State, error) {
 	}
 	// The same message: keep Since, count the attempt, keep the request.
 	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.Table, Key: key(k), UpdateExpression: &update,
+		TableName: &s.Table, Key: statetable.Key(k), UpdateExpression: &update,
 		ConditionExpression:       aws.String("attribute_not_exists(#msg) OR #msg = :msg"),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: set,
@@ -193,7 +180,7 @@ func (s *Store) Record(ctx context.Context, st State) (*State, error) {
 	var cond *types.ConditionalCheckFailedException
 	if errors.As(err, &cond) {
 		// Another message: a new halt replaces the old record entirely.
-		if _, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.Table, Key: key(k)}); err != nil {
+		if _, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.Table, Key: statetable.Key(k)}); err != nil {
 			return nil, fmt.Errorf("replace halt %s: %w", k, err)
 		}
 		return s.Record(ctx, st)
@@ -211,7 +198,7 @@ func (s *Store) Record(ctx context.Context, st State) (*State, error) {
 func (s *Store) Clear(ctx context.Context, job, output, group, messageID string) error {
 	k := Key(job, output, group)
 	_, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName: &s.Table, Key: key(k),
+		TableName: &s.Table, Key: statetable.Key(k),
 		ConditionExpression:       aws.String("#msg = :msg"),
 		ExpressionAttributeNames:  map[string]string{"#msg": attrMessageID},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":msg": str(messageID)},
@@ -229,7 +216,7 @@ func (s *Store) Clear(ctx context.Context, job, output, group, messageID string)
 func (s *Store) Request(ctx context.Context, job, output, group, messageID string, a Action, at time.Time) (*State, error) {
 	k := Key(job, output, group)
 	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.Table, Key: key(k),
+		TableName: &s.Table, Key: statetable.Key(k),
 		UpdateExpression:         aws.String("SET #act = :act, #at = :at"),
 		ConditionExpression:      aws.String("#msg = :msg"),
 		ExpressionAttributeNames: map[string]string{"#act": attrAction, "#at": attrActionAt, "#msg": attrMessageID},
@@ -249,28 +236,14 @@ func (s *Store) Request(ctx context.Context, job, output, group, messageID strin
 	return &st, nil
 }
 
-func str(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+func str(v string) types.AttributeValue { return statetable.Str(v) }
 
-func num(n int) types.AttributeValue { return &types.AttributeValueMemberN{Value: strconv.Itoa(n)} }
+func num(n int) types.AttributeValue { return statetable.Num(int64(n)) }
 
 func decode(item map[string]types.AttributeValue) State {
-	s := func(name string) string {
-		if v, ok := item[name].(*types.AttributeValueMemberS); ok {
-			return v.Value
-		}
-		return ""
-	}
-	n := func(name string) int {
-		if v, ok := item[name].(*types.AttributeValueMemberN); ok {
-			i, _ := strconv.Atoi(v.Value)
-			return i
-		}
-		return 0
-	}
-	t := func(name string) time.Time {
-		tm, _ := time.Parse(time.RFC3339Nano, s(name))
-		return tm
-	}
+	s := func(name string) string { return statetable.String(item, name) }
+	n := func(name string) int { return int(statetable.Int(item, name)) }
+	t := func(name string) time.Time { return statetable.Time(item, name) }
 	return State{
 		Job: s(attrJob), Output: s(attrOutput), Group: s(attrGroup), MessageID: s(attrMessageID),
 		ReceiptHandle: s(attrReceipt), DocID: s(attrDocID), Rev: s(attrRev), Seq: s(attrSeq), Body: s(attrBody),

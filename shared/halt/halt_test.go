@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -16,19 +15,7 @@ import (
 
 func newStore(t *testing.T) *halt.Store {
 	t.Helper()
-	db := dynamodb.NewFromConfig(testenv.AWS(t))
-	name := testenv.Name(t)
-	_, err := db.CreateTable(t.Context(), &dynamodb.CreateTableInput{
-		TableName:            &name,
-		BillingMode:          types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("job_id"), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("job_id"), KeyType: types.KeyTypeHash}},
-	})
-	var inUse *types.ResourceInUseException
-	if err != nil && !errors.As(err, &inUse) {
-		t.Fatalf("create table: %v", err)
-	}
-	t.Cleanup(func() { db.DeleteTable(t.Context(), &dynamodb.DeleteTableInput{TableName: &name}) })
+	db, name := testenv.StateTable(t)
 	// A job item beside the halt items: List must not return it.
 	if _, err := db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: &name,
 		Item: map[string]types.AttributeValue{"job_id": &types.AttributeValueMemberS{Value: "j"}}}); err != nil {

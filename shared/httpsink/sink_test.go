@@ -100,8 +100,7 @@ func TestConformance(t *testing.T) {
 	delivertest.Run(t, delivertest.Harness{
 		New: func(t *testing.T) (deliver.Sink, delivertest.StateFunc) {
 			rc := newReceiver()
-			srv := httptest.NewServer(rc)
-			t.Cleanup(srv.Close)
+			srv := serve(t, rc)
 			return newSink(t, config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}"}, Credentials{}), rc.state
 		},
 	})
@@ -114,6 +113,14 @@ func newSink(t *testing.T, out config.HTTPOutput, creds Credentials) *Sink {
 		t.Fatalf("New: %v", err)
 	}
 	return s
+}
+
+// serve starts a test server of h, closed when the test ends.
+func serve(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // seen is what a recording server saw of one request.
@@ -158,8 +165,7 @@ func mustApply(t *testing.T, s *Sink, batch ...*change.Envelope) {
 func TestRequest(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}
-	srv := httptest.NewServer(rec.handler(http.StatusCreated))
-	t.Cleanup(srv.Close)
+	srv := serve(t, rec.handler(http.StatusCreated))
 
 	s := newSink(t, config.HTTPOutput{
 		URL:     srv.URL + "/docs/{doc_id}",
@@ -225,8 +231,7 @@ func TestMethods(t *testing.T) {
 		t.Run(tt.method+" "+tt.want, func(t *testing.T) {
 			t.Parallel()
 			rec := &recorder{}
-			srv := httptest.NewServer(rec.handler(http.StatusOK))
-			t.Cleanup(srv.Close)
+			srv := serve(t, rec.handler(http.StatusOK))
 			mustApply(t, newSink(t, config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}", Method: tt.method}, Credentials{}), tt.change)
 			if reqs := rec.all(); len(reqs) != 1 || reqs[0].Method != tt.want {
 				t.Errorf("server saw %+v, want one %s", reqs, tt.want)
@@ -254,8 +259,7 @@ func TestAuth(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			rec := &recorder{}
-			srv := httptest.NewServer(rec.handler(http.StatusOK))
-			t.Cleanup(srv.Close)
+			srv := serve(t, rec.handler(http.StatusOK))
 			mustApply(t, newSink(t, config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}", Auth: tt.auth}, tt.creds), live("a", "1-a", v(1, 1)))
 			if got := rec.all()[0].Header.Get("Authorization"); got != tt.want {
 				t.Errorf("Authorization = %q, want %q", got, tt.want)
@@ -274,8 +278,7 @@ func b64(s string) string {
 func TestEscaping(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}
-	srv := httptest.NewServer(rec.handler(http.StatusNoContent))
-	t.Cleanup(srv.Close)
+	srv := serve(t, rec.handler(http.StatusNoContent))
 	s := newSink(t, config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}"}, Credentials{})
 
 	tests := []struct {
@@ -332,12 +335,11 @@ func TestQueryTemplate(t *testing.T) {
 	var mu sync.Mutex
 	var got url.Values
 	var path string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		got, path = r.URL.Query(), r.URL.EscapedPath()
 		mu.Unlock()
 	}))
-	t.Cleanup(srv.Close)
 	s := newSink(t, config.HTTPOutput{URL: srv.URL + "/ingest/{doc_id}?id={doc_id}&source=couch"}, Credentials{})
 	id := "a&b=c d/é?#"
 	mustApply(t, s, live(id, "1-a", v(1, 1)))
@@ -353,7 +355,7 @@ func TestQueryTemplate(t *testing.T) {
 
 func TestStatusClassification(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The document id is the status to answer with.
 		status, err := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/docs/"))
 		if err != nil {
@@ -363,7 +365,6 @@ func TestStatusClassification(t *testing.T) {
 		w.WriteHeader(status)
 		fmt.Fprint(w, "secret body the error must not quote")
 	}))
-	t.Cleanup(srv.Close)
 	s := newSink(t, config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}"}, Credentials{})
 
 	tests := []struct {
@@ -458,8 +459,7 @@ func TestRedirects(t *testing.T) {
 				movedBody = string(b)
 				mu.Unlock()
 			})
-			srv := httptest.NewServer(mux)
-			t.Cleanup(srv.Close)
+			srv := serve(t, mux)
 
 			c := live("a", "1-a", v(1, 1))
 			err := newSink(t, config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}", FollowRedirects: tt.follow}, Credentials{}).
@@ -483,7 +483,7 @@ func TestRedirects(t *testing.T) {
 // value per request that reached the handler.
 func slowServer(t *testing.T) (*httptest.Server, <-chan struct{}) {
 	started := make(chan struct{}, 16)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Reading the body to the end lets the server notice a client that
 		// goes away, which cancels r.Context.
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -493,7 +493,6 @@ func slowServer(t *testing.T) (*httptest.Server, <-chan struct{}) {
 		case <-time.After(10 * time.Second):
 		}
 	}))
-	t.Cleanup(srv.Close)
 	return srv, started
 }
 
@@ -585,7 +584,7 @@ func TestParallelism(t *testing.T) {
 	var inFlight gauge
 	var mu sync.Mutex
 	order := map[string][]string{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		inFlight.enter()
 		defer inFlight.leave()
 		mu.Lock()
@@ -594,7 +593,6 @@ func TestParallelism(t *testing.T) {
 		mu.Unlock()
 		time.Sleep(30 * time.Millisecond)
 	}))
-	t.Cleanup(srv.Close)
 	s := newSink(t, config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}"}, Credentials{})
 
 	var batch []*change.Envelope
@@ -627,10 +625,9 @@ func TestCredentialsNeverShown(t *testing.T) {
 		}
 	}
 
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusUnauthorized)
 	}))
-	t.Cleanup(srv.Close)
 	s := newSink(t, config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}", Auth: &config.Auth{Type: "bearer"}}, Credentials{Token: "t0ken"})
 	err := s.Apply(t.Context(), []*change.Envelope{live("a", "1-a", v(1, 1))})[0]
 	if err == nil || strings.Contains(fmt.Sprintf("%+v", err), "t0ken") {
@@ -641,8 +638,11 @@ func TestCredentialsNeverShown(t *testing.T) {
 	}
 }
 
+// New refuses a bad output or bad credentials, and its error never shows a
+// secret.
 func TestNewRejects(t *testing.T) {
 	t.Parallel()
+	ref := &config.SecretRef{Env: "X"}
 	tests := []struct {
 		name  string
 		out   config.HTTPOutput
@@ -663,13 +663,29 @@ func TestNewRejects(t *testing.T) {
 		{name: "basic without password", out: config.HTTPOutput{URL: "http://h/{doc_id}", Auth: &config.Auth{Type: "basic", Username: "u"}}, want: "basic auth"},
 		{name: "bearer without token", out: config.HTTPOutput{URL: "http://h/{doc_id}", Auth: &config.Auth{Type: "bearer"}}, want: "bearer auth"},
 		{name: "credentials without auth", out: config.HTTPOutput{URL: "http://h/{doc_id}"}, creds: Credentials{Token: "x"}, want: "without auth"},
+		{name: "unresolved header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"X-Api-Key": {Ref: ref}}},
+			want: "header X-Api-Key: its secret reference is not resolved"},
+		{name: "resolved header splitting lines", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"X-Api-Key": {Ref: ref}}},
+			creds: Credentials{Headers: map[string]string{"X-Api-Key": "S3CR3T\r\nX-Evil: 1"}}, want: "header X-Api-Key: the resolved value holds control characters"},
+		{name: "unresolved url secret", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref}, want: "url_secret is not resolved"},
+		{name: "url secret not path-safe", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref},
+			creds: Credentials{URLSecret: "S3CR3T?x=1"}, want: "url_secret in the path"},
+		{name: "url secret as a dot segment", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref},
+			creds: Credentials{URLSecret: "S3CR3T/.."}, want: "url_secret in the path"},
+		{name: "placeholder without url_secret", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}"}, creds: Credentials{URLSecret: "S3CR3T"},
+			want: "{secret} needs url_secret"},
+		{name: "placeholder in host", out: config.HTTPOutput{URL: "http://{secret}.h/{doc_id}", URLSecret: ref}, creds: Credentials{URLSecret: "S3CR3T"},
+			want: "host"},
+		{name: "fragment after a literal query", out: config.HTTPOutput{URL: "http://h/{doc_id}?key=S3CR3T#frag"}, want: "fragment"},
+		{name: "bad scheme with a literal query", out: config.HTTPOutput{URL: "ftp://h/{doc_id}?key=S3CR3T"}, want: "http://"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := New(tt.out, tt.creds, nil)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("New error = %v, want one mentioning %q", err, tt.want)
+			delivertest.CheckNew(t, err, tt.want)
+			if err != nil && strings.Contains(err.Error(), "S3CR3T") {
+				t.Errorf("New error shows the secret: %v", err)
 			}
 		})
 	}
@@ -746,13 +762,12 @@ func TestRedirectsStayOnOrigin(t *testing.T) {
 	elsewhere := func(t *testing.T) (*httptest.Server, func() []hit) {
 		var mu sync.Mutex
 		var hits []hit
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			b, _ := io.ReadAll(r.Body)
 			mu.Lock()
 			hits = append(hits, hit{Authorization: r.Header.Get("Authorization") != "", Custom: r.Header.Get("X-Api-Key") != "", BodyBytes: len(b)})
 			mu.Unlock()
 		}))
-		t.Cleanup(srv.Close)
 		return srv, func() []hit {
 			mu.Lock()
 			defer mu.Unlock()
@@ -784,17 +799,13 @@ func TestRedirectsStayOnOrigin(t *testing.T) {
 		{
 			name: "same scheme and host, another port",
 			start: func(t *testing.T, target *httptest.Server) *httptest.Server {
-				srv := httptest.NewServer(redirector("http://127.0.0.1:" + port(target)))
-				t.Cleanup(srv.Close)
-				return srv
+				return serve(t, redirector("http://127.0.0.1:"+port(target)))
 			},
 		},
 		{
 			name: "another host",
 			start: func(t *testing.T, target *httptest.Server) *httptest.Server {
-				srv := httptest.NewServer(redirector("http://localhost:" + port(target)))
-				t.Cleanup(srv.Close)
-				return srv
+				return serve(t, redirector("http://localhost:"+port(target)))
 			},
 		},
 	}
@@ -833,10 +844,9 @@ func TestRedirectsStayOnOrigin(t *testing.T) {
 // a change was sent to.
 func TestErrorsNameTheTemplate(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
-	t.Cleanup(srv.Close)
 	s := newSink(t, config.HTTPOutput{URL: srv.URL + "/hooks/team-1/{doc_id}?sig=q-1"}, Credentials{})
 	err := s.Apply(t.Context(), []*change.Envelope{live("the-doc", "1-a", v(1, 1))})[0]
 	if err == nil {
@@ -860,7 +870,7 @@ func TestSecretHeadersAndURL(t *testing.T) {
 	var mu sync.Mutex
 	var paths, keys, sources []string
 	status := http.StatusOK
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		paths = append(paths, r.URL.EscapedPath()+"?"+r.URL.RawQuery)
@@ -868,7 +878,6 @@ func TestSecretHeadersAndURL(t *testing.T) {
 		sources = append(sources, r.Header.Get("X-Source"))
 		w.WriteHeader(status)
 	}))
-	t.Cleanup(srv.Close)
 	out := config.HTTPOutput{
 		URL:       srv.URL + "/hooks/{secret}/{doc_id}?id={doc_id}",
 		URLSecret: &config.SecretRef{Env: "HOOK"},
@@ -908,48 +917,9 @@ func TestSecretHeadersAndURL(t *testing.T) {
 	}
 }
 
-func TestNewRejectsSecrets(t *testing.T) {
-	t.Parallel()
-	ref := &config.SecretRef{Env: "X"}
-	tests := []struct {
-		name  string
-		out   config.HTTPOutput
-		creds Credentials
-		want  string
-	}{
-		{name: "unresolved header", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"X-Api-Key": {Ref: ref}}},
-			want: "header X-Api-Key: its secret reference is not resolved"},
-		{name: "resolved header splitting lines", out: config.HTTPOutput{URL: "http://h/{doc_id}", Headers: map[string]config.HeaderValue{"X-Api-Key": {Ref: ref}}},
-			creds: Credentials{Headers: map[string]string{"X-Api-Key": "S3CR3T\r\nX-Evil: 1"}}, want: "header X-Api-Key: the resolved value holds control characters"},
-		{name: "unresolved url secret", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref}, want: "url_secret is not resolved"},
-		{name: "url secret not path-safe", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref},
-			creds: Credentials{URLSecret: "S3CR3T?x=1"}, want: "url_secret in the path"},
-		{name: "url secret as a dot segment", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}", URLSecret: ref},
-			creds: Credentials{URLSecret: "S3CR3T/.."}, want: "url_secret in the path"},
-		{name: "placeholder without url_secret", out: config.HTTPOutput{URL: "http://h/{secret}/{doc_id}"}, creds: Credentials{URLSecret: "S3CR3T"},
-			want: "{secret} needs url_secret"},
-		{name: "placeholder in host", out: config.HTTPOutput{URL: "http://{secret}.h/{doc_id}", URLSecret: ref}, creds: Credentials{URLSecret: "S3CR3T"},
-			want: "host"},
-		{name: "fragment after a literal query", out: config.HTTPOutput{URL: "http://h/{doc_id}?key=S3CR3T#frag"}, want: "fragment"},
-		{name: "bad scheme with a literal query", out: config.HTTPOutput{URL: "ftp://h/{doc_id}?key=S3CR3T"}, want: "http://"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := New(tt.out, tt.creds, nil)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("New error = %v, want one mentioning %q", err, tt.want)
-			}
-			if err != nil && strings.Contains(err.Error(), "S3CR3T") {
-				t.Errorf("New error shows the secret: %v", err)
-			}
-		})
-	}
-}
-
 func TestBackpressureSignals(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The document id is "status" or "status-retryafter".
 		status, after, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/docs/"), "-")
 		code, _ := strconv.Atoi(status)
@@ -958,7 +928,6 @@ func TestBackpressureSignals(t *testing.T) {
 		}
 		w.WriteHeader(code)
 	}))
-	t.Cleanup(srv.Close)
 	s := newSink(t, config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}"}, Credentials{})
 	tests := []struct {
 		id       string
@@ -1006,12 +975,11 @@ func (p *limitPacer) Observe(time.Duration, error) { p.seen.Add(1) }
 func TestPacerLowersParallelism(t *testing.T) {
 	t.Parallel()
 	var inFlight gauge
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		inFlight.enter()
 		defer inFlight.leave()
 		time.Sleep(20 * time.Millisecond)
 	}))
-	t.Cleanup(srv.Close)
 	s := newSink(t, config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}"}, Credentials{})
 	var batch []*change.Envelope
 	for i := range 12 {

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -19,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/changes-worker/changes-worker/shared/clock"
+	"github.com/changes-worker/changes-worker/shared/statetable"
 )
 
 // DynamoDB is the part of the DynamoDB client the store calls.
@@ -37,7 +37,6 @@ var (
 
 // Item attribute names.
 const (
-	attrJob          = "job_id"
 	attrOwner        = "owner"
 	attrHost         = "owner_host"
 	attrGeneration   = "generation"
@@ -144,16 +143,12 @@ type Store struct {
 // New returns a store on the given table.
 func New(db DynamoDB, table string) *Store { return &Store{DB: db, Table: table} }
 
-func (s *Store) key(job string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{attrJob: &types.AttributeValueMemberS{Value: job}}
-}
-
 // Get reads the job item with a strongly consistent read. A missing item
 // returns a State with Exists false.
 func (s *Store) Get(ctx context.Context, job string) (*State, error) {
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      &s.Table,
-		Key:            s.key(job),
+		Key:            statetable.Key(job),
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
@@ -188,7 +183,7 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 	}
 	in := &dynamodb.UpdateItemInput{
 		TableName: &s.Table,
-		Key:       s.key(job),
+		Key:       statetable.Key(job),
 		UpdateExpression: aws.String("SET #owner = :owner, #host = :host, #exp = :exp, #acq = :nowiso, #hb = :nowiso, #released = :false, " +
 			"#gen = if_not_exists(#gen, :zero) + :one, #kind = " + kindExpr + ", #role = :active"),
 		ExpressionAttributeNames: map[string]string{
@@ -197,15 +192,15 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 			"#role": attrRole,
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":owner":  &types.AttributeValueMemberS{Value: owner},
-			":host":   &types.AttributeValueMemberS{Value: host},
-			":exp":    num(now.Add(ttl).UnixMilli()),
-			":nowiso": &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339Nano)},
+			":owner":  statetable.Str(owner),
+			":host":   statetable.Str(host),
+			":exp":    statetable.Num(now.Add(ttl).UnixMilli()),
+			":nowiso": statetable.Stamp(now),
 			":false":  &types.AttributeValueMemberBOOL{Value: false},
-			":zero":   num(0),
-			":one":    num(1),
-			":first":  &types.AttributeValueMemberS{Value: string(First)},
-			":active": &types.AttributeValueMemberS{Value: RoleActive},
+			":zero":   statetable.Num(0),
+			":one":    statetable.Num(1),
+			":first":  statetable.Str(string(First)),
+			":active": statetable.Str(RoleActive),
 		},
 		ReturnValues:                        types.ReturnValueAllOld,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -213,7 +208,7 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 	if !force {
 		in.ConditionExpression = aws.String(cond)
 		in.ExpressionAttributeValues[":true"] = &types.AttributeValueMemberBOOL{Value: true}
-		in.ExpressionAttributeValues[":now"] = num(now.UnixMilli())
+		in.ExpressionAttributeValues[":now"] = statetable.Num(now.UnixMilli())
 	}
 	out, err := s.DB.UpdateItem(ctx, in)
 	var prev *State
@@ -271,16 +266,16 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 		expr := "SET #kind = :kind"
 		names := map[string]string{"#kind": attrTakeoverKind, "#owner": attrOwner, "#gen": attrGeneration}
 		vals := map[string]types.AttributeValue{
-			":kind": &types.AttributeValueMemberS{Value: string(kind)}, ":owner": &types.AttributeValueMemberS{Value: owner},
-			":gen": num(l.Generation),
+			":kind": statetable.Str(string(kind)), ":owner": statetable.Str(owner),
+			":gen": statetable.Num(l.Generation),
 		}
 		if counter != "" {
 			expr += " ADD #c :one"
 			names["#c"] = counter
-			vals[":one"] = num(1)
+			vals[":one"] = statetable.Num(1)
 		}
 		_, _ = s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: &s.Table, Key: s.key(job), UpdateExpression: &expr,
+			TableName: &s.Table, Key: statetable.Key(job), UpdateExpression: &expr,
 			ConditionExpression:       aws.String("#owner = :owner AND #gen = :gen"),
 			ExpressionAttributeNames:  names,
 			ExpressionAttributeValues: vals,
@@ -295,10 +290,10 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 func (s *Store) Checkpoint(ctx context.Context, l *Lease, seq json.RawMessage, pending int64) error {
 	now := s.Clock.Now()
 	vals := map[string]types.AttributeValue{
-		":seq":    &types.AttributeValueMemberS{Value: string(seq)},
-		":nowiso": &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339Nano)},
-		":p":      num(pending),
-		":one":    num(1),
+		":seq":    statetable.Str(string(seq)),
+		":nowiso": statetable.Stamp(now),
+		":p":      statetable.Num(pending),
+		":one":    statetable.Num(1),
 	}
 	err := s.write(ctx, l, now, "#cp = :seq, #cpat = :nowiso, #pending = :p", "ADD #cps :one",
 		map[string]string{"#cp": attrCheckpoint, "#cpat": attrCheckpointAt, "#pending": attrPending, "#cps": attrCheckpoints}, vals)
@@ -314,7 +309,7 @@ func (s *Store) Checkpoint(ctx context.Context, l *Lease, seq json.RawMessage, p
 func (s *Store) Renew(ctx context.Context, l *Lease, pending int64) error {
 	now := s.Clock.Now()
 	err := s.write(ctx, l, now, "#pending = :p", "", map[string]string{"#pending": attrPending},
-		map[string]types.AttributeValue{":p": num(pending)})
+		map[string]types.AttributeValue{":p": statetable.Num(pending)})
 	if err != nil {
 		return fmt.Errorf("renew lease %s: %w", l.JobID, err)
 	}
@@ -325,16 +320,9 @@ func (s *Store) Renew(ctx context.Context, l *Lease, pending int64) error {
 // than the one recorded. It is an observation for operators, not fenced by
 // the lease, and changes nothing when the job item does not exist.
 func (s *Store) NoteLargestBatch(ctx context.Context, job string, n int64) error {
-	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 &s.Table,
-		Key:                       s.key(job),
-		UpdateExpression:          aws.String("SET #lb = :n"),
-		ConditionExpression:       aws.String("attribute_exists(#gen) AND (attribute_not_exists(#lb) OR #lb < :n)"),
-		ExpressionAttributeNames:  map[string]string{"#lb": attrLargest, "#gen": attrGeneration},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":n": num(n)},
-	})
-	var ccf *types.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &ccf) {
+	err := s.note(ctx, job, "SET #lb = :n", "attribute_exists(#gen) AND (attribute_not_exists(#lb) OR #lb < :n)",
+		map[string]string{"#lb": attrLargest, "#gen": attrGeneration}, map[string]types.AttributeValue{":n": statetable.Num(n)})
+	if err != nil {
 		return fmt.Errorf("note largest batch %s: %w", job, err)
 	}
 	return nil
@@ -343,17 +331,28 @@ func (s *Store) NoteLargestBatch(ctx context.Context, job string, n int64) error
 // NoteSourceAuthFailure records when the source last refused the job's
 // credentials. Like NoteLargestBatch, not fenced.
 func (s *Store) NoteSourceAuthFailure(ctx context.Context, job string, at time.Time) error {
+	err := s.note(ctx, job, "SET #af = :t", "attribute_exists(#gen)",
+		map[string]string{"#af": attrAuthFailedAt, "#gen": attrGeneration}, map[string]types.AttributeValue{":t": statetable.Stamp(at)})
+	if err != nil {
+		return fmt.Errorf("note source auth failure %s: %w", job, err)
+	}
+	return nil
+}
+
+// note applies an update to the job item that the lease does not fence. A
+// refused condition (no job item, or nothing to change) is not an error.
+func (s *Store) note(ctx context.Context, job, update, cond string, names map[string]string, vals map[string]types.AttributeValue) error {
 	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 &s.Table,
-		Key:                       s.key(job),
-		UpdateExpression:          aws.String("SET #af = :t"),
-		ConditionExpression:       aws.String("attribute_exists(#gen)"),
-		ExpressionAttributeNames:  map[string]string{"#af": attrAuthFailedAt, "#gen": attrGeneration},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberS{Value: at.UTC().Format(time.RFC3339Nano)}},
+		Key:                       statetable.Key(job),
+		UpdateExpression:          &update,
+		ConditionExpression:       &cond,
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: vals,
 	})
 	var ccf *types.ConditionalCheckFailedException
 	if err != nil && !errors.As(err, &ccf) {
-		return fmt.Errorf("note source auth failure %s: %w", job, err)
+		return err
 	}
 	return nil
 }
@@ -362,14 +361,14 @@ func (s *Store) NoteSourceAuthFailure(ctx context.Context, job string, at time.T
 // "") together with the lease renewal, conditioned on owner and generation.
 func (s *Store) write(ctx context.Context, l *Lease, now time.Time, sets, tail string, names map[string]string, vals map[string]types.AttributeValue) error {
 	names["#owner"], names["#gen"], names["#exp"], names["#hb"] = attrOwner, attrGeneration, attrExpiresMS, attrHeartbeatAt
-	vals[":owner"] = &types.AttributeValueMemberS{Value: l.Owner}
-	vals[":gen"] = num(l.Generation)
-	vals[":exp"] = num(now.Add(l.TTL).UnixMilli())
-	vals[":hb"] = &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339Nano)}
+	vals[":owner"] = statetable.Str(l.Owner)
+	vals[":gen"] = statetable.Num(l.Generation)
+	vals[":exp"] = statetable.Num(now.Add(l.TTL).UnixMilli())
+	vals[":hb"] = statetable.Stamp(now)
 	expr := "SET " + sets + ", #exp = :exp, #hb = :hb " + tail
 	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 &s.Table,
-		Key:                       s.key(l.JobID),
+		Key:                       statetable.Key(l.JobID),
 		UpdateExpression:          &expr,
 		ConditionExpression:       aws.String("#owner = :owner AND #gen = :gen"),
 		ExpressionAttributeNames:  names,
@@ -392,14 +391,14 @@ func (s *Store) Release(ctx context.Context, l *Lease) error {
 	now := s.Clock.Now()
 	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                &s.Table,
-		Key:                      s.key(l.JobID),
+		Key:                      statetable.Key(l.JobID),
 		UpdateExpression:         aws.String("SET #released = :true, #exp = :now, #role = :released"),
 		ConditionExpression:      aws.String("#owner = :owner AND #gen = :gen"),
 		ExpressionAttributeNames: map[string]string{"#released": attrReleased, "#exp": attrExpiresMS, "#owner": attrOwner, "#gen": attrGeneration, "#role": attrRole},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":true": &types.AttributeValueMemberBOOL{Value: true}, ":now": num(now.UnixMilli()),
-			":released": &types.AttributeValueMemberS{Value: RoleReleased},
-			":owner":    &types.AttributeValueMemberS{Value: l.Owner}, ":gen": num(l.Generation),
+			":true": &types.AttributeValueMemberBOOL{Value: true}, ":now": statetable.Num(now.UnixMilli()),
+			":released": statetable.Str(RoleReleased),
+			":owner":    statetable.Str(l.Owner), ":gen": statetable.Num(l.Generation),
 		},
 	})
 	if err != nil {
@@ -417,12 +416,12 @@ func (s *Store) Release(ctx context.Context, l *Lease) error {
 func (s *Store) MarkStandby(ctx context.Context, job, owner string) error {
 	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                &s.Table,
-		Key:                      s.key(job),
+		Key:                      statetable.Key(job),
 		UpdateExpression:         aws.String("SET #sb = :owner, #sbat = :now"),
 		ExpressionAttributeNames: map[string]string{"#sb": attrStandby, "#sbat": attrStandbySeen},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":owner": &types.AttributeValueMemberS{Value: owner},
-			":now":   &types.AttributeValueMemberS{Value: s.Clock.Now().UTC().Format(time.RFC3339Nano)},
+			":owner": statetable.Str(owner),
+			":now":   statetable.Stamp(s.Clock.Now()),
 		},
 	})
 	if err != nil {
@@ -439,7 +438,7 @@ func (s *Store) SetCheckpoint(ctx context.Context, l *Lease, seq json.RawMessage
 		now := s.Clock.Now()
 		err := s.write(ctx, l, now, "#cpat = :nowiso", "REMOVE #cp",
 			map[string]string{"#cp": attrCheckpoint, "#cpat": attrCheckpointAt},
-			map[string]types.AttributeValue{":nowiso": &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339Nano)}})
+			map[string]types.AttributeValue{":nowiso": statetable.Stamp(now)})
 		if err != nil {
 			return fmt.Errorf("reset checkpoint %s: %w", l.JobID, err)
 		}
@@ -449,33 +448,15 @@ func (s *Store) SetCheckpoint(ctx context.Context, l *Lease, seq json.RawMessage
 	return s.Checkpoint(ctx, l, seq, -1)
 }
 
-func num(n int64) *types.AttributeValueMemberN {
-	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
-}
-
 func decode(item map[string]types.AttributeValue) *State {
 	st := &State{Pending: -1}
 	if len(item) == 0 {
 		return st
 	}
 	st.Exists = true
-	str := func(k string) string {
-		if v, ok := item[k].(*types.AttributeValueMemberS); ok {
-			return v.Value
-		}
-		return ""
-	}
-	n := func(k string) int64 {
-		if v, ok := item[k].(*types.AttributeValueMemberN); ok {
-			i, _ := strconv.ParseInt(v.Value, 10, 64)
-			return i
-		}
-		return 0
-	}
-	t := func(k string) time.Time {
-		tm, _ := time.Parse(time.RFC3339Nano, str(k))
-		return tm
-	}
+	str := func(k string) string { return statetable.String(item, k) }
+	n := func(k string) int64 { return statetable.Int(item, k) }
+	t := func(k string) time.Time { return statetable.Time(item, k) }
 	st.Owner = str(attrOwner)
 	st.Host = str(attrHost)
 	st.Generation = n(attrGeneration)

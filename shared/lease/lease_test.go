@@ -9,40 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
-func newStore(t *testing.T) *lease.Store {
-	t.Helper()
-	db := dynamodb.NewFromConfig(testenv.AWS(t))
-	name := testenv.Name(t)
-	ctx := context.Background()
-	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName:            &name,
-		BillingMode:          types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("job_id"), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("job_id"), KeyType: types.KeyTypeHash}},
-	})
-	// The name is this test's own: a table that already exists was created
-	// by an earlier attempt of this call whose answer was lost (the SDK
-	// retried it).
-	var inUse *types.ResourceInUseException
-	if err != nil && !errors.As(err, &inUse) {
-		t.Fatalf("create table: %v", err)
-	}
-	t.Cleanup(func() { db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name}) })
-	return lease.New(db, name)
-}
-
 func TestAcquireRenewCheckpointRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newStore(t)
+	s := lease.New(testenv.StateTable(t))
 	ttl := 10 * time.Second
 
 	a, _, err := s.Acquire(ctx, "job", "a", "host-a", ttl)
@@ -99,7 +73,7 @@ func TestAcquireRenewCheckpointRelease(t *testing.T) {
 func TestExpiredLeaseIsTakenOver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newStore(t)
+	s := lease.New(testenv.StateTable(t))
 	clock := time.Now()
 	s.Clock = func() time.Time { return clock }
 	a, _, err := s.Acquire(ctx, "job", "a", "h", 5*time.Second)
@@ -126,7 +100,7 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 func TestForceTakeFencesHolder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newStore(t)
+	s := lease.New(testenv.StateTable(t))
 	a, _, err := s.Acquire(ctx, "job", "a", "h", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +130,7 @@ func TestForceTakeFencesHolder(t *testing.T) {
 func TestOneWinnerPerRound(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := newStore(t)
+	s := lease.New(testenv.StateTable(t))
 	const rounds = 300
 	racers := []int{8, 12, 16}
 	var races, wins int

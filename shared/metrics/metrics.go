@@ -118,6 +118,24 @@ func (r *Recorder) Add(name string, v float64, unit Unit) { r.add(name, v, unit,
 func (r *Recorder) AddHighRes(name string, v float64, unit Unit) { r.add(name, v, unit, true) }
 
 func (r *Recorder) add(name string, v float64, unit Unit, highRes bool) {
+	r.update(name, unit, highRes, func(m *value) { m.values = append(m.values, v) })
+}
+
+// Sum adds v to the one value a metric holds until the next flush: for
+// counts of frequent events, so a record stays within EMF's 100 values.
+func (r *Recorder) Sum(name string, v float64, unit Unit) {
+	r.update(name, unit, false, func(m *value) {
+		if len(m.values) == 0 {
+			m.values = []float64{v}
+			return
+		}
+		m.values[len(m.values)-1] += v
+	})
+}
+
+// update applies f, under the lock, to the metric's values, created with
+// unit and resolution on first use. A nil recorder records nothing.
+func (r *Recorder) update(name string, unit Unit, highRes bool, f func(*value)) {
 	if r == nil {
 		return
 	}
@@ -128,23 +146,7 @@ func (r *Recorder) add(name string, v float64, unit Unit, highRes bool) {
 		m = &value{unit: unit, highRes: highRes}
 		r.values[name] = m
 	}
-	m.values = append(m.values, v)
-}
-
-// Sum adds v to the one value a metric holds until the next flush: for
-// counts of frequent events, so a record stays within EMF's 100 values.
-func (r *Recorder) Sum(name string, v float64, unit Unit) {
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := r.values[name]
-	if m == nil {
-		r.values[name] = &value{unit: unit, values: []float64{v}}
-		return
-	}
-	m.values[len(m.values)-1] += v
+	f(m)
 }
 
 // maxValues is how many values of one metric an EMF record may carry.

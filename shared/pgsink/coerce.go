@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deliver"
 )
 
 // Coercion reasons, recorded in the data-quality table. A value that fits its
@@ -101,14 +102,22 @@ func toText(v any) coercion {
 	return coercion{text: jsonText(v), reason: reasonJSONAsText}
 }
 
-func toInteger(v any, bits int) coercion {
-	var s, reason string
+// numberText returns the text of a number for the numeric coercions: a JSON
+// number as written, a string trimmed with reason parsed_string; ok is false
+// for any other value.
+func numberText(v any) (s, reason string, ok bool) {
 	switch v := v.(type) {
 	case json.Number:
-		s = string(v)
+		return string(v), "", true
 	case string:
-		s, reason = strings.TrimSpace(v), reasonParsedString
-	default:
+		return strings.TrimSpace(v), reasonParsedString, true
+	}
+	return "", "", false
+}
+
+func toInteger(v any, bits int) coercion {
+	s, reason, ok := numberText(v)
+	if !ok {
 		return coercion{fail: failNotNumber}
 	}
 	if _, err := strconv.ParseInt(s, 10, bits); err == nil && reason == "" {
@@ -147,13 +156,8 @@ const (
 )
 
 func toNumeric(v any) coercion {
-	var s, reason string
-	switch v := v.(type) {
-	case json.Number:
-		s = string(v)
-	case string:
-		s, reason = strings.TrimSpace(v), reasonParsedString
-	default:
+	s, reason, ok := numberText(v)
+	if !ok {
 		return coercion{fail: failNotNumber}
 	}
 	d, ok := parseDecimal(s)
@@ -766,46 +770,9 @@ func (d decimal) Equal(e decimal) bool {
 // equal as JSON: numbers by value (1, 1.0 and 1e0 are equal), objects
 // regardless of key order.
 func jsonEqual(a, b any) bool {
-	switch a := a.(type) {
-	case nil:
-		return b == nil
-	case bool:
-		bb, ok := b.(bool)
-		return ok && a == bb
-	case string:
-		bs, ok := b.(string)
-		return ok && a == bs
-	case json.Number:
-		bn, ok := b.(json.Number)
-		if !ok {
-			return false
-		}
+	return deliver.EqualJSON(a, b, func(a, b json.Number) bool {
 		da, oka := parseDecimal(string(a))
-		db, okb := parseDecimal(string(bn))
+		db, okb := parseDecimal(string(b))
 		return oka && okb && da.Equal(db)
-	case []any:
-		bs, ok := b.([]any)
-		if !ok || len(a) != len(bs) {
-			return false
-		}
-		for i := range a {
-			if !jsonEqual(a[i], bs[i]) {
-				return false
-			}
-		}
-		return true
-	case map[string]any:
-		bm, ok := b.(map[string]any)
-		if !ok || len(a) != len(bm) {
-			return false
-		}
-		for k, v := range a {
-			w, ok := bm[k]
-			if !ok || !jsonEqual(v, w) {
-				return false
-			}
-		}
-		return true
-	}
-	return false
+	})
 }

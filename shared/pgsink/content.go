@@ -158,28 +158,14 @@ func (m *mapper) contentSQL() string {
 	var ctes, diffs []string
 	param := 2
 	for i, t := range m.tables {
-		aliases := []string{"d"}
-		arrays := []string{fmt.Sprintf("$%d::text[]", param)}
-		want := []string{"r.d"}
-		have := []string{quote(config.DocIDColumn)}
-		param++
-		for j, c := range t.cols {
-			aliases = append(aliases, fmt.Sprintf("c%d", j))
-			arrays = append(arrays, fmt.Sprintf("$%d::text[]", param))
-			param++
-			v := fmt.Sprintf("r.c%d", j)
-			if c.typ != config.ColumnText {
-				v += "::" + c.typ
-			}
-			want = append(want, v)
-			have = append(have, quote(c.name))
-		}
+		u := t.unnestAt(param)
+		param += len(u.arrays)
 		ctes = append(ctes, fmt.Sprintf(`w%d AS (
     SELECT %s FROM unnest(%s) AS r(%s)
 ), h%d AS (
     SELECT %s FROM %s WHERE %s = ANY($1::text[])
-)`, i, strings.Join(want, ", "), strings.Join(arrays, ", "), strings.Join(aliases, ", "),
-			i, strings.Join(have, ", "), t.ident, quote(config.DocIDColumn)))
+)`, i, strings.Join(u.values, ", "), strings.Join(u.arrays, ", "), strings.Join(u.aliases, ", "),
+			i, strings.Join(u.names, ", "), t.ident, quote(config.DocIDColumn)))
 		diffs = append(diffs, fmt.Sprintf(`SELECT %d AS t, true AS stored, x.d FROM (SELECT * FROM h%d EXCEPT ALL SELECT * FROM w%d) AS x(d)
     UNION ALL
     SELECT %d, false, y.d FROM (SELECT * FROM w%d EXCEPT ALL SELECT * FROM h%d) AS y(d)`, i, i, i, i, i, i))

@@ -256,29 +256,15 @@ func (m *mapper) buildWriteSQL(quality bool) string {
 		param = 18
 	}
 	for i, t := range m.tables {
-		names := []string{quote(config.DocIDColumn)}
-		aliases := []string{"d"}
-		arrays := []string{fmt.Sprintf("$%d::text[]", param)}
-		values := []string{"r.d"}
-		param++
-		for j, c := range t.cols {
-			names = append(names, quote(c.name))
-			aliases = append(aliases, fmt.Sprintf("c%d", j))
-			arrays = append(arrays, fmt.Sprintf("$%d::text[]", param))
-			param++
-			v := fmt.Sprintf("r.c%d", j)
-			if c.typ != config.ColumnText {
-				v += "::" + c.typ
-			}
-			values = append(values, v)
-		}
+		u := t.unnestAt(param)
+		param += len(u.arrays)
 		fmt.Fprintf(&b, `,
 t%d AS (
     INSERT INTO %s (%s)
     SELECT %s
     FROM unnest(%s) AS r(%s)
     WHERE r.d %s
-)`, i, t.ident, strings.Join(names, ", "), strings.Join(values, ", "), strings.Join(arrays, ", "), strings.Join(aliases, ", "), isNewer)
+)`, i, t.ident, strings.Join(u.names, ", "), strings.Join(u.values, ", "), strings.Join(u.arrays, ", "), strings.Join(u.aliases, ", "), isNewer)
 	}
 	if quality {
 		fmt.Fprintf(&b, `,
@@ -356,6 +342,35 @@ func (m *mapper) buildDDL() []string {
     recorded_at timestamptz NOT NULL DEFAULT now()
 )`)
 	return stmts
+}
+
+// unnested is how a statement reads a table's rows from text arrays, one
+// array per column: the column names, the array parameters, the aliases of
+// unnest's columns and the values cast to the column types.
+type unnested struct {
+	names, arrays, aliases, values []string
+}
+
+// unnestAt returns how a statement reads t's rows from text array
+// parameters numbered from param: the doc ids', then one per column.
+func (t *mappedTable) unnestAt(param int) unnested {
+	u := unnested{
+		names:   []string{quote(config.DocIDColumn)},
+		arrays:  []string{fmt.Sprintf("$%d::text[]", param)},
+		aliases: []string{"d"},
+		values:  []string{"r.d"},
+	}
+	for j, c := range t.cols {
+		u.names = append(u.names, quote(c.name))
+		u.arrays = append(u.arrays, fmt.Sprintf("$%d::text[]", param+1+j))
+		u.aliases = append(u.aliases, fmt.Sprintf("c%d", j))
+		v := fmt.Sprintf("r.c%d", j)
+		if c.typ != config.ColumnText {
+			v += "::" + c.typ
+		}
+		u.values = append(u.values, v)
+	}
+	return u
 }
 
 func quote(name string) string { return pgx.Identifier{name}.Sanitize() }

@@ -2,15 +2,9 @@ package pgsink
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"slices"
-	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/changes-worker/changes-worker/shared/change"
@@ -19,7 +13,6 @@ import (
 
 // mappedChange is a checked and mapped change awaiting the database.
 type mappedChange struct {
-	i   int // index in the Apply call
 	c   *change.Envelope
 	doc *mappedDoc
 }
@@ -38,7 +31,7 @@ type mappedChange struct {
 // document fails alone and its neighbours are applied.
 func (s *Sink) applyMapped(ctx context.Context, changes []*change.Envelope) []error {
 	errs := make([]error, len(changes))
-	var todo []*mappedChange
+	var todo []pending[*mappedChange]
 	for i, c := range changes {
 		if err := deliver.CheckChange(c); err != nil {
 			errs[i] = err
@@ -49,72 +42,25 @@ func (s *Sink) applyMapped(ctx context.Context, changes []*change.Envelope) []er
 			errs[i] = err
 			continue
 		}
-		todo = append(todo, &mappedChange{i: i, c: c, doc: doc})
+		todo = append(todo, pending[*mappedChange]{i: i, c: c, item: &mappedChange{c: c, doc: doc}})
 	}
-	if len(todo) == 0 {
-		return errs
-	}
-	// One order for every writer: by document, then oldest first.
-	slices.SortStableFunc(todo, func(a, b *mappedChange) int {
-		if c := strings.Compare(a.c.DocID, b.c.DocID); c != 0 {
-			return c
-		}
-		return a.c.Version.Compare(b.c.Version)
-	})
-	newest := make([]*mappedChange, 0, len(todo))
-	for i, mc := range todo {
-		if i+1 == len(todo) || todo[i+1].c.DocID != mc.c.DocID {
-			newest = append(newest, mc)
-		}
-	}
-
-	start := time.Now()
-	err := s.writeMapped(ctx, s.pool, newest)
-	deliver.Observe(ctx, time.Since(start), s.exhausted(classify(ctx, err)))
-	if err == nil {
-		return errs
-	}
-	var pgErr *pgconn.PgError
-	if ctx.Err() != nil || !errors.As(err, &pgErr) {
-		cerr := s.exhausted(classify(ctx, err))
-		for _, mc := range todo {
-			errs[mc.i] = cerr
-		}
-		return errs
-	}
-	slog.WarnContext(ctx, "postgres batch failed, applying changes one by one",
-		"output", s.output, "changes", len(todo), "sqlstate", pgErr.Code)
-	for _, mc := range todo {
-		if err := s.writeMapped(ctx, s.pool, []*mappedChange{mc}); err != nil {
-			errs[mc.i] = classify(ctx, err)
-		}
-	}
-	return errs
+	return applyNewest(ctx, s, errs, todo, s.writeMapped)
 }
 
 // writeMapped applies changes of distinct documents as one batch: a single
 // transaction.
 func (s *Sink) writeMapped(ctx context.Context, db batcher, changes []*mappedChange) error {
 	m := s.mapping
-	n := len(changes)
-	var (
-		ids      = make([]string, n)
-		gens     = make([]int64, n)
-		counters = make([]int64, n)
-		revs     = make([]string, n)
-		deleted  = make([]bool, n)
-		filtered = make([]bool, n)
-		seqs     = make([]string, n)
-		records  = 0
-	)
+	vc := newVersionColumns(len(changes))
+	filtered := make([]bool, len(changes))
+	records := 0
 	for i, mc := range changes {
-		c := mc.c
-		ids[i], gens[i], counters[i], revs[i] = c.DocID, c.Generation, c.Counter, c.Rev
-		deleted[i], filtered[i], seqs[i] = c.Tombstone(), mc.doc.filtered, string(c.Seq)
+		vc.set(i, mc.c)
+		filtered[i] = mc.doc.filtered
 		records += len(mc.doc.records)
 	}
 	args := make([]any, 0, 17+len(m.tables)*8)
-	args = append(args, ids, gens, counters, revs, deleted, filtered, seqs)
+	args = append(args, vc.ids, vc.gens, vc.counters, vc.revs, vc.deleted, filtered, vc.seqs)
 	write := m.writeSQL
 	if records > 0 {
 		write = m.writeQualitySQL
@@ -125,8 +71,8 @@ func (s *Sink) writeMapped(ctx context.Context, db batcher, changes []*mappedCha
 	}
 
 	b := &pgx.Batch{}
-	b.Queue(s.lockSQL, ids, m.lockSeed)
-	b.Queue(m.clearSQL, ids, gens, counters)
+	b.Queue(s.lockSQL, vc.ids, m.lockSeed)
+	b.Queue(m.clearSQL, vc.ids, vc.gens, vc.counters)
 	b.Queue(write, args...)
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("apply changes to %s: %w", m.versions, err)

@@ -48,23 +48,6 @@ func newMappedSink(t *testing.T, pool *pgxpool.Pool, m *config.Mapping) (*Sink, 
 	return s, pool, schema
 }
 
-// poolWithMode returns a pool on the test database whose queries run in the
-// given pgx query exec mode, closed when the test ends.
-func poolWithMode(t *testing.T, mode string) *pgxpool.Pool {
-	t.Helper()
-	dsn := testenv.PostgresDSN(t)
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	pool, err := pgxpool.New(t.Context(), dsn+sep+"default_query_exec_mode="+mode)
-	if err != nil {
-		t.Fatalf("connect postgres: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
 func loadMapping(t *testing.T, path string) *config.Mapping {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -212,10 +195,11 @@ func TestMappingGolden(t *testing.T) {
 	}
 	golden(t, "orders_mapping.sql", ddl)
 
-	for _, mode := range []string{"cache_statement", "exec"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			s, pool, _ := newMappedSink(t, poolWithMode(t, mode), m)
+			pool := poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = mode })
+			s, pool, _ := newMappedSink(t, pool, m)
 			var b strings.Builder
 			b.WriteString("-- outcomes\n")
 			for i, batch := range loadBatches(t, "testdata/orders_changes.json") {
@@ -224,7 +208,7 @@ func TestMappingGolden(t *testing.T) {
 				}
 			}
 			b.WriteString(dump(t, pool, s))
-			if mode == "cache_statement" {
+			if mode == pgx.QueryExecModeCacheStatement {
 				golden(t, "orders_rows.txt", b.String())
 				return
 			}
@@ -626,14 +610,8 @@ func TestMappingNew(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := New(pool, tt.out, "out-1")
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("New error = %v, want one mentioning %q", err, tt.wantErr)
-				}
+			if !delivertest.CheckNew(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("New: %v", err)
 			}
 			text, err := DDL(tt.out, "out-1")
 			if err != nil {

@@ -274,33 +274,49 @@ func (s *Sink) Apply(ctx context.Context, changes []*change.Envelope) []error {
 		return s.applyMapped(ctx, changes)
 	}
 	errs := make([]error, len(changes))
-	var todo []int
+	var todo []pending[*change.Envelope]
 	for i, c := range changes {
 		if err := check(c); err != nil {
 			errs[i] = err
 			continue
 		}
-		todo = append(todo, i)
+		todo = append(todo, pending[*change.Envelope]{i: i, c: c, item: c})
 	}
+	return applyNewest(ctx, s, errs, todo, s.apply)
+}
+
+// pending is a checked change awaiting the database: its index in the Apply
+// call, its envelope and what the batch writer takes for it.
+type pending[T any] struct {
+	i    int
+	c    *change.Envelope
+	item T
+}
+
+// applyNewest writes todo with write and records the failures in errs, at
+// each change's index. Changes are ordered by document, then oldest first
+// (one order for every writer), and only the newest change of each document
+// goes in the batch. If the batch fails on a statement error, each change is
+// written again on its own, in that order, so one bad document fails alone.
+func applyNewest[T any](ctx context.Context, s *Sink, errs []error, todo []pending[T], write func(context.Context, batcher, []T) error) []error {
 	if len(todo) == 0 {
 		return errs
 	}
-	// One order for every writer: by document, then oldest first.
-	slices.SortStableFunc(todo, func(a, b int) int {
-		if c := strings.Compare(changes[a].DocID, changes[b].DocID); c != 0 {
+	slices.SortStableFunc(todo, func(a, b pending[T]) int {
+		if c := strings.Compare(a.c.DocID, b.c.DocID); c != 0 {
 			return c
 		}
-		return changes[a].Version.Compare(changes[b].Version)
+		return a.c.Version.Compare(b.c.Version)
 	})
-	newest := make([]*change.Envelope, 0, len(todo))
-	for k, i := range todo {
-		if k+1 == len(todo) || changes[todo[k+1]].DocID != changes[i].DocID {
-			newest = append(newest, changes[i])
+	newest := make([]T, 0, len(todo))
+	for k, p := range todo {
+		if k+1 == len(todo) || todo[k+1].c.DocID != p.c.DocID {
+			newest = append(newest, p.item)
 		}
 	}
 
 	start := time.Now()
-	err := s.apply(ctx, s.pool, newest)
+	err := write(ctx, s.pool, newest)
 	deliver.Observe(ctx, time.Since(start), s.exhausted(classify(ctx, err)))
 	if err == nil {
 		return errs
@@ -309,16 +325,16 @@ func (s *Sink) Apply(ctx context.Context, changes []*change.Envelope) []error {
 	if ctx.Err() != nil || !errors.As(err, &pgErr) {
 		// Nothing was committed; retrying each change alone cannot do better.
 		cerr := s.exhausted(classify(ctx, err))
-		for _, i := range todo {
-			errs[i] = cerr
+		for _, p := range todo {
+			errs[p.i] = cerr
 		}
 		return errs
 	}
 	slog.WarnContext(ctx, "postgres batch failed, applying changes one by one",
 		"output", s.output, "changes", len(todo), "sqlstate", pgErr.Code)
-	for _, i := range todo {
-		if err := s.apply(ctx, s.pool, changes[i:i+1]); err != nil {
-			errs[i] = classify(ctx, err)
+	for _, p := range todo {
+		if err := write(ctx, s.pool, []T{p.item}); err != nil {
+			errs[p.i] = classify(ctx, err)
 		}
 	}
 	return errs
@@ -327,31 +343,50 @@ func (s *Sink) Apply(ctx context.Context, changes []*change.Envelope) []error {
 // apply applies changes, at most one per document, as one batch: a single
 // transaction.
 func (s *Sink) apply(ctx context.Context, db batcher, changes []*change.Envelope) error {
-	n := len(changes)
-	var (
-		ids      = make([]string, n)
-		gens     = make([]int64, n)
-		counters = make([]int64, n)
-		revs     = make([]string, n)
-		deleted  = make([]bool, n)
-		seqs     = make([]string, n)
-		bodies   = make([]*string, n)
-	)
+	vc := newVersionColumns(len(changes))
+	bodies := make([]*string, len(changes))
 	for i, c := range changes {
-		ids[i], gens[i], counters[i], revs[i] = c.DocID, c.Generation, c.Counter, c.Rev
-		deleted[i], seqs[i] = c.Tombstone(), string(c.Seq)
+		vc.set(i, c)
 		if !c.Tombstone() {
 			body := string(c.Doc)
 			bodies[i] = &body
 		}
 	}
 	b := &pgx.Batch{}
-	b.Queue(s.lockSQL, ids, s.lockSeed)
-	b.Queue(s.applySQL, ids, gens, counters, revs, deleted, seqs, bodies)
+	b.Queue(s.lockSQL, vc.ids, s.lockSeed)
+	b.Queue(s.applySQL, vc.ids, vc.gens, vc.counters, vc.revs, vc.deleted, vc.seqs, bodies)
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("apply changes to %s: %w", s.names.data, err)
 	}
 	return nil
+}
+
+// versionColumns holds the versions of a batch of changes as the
+// statements take them: one array per column of the versions table.
+type versionColumns struct {
+	ids      []string
+	gens     []int64
+	counters []int64
+	revs     []string
+	deleted  []bool
+	seqs     []string
+}
+
+func newVersionColumns(n int) versionColumns {
+	return versionColumns{
+		ids:      make([]string, n),
+		gens:     make([]int64, n),
+		counters: make([]int64, n),
+		revs:     make([]string, n),
+		deleted:  make([]bool, n),
+		seqs:     make([]string, n),
+	}
+}
+
+// set stores the version of c at index i.
+func (v versionColumns) set(i int, c *change.Envelope) {
+	v.ids[i], v.gens[i], v.counters[i], v.revs[i] = c.DocID, c.Generation, c.Counter, c.Rev
+	v.deleted[i], v.seqs[i] = c.Tombstone(), string(c.Seq)
 }
 
 // check rejects a change no retry can apply.

@@ -504,14 +504,8 @@ func TestNew(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s, err := New(pool, tt.out, tt.outputID)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("New error = %v, want one mentioning %q", err, tt.wantErr)
-				}
+			if !delivertest.CheckNew(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("New: %v", err)
 			}
 			if s.names.data != tt.wantData || s.names.versions != tt.wantVersions {
 				t.Errorf("tables = %s, %s; want %s, %s", s.names.data, s.names.versions, tt.wantData, tt.wantVersions)

@@ -10,18 +10,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/statetable"
 )
 
 // Clients are the AWS clients provisioning uses.
@@ -57,7 +58,7 @@ type QueuePair struct {
 // Apply creates or updates every resource of f.
 func Apply(ctx context.Context, c Clients, f *config.File) (*Report, error) {
 	rep := &Report{Table: f.TableName(), Bucket: f.Stack.Bucket}
-	if err := createTable(ctx, c.DynamoDB, rep.Table); err != nil {
+	if err := statetable.Create(ctx, c.DynamoDB, rep.Table); err != nil {
 		return nil, err
 	}
 	buckets := map[string]bool{f.Stack.Bucket: true}
@@ -85,24 +86,6 @@ func Apply(ctx context.Context, c Clients, f *config.File) (*Report, error) {
 	return rep, nil
 }
 
-func createTable(ctx context.Context, db *dynamodb.Client, name string) error {
-	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName:            &name,
-		BillingMode:          ddbtypes.BillingModePayPerRequest,
-		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String("job_id"), AttributeType: ddbtypes.ScalarAttributeTypeS}},
-		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String("job_id"), KeyType: ddbtypes.KeyTypeHash}},
-	})
-	var inUse *ddbtypes.ResourceInUseException
-	if err != nil && !errors.As(err, &inUse) {
-		return fmt.Errorf("create table %s: %w", name, err)
-	}
-	w := dynamodb.NewTableExistsWaiter(db)
-	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: &name}, time.Minute); err != nil {
-		return fmt.Errorf("wait for table %s: %w", name, err)
-	}
-	return nil
-}
-
 func createBucket(ctx context.Context, c *s3.Client, name string) error {
 	_, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &name})
 	var owned *s3types.BucketAlreadyOwnedByYou
@@ -122,35 +105,19 @@ func createQueues(ctx context.Context, c *sqs.Client, f *config.File, j *config.
 			string(sqstypes.QueueAttributeNameContentBasedDeduplication): "false",
 		}
 	}
-	dlqAttrs := map[string]string{
+	dlqURL, dlqARN, err := upsertQueueARN(ctx, c, f.DLQName(j, o), fifo, map[string]string{
 		string(sqstypes.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(int(DLQRetention.Seconds())),
 		string(sqstypes.QueueAttributeNameSqsManagedSseEnabled):   "true",
-	}
-	for k, v := range fifo {
-		dlqAttrs[k] = v
-	}
-	dlqURL, err := upsertQueue(ctx, c, f.DLQName(j, o), dlqAttrs)
-	if err != nil {
-		return qp, err
-	}
-	dlqARN, err := queueARN(ctx, c, dlqURL)
+	})
 	if err != nil {
 		return qp, err
 	}
 	redrive, _ := json.Marshal(map[string]any{"deadLetterTargetArn": dlqARN, "maxReceiveCount": o.QueueMaxReceiveCount()})
-	attrs := map[string]string{
+	qURL, qARN, err := upsertQueueARN(ctx, c, f.QueueName(j, o), fifo, map[string]string{
 		string(sqstypes.QueueAttributeNameVisibilityTimeout):    strconv.Itoa(int(VisibilityFactor * f.Stack.WriterTimeout.D().Seconds())),
 		string(sqstypes.QueueAttributeNameRedrivePolicy):        string(redrive),
 		string(sqstypes.QueueAttributeNameSqsManagedSseEnabled): "true",
-	}
-	for k, v := range fifo {
-		attrs[k] = v
-	}
-	qURL, err := upsertQueue(ctx, c, f.QueueName(j, o), attrs)
-	if err != nil {
-		return qp, err
-	}
-	qARN, err := queueARN(ctx, c, qURL)
+	})
 	if err != nil {
 		return qp, err
 	}
@@ -163,6 +130,21 @@ func createQueues(ctx context.Context, c *sqs.Client, f *config.File, j *config.
 	}
 	qp.Queue, qp.DLQ = qURL, dlqURL
 	return qp, nil
+}
+
+// upsertQueueARN upserts the queue with attrs and fifo's attributes, and
+// returns its URL and ARN.
+func upsertQueueARN(ctx context.Context, c *sqs.Client, name string, fifo, attrs map[string]string) (string, string, error) {
+	maps.Copy(attrs, fifo)
+	url, err := upsertQueue(ctx, c, name, attrs)
+	if err != nil {
+		return "", "", err
+	}
+	arn, err := queueARN(ctx, c, url)
+	if err != nil {
+		return "", "", err
+	}
+	return url, arn, nil
 }
 
 // upsertQueue creates the queue, or updates the mutable attributes of an

@@ -15,15 +15,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/changes-worker/changes-worker/shared/clock"
+	"github.com/changes-worker/changes-worker/shared/statetable"
 )
 
 // Kind says what an entry is about.
@@ -62,9 +61,8 @@ type Entry struct {
 // RawMax bounds Entry.Raw.
 const RawMax = 4 << 10
 
-// Item attributes. job_id is the state table's partition key.
+// Item attributes; the key is statetable.KeyAttr.
 const (
-	attrKey       = "job_id"
 	attrKind      = "q_kind"
 	attrSeq       = "q_seq"
 	attrAfter     = "q_after"
@@ -142,9 +140,9 @@ func (s *Store) Record(ctx context.Context, e Entry) error {
 	attempts := max(e.Attempts, 1)
 	names := map[string]string{"#first": attrFirstSeen, "#last": attrLastSeen, "#exp": attrExpires, "#n": attrAttempts}
 	vals := map[string]types.AttributeValue{
-		":n":       &types.AttributeValueMemberN{Value: strconv.FormatInt(attempts, 10)},
-		":now":     &types.AttributeValueMemberS{Value: now.Format(time.RFC3339Nano)},
-		":expires": &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(retention).Unix(), 10)},
+		":n":       statetable.Num(attempts),
+		":now":     statetable.Stamp(now),
+		":expires": statetable.Num(now.Add(retention).Unix()),
 	}
 	set := []string{"#first = if_not_exists(#first, :now)", "#last = :now", "#exp = :expires"}
 	var remove []string
@@ -169,7 +167,7 @@ func (s *Store) Record(ctx context.Context, e Entry) error {
 	}
 	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 &s.Table,
-		Key:                       map[string]types.AttributeValue{attrKey: &types.AttributeValueMemberS{Value: e.Key()}},
+		Key:                       statetable.Key(e.Key()),
 		UpdateExpression:          &expr,
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: vals,
@@ -180,42 +178,23 @@ func (s *Store) Record(ctx context.Context, e Entry) error {
 	return nil
 }
 
-// Scanner is the DynamoDB call List makes.
-type Scanner interface {
-	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
-}
-
 // List returns a job's entries, oldest first seen first. It scans the state
 // table, which holds one item per job besides such entries, so it is cheap.
-func List(ctx context.Context, db Scanner, table, job string) ([]Entry, error) {
-	p := dynamodb.NewScanPaginator(db, &dynamodb.ScanInput{
-		TableName:                 &table,
-		ConsistentRead:            aws.Bool(true),
-		FilterExpression:          aws.String("begins_with(#k, :p)"),
-		ExpressionAttributeNames:  map[string]string{"#k": attrKey},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: Prefix(job)}},
-	})
-	var out []Entry
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("scan quarantine of %s: %w", job, err)
-		}
-		for _, item := range page.Items {
-			out = append(out, decode(job, item))
-		}
+func List(ctx context.Context, db statetable.Scanner, table, job string) ([]Entry, error) {
+	items, err := statetable.ScanPrefix(ctx, db, table, Prefix(job))
+	if err != nil {
+		return nil, fmt.Errorf("scan quarantine of %s: %w", job, err)
+	}
+	out := make([]Entry, 0, len(items))
+	for _, item := range items {
+		out = append(out, decode(job, item))
 	}
 	slices.SortFunc(out, func(a, b Entry) int { return a.FirstSeen.Compare(b.FirstSeen) })
 	return out, nil
 }
 
 func decode(job string, item map[string]types.AttributeValue) Entry {
-	s := func(k string) string {
-		if v, ok := item[k].(*types.AttributeValueMemberS); ok {
-			return v.Value
-		}
-		return ""
-	}
+	s := func(k string) string { return statetable.String(item, k) }
 	raw := func(k string) json.RawMessage {
 		if v := s(k); v != "" {
 			return json.RawMessage(v)
@@ -226,10 +205,8 @@ func decode(job string, item map[string]types.AttributeValue) Entry {
 	if v, ok := item[attrRaw].(*types.AttributeValueMemberB); ok {
 		e.Raw = v.Value
 	}
-	if v, ok := item[attrAttempts].(*types.AttributeValueMemberN); ok {
-		e.Attempts, _ = strconv.ParseInt(v.Value, 10, 64)
-	}
-	e.FirstSeen, _ = time.Parse(time.RFC3339Nano, s(attrFirstSeen))
-	e.LastSeen, _ = time.Parse(time.RFC3339Nano, s(attrLastSeen))
+	e.Attempts = statetable.Int(item, attrAttempts)
+	e.FirstSeen = statetable.Time(item, attrFirstSeen)
+	e.LastSeen = statetable.Time(item, attrLastSeen)
 	return e
 }

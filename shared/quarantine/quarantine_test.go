@@ -1,42 +1,20 @@
 package quarantine_test
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/quarantine"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
-// newTable creates a state table (job_id hash key) on the local DynamoDB.
-func newTable(t *testing.T) (*dynamodb.Client, string) {
-	t.Helper()
-	db := dynamodb.NewFromConfig(testenv.AWS(t))
-	name := testenv.Name(t)
-	_, err := db.CreateTable(t.Context(), &dynamodb.CreateTableInput{
-		TableName:            &name,
-		BillingMode:          types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("job_id"), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("job_id"), KeyType: types.KeyTypeHash}},
-	})
-	if err != nil {
-		t.Fatalf("create table: %v", err)
-	}
-	t.Cleanup(func() { db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name}) })
-	return db, name
-}
-
 func TestRecordAndList(t *testing.T) {
 	t.Parallel()
-	db, table := newTable(t)
+	db, table := testenv.StateTable(t)
 	now := time.Date(2026, 11, 3, 10, 0, 0, 0, time.UTC)
 	s := &quarantine.Store{DB: db, Table: table, Clock: func() time.Time { return now }}
 	ctx := t.Context()

@@ -16,7 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/changes-worker/changes-worker/shared/deliver"
 )
@@ -36,12 +35,7 @@ import (
 //
 // CompareContent only reads, and is safe for concurrent use.
 func (s *State) CompareContent(ctx context.Context, docs []deliver.SourceDoc) (map[string]string, error) {
-	n := s.Parallelism
-	if n <= 0 {
-		n = DefaultStateParallelism
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(n)
+	g, gctx := s.group(ctx)
 	var mu sync.Mutex
 	differs := map[string]string{}
 	for _, d := range docs {
@@ -129,36 +123,9 @@ func decodeJSON(b []byte) (any, error) {
 }
 
 func equalJSON(a, b any) bool {
-	switch a := a.(type) {
-	case map[string]any:
-		b, ok := b.(map[string]any)
-		if !ok || len(a) != len(b) {
-			return false
-		}
-		for k, va := range a {
-			vb, ok := b[k]
-			if !ok || !equalJSON(va, vb) {
-				return false
-			}
-		}
-		return true
-	case []any:
-		b, ok := b.([]any)
-		if !ok || len(a) != len(b) {
-			return false
-		}
-		for i := range a {
-			if !equalJSON(a[i], b[i]) {
-				return false
-			}
-		}
-		return true
-	case json.Number:
-		b, ok := b.(json.Number)
-		return ok && canonicalNumber(string(a)) == canonicalNumber(string(b))
-	default: // string, bool, nil
-		return a == b
-	}
+	return deliver.EqualJSON(a, b, func(a, b json.Number) bool {
+		return canonicalNumber(string(a)) == canonicalNumber(string(b))
+	})
 }
 
 // canonicalNumber writes a JSON number so that numbers of equal value are

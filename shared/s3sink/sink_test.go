@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,12 +23,11 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/deliver/delivertest"
-	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/testbucket"
 )
 
 var (
@@ -40,55 +38,14 @@ var (
 
 const testPrefix = "out/docs/"
 
-// newBucket creates a bucket of its own on the AWS emulator, emptied and
-// deleted when the test ends.
-func newBucket(t *testing.T) (*s3.Client, string) {
-	t.Helper()
-	client := s3.NewFromConfig(testenv.AWS(t), awsconf.S3Options)
-	bucket := testenv.Name(t)
-	if _, err := client.CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
-		t.Fatalf("create bucket %s: %v", bucket, err)
-	}
-	t.Cleanup(func() {
-		// t.Context is already cancelled when cleanups run.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for _, k := range listKeys(ctx, t, client, bucket) {
-			_, _ = client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(k)})
-		}
-		if _, err := client.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String(bucket)}); err != nil {
-			t.Logf("delete bucket %s: %v", bucket, err)
-		}
-	})
-	return client, bucket
-}
-
 func newSink(t *testing.T) (*Sink, *s3.Client) {
 	t.Helper()
-	client, bucket := newBucket(t)
+	client, bucket := testbucket.New(t)
 	s, err := New(client, config.S3Output{Bucket: bucket, Prefix: testPrefix})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	return s, client
-}
-
-func listKeys(ctx context.Context, t *testing.T, client *s3.Client, bucket string) []string {
-	t.Helper()
-	var keys []string
-	p := s3.NewListObjectsV2Paginator(client, &s3.ListObjectsV2Input{Bucket: aws.String(bucket)})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			t.Errorf("list %s: %v", bucket, err)
-			return keys
-		}
-		for _, o := range page.Contents {
-			keys = append(keys, aws.ToString(o.Key))
-		}
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // stored is what one key holds.
@@ -134,7 +91,7 @@ func TestConformance(t *testing.T) {
 // does not hold.
 func TestEmulatorEnforcesConditionalWrites(t *testing.T) {
 	t.Parallel()
-	client, bucket := newBucket(t)
+	client, bucket := testbucket.New(t)
 	put := func(in *s3.PutObjectInput) (string, error) {
 		in.Bucket, in.Key, in.Body = aws.String(bucket), aws.String("k"), strings.NewReader(fmt.Sprint(rand.Int()))
 		out, err := client.PutObject(t.Context(), in)
@@ -238,7 +195,7 @@ func TestObjectContent(t *testing.T) {
 
 	obj, ok := get(t, client, s.bucket, testPrefix+"doc-1.json")
 	if !ok {
-		t.Fatalf("no object at %sdoc-1.json; bucket holds %v", testPrefix, listKeys(t.Context(), t, client, s.bucket))
+		t.Fatalf("no object at %sdoc-1.json; bucket holds %v", testPrefix, testbucket.Keys(t.Context(), t, client, s.bucket))
 	}
 	want := stored{
 		Body:        string(c.Doc),
@@ -254,7 +211,7 @@ func TestObjectContent(t *testing.T) {
 
 	mark, ok := get(t, client, s.bucket, testPrefix+"_tombstones/doc-2.json")
 	if !ok {
-		t.Fatalf("no tombstone marker; bucket holds %v", listKeys(t.Context(), t, client, s.bucket))
+		t.Fatalf("no tombstone marker; bucket holds %v", testbucket.Keys(t.Context(), t, client, s.bucket))
 	}
 	wantMeta := map[string]string{
 		MetaRev: "5-def", MetaSeq: `"3:18"`, MetaVersion: "3.18",
@@ -320,7 +277,7 @@ func TestKeysStayInsidePrefix(t *testing.T) {
 		}
 	}
 
-	keys := listKeys(t.Context(), t, client, s.bucket)
+	keys := testbucket.Keys(t.Context(), t, client, s.bucket)
 	if len(keys) != len(batch) {
 		t.Errorf("bucket holds %d keys, want %d distinct ones: %q", len(keys), len(batch), keys)
 	}
@@ -465,7 +422,7 @@ func TestLiveAndTombstoneDecidedTogether(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			client, bucket := newBucket(t)
+			client, bucket := testbucket.New(t)
 			s, err := New(&barrierS3{S3API: client, t: t, parties: 2, release: make(chan struct{})}, config.S3Output{Bucket: bucket, Prefix: testPrefix})
 			if err != nil {
 				t.Fatalf("New: %v", err)
@@ -696,14 +653,8 @@ func TestNew(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s, err := New(&fakeS3{}, tt.out)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Errorf("New error = %v, want one mentioning %q", err, tt.wantErr)
-				}
+			if !delivertest.CheckNew(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("New: %v", err)
 			}
 			if got := s.Key("a/b"); got != tt.wantKey {
 				t.Errorf("Key = %q, want %q", got, tt.wantKey)

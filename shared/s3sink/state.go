@@ -116,16 +116,23 @@ func (s *State) Lookup(ctx context.Context, ids []string) (map[string]deliver.St
 	return out, err
 }
 
-// read HEADs the objects of ids, at most Parallelism at once, and calls fn,
-// one call at a time, for each one that exists. markers, when not nil,
-// lists the marker keys that exist; when nil every marker is read.
-func (s *State) read(ctx context.Context, ids []string, markers map[string]bool, fn func(deliver.Stored) error) error {
+// group returns an errgroup that runs at most Parallelism calls at once,
+// and its context.
+func (s *State) group(ctx context.Context) (*errgroup.Group, context.Context) {
 	n := s.Parallelism
 	if n <= 0 {
 		n = DefaultStateParallelism
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(n)
+	return g, gctx
+}
+
+// read HEADs the objects of ids, at most Parallelism at once, and calls fn,
+// one call at a time, for each one that exists. markers, when not nil,
+// lists the marker keys that exist; when nil every marker is read.
+func (s *State) read(ctx context.Context, ids []string, markers map[string]bool, fn func(deliver.Stored) error) error {
+	g, gctx := s.group(ctx)
 	var mu sync.Mutex
 	for _, id := range ids {
 		if gctx.Err() != nil {

@@ -148,31 +148,35 @@ func bulk(ctx context.Context, client *http.Client, db string, docs []map[string
 
 // CreateDB creates a database (an existing one is fine).
 func CreateDB(ctx context.Context, client *http.Client, db string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, db, nil)
+	status, err := database(ctx, client, http.MethodPut, db)
 	if err != nil {
 		return fmt.Errorf("create database: %w", err)
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("create database: %w", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusPreconditionFailed && resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("create database: status %d", resp.StatusCode)
+	if status != http.StatusCreated && status != http.StatusPreconditionFailed && status != http.StatusOK {
+		return fmt.Errorf("create database: status %d", status)
 	}
 	return nil
 }
 
 // DeleteDB deletes a database (a missing one is fine).
 func DeleteDB(ctx context.Context, client *http.Client, db string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, db, nil)
-	if err != nil {
+	if _, err := database(ctx, client, http.MethodDelete, db); err != nil {
 		return fmt.Errorf("delete database: %w", err)
+	}
+	return nil
+}
+
+// database sends a body-less request to the database URL and returns the
+// answer's status.
+func database(ctx context.Context, client *http.Client, method, db string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, method, db, nil)
+	if err != nil {
+		return 0, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("delete database: %w", err)
+		return 0, err
 	}
 	resp.Body.Close()
-	return nil
+	return resp.StatusCode, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -157,28 +158,31 @@ func pagedDocID(i int) string {
 	return fmt.Sprintf("doc-%03d", i)
 }
 
+// pagedDocs writes 250 documents named by pagedDocID, with the bodies body
+// makes, then deletes doc-010 and 注文-057. It returns the revisions written
+// and those of the deleted documents, and sets the request counts to zero.
+func (s *couchSource) pagedDocs(body func(i int, id string) map[string]any) (revs, gone map[string]string) {
+	s.t.Helper()
+	docs := map[string]map[string]any{}
+	for i := range 250 {
+		id := pagedDocID(i)
+		docs[id] = body(i, id)
+	}
+	revs = s.put(docs)
+	gone = map[string]string{"doc-010": revs["doc-010"], "注文-057": revs["注文-057"]}
+	s.del(gone)
+	s.reqs.counts()
+	return revs, gone
+}
+
 // TestRepairReadsInPages repairs 250 documents of pouchdb-server, some
 // deleted, some never written, and counts the requests: the bodies come in
 // _bulk_get pages of repairBatch documents, not one GET per document.
 func TestRepairReadsInPages(t *testing.T) {
 	t.Parallel()
 	src := newCouchSource(t)
-	docs := map[string]map[string]any{}
-	for i := range 250 {
-		id := pagedDocID(i)
-		docs[id] = map[string]any{"n": i, "name": "ü " + id}
-	}
-	revs := src.put(docs)
-	gone := map[string]string{"doc-010": revs["doc-010"], "注文-057": revs["注文-057"]}
-	src.del(gone)
-	ids := append(slices.Collect(func(yield func(string) bool) {
-		for id := range docs {
-			if !yield(id) {
-				return
-			}
-		}
-	}), "never-written")
-	src.reqs.counts()
+	revs, gone := src.pagedDocs(func(i int, id string) map[string]any { return map[string]any{"n": i, "name": "ü " + id} })
+	ids := append(slices.Collect(maps.Keys(revs)), "never-written")
 
 	snd := &fakeSender{}
 	r := &Repairer{Source: src.client, Leases: &fakeLeases{st: lease.State{Exists: true, Generation: 4, Released: true}},
@@ -229,20 +233,13 @@ func TestRepairReadsInPages(t *testing.T) {
 func TestCompareListsTheFeed(t *testing.T) {
 	t.Parallel()
 	src := newCouchSource(t)
-	docs := map[string]map[string]any{}
-	for i := range 250 {
-		id := pagedDocID(i)
-		docs[id] = map[string]any{"n": i}
-	}
-	revs := src.put(docs)
-	src.del(map[string]string{"doc-010": revs["doc-010"], "注文-057": revs["注文-057"]})
+	revs, _ := src.pagedDocs(func(i int, _ string) map[string]any { return map[string]any{"n": i} })
 	out := &fakeOutput{docs: map[string]Doc{}, tampered: map[string]bool{"doc-020": true}}
 	for id, rev := range revs {
 		if id != "注文-107" && id != "注文-057" {
 			out.docs[id] = held(rev)
 		}
 	}
-	src.reqs.counts()
 
 	rep, err := Compare(t.Context(), src.client, out, Options{PageSize: 100, Content: true, Recheck: true})
 	if err != nil {

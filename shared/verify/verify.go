@@ -340,10 +340,7 @@ func (c *comparison) check(ctx context.Context, docs []Doc, phase string) ([]Dri
 	var drift []Drift
 	done := 0
 	for chunk := range slices.Chunk(docs, min(c.opts.PageSize, maxBodyPage)) {
-		ids := make([]string, len(chunk))
-		for i, d := range chunk {
-			ids[i] = d.ID
-		}
+		ids := docIDs(chunk)
 		rows, err := c.src.Current(ctx, ids)
 		if err != nil {
 			return nil, fmt.Errorf("read source documents: %w", err)
@@ -381,6 +378,15 @@ func (c *comparison) check(ctx context.Context, docs []Doc, phase string) ([]Dri
 	return drift, nil
 }
 
+// docIDs returns the ids of docs, in order.
+func docIDs(docs []Doc) []string {
+	ids := make([]string, len(docs))
+	for i, d := range docs {
+		ids[i] = d.ID
+	}
+	return ids
+}
+
 // recheck reads every candidate again, output first, then source, and keeps
 // those that still differ.
 func (c *comparison) recheck(ctx context.Context, drift []Drift) ([]Drift, error) {
@@ -389,10 +395,7 @@ func (c *comparison) recheck(ctx context.Context, drift []Drift) ([]Drift, error
 		docs[i] = Doc{ID: d.DocID}
 	}
 	for chunk := range slices.Chunk(docs, 500) {
-		ids := make([]string, len(chunk))
-		for i, d := range chunk {
-			ids[i] = d.ID
-		}
+		ids := docIDs(chunk)
 		held, err := c.out.Lookup(ctx, ids)
 		if err != nil {
 			return nil, fmt.Errorf("recheck output state: %w", err)

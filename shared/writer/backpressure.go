@@ -105,19 +105,11 @@ func (h *Handler) deferMessage(ctx context.Context, r config.Route, it *item, at
 		// already, SQS's limit: it goes back without the counter.
 		attrs[AttrDeferrals] = sqstypes.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(n + 1))}
 	}
-	in := &sqs.SendMessageInput{QueueUrl: &q, MessageBody: aws.String(it.rec.Body), MessageAttributes: attrs}
-	if r.Output.FIFO() {
-		// FIFO queues take no per-message delay: the copy is available at
-		// once and is deferred again, with its visibility, while the pause
-		// lasts. It goes behind newer changes of its document, which then
-		// supersede it.
-		group := it.group
-		if group == "" {
-			group = "unknown"
-		}
-		in.MessageGroupId = aws.String(group)
-		in.MessageDeduplicationId = aws.String(it.rec.MessageId + "-d" + strconv.Itoa(n+1))
-	} else {
+	// FIFO queues take no per-message delay: the copy is available at once
+	// and is deferred again, with its visibility, while the pause lasts. It
+	// goes behind newer changes of its document, which then supersede it.
+	in := it.resend(r, q, attrs, it.rec.MessageId+"-d"+strconv.Itoa(n+1))
+	if !r.Output.FIFO() {
 		in.DelaySeconds = min(secs, maxDelaySeconds)
 	}
 	if _, err := h.SQS.SendMessage(ctx, in); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/failure"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/testbucket"
 )
 
 // countingS3 passes calls to a real client and counts them and the body
@@ -129,12 +130,7 @@ func TestClaimCheckConfined(t *testing.T) {
 	ctx := t.Context()
 	awsCfg := testenv.AWS(t)
 	client := s3.NewFromConfig(awsCfg, awsconf.S3Options)
-	stack, foreign := testenv.Name(t), testenv.Name(t)
-	for _, b := range []string{stack, foreign} {
-		if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(b)}); err != nil {
-			t.Fatalf("create bucket: %v", err)
-		}
-	}
+	stack, foreign := testbucket.Create(t, client), testbucket.Create(t, client)
 	put := func(bucket, key string, body []byte) {
 		t.Helper()
 		if _, err := client.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: bytes.NewReader(body)}); err != nil {

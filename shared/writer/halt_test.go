@@ -91,12 +91,12 @@ func haltConfig(t *testing.T, ordering string) *config.File {
 	return f
 }
 
-// haltRecord is a message of the halting output; under ordering total every
+// rec is a message of the halting output; under ordering total every
 // message is in the output's group.
-func haltRecord(t *testing.T, f *config.File, id, doc string, counter int64, receives int) events.SQSMessage {
-	t.Helper()
-	m := record(t, f, id, doc, "1-"+doc, counter, receives)
-	if f.Jobs[0].Outputs[0].Ordering == config.OrderingTotal {
+func (r *haltRun) rec(id, doc string, counter int64, receives int) events.SQSMessage {
+	r.t.Helper()
+	m := record(r.t, r.f, id, doc, "1-"+doc, counter, receives)
+	if r.f.Jobs[0].Outputs[0].Ordering == config.OrderingTotal {
 		m.Attributes["MessageGroupId"] = "o"
 	}
 	return m
@@ -138,6 +138,19 @@ func (r *haltRun) setFail(doc string, err error) {
 	r.fail[doc] = err
 }
 
+// handleWant runs one batch and checks the failed message ids and the doc
+// ids the sink was given against wantFailed and wantApplied.
+func (r *haltRun) handleWant(wantFailed, wantApplied []string, recs ...events.SQSMessage) {
+	r.t.Helper()
+	failed, applied := r.handle(recs...)
+	if d := cmp.Diff(wantFailed, failed); d != "" {
+		r.t.Errorf("failed (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(wantApplied, applied); d != "" {
+		r.t.Errorf("applied (-want +got):\n%s", d)
+	}
+}
+
 // handle runs one batch and returns the failed message ids, sorted, and the
 // doc ids the sink was given since the previous call.
 func (r *haltRun) handle(recs ...events.SQSMessage) (failed, applied []string) {
@@ -170,14 +183,9 @@ func TestHaltTotalSkip(t *testing.T) {
 	r := newHaltRun(t, "total")
 	r.setFail("x", errRefused)
 
-	failed, applied := r.handle(haltRecord(t, r.f, "m1", "a", 1, 1), haltRecord(t, r.f, "m2", "x", 2, 1),
-		haltRecord(t, r.f, "m3", "b", 3, 1), haltRecord(t, r.f, "m4", "c", 4, 1))
-	if d := cmp.Diff([]string{"m2", "m3", "m4"}, failed); d != "" {
-		t.Errorf("failed (-want +got):\n%s", d)
-	}
-	if d := cmp.Diff([]string{"a", "x"}, applied); d != "" {
-		t.Errorf("applied (-want +got):\n%s", d)
-	}
+	r.handleWant([]string{"m2", "m3", "m4"}, []string{"a", "x"},
+		r.rec("m1", "a", 1, 1), r.rec("m2", "x", 2, 1),
+		r.rec("m3", "b", 3, 1), r.rec("m4", "c", 4, 1))
 	if len(r.sqs.sent) != 0 {
 		t.Fatalf("%d messages sent to the DLQ, want none while halted", len(r.sqs.sent))
 	}
@@ -196,7 +204,7 @@ func TestHaltTotalSkip(t *testing.T) {
 
 	// A later change delivered while the halted one is in flight is held
 	// back, not applied.
-	failed, applied = r.handle(haltRecord(t, r.f, "m3", "b", 3, 2))
+	failed, applied := r.handle(r.rec("m3", "b", 3, 2))
 	if len(applied) != 0 || len(failed) != 1 {
 		t.Errorf("while halted: applied %v, failed %v; want nothing applied, m3 failed", applied, failed)
 	}
@@ -206,7 +214,7 @@ func TestHaltTotalSkip(t *testing.T) {
 
 	// The halted change again: still refused, the delay doubles.
 	r.sqs.visibility = nil
-	failed, _ = r.handle(haltRecord(t, r.f, "m2", "x", 2, 2), haltRecord(t, r.f, "m3", "b", 3, 3))
+	failed, _ = r.handle(r.rec("m2", "x", 2, 2), r.rec("m3", "b", 3, 3))
 	if d := cmp.Diff([]string{"m2", "m3"}, failed); d != "" {
 		t.Errorf("failed (-want +got):\n%s", d)
 	}
@@ -220,7 +228,7 @@ func TestHaltTotalSkip(t *testing.T) {
 
 	// Skipped: to the DLQ with its reason, then the rest in order.
 	r.halts.request(t, "j", "o", "o", halt.Skip)
-	failed, applied = r.handle(haltRecord(t, r.f, "m2", "x", 2, 3), haltRecord(t, r.f, "m3", "b", 3, 4), haltRecord(t, r.f, "m4", "c", 4, 2))
+	failed, applied = r.handle(r.rec("m2", "x", 2, 3), r.rec("m3", "b", 3, 4), r.rec("m4", "c", 4, 2))
 	if len(failed) != 0 {
 		t.Errorf("failed %v after skip, want none", failed)
 	}
@@ -251,13 +259,13 @@ func TestHaltTotalRetry(t *testing.T) {
 	t.Parallel()
 	r := newHaltRun(t, "total")
 	r.setFail("x", errRefused)
-	r.handle(haltRecord(t, r.f, "m1", "x", 1, 1), haltRecord(t, r.f, "m2", "b", 2, 1))
+	r.handle(r.rec("m1", "x", 1, 1), r.rec("m2", "b", 2, 1))
 	if st, _ := r.halts.Get(t.Context(), "j", "o", "o"); st == nil {
 		t.Fatal("not halted")
 	}
 	r.setFail("x", nil)
 	r.halts.request(t, "j", "o", "o", halt.Retry)
-	failed, applied := r.handle(haltRecord(t, r.f, "m1", "x", 1, 2), haltRecord(t, r.f, "m2", "b", 2, 2))
+	failed, applied := r.handle(r.rec("m1", "x", 1, 2), r.rec("m2", "b", 2, 2))
 	if len(failed) != 0 || len(r.sqs.sent) != 0 {
 		t.Errorf("failed %v, %d to the DLQ; want everything delivered", failed, len(r.sqs.sent))
 	}
@@ -279,7 +287,7 @@ func TestHaltTransientAndStateErrors(t *testing.T) {
 	t.Parallel()
 	r := newHaltRun(t, "total")
 	r.setFail("x", deliver.TransientError("http_status", errors.New("503")))
-	failed, _ := r.handle(haltRecord(t, r.f, "m1", "x", 1, 2))
+	failed, _ := r.handle(r.rec("m1", "x", 1, 2))
 	if len(failed) != 1 {
 		t.Fatalf("failed %v", failed)
 	}
@@ -289,7 +297,7 @@ func TestHaltTransientAndStateErrors(t *testing.T) {
 	if d := cmp.Diff([]int32{4}, r.sqs.visibility); d != "" {
 		t.Errorf("backoff (-want +got):\n%s", d)
 	}
-	failed, _ = r.handle(haltRecord(t, r.f, "m1", "x", 1, 3))
+	failed, _ = r.handle(r.rec("m1", "x", 1, 3))
 	st, _ := r.halts.Get(t.Context(), "j", "o", "o")
 	if len(failed) != 1 || st == nil || st.Class != "transient" || len(r.sqs.sent) != 0 {
 		t.Fatalf("receive 3 of 3: failed %v, halt %+v, %d to the DLQ; want halted", failed, st, len(r.sqs.sent))
@@ -297,7 +305,7 @@ func TestHaltTransientAndStateErrors(t *testing.T) {
 
 	r2 := newHaltRun(t, "total")
 	r2.halts.getErr = errors.New("dynamodb down")
-	failed, applied := r2.handle(haltRecord(t, r2.f, "m1", "a", 1, 1))
+	failed, applied := r2.handle(r2.rec("m1", "a", 1, 1))
 	if len(failed) != 1 || len(applied) != 0 {
 		t.Errorf("halt state unreadable: failed %v applied %v; want the message held back", failed, applied)
 	}
@@ -308,14 +316,9 @@ func TestHaltPerDocument(t *testing.T) {
 	t.Parallel()
 	r := newHaltRun(t, "per_document")
 	r.setFail("x", errRefused)
-	failed, applied := r.handle(haltRecord(t, r.f, "m1", "x", 1, 1), haltRecord(t, r.f, "m2", "b", 2, 1),
-		haltRecord(t, r.f, "m3", "x", 3, 1), haltRecord(t, r.f, "m4", "b", 4, 1))
-	if d := cmp.Diff([]string{"m1", "m3"}, failed); d != "" {
-		t.Errorf("failed (-want +got):\n%s", d)
-	}
-	if d := cmp.Diff([]string{"x", "b", "b"}, applied); d != "" {
-		t.Errorf("applied (-want +got):\n%s", d)
-	}
+	r.handleWant([]string{"m1", "m3"}, []string{"x", "b", "b"},
+		r.rec("m1", "x", 1, 1), r.rec("m2", "b", 2, 1),
+		r.rec("m3", "x", 3, 1), r.rec("m4", "b", 4, 1))
 	if st, _ := r.halts.Get(t.Context(), "j", "o", "x"); st == nil || st.MessageID != "m1" {
 		t.Errorf("halt of group x: %+v", st)
 	}
@@ -331,7 +334,7 @@ func TestHaltRequestDuringAttempt(t *testing.T) {
 	t.Parallel()
 	r := newHaltRun(t, "total")
 	r.setFail("x", errRefused)
-	r.handle(haltRecord(t, r.f, "m1", "x", 1, 1))
+	r.handle(r.rec("m1", "x", 1, 1))
 	r.sink.apply = func(c *change.Envelope) error {
 		r.halts.mu.Lock()
 		st := r.halts.states[halt.Key("j", "o", "o")]
@@ -341,7 +344,7 @@ func TestHaltRequestDuringAttempt(t *testing.T) {
 		return errRefused
 	}
 	r.sqs.visibility = nil
-	failed, _ := r.handle(haltRecord(t, r.f, "m1", "x", 1, 2))
+	failed, _ := r.handle(r.rec("m1", "x", 1, 2))
 	if len(failed) != 1 {
 		t.Fatalf("failed %v", failed)
 	}
@@ -349,17 +352,17 @@ func TestHaltRequestDuringAttempt(t *testing.T) {
 		t.Errorf("visibility after a request during the attempt (-want +got):\n%s", d)
 	}
 	// The next receive carries the skip out.
-	failed, _ = r.handle(haltRecord(t, r.f, "m1", "x", 1, 3))
+	failed, _ = r.handle(r.rec("m1", "x", 1, 3))
 	if len(failed) != 0 || len(r.sqs.sent) != 1 {
 		t.Errorf("failed %v, %d to the DLQ; want the change skipped", failed, len(r.sqs.sent))
 	}
 	// A request already seen does not shorten the delay again.
 	r2 := newHaltRun(t, "total")
 	r2.setFail("x", errRefused)
-	r2.handle(haltRecord(t, r2.f, "m1", "x", 1, 1))
+	r2.handle(r2.rec("m1", "x", 1, 1))
 	r2.halts.request(t, "j", "o", "o", halt.Retry)
 	r2.sqs.visibility = nil
-	r2.handle(haltRecord(t, r2.f, "m1", "x", 1, 2))
+	r2.handle(r2.rec("m1", "x", 1, 2))
 	if d := cmp.Diff([]int32{60}, r2.sqs.visibility); d != "" {
 		t.Errorf("visibility after a retry that failed (-want +got):\n%s", d)
 	}
@@ -372,13 +375,8 @@ func TestHaltBackpressureDoesNotHalt(t *testing.T) {
 	t.Parallel()
 	r := newHaltRun(t, "total")
 	r.setFail("x", &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 429, Backpressure: true, RetryAfter: 7 * time.Second, Err: errors.New("slow down")})
-	failed, applied := r.handle(haltRecord(t, r.f, "m1", "x", 1, 3), haltRecord(t, r.f, "m2", "b", 2, 1))
-	if d := cmp.Diff([]string{"m1", "m2"}, failed); d != "" {
-		t.Errorf("failed (-want +got):\n%s", d)
-	}
-	if d := cmp.Diff([]string{"x"}, applied); d != "" {
-		t.Errorf("applied (-want +got):\n%s", d)
-	}
+	r.handleWant([]string{"m1", "m2"}, []string{"x"},
+		r.rec("m1", "x", 1, 3), r.rec("m2", "b", 2, 1))
 	if st, _ := r.halts.Get(t.Context(), "j", "o", "o"); st != nil || len(r.sqs.sent) != 0 {
 		t.Errorf("halt %+v, %d sent; want neither for backpressure on the last receive", st, len(r.sqs.sent))
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
@@ -453,6 +454,16 @@ func (h *Handler) toDLQ(ctx context.Context, r config.Route, it *item, attempts 
 	// A message redriven from the DLQ carries its earlier failure history.
 	rec = rec.After(failure.Parse(failure.Values(it.rec.MessageAttributes, eventStringValue)))
 	attrs := rec.Attributes()
+	if _, err := h.SQS.SendMessage(ctx, it.resend(r, url, attrs, it.rec.MessageId)); err != nil {
+		return fmt.Errorf("send to dlq: %w", err)
+	}
+	return nil
+}
+
+// resend returns the message that sends the body of it to the queue at url
+// with attrs; on a FIFO output in its own group ("unknown" when it had
+// none) with the deduplication id dedup.
+func (it *item) resend(r config.Route, url string, attrs map[string]sqstypes.MessageAttributeValue, dedup string) *sqs.SendMessageInput {
 	in := &sqs.SendMessageInput{QueueUrl: &url, MessageBody: aws.String(it.rec.Body), MessageAttributes: attrs}
 	if r.Output.FIFO() {
 		group := it.group
@@ -460,12 +471,9 @@ func (h *Handler) toDLQ(ctx context.Context, r config.Route, it *item, attempts 
 			group = "unknown"
 		}
 		in.MessageGroupId = aws.String(group)
-		in.MessageDeduplicationId = aws.String(it.rec.MessageId)
+		in.MessageDeduplicationId = aws.String(dedup)
 	}
-	if _, err := h.SQS.SendMessage(ctx, in); err != nil {
-		return fmt.Errorf("send to dlq: %w", err)
-	}
-	return nil
+	return in
 }
 
 // queueURL resolves a queue name to its URL once per process.

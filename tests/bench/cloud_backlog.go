@@ -43,6 +43,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/localrun"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
@@ -136,22 +137,32 @@ type cloudRun struct {
 	summary    string // the CLI's output
 }
 
+// cloudBacklogStack returns a stack of one PostgreSQL output, named after
+// kind, whose source holds docs documents, and the output's data table.
+func cloudBacklogStack(ctx context.Context, kind string, docs int) (*stack.Stack, pgx.Identifier, error) {
+	st, _, err := coreLoaded(ctx, func() (*stack.Stack, error) {
+		return newCloudStack(ctx, kind, 500, cloudOutput{id: "pg", kind: config.OutputPostgres})
+	}, coreLoad, docs, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	table, _, err := st.PostgresTables("bench", "pg")
+	if err != nil {
+		coreClose(ctx, st)
+		return nil, nil, err
+	}
+	return st, table, nil
+}
+
 // cloudInProcess moves a backlog of docs into PostgreSQL with the local
 // runtime in this process, SQS being the emulator's or the stand-in.
 func cloudInProcess(ctx context.Context, cw *cloudAWS, pool *pgxpool.Pool, docs int, standIn bool) (cloudRun, error) {
 	var res cloudRun
-	st, err := newCloudStack(ctx, "cb", 500, cloudOutput{id: "pg", kind: config.OutputPostgres})
+	st, table, err := cloudBacklogStack(ctx, "cb", docs)
 	if err != nil {
 		return res, err
 	}
 	defer coreClose(ctx, st)
-	if err := coreLoad(ctx, st.SourceURL, docs, 0); err != nil {
-		return res, err
-	}
-	table, _, err := st.PostgresTables("bench", "pg")
-	if err != nil {
-		return res, err
-	}
 	if standIn {
 		emulator := st.Deps.SQS
 		st.Deps.SQS = cw.standInSQS(st.Deps.AWS)
@@ -183,18 +194,11 @@ func cloudInProcess(ctx context.Context, cw *cloudAWS, pool *pgxpool.Pool, docs 
 // --until-idle` as a process of its own, its environment env.
 func cloudCLI(ctx context.Context, pool *pgxpool.Pool, bin string, docs int, env []string) (cloudRun, error) {
 	var res cloudRun
-	st, err := newCloudStack(ctx, "cc", 500, cloudOutput{id: "pg", kind: config.OutputPostgres})
+	st, table, err := cloudBacklogStack(ctx, "cc", docs)
 	if err != nil {
 		return res, err
 	}
 	defer coreClose(ctx, st)
-	if err := coreLoad(ctx, st.SourceURL, docs, 0); err != nil {
-		return res, err
-	}
-	table, _, err := st.PostgresTables("bench", "pg")
-	if err != nil {
-		return res, err
-	}
 	rctx, cancel := context.WithTimeout(ctx, cloudBacklogWait)
 	defer cancel()
 	args := []string{"run", "--config", st.ConfigPath, "--until-idle", "--timeout", cloudBacklogWait.String()}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/localrun"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
 func init() {
@@ -31,15 +32,14 @@ func cloudIdle(ctx context.Context, r *results) error {
 		return err
 	}
 	defer cw.close()
-	st, err := newCloudStack(ctx, "ci", 500, cloudOutput{id: "pg", kind: config.OutputPostgres})
+	st, _, err := coreLoaded(ctx, func() (*stack.Stack, error) {
+		return newCloudStack(ctx, "ci", 500, cloudOutput{id: "pg", kind: config.OutputPostgres})
+	}, coreLoad, 10, 0)
 	if err != nil {
 		return err
 	}
 	defer coreClose(ctx, st)
 	st.Deps.Config.Stack.PollerTimeout = config.Duration(config.DefaultPollerTimeout)
-	if err := coreLoad(ctx, st.SourceURL, 10, 0); err != nil {
-		return err
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rt := &localrun.Runtime{Deps: st.Deps, Log: log, Opts: localrun.Options{NoWriter: true,
 		Tick: config.DefaultSchedule, PollerTimeout: config.DefaultPollerTimeout}}

@@ -37,6 +37,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/poll"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
 const (
@@ -51,20 +52,18 @@ func cloudPoller(ctx context.Context, r *results) error {
 		return err
 	}
 	defer cw.close()
-	st, err := newCloudStack(ctx, "cp", cloudPollerLimit,
-		cloudOutput{id: "pg", kind: config.OutputPostgres},
-		cloudOutput{id: "archive", kind: config.OutputS3},
-		cloudOutput{id: "rest", kind: config.OutputHTTP, fifo: true})
+	st, loaded, err := coreLoaded(ctx, func() (*stack.Stack, error) {
+		return newCloudStack(ctx, "cp", cloudPollerLimit,
+			cloudOutput{id: "pg", kind: config.OutputPostgres},
+			cloudOutput{id: "archive", kind: config.OutputS3},
+			cloudOutput{id: "rest", kind: config.OutputHTTP, fifo: true})
+	}, coreLoad, cloudPollerDocs, 0)
 	if err != nil {
 		return err
 	}
 	defer coreClose(ctx, st)
-	t0 := time.Now()
-	if err := coreLoad(ctx, st.SourceURL, cloudPollerDocs, 0); err != nil {
-		return err
-	}
 	r.add("docs", cloudPollerDocs, fmt.Sprintf("small orders (~250 B), limit %d, loaded in %s; %s added to every AWS request",
-		cloudPollerLimit, time.Since(t0).Round(time.Millisecond), cw.latency))
+		cloudPollerLimit, loaded.Round(time.Millisecond), cw.latency))
 
 	base, err := st.Deps.Poller(ctx, "bench")
 	if err != nil {
@@ -111,18 +110,15 @@ func cloudPoller(ctx context.Context, r *results) error {
 			return sp.total, nil
 		}
 	}
-	variants := []struct {
-		name string
-		run  func(ctx context.Context, round int) (time.Duration, error)
-	}{
-		{"raw", func(ctx context.Context, _ int) (time.Duration, error) {
+	variants := []coreVariant{
+		{"raw", cloudPollerDocs, func(ctx context.Context, _ int) (time.Duration, error) {
 			return coreRawChanges(ctx, rawClient, st.SourceURL, cloudPollerLimit, cloudPollerDocs)
 		}},
-		{"sqs1", poller("sqs1", base.Sender, base.Targets[:1])},
-		{"sqs3", poller("sqs3", base.Sender, base.Targets)},
-		{"null1", poller("null1", null, nullTargets[:1])},
-		{"null3", poller("null3", null, nullTargets)},
-		{"emulator", func(ctx context.Context, round int) (time.Duration, error) {
+		{"sqs1", cloudPollerDocs, poller("sqs1", base.Sender, base.Targets[:1])},
+		{"sqs3", cloudPollerDocs, poller("sqs3", base.Sender, base.Targets)},
+		{"null1", cloudPollerDocs, poller("null1", null, nullTargets[:1])},
+		{"null3", cloudPollerDocs, poller("null3", null, nullTargets)},
+		{"emulator", cloudPollerDocs, func(ctx context.Context, round int) (time.Duration, error) {
 			cw.resetRequests()
 			d, err := cloudSendRate(ctx, base.Sender, base.Targets[:1], cloudPollerDocs)
 			if round == 0 {
@@ -132,20 +128,12 @@ func cloudPoller(ctx context.Context, r *results) error {
 			return d, err
 		}},
 	}
-	rates := map[string][]float64{}
-	for round := range cloudPollerRounds {
-		got := map[string]float64{}
-		for k := range variants {
-			v := variants[(k+round)%len(variants)]
-			d, err := v.run(ctx, round)
-			if err != nil {
-				return fmt.Errorf("round %d %s: %w", round+1, v.name, err)
-			}
-			got[v.name] = coreRate(cloudPollerDocs, d)
-			rates[v.name] = append(rates[v.name], got[v.name])
-		}
+	rates, err := coreRounds(ctx, cloudPollerRounds, variants, func(round int, got map[string]float64) {
 		fmt.Printf("  round %d: raw %.0f; poller to the emulator: 1 output %.0f, 3 outputs %.0f; to the stand-in: 1 output %.0f, 3 outputs %.0f; emulator's own send rate %.0f docs/s\n",
 			round+1, got["raw"], got["sqs1"], got["sqs3"], got["null1"], got["null3"], got["emulator"])
+	})
+	if err != nil {
+		return err
 	}
 	ratio := func(a string) []float64 {
 		xs := make([]float64, len(rates[a]))

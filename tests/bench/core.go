@@ -68,6 +68,22 @@ func newCoreStack(ctx context.Context, kind string, s coreStackSettings) (*stack
 	return stack.New(ctx, stack.Options{Name: "bench-" + kind, Config: cfg, LogLevel: s.logLevel})
 }
 
+// coreLoaded returns the stack open provisions once load has written n
+// documents of about size bytes into its source database, and how long
+// load took. On an error the stack is closed.
+func coreLoaded(ctx context.Context, open func() (*stack.Stack, error), load func(ctx context.Context, db string, n, size int) error, n, size int) (*stack.Stack, time.Duration, error) {
+	st, err := open()
+	if err != nil {
+		return nil, 0, err
+	}
+	t0 := time.Now()
+	if err := load(ctx, st.SourceURL, n, size); err != nil {
+		coreClose(ctx, st)
+		return nil, 0, err
+	}
+	return st, time.Since(t0), nil
+}
+
 // coreClose closes a stack, printing what it could not remove.
 func coreClose(ctx context.Context, st interface{ Close(context.Context) error }) {
 	if err := st.Close(ctx); err != nil {

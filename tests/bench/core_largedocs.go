@@ -20,7 +20,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
-	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
 const (
@@ -34,28 +33,13 @@ func init() {
 }
 
 func pollerLargeDocs(ctx context.Context, r *results) error {
-	bin, remove, err := faults.Build(ctx)
+	run, err := corePollerOnly(ctx, "pl", 500, loadLargeDocs, memoryLargeDocs, memoryLargeBytes)
 	if err != nil {
 		return err
 	}
-	defer remove()
-	st, err := newCoreStack(ctx, "pl", coreStackSettings{limit: 500, pollerTimeout: 5 * time.Minute})
-	if err != nil {
-		return err
-	}
-	defer coreClose(ctx, st)
-	t0 := time.Now()
-	if err := loadLargeDocs(ctx, st.SourceURL, memoryLargeDocs, memoryLargeBytes); err != nil {
-		return err
-	}
-	loaded := time.Since(t0)
-	t1 := time.Now()
-	m, err := coreMeasureProcess(ctx, bin, "run", "--config", st.ConfigPath, "--no-writer", "--until-idle", "--timeout", "4m")
-	if err != nil {
-		return err
-	}
-	took := time.Since(t1)
-	ids, claims, err := queuedDocs(ctx, st)
+	defer coreClose(ctx, run.st)
+	loaded, took, m := run.loaded, run.took, run.mem
+	ids, claims, err := queuedDocs(ctx, run.st)
 	if err != nil {
 		return err
 	}

@@ -40,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/changes-worker/changes-worker/shared/localrun"
+	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
 const (
@@ -99,12 +100,8 @@ func latencyRun(ctx context.Context, r *results, suffix string, pollerTimeout ti
 	}
 	warm := time.Since(started)
 	w.reset()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-run.done:
-		return run.stopped()
-	case <-time.After(time.Until(started.Add(latencyStart))):
+	if err := run.await(ctx, time.After(time.Until(started.Add(latencyStart)))); err != nil {
+		return err
 	}
 
 	tick := time.NewTicker(latencyInterval)
@@ -113,12 +110,8 @@ func latencyRun(ctx context.Context, r *results, suffix string, pollerTimeout ti
 		if err := w.write(ctx, fmt.Sprintf("lat-%04d", i), i+1); err != nil {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-run.done:
-			return run.stopped()
-		case <-tick.C:
+		if err := run.await(ctx, tick.C); err != nil {
+			return err
 		}
 	}
 	if err := w.wait(ctx, run, latencyDrain); err != nil {
@@ -214,6 +207,19 @@ type coreRunState struct {
 	err  error
 }
 
+// await returns nil once c delivers, or an error when ctx ends or the
+// runtime stops first.
+func (r *coreRunState) await(ctx context.Context, c <-chan time.Time) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.done:
+		return r.stopped()
+	case <-c:
+		return nil
+	}
+}
+
 func (r *coreRunState) stopped() error {
 	if r.err == nil {
 		return errors.New("runtime stopped early")
@@ -260,14 +266,7 @@ func (w *coreRowWatcher) write(ctx context.Context, id string, n int) error {
 // Errors (the table does not exist before the first delivery) are retried.
 func (w *coreRowWatcher) run(ctx context.Context) {
 	q := "SELECT doc_id FROM " + w.table.Sanitize() + " WHERE doc_id = ANY($1)"
-	t := time.NewTicker(latencyPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	faults.Every(ctx, latencyPoll, func() bool {
 		w.mu.Lock()
 		var ids []string
 		for id := range w.sent {
@@ -277,16 +276,16 @@ func (w *coreRowWatcher) run(ctx context.Context) {
 		}
 		w.mu.Unlock()
 		if len(ids) == 0 {
-			continue
+			return true
 		}
 		rows, err := w.pool.Query(ctx, q, ids)
 		if err != nil {
-			continue
+			return true
 		}
 		found, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		now := time.Now()
 		if err != nil {
-			continue
+			return true
 		}
 		w.mu.Lock()
 		for _, id := range found {
@@ -295,30 +294,27 @@ func (w *coreRowWatcher) run(ctx context.Context) {
 			}
 		}
 		w.mu.Unlock()
-	}
+		return true
+	})
 }
 
 // wait returns once every written document was seen, or fails after limit.
 func (w *coreRowWatcher) wait(ctx context.Context, run *coreRunState, limit time.Duration) error {
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
+	end := time.Now().Add(limit)
 	t := time.NewTicker(latencyPoll)
 	defer t.Stop()
 	for {
 		w.mu.Lock()
 		missing := len(w.sent) - len(w.seen)
 		w.mu.Unlock()
-		if missing == 0 {
+		switch {
+		case missing == 0:
 			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-run.done:
-			return run.stopped()
-		case <-deadline.C:
+		case time.Now().After(end):
 			return fmt.Errorf("%d documents not in PostgreSQL after %s", missing, limit)
-		case <-t.C:
+		}
+		if err := run.await(ctx, t.C); err != nil {
+			return err
 		}
 	}
 }

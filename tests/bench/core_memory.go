@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
@@ -37,27 +38,12 @@ const (
 )
 
 func pollerMemory(ctx context.Context, r *results) error {
-	bin, remove, err := faults.Build(ctx)
+	run, err := corePollerOnly(ctx, "pm", memoryLimit, coreLoad, memoryDocs, memoryPadding)
 	if err != nil {
 		return err
 	}
-	defer remove()
-
-	st, err := newCoreStack(ctx, "pm", coreStackSettings{limit: memoryLimit, pollerTimeout: 5 * time.Minute})
-	if err != nil {
-		return err
-	}
-	defer coreClose(ctx, st)
-	t0 := time.Now()
-	if err := coreLoad(ctx, st.SourceURL, memoryDocs, memoryPadding); err != nil {
-		return err
-	}
-	loaded := time.Since(t0)
-
-	m, err := coreMeasureProcess(ctx, bin, "run", "--config", st.ConfigPath, "--no-writer", "--until-idle", "--timeout", "4m")
-	if err != nil {
-		return err
-	}
+	defer coreClose(ctx, run.st)
+	loaded, m := run.loaded, run.mem
 	r.add("docs", memoryDocs, fmt.Sprintf("~%d KB bodies, limit %d (a batch holds ~%.0f MiB of bodies), loaded in %s",
 		memoryPadding/1024, memoryLimit, float64(memoryLimit*memoryPadding)/(1<<20), loaded.Round(time.Second)))
 	r.add("peak RSS MiB", m.maxRSS, fmt.Sprintf("ru_maxrss of the changesctl process; %s", strings.TrimSpace(m.summary)))
@@ -65,6 +51,42 @@ func pollerMemory(ctx context.Context, r *results) error {
 	r.add("Go live heap max MiB", m.liveMax, "largest live heap a GC left")
 	r.add("Go heap goal max MiB", m.goalMax, "")
 	return nil
+}
+
+// corePollerRun is a stack whose poller ran alone, as a process of its own.
+type corePollerRun struct {
+	st     *stack.Stack
+	loaded time.Duration // writing the documents into the source
+	took   time.Duration // the poller process, start to exit
+	mem    coreProcessMemory
+}
+
+// corePollerOnly provisions a stack named after kind with feed limit limit
+// and a 5-minute poller timeout, has load write n documents of about size
+// bytes into its source, then runs its poller alone (`changesctl run
+// --no-writer --until-idle`) as a process of its own. The caller closes
+// run.st; on an error it is closed already.
+func corePollerOnly(ctx context.Context, kind string, limit int, load func(ctx context.Context, db string, n, size int) error, n, size int) (corePollerRun, error) {
+	var run corePollerRun
+	bin, remove, err := faults.Build(ctx)
+	if err != nil {
+		return run, err
+	}
+	defer remove()
+	run.st, run.loaded, err = coreLoaded(ctx, func() (*stack.Stack, error) {
+		return newCoreStack(ctx, kind, coreStackSettings{limit: limit, pollerTimeout: 5 * time.Minute})
+	}, load, n, size)
+	if err != nil {
+		return run, err
+	}
+	t0 := time.Now()
+	run.mem, err = coreMeasureProcess(ctx, bin, "run", "--config", run.st.ConfigPath, "--no-writer", "--until-idle", "--timeout", "4m")
+	run.took = time.Since(t0)
+	if err != nil {
+		coreClose(ctx, run.st)
+		return run, err
+	}
+	return run, nil
 }
 
 // coreProcessMemory is what one process used.

@@ -47,6 +47,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/poll"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
 const (
@@ -56,17 +57,45 @@ const (
 	throughputRounds = 5
 )
 
+// coreVariant is one way of reading the same documents whose rate a
+// benchmark compares: docs documents, read by run in each round.
+type coreVariant struct {
+	name string
+	docs int
+	run  func(ctx context.Context, round int) (time.Duration, error)
+}
+
+// coreRounds runs every variant once a round, rounds times, each round
+// starting one variant further so that none always runs first, and returns
+// the rates of each variant in docs/s, round by round. After each round it
+// calls each with the round's rates.
+func coreRounds(ctx context.Context, rounds int, variants []coreVariant, each func(round int, got map[string]float64)) (map[string][]float64, error) {
+	rates := map[string][]float64{}
+	for round := range rounds {
+		got := map[string]float64{}
+		for k := range variants {
+			v := variants[(k+round)%len(variants)]
+			d, err := v.run(ctx, round)
+			if err != nil {
+				return nil, fmt.Errorf("round %d %s: %w", round+1, v.name, err)
+			}
+			got[v.name] = coreRate(v.docs, d)
+			rates[v.name] = append(rates[v.name], got[v.name])
+		}
+		each(round, got)
+	}
+	return rates, nil
+}
+
 func pollerThroughput(ctx context.Context, r *results) error {
-	st, err := newCoreStack(ctx, "pt", coreStackSettings{limit: throughputLimit})
+	st, loaded, err := coreLoaded(ctx, func() (*stack.Stack, error) {
+		return newCoreStack(ctx, "pt", coreStackSettings{limit: throughputLimit})
+	}, coreLoad, throughputDocs, 0)
 	if err != nil {
 		return err
 	}
 	defer coreClose(ctx, st)
-	t0 := time.Now()
-	if err := coreLoad(ctx, st.SourceURL, throughputDocs, 0); err != nil {
-		return err
-	}
-	r.add("docs", throughputDocs, fmt.Sprintf("small orders (~250 B), limit %d, loaded in %s", throughputLimit, time.Since(t0).Round(time.Millisecond)))
+	r.add("docs", throughputDocs, fmt.Sprintf("small orders (~250 B), limit %d, loaded in %s", throughputLimit, loaded.Round(time.Millisecond)))
 
 	base, err := st.Deps.Poller(ctx, "bench")
 	if err != nil {
@@ -89,11 +118,7 @@ func pollerThroughput(ctx context.Context, r *results) error {
 			return sp.total, err
 		}
 	}
-	variants := []struct {
-		name string
-		docs int
-		run  func(ctx context.Context, round int) (time.Duration, error)
-	}{
+	variants := []coreVariant{
 		{"raw", throughputDocs, func(ctx context.Context, _ int) (time.Duration, error) {
 			return coreRawChanges(ctx, rawClient, st.SourceURL, throughputLimit, throughputDocs)
 		}},
@@ -106,19 +131,8 @@ func pollerThroughput(ctx context.Context, r *results) error {
 			return d, err
 		}},
 	}
-	rates := map[string][]float64{}
 	var ratios, encRatios, netRatios []float64
-	for round := range throughputRounds {
-		got := map[string]float64{}
-		for k := range variants {
-			v := variants[(k+round)%len(variants)]
-			d, err := v.run(ctx, round)
-			if err != nil {
-				return fmt.Errorf("round %d %s: %w", round+1, v.name, err)
-			}
-			got[v.name] = coreRate(v.docs, d)
-			rates[v.name] = append(rates[v.name], got[v.name])
-		}
+	rates, err := coreRounds(ctx, throughputRounds, variants, func(round int, got map[string]float64) {
 		sp := spans[len(spans)-1]
 		ratios = append(ratios, got["poller"]/got["raw"])
 		encRatios = append(encRatios, got["poller+encode"]/got["raw"])
@@ -126,6 +140,9 @@ func pollerThroughput(ctx context.Context, r *results) error {
 		fmt.Printf("  round %d: raw %.0f, poller %.0f, poller+encode %.0f, poller+sqs %.0f docs/s; poller %s = _changes %s + %d checkpoints %s + rest\n",
 			round+1, got["raw"], got["poller"], got["poller+encode"], got["poller+sqs"],
 			sp.total.Round(time.Millisecond), sp.changes.Round(time.Millisecond), len(sp.checkpoints), sp.checkpointSum().Round(time.Millisecond))
+	})
+	if err != nil {
+		return err
 	}
 	for _, v := range variants {
 		xs := rates[v.name]

@@ -62,19 +62,12 @@ func (l *Load) run(ctx context.Context, s *Stack, o LoadOptions) {
 	var live []string
 	next := 0
 	per := max(1, o.Rate/10)
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	Every(ctx, 100*time.Millisecond, func() bool {
 		l.mu.Lock()
 		left := o.Max - l.written
 		l.mu.Unlock()
 		if left <= 0 {
-			return
+			return false
 		}
 		var docs []map[string]any
 		picked := map[string]bool{}
@@ -107,7 +100,7 @@ func (l *Load) run(ctx context.Context, s *Stack, o LoadOptions) {
 			}
 		}
 		if len(docs) == 0 {
-			continue
+			return true
 		}
 		n, err := s.bulk(ctx, docs, revs)
 		l.mu.Lock()
@@ -116,7 +109,8 @@ func (l *Load) run(ctx context.Context, s *Stack, o LoadOptions) {
 			l.err = err
 		}
 		l.mu.Unlock()
-	}
+		return true
+	})
 }
 
 // bulk writes docs and records their new revisions; it returns how many

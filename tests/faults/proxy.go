@@ -236,12 +236,7 @@ func (p *Proxy) pipe(dst, src net.Conn, request bool) {
 		}
 		if n > 0 && !p.holed.Load() {
 			if request {
-				p.waiting.Add(1)
-				if d := time.Duration(p.latency.Load()); d > 0 {
-					time.Sleep(d)
-				}
-				p.gate()
-				p.waiting.Add(-1)
+				p.delay()
 			}
 			if p.holed.Load() {
 				continue
@@ -254,6 +249,17 @@ func (p *Proxy) pipe(dst, src net.Conn, request bool) {
 			return // EOF or closed: handle closes both sides
 		}
 	}
+}
+
+// delay holds a request for the latency, then for as long as the proxy
+// holds requests, counted as waiting meanwhile.
+func (p *Proxy) delay() {
+	p.waiting.Add(1)
+	defer p.waiting.Add(-1)
+	if d := time.Duration(p.latency.Load()); d > 0 {
+		time.Sleep(d)
+	}
+	p.gate()
 }
 
 // pipeRequests forwards the HTTP requests read from src to dst, each after
@@ -269,12 +275,7 @@ func (p *Proxy) pipeRequests(dst, src net.Conn) {
 		p.countMu.Lock()
 		p.counts[Action(req)]++
 		p.countMu.Unlock()
-		p.waiting.Add(1)
-		if d := time.Duration(p.latency.Load()); d > 0 {
-			time.Sleep(d)
-		}
-		p.gate()
-		p.waiting.Add(-1)
+		p.delay()
 		if p.holed.Load() {
 			_, _ = io.Copy(io.Discard, req.Body)
 			continue

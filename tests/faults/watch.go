@@ -46,16 +46,11 @@ func (s *Stack) Watch(ctx context.Context, every time.Duration) *Watcher {
 	w := &Watcher{stack: s, cancel: cancel, done: make(chan struct{}), maxSeq: -1}
 	go func() {
 		defer close(w.done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
+		w.sample(ctx)
+		Every(ctx, every, func() bool {
 			w.sample(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
+			return true
+		})
 	}()
 	return w
 }

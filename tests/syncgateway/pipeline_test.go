@@ -3,33 +3,24 @@ package syncgateway
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/localrun"
-	"github.com/changes-worker/changes-worker/shared/pipeline"
-	"github.com/changes-worker/changes-worker/shared/provision"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
 // pipelineStack is one job reading a Sync Gateway database as a
 // channel-restricted user into a PostgreSQL table, through the real poller,
 // SQS queues (the local AWS emulator) and writer, hosted in this process.
 type pipelineStack struct {
-	t     *testing.T
-	table string
-	deps  *pipeline.Deps
-	logs  *syncBuffer
+	*stack.Stack
+	t *testing.T
 }
 
 func newPipelineStack(t *testing.T, db *testenv.SGDatabase, user, password, fetch string, limit int) *pipelineStack {
@@ -41,94 +32,50 @@ func newPipelineStack(t *testing.T, db *testenv.SGDatabase, user, password, fetc
 // (basic or session).
 func newPipelineStackAuth(t *testing.T, db *testenv.SGDatabase, authType, user, password, fetch string, limit int) *pipelineStack {
 	t.Helper()
-	awsCfg := testenv.AWS(t)
-	testenv.Postgres(t) // fails early, with a hint, when PostgreSQL is down
-	prefix := testenv.Name(t)
-	if len(prefix) > 28 {
-		prefix = prefix[len(prefix)-28:]
+	job := &config.Job{
+		ID: "sg",
+		Source: config.Source{Type: config.SourceSyncGateway, URL: db.URL(),
+			Auth: &config.Auth{Type: authType, Username: user, Password: &config.SecretRef{Env: "SG_TEST_PASSWORD"}}},
+		Feed:  config.Feed{Limit: limit, Timeout: config.Duration(2 * time.Second), Fetch: fetch},
+		Lease: config.Lease{TTL: config.Duration(10 * time.Second)},
+		Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, MaxReceiveCount: 4,
+			Postgres: &config.PostgresOutput{CreateTables: true}}},
 	}
-	prefix = "s" + strings.TrimLeft(prefix, "-")
-	s := &pipelineStack{t: t, table: strings.ReplaceAll(prefix, "-", "_"), logs: &syncBuffer{}}
-	doc := fmt.Sprintf(`{
-		"stack": {"prefix": %q, "bucket": "changes-worker-tests", "poller_timeout": "20s", "writer_timeout": "10s"},
-		"jobs": [{"id": "sg", "source": {"type": "sync_gateway", "url": %q,
-				"auth": {"type": %q, "username": %q, "password": {"env": "SG_TEST_PASSWORD"}}},
-			"feed": {"limit": %d, "timeout": "2s", "fetch": %q}, "lease": {"ttl": "10s"},
-			"outputs": [{"id": "pg", "type": "postgres", "max_receive_count": 4,
-				"postgres": {"dsn": {"env": "SG_TEST_PG_DSN"}, "table": %q, "create_tables": true}}]}]}`,
-		prefix, db.URL(), authType, user, limit, fetch, s.table)
-	path := filepath.Join(t.TempDir(), "jobs.json")
-	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
+	cfg := &config.File{
+		Stack: config.Stack{PollerTimeout: config.Duration(20 * time.Second), WriterTimeout: config.Duration(10 * time.Second)},
+		Jobs:  []*config.Job{job},
 	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatalf("load config: %v", err)
-	}
-	lookup := func(k string) (string, bool) {
-		switch k {
-		case "SG_TEST_PASSWORD":
-			return password, true
-		case "SG_TEST_PG_DSN":
-			return testenv.PostgresDSN(t), true
-		}
-		return "", false
-	}
-	log := slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	s.deps = pipeline.New(cfg, awsCfg, lookup, log, io.Discard)
-	t.Cleanup(s.deps.Close)
-	if _, err := provision.Apply(t.Context(), provision.Clients{DynamoDB: s.deps.DynamoDB, SQS: s.deps.SQS, S3: s.deps.S3}, cfg); err != nil {
-		t.Fatalf("provision: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pipeline log (last lines):\n%s", s.logs.tail(40))
-		}
-	})
-	return s
+	st := stack.ForTest(t, stack.Options{Config: cfg, Secrets: map[string]string{"SG_TEST_PASSWORD": password}})
+	return &pipelineStack{Stack: st, t: t}
 }
 
-// runUntilIdle runs pollers and writers until the job is caught up and
-// its queue drained, and fails the test on dead letters.
-func (s *pipelineStack) runUntilIdle(ctx context.Context) localrun.Summary {
+// converge waits for db's caches, runs the pipeline until the job is caught
+// up and its queue drained, and fails the test on dead letters, and unless
+// the output table holds exactly the documents user can read, at their
+// revisions. It returns those documents and the size of the
+// largest body in the table.
+func (s *pipelineStack) converge(ctx context.Context, db *testenv.SGDatabase, user, password, phase string) (map[string]string, int) {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	defer cancel()
-	rt := &localrun.Runtime{Deps: s.deps, Opts: localrun.Options{UntilIdle: true, Tick: 2 * time.Second}, Log: s.deps.Log}
-	if err := rt.Run(ctx); err != nil {
-		s.t.Fatalf("run until idle: %v", err)
-	}
-	sum := rt.Summary()
-	for k, st := range sum.Outputs {
-		if st.DeadLettered != 0 {
-			s.t.Errorf("%s: %d messages dead-lettered", k, st.DeadLettered)
-		}
-	}
-	return sum
-}
-
-// pgState returns doc id → rev of the rows in the output table, and the
-// size of the largest body.
-func (s *pipelineStack) pgState(ctx context.Context) (map[string]string, int) {
-	s.t.Helper()
-	rows, err := testenv.Postgres(s.t).Query(ctx, "SELECT doc_id, rev, octet_length(body::text) FROM "+pgx.Identifier{s.table}.Sanitize())
+	db.WaitCached()
+	sum, err := s.RunUntilIdle(ctx, localrun.Options{})
 	if err != nil {
-		s.t.Fatalf("read output table: %v", err)
-	}
-	got, largest := map[string]string{}, 0
-	for rows.Next() {
-		var id, rev string
-		var n int
-		if err := rows.Scan(&id, &rev, &n); err != nil {
-			s.t.Fatal(err)
-		}
-		got[id] = rev
-		largest = max(largest, n)
-	}
-	if err := rows.Err(); err != nil {
 		s.t.Fatal(err)
 	}
-	return got, largest
+	for k, st := range sum.Outputs {
+		if st.DeadLettered != 0 {
+			s.t.Errorf("%s: %s: %d messages dead-lettered", phase, k, st.DeadLettered)
+		}
+	}
+	want := db.Visible(user, password)
+	got, largest, err := s.PostgresRevs(ctx, "sg", "pg")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		s.t.Errorf("%s: postgres differs from what %s can read (-%s +postgres):\n%s", phase, user, user, d)
+	}
+	s.t.Logf("%s: %d documents visible to %s, %d changes read", phase, len(want), user, sum.Read)
+	return want, largest
 }
 
 // TestPipelineDeliversWhatTheUserSees is the end-to-end check: a job reading
@@ -150,17 +97,10 @@ func TestPipelineDeliversWhatTheUserSees(t *testing.T) {
 			s := newPipelineStack(t, db, "alice", "alicepw", tc.fetch, tc.limit)
 			check := func(phase string) {
 				t.Helper()
-				db.WaitCached()
-				sum := s.runUntilIdle(ctx)
-				want := db.Visible("alice", "alicepw")
-				got, largest := s.pgState(ctx)
-				if d := cmp.Diff(want, got); d != "" {
-					t.Errorf("%s: postgres differs from what alice can read (-alice +postgres):\n%s", phase, d)
-				}
+				want, largest := s.converge(ctx, db, "alice", "alicepw", phase)
 				if _, ok := want[bigID]; ok && largest < 300*1024 {
 					t.Errorf("%s: the largest body in postgres is %d bytes, want the ~400 KB document", phase, largest)
 				}
-				t.Logf("%s: %d documents visible to alice, %d changes read", phase, len(want), sum.Read)
 			}
 
 			// Phase 1: documents in and out of alice's channel, unicode and
@@ -215,25 +155,3 @@ func TestPipelineDeliversWhatTheUserSees(t *testing.T) {
 var unicodeIDs = []string{"ünïcödé/ñ doc+1", "日本語 ドキュメント", "a/b c+d%é?x=1#f"}
 
 const bigID = "big/ünïcode dóc"
-
-// syncBuffer is a concurrency-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *syncBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncBuffer) tail(n int) string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(w.b.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -404,4 +405,22 @@ func checkState(t *testing.T, state StateFunc, want map[string]string) {
 			t.Errorf("document %q: output holds rev %q, want %q", id, rev, wantRev)
 		}
 	}
+}
+
+// CheckNew checks the error of a sink's constructor against want, a text
+// the error must contain ("" when the constructor must succeed). It reports
+// whether the constructor succeeded, so that the caller goes on to check what
+// it built.
+func CheckNew(t testing.TB, err error, want string) bool {
+	t.Helper()
+	if want != "" {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New error = %v, want one mentioning %q", err, want)
+		}
+		return false
+	}
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return true
 }

@@ -43,6 +43,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/localrun"
 	"github.com/changes-worker/changes-worker/shared/pgsink"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 	"github.com/changes-worker/changes-worker/shared/provision"
@@ -70,6 +71,10 @@ type Options struct {
 	// HTTPClient, when set, wraps the AWS SDK's HTTP client of the
 	// pipeline (fault injection: lost answers, added latency).
 	HTTPClient func(aws.HTTPClient) aws.HTTPClient
+	// Secrets are environment variables that only this stack's pipeline
+	// sees: a secret reference {"env": name} resolves here first, then with
+	// testenv.Lookup. For credentials a test makes up.
+	Secrets map[string]string
 }
 
 // Stack is one provisioned pipeline. Its fields are set by New; Close
@@ -84,7 +89,7 @@ type Stack struct {
 	// jobs that named none; empty when every job named its source.
 	SourceURL string
 	// Deps are the pipeline's dependencies, built as the functions build
-	// them, resolving secrets with testenv.Lookup. Their log and metrics
+	// them, resolving secrets with Options.Secrets and testenv.Lookup. Their log and metrics
 	// go to Logs and Metrics.
 	Deps *pipeline.Deps
 	// Leases is the job items' store (lease and checkpoint).
@@ -161,7 +166,13 @@ func (s *Stack) build(ctx context.Context, o Options) error {
 	// The SDK's own warnings go to the captured log, not to the output.
 	awsCfg.Logger = logging.StandardLogger{Logger: log.New(s.logs, "SDK ", log.LstdFlags)}
 	logger := slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: o.LogLevel}))
-	s.Deps = pipeline.New(s.Config, awsCfg, testenv.Lookup, logger, s.metrics)
+	lookup := func(k string) (string, bool) {
+		if v, ok := o.Secrets[k]; ok {
+			return v, true
+		}
+		return testenv.Lookup(k)
+	}
+	s.Deps = pipeline.New(s.Config, awsCfg, lookup, logger, s.metrics)
 	s.Leases = lease.New(s.Deps.DynamoDB, s.Config.TableName())
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -292,6 +303,60 @@ func (s *Stack) PostgresTables(job, output string) (data, versions pgx.Identifie
 		return nil, nil, fmt.Errorf("output %s of stack %s is not a postgres output", output, s.Name)
 	}
 	return pgsink.Tables(*o.Postgres, o.ID)
+}
+
+// PostgresRevs returns doc id → rev of the rows of the data table of a
+// job's PostgreSQL output (document mode), and the size of the largest
+// body as jsonb text.
+func (s *Stack) PostgresRevs(ctx context.Context, job, output string) (map[string]string, int, error) {
+	_, o, err := s.Output(job, output)
+	if err != nil {
+		return nil, 0, err
+	}
+	data, _, err := s.PostgresTables(job, output)
+	if err != nil {
+		return nil, 0, err
+	}
+	pool, err := s.Deps.Pool(ctx, o.Postgres)
+	if err != nil {
+		return nil, 0, err
+	}
+	rows, err := pool.Query(ctx, "SELECT doc_id, rev, octet_length(body::text) FROM "+data.Sanitize())
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", data.Sanitize(), err)
+	}
+	defer rows.Close()
+	revs, largest := map[string]string{}, 0
+	for rows.Next() {
+		var id, rev string
+		var n int
+		if err := rows.Scan(&id, &rev, &n); err != nil {
+			return nil, 0, fmt.Errorf("read %s: %w", data.Sanitize(), err)
+		}
+		revs[id] = rev
+		largest = max(largest, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", data.Sanitize(), err)
+	}
+	return revs, largest, nil
+}
+
+// RunUntilIdle hosts the stack's pollers and writers in this process, as
+// `changesctl run` does with opts (UntilIdle set, Tick 2s when zero), until
+// every job is caught up and its queues are drained, for at most 4 minutes.
+func (s *Stack) RunUntilIdle(ctx context.Context, opts localrun.Options) (localrun.Summary, error) {
+	opts.UntilIdle = true
+	if opts.Tick == 0 {
+		opts.Tick = 2 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	rt := &localrun.Runtime{Deps: s.Deps, Opts: opts, Log: s.Deps.Log}
+	if err := rt.Run(ctx); err != nil {
+		return rt.Summary(), fmt.Errorf("run stack %s until idle: %w", s.Name, err)
+	}
+	return rt.Summary(), nil
 }
 
 // SourceWinners returns doc id → winning revision of every live document in

@@ -150,16 +150,21 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 // batches come from one stream instead of pages (see streaming), with
 // nothing read ahead.
 func (v *invocation) loop(ctx context.Context) error {
-	defer func() { _ = v.settle() }()
+	// Deferred calls run last first: the checkpoint write in flight is
+	// settled, then the page read ahead stopped, then the stream closed.
+	defer v.closeStream()
 	var ahead *next
 	defer func() { ahead.stop() }()
-	defer v.closeStream()
+	defer func() { _ = v.settle() }()
 	for {
 		v.p.Metrics.AddHighRes(metrics.Role, 1, metrics.None)
 		// Start another batch only if the slowest one so far would still
 		// fit. Checked before the heartbeat: past the budget the context
 		// may be done, and the lease is about to be released anyway.
 		if !v.fits() {
+			if err := v.saveQueued(ctx); err != nil {
+				return err
+			}
 			return v.lastErr
 		}
 		if err := v.keepAlive(ctx); err != nil {
@@ -190,6 +195,9 @@ func (v *invocation) loop(ctx context.Context) error {
 		if stop, err := v.queue(ctx, batch); stop {
 			return err
 		}
+		if err := v.checkpointDue(ctx); err != nil {
+			return err
+		}
 		v.report(batch)
 		if v.held != nil {
 			if stop, err := v.holdBack(ctx); stop {
@@ -216,11 +224,16 @@ func (v *invocation) take(ctx context.Context, ahead *next, streamed bool) (*fee
 // readFailed handles a failed read, after recording what was queued
 // before. stop reports that the invocation ends, with err.
 func (v *invocation) readFailed(ctx context.Context, err error, streamed bool) (stop bool, _ error) {
+	if streamed {
+		// Pages start again from the checkpoint: record the stream's
+		// batches first, so they are not read and queued again.
+		if serr := v.saveQueued(ctx); serr != nil {
+			return true, serr
+		}
+		return v.streamFailed(ctx, err)
+	}
 	if serr := v.settle(); serr != nil {
 		return true, serr
-	}
-	if streamed {
-		return v.streamFailed(ctx, err)
 	}
 	return v.sourceFailed(ctx, err)
 }
@@ -444,8 +457,13 @@ func (v *invocation) queue(ctx context.Context, b *feed.Batch) (stop bool, err e
 		}
 		v.slowest = max(v.slowest, v.now().Sub(began))
 	}
-	if len(b.Rows) == 0 && len(b.LastSeq) > 0 && string(b.LastSeq) != string(v.since) {
+	if len(b.Rows) == 0 && len(b.LastSeq) > 0 && string(b.LastSeq) != string(v.position()) {
 		// Nothing to queue, but the feed moved (filtered or local docs).
+		// A stream's position is recorded when due (checkpointDue).
+		if v.str.open != nil {
+			v.unsaved, v.unsavedLeft = feed.NotBefore(b.LastSeq, v.since), b.Pending
+			return false, nil
+		}
 		if err := v.checkpoint(ctx, b.LastSeq, b.Pending, true); err != nil {
 			return true, err
 		}
@@ -537,6 +555,10 @@ func (v *invocation) queued(ctx context.Context, b *feed.Batch, end int) error {
 	seq = feed.NotBefore(seq, v.since)
 	v.unsaved, v.unsavedLeft = seq, left
 	switch {
+	case last && v.str.open != nil && v.now().Sub(v.checkpointAt) < checkpointEvery:
+		// A stream's batches come as fast as the changes: their
+		// checkpoints are spaced like chunks' (see checkpointDue).
+		return nil
 	case last:
 		return v.checkpoint(ctx, seq, left, true)
 	case v.now().Sub(v.checkpointAt) >= checkpointEvery:
@@ -612,6 +634,25 @@ func (v *invocation) settleIf(wait bool) error {
 	}
 	v.lease.Checkpoint = w.lease.Checkpoint
 	return nil
+}
+
+// position is where the feed has been queued up to: the checkpoint, or a
+// newer one held back.
+func (v *invocation) position() json.RawMessage {
+	if v.unsaved != nil {
+		return v.unsaved
+	}
+	return v.since
+}
+
+// checkpointDue writes the checkpoint held back from a stream's batches
+// once checkpointEvery has passed since the last one: after a batch, and
+// after a wait on the stream that nothing ended (streamWait bounds it).
+func (v *invocation) checkpointDue(ctx context.Context) error {
+	if v.unsaved == nil || v.now().Sub(v.checkpointAt) < checkpointEvery {
+		return nil
+	}
+	return v.checkpoint(ctx, v.unsaved, v.unsavedLeft, true)
 }
 
 // saveQueued checkpoints what was queued but not yet recorded, before the

@@ -63,7 +63,7 @@ func (v *invocation) readStream(ctx context.Context) (*feed.Batch, error) {
 		v.str.open, v.str.from = s, v.since
 		v.log.Info("stream opened", "mode", v.p.Job.Feed.Mode, "checkpoint", string(v.since))
 	}
-	b, err := v.str.open.Next(ctx, v.readTimeout())
+	b, err := v.str.open.Next(ctx, v.streamWait())
 	if err == nil && len(b.Rows) > 0 {
 		err = v.p.Feed.FetchBatch(ctx, b)
 	}
@@ -75,6 +75,16 @@ func (v *invocation) readStream(ctx context.Context) (*feed.Batch, error) {
 		v.str.backoff = 0
 	}
 	return b, nil
+}
+
+// streamWait is how long the stream is waited on for a change: the
+// long-poll timeout, or less when a checkpoint held back falls due sooner.
+func (v *invocation) streamWait() time.Duration {
+	w := v.readTimeout()
+	if v.unsaved != nil {
+		w = min(w, max(v.checkpointAt.Add(checkpointEvery).Sub(v.now()), 10*time.Millisecond))
+	}
+	return w
 }
 
 // streamFailed handles a failed stream (already closed): a transient

@@ -90,8 +90,8 @@ func TestRunStreaming(t *testing.T) {
 					return nil, nil
 				})
 			},
-			deadline:        6 * time.Second,
-			wantSent:        docIDs(1, 125),
+			deadline: 6 * time.Second,
+			wantSent: docIDs(1, 125),
 			// The two stream batches come at once: their checkpoints are
 			// spaced a second apart, so the first one's is held back and
 			// the second one's written once due, during the idle wait.
@@ -251,8 +251,8 @@ func TestRunStreaming(t *testing.T) {
 					return nil, nil
 				})
 			},
-			deadline:        5 * time.Second,
-			wantSent:        docIDs(1, 30),
+			deadline: 5 * time.Second,
+			wantSent: docIDs(1, 30),
 			// Both stream batches come at once: one checkpoint for them.
 			wantCheckpoints: []string{"checkpoint 10", "checkpoint 30"},
 			check: func(t *testing.T, r *rig) {

@@ -42,6 +42,9 @@ func init() {
 	register("cloud-backlog", cloudBacklog)
 }
 
+var cloudSendConcurrencyFlag = flag.Int("send-concurrency", 0,
+	"the cloud benchmarks' job send_concurrency (default: the job default)")
+
 var cloudLatencyFlag = flag.Duration("aws-latency", cloudDefaultLatency(),
 	"latency the cloud-* benchmarks add to every AWS request (env BENCH_AWS_LATENCY)")
 
@@ -261,6 +264,8 @@ func newCloudStack(ctx context.Context, kind string, limit int, outputs ...cloud
 			Feed:    config.Feed{Limit: limit, Timeout: config.Duration(2 * time.Second), Fetch: config.FetchIncludeDocs},
 			Lease:   config.Lease{TTL: config.Duration(10 * time.Second)},
 			Outputs: outs,
+			// Zero: the default.
+			SendConcurrency: *cloudSendConcurrencyFlag,
 		}},
 	}
 	return stack.New(ctx, stack.Options{Name: "bench-" + kind, Config: cfg, LogLevel: slog.LevelWarn})

@@ -122,7 +122,12 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 		return v.res, nil
 	}
 	if n, ok := v.p.Leases.(notes); ok && int64(v.res.Read) > v.p.largest.Load() {
-		if nerr := n.NoteLargestBatch(ctx, v.p.Job.ID, int64(v.res.Read)); nerr != nil {
+		// Like the release below, the note outlives a cancelled invocation
+		// (a local run stopping once idle), for a short while.
+		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), noteTimeout)
+		nerr := n.NoteLargestBatch(nctx, v.p.Job.ID, int64(v.res.Read))
+		cancel()
+		if nerr != nil {
 			v.log.Warn("record largest batch", "error", nerr)
 		} else {
 			v.p.largest.Store(int64(v.res.Read))

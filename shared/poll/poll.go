@@ -117,6 +117,10 @@ const DefaultChunkRows = 1000
 // chunks and the poller's memory stays within a small function's.
 const DefaultChunkBytes = 4 << 20
 
+// noteTimeout bounds the note of the largest batch written as an
+// invocation ends.
+const noteTimeout = 5 * time.Second
+
 // checkpointEvery spaces the checkpoint writes within a batch.
 const checkpointEvery = time.Second
 

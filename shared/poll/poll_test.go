@@ -16,6 +16,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/metrics"
+	"github.com/changes-worker/changes-worker/shared/poll"
 )
 
 // thenIdle answers the first read with b and every later one with nothing
@@ -590,7 +591,10 @@ type notingLeases struct {
 	authAt  []time.Time
 }
 
-func (n *notingLeases) NoteLargestBatch(_ context.Context, _ string, v int64) error {
+func (n *notingLeases) NoteLargestBatch(ctx context.Context, _ string, v int64) error {
+	if err := ctx.Err(); err != nil {
+		return err // as the DynamoDB client does
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.largest = append(n.largest, v)
@@ -612,9 +616,14 @@ func TestNotesForOperators(t *testing.T) {
 	r.feed.batch = thenIdle(r, batchOf(1, 300))
 	nl := &notingLeases{fakeLeases: r.leases}
 	r.poller.Leases = nl
-	if _, err := r.run(t, 5*time.Second); err != nil {
+	// The first run is stopped from outside once its batch is queued, as
+	// a local run is once idle: the note is written all the same.
+	ctx, cancel := context.WithCancel(t.Context())
+	r.poller.OnBatch = func(bool) { cancel() }
+	if _, err := r.poller.Run(ctx, poll.Invocation{Owner: "me", Host: "host", Deadline: r.w.Now().Add(5 * time.Second)}); err != nil {
 		t.Fatal(err)
 	}
+	r.poller.OnBatch = nil
 	r.feed.batch = thenIdle(r, batchOf(301, 400)) // 100: less than 300
 	if _, err := r.run(t, 5*time.Second); err != nil {
 		t.Fatal(err)

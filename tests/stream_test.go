@@ -27,19 +27,26 @@ import (
 // compatible database in feed mode mode into one PostgreSQL output.
 func newStreamStack(t *testing.T, mode string) *testStack {
 	t.Helper()
-	job := &config.Job{
-		ID:     "orders",
-		Source: config.Source{Type: config.SourceCouchDB},
-		Feed:   config.Feed{Limit: 50, Timeout: config.Duration(2 * time.Second), Mode: mode},
-		Lease:  config.Lease{TTL: config.Duration(10 * time.Second)},
-		Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, MaxReceiveCount: 4,
-			Postgres: &config.PostgresOutput{CreateTables: true}}},
-	}
-	cfg := &config.File{
-		Stack: config.Stack{PollerTimeout: config.Duration(20 * time.Second), WriterTimeout: config.Duration(10 * time.Second)},
-		Jobs:  []*config.Job{job},
-	}
+	cfg := stack.PostgresJob("orders", config.Source{Type: config.SourceCouchDB},
+		config.Feed{Limit: 50, Timeout: config.Duration(2 * time.Second), Mode: mode})
 	return &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg}), t: t}
+}
+
+// putter returns a function that writes {"v": v} as the document id into
+// s's source, as a new revision of the one in revs, which it keeps.
+func putter(t *testing.T, s *testStack, revs map[string]string) func(id string, v int) {
+	return func(id string, v int) {
+		t.Helper()
+		body := map[string]any{"v": v}
+		if revs[id] != "" {
+			body["_rev"] = revs[id]
+		}
+		rev, err := s.PutDoc(t.Context(), id, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs[id] = rev
+	}
 }
 
 // runOneInvocation runs the pipeline in the background with one poller
@@ -77,18 +84,7 @@ func TestStreamPipelineCouchDB(t *testing.T) {
 	ctx := t.Context()
 	s := newStreamStack(t, config.ModeContinuous)
 	revs := map[string]string{}
-	put := func(id string, v int) {
-		t.Helper()
-		body := map[string]any{"v": v}
-		if revs[id] != "" {
-			body["_rev"] = revs[id]
-		}
-		rev, err := s.PutDoc(ctx, id, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		revs[id] = rev
-	}
+	put := putter(t, s, revs)
 	for i := range 20 {
 		put(fmt.Sprintf("before-%02d", i), i)
 	}
@@ -175,18 +171,7 @@ func TestStreamPipelineDropped(t *testing.T) {
 	// Point the job at the proxy before its poller is built.
 	s.Config.Jobs[0].Source.URL = cutter.url
 	revs := map[string]string{}
-	put := func(id string, v int) {
-		t.Helper()
-		body := map[string]any{"v": v}
-		if revs[id] != "" {
-			body["_rev"] = revs[id]
-		}
-		rev, err := s.PutDoc(ctx, id, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		revs[id] = rev
-	}
+	put := putter(t, s, revs)
 	put("before", 0)
 	stop := runOneInvocation(t, s.Deps)
 	defer stop()

@@ -39,16 +39,22 @@ type fakeSQS struct {
 	overlap  []string                      // groups seen in two requests at once
 }
 
-func (f *fakeSQS) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
-	n := int(f.calls.Add(1))
-	cur := f.inflight.Add(1)
-	defer f.inflight.Add(-1)
+// enter counts a call in flight, raising peak to the most at once, and
+// returns the function that counts it out.
+func enter(inflight, peak *atomic.Int64) (leave func()) {
+	cur := inflight.Add(1)
 	for {
-		p := f.peak.Load()
-		if cur <= p || f.peak.CompareAndSwap(p, cur) {
+		p := peak.Load()
+		if cur <= p || peak.CompareAndSwap(p, cur) {
 			break
 		}
 	}
+	return func() { inflight.Add(-1) }
+}
+
+func (f *fakeSQS) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	n := int(f.calls.Add(1))
+	defer enter(&f.inflight, &f.peak)()
 	f.mu.Lock()
 	if f.groupsIn == nil {
 		f.groupsIn = map[string]int{}
@@ -122,14 +128,7 @@ type fakeS3 struct {
 }
 
 func (f *fakeS3) PutObject(ctx context.Context, in *s3.PutObjectInput, _ ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
-	cur := f.inflight.Add(1)
-	defer f.inflight.Add(-1)
-	for {
-		p := f.peak.Load()
-		if cur <= p || f.peak.CompareAndSwap(p, cur) {
-			break
-		}
-	}
+	defer enter(&f.inflight, &f.peak)()
 	time.Sleep(f.delay)
 	b, err := io.ReadAll(in.Body)
 	if err != nil {

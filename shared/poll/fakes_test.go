@@ -312,6 +312,18 @@ func streamed(from, to int) *feed.Batch {
 	return &feed.Batch{Rows: rows(from, to), LastSeq: json.RawMessage(strconv.Itoa(to)), Pending: -1}
 }
 
+// batches answers a stream's calls with the batches in order (a nil batch:
+// nothing arrived) and with nothing once they are spent, whatever the
+// stream.
+func batches(bs ...*feed.Batch) func(stream, call int) (*feed.Batch, error) {
+	return func(_, call int) (*feed.Batch, error) {
+		if call > len(bs) {
+			return nil, nil
+		}
+		return bs[call-1], nil
+	}
+}
+
 // fakeSender sends groups of ten changes per target, one "request" each,
 // asking the fence first, as fanout.Sender does. Before request n (counted
 // over the whole test) it calls before(n), which can fail the request or

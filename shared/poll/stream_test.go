@@ -80,15 +80,7 @@ func TestRunStreaming(t *testing.T) {
 					"":    func() *feed.Batch { return &feed.Batch{Rows: rows(1, 100), LastSeq: []byte("100"), Pending: 10} },
 					"100": func() *feed.Batch { return batchOf(101, 110) },
 				})
-				r.streaming(func(_, call int) (*feed.Batch, error) {
-					switch call {
-					case 1:
-						return streamed(111, 120), nil
-					case 2:
-						return streamed(121, 125), nil
-					}
-					return nil, nil
-				})
+				r.streaming(batches(streamed(111, 120), streamed(121, 125)))
 			},
 			deadline: 6 * time.Second,
 			wantSent: docIDs(1, 125),
@@ -162,15 +154,9 @@ func TestRunStreaming(t *testing.T) {
 			name: "lease lost while streaming: nothing sent after",
 			setup: func(r *rig) {
 				r.feed.batch = pages(map[string]func() *feed.Batch{"": func() *feed.Batch { return batchOf(1, 10) }})
-				r.streaming(func(_, call int) (*feed.Batch, error) {
-					switch call {
-					case 1:
-						return streamed(11, 20), nil
-					case 3: // after an idle wait, in which checkpoint 20 falls due
-						return streamed(21, 50), nil
-					}
-					return nil, nil
-				})
+				// The second batch comes after an idle wait, in which
+				// checkpoint 20 falls due.
+				r.streaming(batches(streamed(11, 20), nil, streamed(21, 50)))
 				// Before the second stream batch's second request, once the
 				// first one's checkpoint is written; the clock jumps a TTL,
 				// so the fence must renew before the next request.
@@ -199,7 +185,7 @@ func TestRunStreaming(t *testing.T) {
 			name: "a mode the source does not offer ends the invocation after the catch-up is recorded",
 			setup: func(r *rig) {
 				r.feed.batch = pages(map[string]func() *feed.Batch{"": func() *feed.Batch { return batchOf(1, 10) }})
-				r.streaming(func(int, int) (*feed.Batch, error) { return nil, nil })
+				r.streaming(batches())
 				r.streams.openErr = fmt.Errorf("stream: feed=eventsource answered as \"application/json\": %w", feed.ErrModeUnsupported)
 			},
 			deadline:        8 * time.Second,
@@ -241,15 +227,7 @@ func TestRunStreaming(t *testing.T) {
 			name: "the deadline closes an idle stream after the last checkpoint",
 			setup: func(r *rig) {
 				r.feed.batch = pages(map[string]func() *feed.Batch{"": func() *feed.Batch { return batchOf(1, 10) }})
-				r.streaming(func(_, call int) (*feed.Batch, error) {
-					switch call {
-					case 1:
-						return streamed(11, 20), nil
-					case 2:
-						return streamed(21, 30), nil
-					}
-					return nil, nil
-				})
+				r.streaming(batches(streamed(11, 20), streamed(21, 30)))
 			},
 			deadline: 5 * time.Second,
 			wantSent: docIDs(1, 30),

@@ -32,19 +32,10 @@ func newPipelineStack(t *testing.T, db *testenv.SGDatabase, user, password, fetc
 // (basic or session).
 func newPipelineStackAuth(t *testing.T, db *testenv.SGDatabase, authType, user, password, fetch string, limit int) *pipelineStack {
 	t.Helper()
-	job := &config.Job{
-		ID: "sg",
-		Source: config.Source{Type: config.SourceSyncGateway, URL: db.URL(),
+	cfg := stack.PostgresJob("sg",
+		config.Source{Type: config.SourceSyncGateway, URL: db.URL(),
 			Auth: &config.Auth{Type: authType, Username: user, Password: &config.SecretRef{Env: "SG_TEST_PASSWORD"}}},
-		Feed:  config.Feed{Limit: limit, Timeout: config.Duration(2 * time.Second), Fetch: fetch},
-		Lease: config.Lease{TTL: config.Duration(10 * time.Second)},
-		Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, MaxReceiveCount: 4,
-			Postgres: &config.PostgresOutput{CreateTables: true}}},
-	}
-	cfg := &config.File{
-		Stack: config.Stack{PollerTimeout: config.Duration(20 * time.Second), WriterTimeout: config.Duration(10 * time.Second)},
-		Jobs:  []*config.Job{job},
-	}
+		config.Feed{Limit: limit, Timeout: config.Duration(2 * time.Second), Fetch: fetch})
 	st := stack.ForTest(t, stack.Options{Config: cfg, Secrets: map[string]string{"SG_TEST_PASSWORD": password}})
 	return &pipelineStack{Stack: st, t: t}
 }

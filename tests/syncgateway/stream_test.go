@@ -71,6 +71,62 @@ func drain(t *testing.T, s *feed.Stream, c *feed.Client, done func(map[string]st
 // revocations field).
 func TestStreamModesSyncGateway(t *testing.T) {
 	t.Parallel()
+	eachStreamCase(t, func(t *testing.T, mode, fetch string, db *testenv.SGDatabase, revs map[string]string, put func(string, map[string]any)) {
+		put("before", orders(0, "orders"))
+		db.WaitCached()
+		edit := func(o *feed.Options) { o.Fetch, o.Limit = fetch, 10 }
+		c := client(t, db.URL(), "alice", edit)
+		_, _, since, _ := readAll(t, c, nil)
+
+		s, err := c.Stream(t.Context(), since, feed.StreamOptions{Mode: mode})
+		if err != nil {
+			t.Fatalf("Stream: %v", err)
+		}
+		defer s.Close()
+		for i := range 30 {
+			put(fmt.Sprintf("s%02d ü/é", i), orders(i, "orders"))
+		}
+		put("eu", orders(1, "eu"))
+		put("s00 ü/é", orders(100, "orders"))
+		db.Delete("s01 ü/é", revs["s01 ü/é"])
+		put("s02 ü/é", orders(2, "eu")) // moved out
+		db.WaitCached()
+
+		want, _, _, _ := readAll(t, client(t, db.URL(), "alice", edit), since)
+		got := drain(t, s, c, func(m map[string]state) bool {
+			return len(m) == len(want) && m["s02 ü/é"].Removed && m["s01 ü/é"].Deleted && m["s00 ü/é"].Rev == revs["s00 ü/é"]
+		})
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("stream differs from long-poll (-longpoll +stream):\n%s", d)
+		}
+
+		// A grant, then a revocation of eu.
+		db.SetChannels("alice", "orders", "eu")
+		db.WaitCached()
+		drain(t, s, c, func(m map[string]state) bool { return m["eu"].Rev == revs["eu"] && !m["eu"].Removed })
+		db.SetChannels("alice", "orders")
+		db.WaitCached()
+		revoked := false
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && !revoked; {
+			b, err := s.Next(t.Context(), 500*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range b.Rows {
+				revoked = revoked || (r.ID == "eu" && r.Revoked)
+			}
+		}
+		if wantRevoked := mode == config.ModeContinuous; revoked != wantRevoked {
+			t.Errorf("revocation seen on %s: %t, want %t", mode, revoked, wantRevoked)
+		}
+	})
+}
+
+// eachStreamCase runs f as a parallel subtest for every streaming mode of
+// Sync Gateway and every fetch mode, on a fresh database in which user alice
+// (password alicepw) sees channel "orders"; put writes a document as the
+// next revision of the one in revs, which it keeps.
+func eachStreamCase(t *testing.T, f func(t *testing.T, mode, fetch string, db *testenv.SGDatabase, revs map[string]string, put func(string, map[string]any))) {
 	for _, mode := range []string{config.ModeContinuous, config.ModeWebSocket} {
 		for _, fetch := range fetchModes {
 			t.Run(mode+"/"+fetch, func(t *testing.T) {
@@ -78,54 +134,7 @@ func TestStreamModesSyncGateway(t *testing.T) {
 				db := sg.CreateDB(t, "")
 				db.PutUser("alice", "alicepw", "orders")
 				revs := map[string]string{}
-				put := func(id string, body map[string]any) { revs[id] = db.Put(id, revs[id], body) }
-				put("before", orders(0, "orders"))
-				db.WaitCached()
-				edit := func(o *feed.Options) { o.Fetch, o.Limit = fetch, 10 }
-				c := client(t, db.URL(), "alice", edit)
-				_, _, since, _ := readAll(t, c, nil)
-
-				s, err := c.Stream(t.Context(), since, feed.StreamOptions{Mode: mode})
-				if err != nil {
-					t.Fatalf("Stream: %v", err)
-				}
-				defer s.Close()
-				for i := range 30 {
-					put(fmt.Sprintf("s%02d ü/é", i), orders(i, "orders"))
-				}
-				put("eu", orders(1, "eu"))
-				put("s00 ü/é", orders(100, "orders"))
-				db.Delete("s01 ü/é", revs["s01 ü/é"])
-				put("s02 ü/é", orders(2, "eu")) // moved out
-				db.WaitCached()
-
-				want, _, _, _ := readAll(t, client(t, db.URL(), "alice", edit), since)
-				got := drain(t, s, c, func(m map[string]state) bool {
-					return len(m) == len(want) && m["s02 ü/é"].Removed && m["s01 ü/é"].Deleted && m["s00 ü/é"].Rev == revs["s00 ü/é"]
-				})
-				if d := cmp.Diff(want, got); d != "" {
-					t.Errorf("stream differs from long-poll (-longpoll +stream):\n%s", d)
-				}
-
-				// A grant, then a revocation of eu.
-				db.SetChannels("alice", "orders", "eu")
-				db.WaitCached()
-				drain(t, s, c, func(m map[string]state) bool { return m["eu"].Rev == revs["eu"] && !m["eu"].Removed })
-				db.SetChannels("alice", "orders")
-				db.WaitCached()
-				revoked := false
-				for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && !revoked; {
-					b, err := s.Next(t.Context(), 500*time.Millisecond)
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, r := range b.Rows {
-						revoked = revoked || (r.ID == "eu" && r.Revoked)
-					}
-				}
-				if wantRevoked := mode == config.ModeContinuous; revoked != wantRevoked {
-					t.Errorf("revocation seen on %s: %t, want %t", mode, revoked, wantRevoked)
-				}
+				f(t, mode, fetch, db, revs, func(id string, body map[string]any) { revs[id] = db.Put(id, revs[id], body) })
 			})
 		}
 	}

@@ -30,73 +30,55 @@ const streamPasswordEnv = "SG_STREAM_TEST_PASSWORD"
 func TestStreamPipeline(t *testing.T) {
 	t.Parallel()
 	os.Setenv(streamPasswordEnv, "alicepw")
-	for _, mode := range []string{config.ModeContinuous, config.ModeWebSocket} {
-		for _, fetch := range fetchModes {
-			t.Run(mode+"/"+fetch, func(t *testing.T) {
-				t.Parallel()
-				db := sg.CreateDB(t, "")
-				db.PutUser("alice", "alicepw", "orders")
-				revs := map[string]string{}
-				put := func(id string, body map[string]any) { revs[id] = db.Put(id, revs[id], body) }
-				for i := range 10 {
-					put(fmt.Sprintf("o-%02d", i), orders(i, "orders"))
-					put(fmt.Sprintf("e-%02d", i), orders(i, "eu"))
-				}
-				db.WaitCached()
-				s := newSGStreamStack(t, db.URL(), mode, fetch)
-				stop := runStreaming(t, s)
-				defer stop()
-				waitLogged(t, s, `msg="stream opened" job=sg`)
-
-				for i := range 20 {
-					put(fmt.Sprintf("n-%02d ü/é+%d", i, i), orders(i, "orders"))
-				}
-				for i := range 5 {
-					put(fmt.Sprintf("o-%02d", i), orders(100+i, "orders"))
-				}
-				for _, id := range []string{"o-05", "n-03 ü/é+3", "e-00"} {
-					db.Delete(id, revs[id])
-				}
-				put("o-06", orders(6, "eu"))           // moved out
-				put("e-01", orders(1, "eu", "orders")) // moved in
-				put(unicodeIDs[2], orders(1, "orders"))
-				db.WaitCached()
-				want := db.Visible("alice", "alicepw")
-				wrote := time.Now()
-				got := waitOutput(t, s, want)
-				t.Logf("%d documents visible to alice; the output equals them %s after the last write", len(got), time.Since(wrote).Round(time.Millisecond))
-
-				logs := s.Logs().String()
-				if n := strings.Count(logs, `msg="stream opened"`); n != 1 {
-					t.Errorf("%d streams opened, want 1", n)
-				}
-				for _, bad := range []string{`msg="stream closed"`, `msg="stream ended; catching up with pages"`, `msg="lease released"`} {
-					if strings.Contains(logs, bad) {
-						t.Errorf("the log has %s before the output caught up: the changes did not all come through one stream", bad)
-					}
-				}
-			})
+	eachStreamCase(t, func(t *testing.T, mode, fetch string, db *testenv.SGDatabase, revs map[string]string, put func(string, map[string]any)) {
+		for i := range 10 {
+			put(fmt.Sprintf("o-%02d", i), orders(i, "orders"))
+			put(fmt.Sprintf("e-%02d", i), orders(i, "eu"))
 		}
-	}
+		db.WaitCached()
+		s := newSGStreamStack(t, db.URL(), mode, fetch)
+		stop := runStreaming(t, s)
+		defer stop()
+		waitLogged(t, s, `msg="stream opened" job=sg`)
+
+		for i := range 20 {
+			put(fmt.Sprintf("n-%02d ü/é+%d", i, i), orders(i, "orders"))
+		}
+		for i := range 5 {
+			put(fmt.Sprintf("o-%02d", i), orders(100+i, "orders"))
+		}
+		for _, id := range []string{"o-05", "n-03 ü/é+3", "e-00"} {
+			db.Delete(id, revs[id])
+		}
+		put("o-06", orders(6, "eu"))           // moved out
+		put("e-01", orders(1, "eu", "orders")) // moved in
+		put(unicodeIDs[2], orders(1, "orders"))
+		db.WaitCached()
+		want := db.Visible("alice", "alicepw")
+		wrote := time.Now()
+		got := waitOutput(t, s, want)
+		t.Logf("%d documents visible to alice; the output equals them %s after the last write", len(got), time.Since(wrote).Round(time.Millisecond))
+
+		logs := s.Logs().String()
+		if n := strings.Count(logs, `msg="stream opened"`); n != 1 {
+			t.Errorf("%d streams opened, want 1", n)
+		}
+		for _, bad := range []string{`msg="stream closed"`, `msg="stream ended; catching up with pages"`, `msg="lease released"`} {
+			if strings.Contains(logs, bad) {
+				t.Errorf("the log has %s before the output caught up: the changes did not all come through one stream", bad)
+			}
+		}
+	})
 }
 
 // newSGStreamStack is a stack with one job, "sg", reading url as alice in
 // the feed mode into one PostgreSQL output.
 func newSGStreamStack(t *testing.T, url, mode, fetch string) *stack.Stack {
 	t.Helper()
-	job := &config.Job{
-		ID: "sg",
-		Source: config.Source{Type: config.SourceSyncGateway, URL: url,
+	cfg := stack.PostgresJob("sg",
+		config.Source{Type: config.SourceSyncGateway, URL: url,
 			Auth: &config.Auth{Type: "basic", Username: "alice", Password: &config.SecretRef{Env: streamPasswordEnv}}},
-		Feed:  config.Feed{Limit: 50, Timeout: config.Duration(2 * time.Second), Mode: mode, Fetch: fetch},
-		Lease: config.Lease{TTL: config.Duration(10 * time.Second)},
-		Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, MaxReceiveCount: 4,
-			Postgres: &config.PostgresOutput{CreateTables: true}}},
-	}
-	cfg := &config.File{
-		Stack: config.Stack{PollerTimeout: config.Duration(20 * time.Second), WriterTimeout: config.Duration(10 * time.Second)},
-		Jobs:  []*config.Job{job},
-	}
+		config.Feed{Limit: 50, Timeout: config.Duration(2 * time.Second), Mode: mode, Fetch: fetch})
 	return stack.ForTest(t, stack.Options{Config: cfg})
 }
 

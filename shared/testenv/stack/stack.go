@@ -569,3 +569,21 @@ func notFound(err error) bool {
 	}
 	return false
 }
+
+// PostgresJob is the configuration of a test pipeline with one job, id,
+// reading src with feed f into one PostgreSQL output "pg" that creates its
+// tables: a lease TTL of 10s, a poller timeout of 20s and a writer timeout
+// of 10s.
+func PostgresJob(id string, src config.Source, f config.Feed) *config.File {
+	return &config.File{
+		Stack: config.Stack{PollerTimeout: config.Duration(20 * time.Second), WriterTimeout: config.Duration(10 * time.Second)},
+		Jobs: []*config.Job{{
+			ID:     id,
+			Source: src,
+			Feed:   f,
+			Lease:  config.Lease{TTL: config.Duration(10 * time.Second)},
+			Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, MaxReceiveCount: 4,
+				Postgres: &config.PostgresOutput{CreateTables: true}}},
+		}},
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/changes-worker/changes-worker/shared/config"
 )
@@ -404,16 +405,29 @@ type rowFields struct {
 //   - a row without a usable id is Malformed;
 //   - Sync Gateway's principal rows ("_user/..." without a revision) are
 //     dropped, as are deleted and removed rows under ActiveOnly.
+//
+// raw is one whole JSON value, checked by the decoder that read it: a page's
+// row by the page's json.Decoder, a stream's by emit. The row is read in one
+// pass (scanRow) and gives what json.Unmarshal into rowFields, then meta of
+// its doc, would give.
 func (p *pageReader) row(raw json.RawMessage) {
 	p.seen++
-	var f rowFields
-	if err := json.Unmarshal(raw, &f); err != nil {
-		p.malformed(raw, nil, "the row is not a JSON object")
-		return
+	f, ok := scanRow(raw)
+	if !ok {
+		f = scannedRow{}
+		if err := json.Unmarshal(raw, &f.rowFields); err != nil {
+			p.malformed(raw, nil, "the row is not a JSON object")
+			return
+		}
 	}
 	seq := usableSeq(f.Seq)
-	var id string
-	if err := json.Unmarshal(f.ID, &id); err != nil || id == "" {
+	id, ok := plainString(f.ID)
+	if !ok {
+		if err := json.Unmarshal(f.ID, &id); err != nil {
+			id = ""
+		}
+	}
+	if id == "" {
 		why := "the row has no id"
 		if !isNull(f.ID) {
 			why = fmt.Sprintf("the row's id %s is not a non-empty string", truncateRaw(f.ID, 64))
@@ -427,7 +441,11 @@ func (p *pageReader) row(raw json.RawMessage) {
 		// A row's doc can be a stub that says more than the row's flags:
 		// Sync Gateway's {"_removed":true} on a revoked row. A doc that is
 		// not a document is left out: the body is fetched instead.
-		if m, err := meta(f.Doc); err == nil {
+		m, err := f.doc, error(nil)
+		if !f.docRead {
+			m, err = meta(f.Doc)
+		}
+		if err == nil {
 			row.Deleted = row.Deleted || m.Deleted
 			row.Removed = row.Removed || m.Removed
 			if row.Rev == "" && m.Rev != "" {
@@ -478,7 +496,41 @@ func emptySeq(v json.RawMessage) bool {
 }
 
 // firstRev returns changes[0].rev, or "" when the list is not one.
+// changes is absent or one whole JSON value.
 func firstRev(changes json.RawMessage) string {
+	d := changes
+	i := skipSpace(d, 0)
+	if i >= len(d) || d[i] != '[' {
+		return "" // absent, null or not a list
+	}
+	i = skipSpace(d, i+1)
+	if i >= len(d) || d[i] != '{' {
+		return "" // empty, or its first entry is not an object
+	}
+	var rev json.RawMessage
+	_, ok := walkObject(d, i, func(name []byte, v int) (int, bool) {
+		end := valueEnd(d, v)
+		if foldedIs(name, "rev") {
+			rev = d[v:end]
+		}
+		return end, end > v
+	})
+	if !ok {
+		return firstRevSlow(changes)
+	}
+	if s, ok := plainString(rev); ok {
+		return s
+	}
+	var s string
+	if err := json.Unmarshal(rev, &s); err != nil {
+		return ""
+	}
+	return s
+}
+
+// firstRevSlow is firstRev through encoding/json, for the names the quick
+// reading leaves to it.
+func firstRevSlow(changes json.RawMessage) string {
 	var list []json.RawMessage
 	if err := json.Unmarshal(changes, &list); err != nil || len(list) == 0 {
 		return ""
@@ -561,14 +613,287 @@ func isNull(v json.RawMessage) bool {
 	return len(t) == 0 || string(t) == "null"
 }
 
-// present reports whether a raw list is there and not empty.
+// present reports whether a raw list is there and not empty. v is absent or
+// one whole JSON value; anything but a list counts as set.
 func present(v json.RawMessage) bool {
 	if isNull(v) {
 		return false
 	}
-	var list []json.RawMessage
-	if err := json.Unmarshal(v, &list); err == nil {
-		return len(list) > 0
+	i := skipSpace(v, 0)
+	if v[i] != '[' {
+		return true
 	}
-	return true // not a list, but something: treat as set
+	i = skipSpace(v, i+1)
+	return i < len(v) && v[i] != ']'
+}
+
+// scannedRow is a row's members and, when its doc member is an object, what
+// meta says of that doc.
+type scannedRow struct {
+	rowFields
+	doc     docMeta
+	docRead bool // doc holds meta(Doc)
+}
+
+// scanRow reads a row's members in one pass over raw, one whole JSON value,
+// as json.Unmarshal into rowFields reads them: a name matches a member
+// whatever its letter case, and a repeated name's last value wins. It
+// reports false, leaving the row to json.Unmarshal, when raw is not an
+// object or a name is not plain ASCII (escapes, or letters that Unicode
+// folds onto ASCII ones), or a doc member is an object quickMeta leaves to
+// meta.
+func scanRow(raw []byte) (scannedRow, bool) {
+	var r scannedRow
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return r, false
+	}
+	_, ok := walkObject(raw, i, func(name []byte, v int) (int, bool) {
+		if foldedIs(name, "doc") && raw[v] == '{' {
+			m, end, ok := metaAt(raw, v)
+			if !ok {
+				return 0, false
+			}
+			r.Doc, r.doc, r.docRead = raw[v:end:end], m, true
+			return end, true
+		}
+		end := valueEnd(raw, v)
+		if end <= v {
+			return 0, false
+		}
+		val := json.RawMessage(raw[v:end:end])
+		switch {
+		case foldedIs(name, "seq"):
+			r.Seq = val
+		case foldedIs(name, "id"):
+			r.ID = val
+		case foldedIs(name, "changes"):
+			r.Changes = val
+		case foldedIs(name, "deleted"):
+			r.Deleted = val
+		case foldedIs(name, "removed"):
+			r.Removed = val
+		case foldedIs(name, "revoked"):
+			r.Revoked = val
+		case foldedIs(name, "doc"):
+			r.Doc, r.doc, r.docRead = val, docMeta{}, false
+		}
+		return end, true
+	})
+	return r, ok
+}
+
+// quickMeta reads the members meta reads from body, one whole JSON value, in
+// one pass that steps over nested values. It reports false when body is not
+// an object, or a name is not plain ASCII, or a member meta reads holds a
+// value of another type or a string with escapes or invalid UTF-8: meta
+// leaves those to json.Unmarshal, which errs on a wrong type.
+func quickMeta(body []byte) (docMeta, bool) {
+	i := skipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return docMeta{}, false
+	}
+	m, _, ok := metaAt(body, i)
+	return m, ok
+}
+
+// metaAt reads the docMeta members of the object at d[i] (see quickMeta) and
+// returns the index after it.
+func metaAt(d []byte, i int) (docMeta, int, bool) {
+	var m docMeta
+	str := func(dst *string, v int) (int, bool) {
+		switch d[v] {
+		case 'n':
+			return v + len("null"), true // null leaves the field as it was
+		case '"':
+			end := stringEnd(d, v)
+			s, ok := plainString(d[v:max(end, v)])
+			if ok {
+				*dst = s
+			}
+			return end, ok
+		}
+		return 0, false
+	}
+	flag := func(dst *bool, v int) (int, bool) {
+		switch d[v] {
+		case 'n':
+			return v + len("null"), true
+		case 't':
+			*dst = true
+			return v + len("true"), true
+		case 'f':
+			*dst = false
+			return v + len("false"), true
+		}
+		return 0, false
+	}
+	end, ok := walkObject(d, i, func(name []byte, v int) (int, bool) {
+		switch {
+		case foldedIs(name, "_id"):
+			return str(&m.ID, v)
+		case foldedIs(name, "_rev"):
+			return str(&m.Rev, v)
+		case foldedIs(name, "_deleted"):
+			return flag(&m.Deleted, v)
+		case foldedIs(name, "_removed"):
+			return flag(&m.Removed, v)
+		}
+		end := valueEnd(d, v)
+		return end, end > v
+	})
+	return m, end, ok
+}
+
+// walkObject calls member for each member of the object whose '{' is at
+// d[i], with the member's name (the bytes between its quotes) and the index
+// where its value starts; member returns the index after the value, and
+// false to stop. walkObject returns the index after the object. d must be
+// valid JSON; false also says a name is not plain ASCII (an escape, or a
+// byte past ASCII).
+func walkObject(d []byte, i int, member func(name []byte, v int) (int, bool)) (int, bool) {
+	i = skipSpace(d, i+1)
+	if i < len(d) && d[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		if i >= len(d) || d[i] != '"' {
+			return 0, false
+		}
+		end := stringEnd(d, i)
+		if end < 0 {
+			return 0, false
+		}
+		name := d[i+1 : end-1]
+		for _, c := range name {
+			if c >= utf8.RuneSelf || c == '\\' {
+				return 0, false
+			}
+		}
+		i = skipSpace(d, end)
+		if i >= len(d) || d[i] != ':' {
+			return 0, false
+		}
+		i = skipSpace(d, i+1)
+		if i >= len(d) {
+			return 0, false
+		}
+		j, ok := member(name, i)
+		if !ok || j <= i || j > len(d) {
+			return 0, false
+		}
+		i = skipSpace(d, j)
+		if i >= len(d) {
+			return 0, false
+		}
+		switch d[i] {
+		case ',':
+			i = skipSpace(d, i+1)
+		case '}':
+			return i + 1, true
+		default:
+			return 0, false
+		}
+	}
+}
+
+// valueEnd returns the index after the JSON value that starts at d[i], or
+// -1 when d ends first. d must be valid JSON.
+func valueEnd(d []byte, i int) int {
+	switch d[i] {
+	case '"':
+		return stringEnd(d, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(d); j++ {
+			switch d[j] {
+			case '"':
+				end := stringEnd(d, j)
+				if end < 0 {
+					return -1
+				}
+				j = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	for j := i; j < len(d); j++ {
+		switch d[j] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return j
+		}
+	}
+	return len(d)
+}
+
+// stringEnd returns the index after the JSON string whose opening quote is
+// at d[i], or -1 when d ends first.
+func stringEnd(d []byte, i int) int {
+	for j := i + 1; j < len(d); j++ {
+		k := bytes.IndexByte(d[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		j += k
+		escapes := 0
+		for b := j - 1; b > i && d[b] == '\\'; b-- {
+			escapes++
+		}
+		if escapes%2 == 0 {
+			return j + 1
+		}
+	}
+	return -1
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipSpace(d []byte, i int) int {
+	for i < len(d) {
+		switch d[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// foldedIs reports whether a plain ASCII name matches a lower-case field
+// name the way encoding/json matches them: ASCII letters in either case.
+func foldedIs(name []byte, field string) bool {
+	if len(name) != len(field) {
+		return false
+	}
+	for k, c := range name {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != field[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// plainString returns the content of a JSON string that needs no decoding:
+// no escapes and valid UTF-8. ok is false for anything else, which
+// json.Unmarshal decodes.
+func plainString(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return "", false
+	}
+	s := v[1 : len(v)-1]
+	if bytes.IndexByte(s, '\\') >= 0 || !utf8.Valid(s) {
+		return "", false
+	}
+	return string(s), true
 }

@@ -391,7 +391,14 @@ type docMeta struct {
 	Removed bool   `json:"_removed"`
 }
 
+// meta reads a body's docMeta as json.Unmarshal does, errors included: a
+// valid body that quickMeta reads whole is not decoded again.
 func meta(body []byte) (docMeta, error) {
+	if json.Valid(body) {
+		if m, ok := quickMeta(body); ok {
+			return m, nil
+		}
+	}
 	var m docMeta
 	if err := json.Unmarshal(body, &m); err != nil {
 		return m, err

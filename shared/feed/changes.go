@@ -358,8 +358,9 @@ func (p *pageReader) rows(dec *json.Decoder) error {
 		return fmt.Errorf("results is %v, not a list", tok)
 	}
 	p.results = true
+	var raw json.RawMessage
 	for dec.More() {
-		var raw json.RawMessage
+		raw = nil // each row's own bytes: its Row keeps parts of them
 		if err := dec.Decode(&raw); err != nil {
 			return err
 		}
@@ -441,9 +442,15 @@ func (p *pageReader) row(raw json.RawMessage) {
 		// A row's doc can be a stub that says more than the row's flags:
 		// Sync Gateway's {"_removed":true} on a revoked row. A doc that is
 		// not a document is left out: the body is fetched instead.
-		m, err := f.doc, error(nil)
-		if !f.docRead {
+		var m docMeta
+		var err error
+		switch {
+		case !f.docRead:
 			m, err = meta(f.Doc)
+		case row.Rev == "":
+			m = f.doc.meta()
+		default: // the doc's _id and _rev are not needed: no strings made
+			m = docMeta{Deleted: f.doc.deleted, Removed: f.doc.removed}
 		}
 		if err == nil {
 			row.Deleted = row.Deleted || m.Deleted
@@ -631,8 +638,8 @@ func present(v json.RawMessage) bool {
 // meta says of that doc.
 type scannedRow struct {
 	rowFields
-	doc     docMeta
-	docRead bool // doc holds meta(Doc)
+	doc     plainMeta
+	docRead bool // doc holds what meta(Doc) reads
 }
 
 // scanRow reads a row's members in one pass over raw, one whole JSON value,
@@ -676,7 +683,7 @@ func scanRow(raw []byte) (scannedRow, bool) {
 		case foldedIs(name, "revoked"):
 			r.Revoked = val
 		case foldedIs(name, "doc"):
-			r.Doc, r.doc, r.docRead = val, docMeta{}, false
+			r.Doc, r.doc, r.docRead = val, plainMeta{}, false
 		}
 		return end, true
 	})
@@ -694,24 +701,35 @@ func quickMeta(body []byte) (docMeta, bool) {
 		return docMeta{}, false
 	}
 	m, _, ok := metaAt(body, i)
-	return m, ok
+	return m.meta(), ok
+}
+
+// plainMeta is a docMeta whose strings are still the bytes between their
+// quotes (plain: no escapes, valid UTF-8).
+type plainMeta struct {
+	id, rev          []byte
+	deleted, removed bool
+}
+
+func (m plainMeta) meta() docMeta {
+	return docMeta{ID: string(m.id), Rev: string(m.rev), Deleted: m.deleted, Removed: m.removed}
 }
 
 // metaAt reads the docMeta members of the object at d[i] (see quickMeta) and
 // returns the index after it.
-func metaAt(d []byte, i int) (docMeta, int, bool) {
-	var m docMeta
-	str := func(dst *string, v int) (int, bool) {
+func metaAt(d []byte, i int) (plainMeta, int, bool) {
+	var m plainMeta
+	str := func(dst *[]byte, v int) (int, bool) {
 		switch d[v] {
 		case 'n':
 			return v + len("null"), true // null leaves the field as it was
 		case '"':
 			end := stringEnd(d, v)
-			s, ok := plainString(d[v:max(end, v)])
-			if ok {
-				*dst = s
+			if end < 0 || !plain(d[v+1:end-1]) {
+				return 0, false
 			}
-			return end, ok
+			*dst = d[v+1 : end-1]
+			return end, true
 		}
 		return 0, false
 	}
@@ -731,13 +749,13 @@ func metaAt(d []byte, i int) (docMeta, int, bool) {
 	end, ok := walkObject(d, i, func(name []byte, v int) (int, bool) {
 		switch {
 		case foldedIs(name, "_id"):
-			return str(&m.ID, v)
+			return str(&m.id, v)
 		case foldedIs(name, "_rev"):
-			return str(&m.Rev, v)
+			return str(&m.rev, v)
 		case foldedIs(name, "_deleted"):
-			return flag(&m.Deleted, v)
+			return flag(&m.deleted, v)
 		case foldedIs(name, "_removed"):
-			return flag(&m.Removed, v)
+			return flag(&m.removed, v)
 		}
 		end := valueEnd(d, v)
 		return end, end > v
@@ -891,9 +909,14 @@ func plainString(v []byte) (string, bool) {
 	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
 		return "", false
 	}
-	s := v[1 : len(v)-1]
-	if bytes.IndexByte(s, '\\') >= 0 || !utf8.Valid(s) {
-		return "", false
+	if s := v[1 : len(v)-1]; plain(s) {
+		return string(s), true
 	}
-	return string(s), true
+	return "", false
+}
+
+// plain reports whether the bytes between a JSON string's quotes are its
+// content: no escapes, valid UTF-8.
+func plain(s []byte) bool {
+	return bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s)
 }

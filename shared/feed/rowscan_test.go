@@ -133,8 +133,8 @@ func checkRowScan(t *testing.T, raw []byte) {
 		}
 		if got.docRead {
 			m, err := unmarshalMeta(got.Doc)
-			if err != nil || m != got.doc {
-				t.Fatalf("%q: doc meta %+v, encoding/json %+v, %v", raw, got.doc, m, err)
+			if err != nil || m != got.doc.meta() {
+				t.Fatalf("%q: doc meta %+v, encoding/json %+v, %v", raw, got.doc.meta(), m, err)
 			}
 		}
 	}

@@ -517,10 +517,13 @@ func firstRev(changes json.RawMessage) string {
 	var rev json.RawMessage
 	_, ok := walkObject(d, i, func(name []byte, v int) (int, bool) {
 		end := valueEnd(d, v)
+		if end <= v {
+			return 0, false
+		}
 		if foldedIs(name, "rev") {
 			rev = d[v:end]
 		}
-		return end, end > v
+		return end, true
 	})
 	if !ok {
 		return firstRevSlow(changes)
@@ -627,7 +630,7 @@ func present(v json.RawMessage) bool {
 		return false
 	}
 	i := skipSpace(v, 0)
-	if v[i] != '[' {
+	if i >= len(v) || v[i] != '[' {
 		return true
 	}
 	i = skipSpace(v, i+1)

@@ -426,7 +426,7 @@ func newRig(batch func(call int, since string) (*feed.Batch, error)) *rig {
 	r := &rig{w: w, leases: &fakeLeases{w: w}, logs: &bytes.Buffer{}}
 	r.feed = &fakeFeed{w: w, perRead: 10 * time.Millisecond, batch: batch}
 	r.sender = &fakeSender{w: w, leases: r.leases}
-	job := &config.Job{ID: "orders", Lease: config.Lease{TTL: config.Duration(ttl)}, Feed: config.Feed{Timeout: config.Duration(time.Second)}}
+	job := &config.Job{ID: "orders", Lease: config.Lease{TTL: config.Duration(ttl)}, Feed: config.Feed{Limit: 100, Timeout: config.Duration(time.Second)}}
 	r.poller = &poll.Poller{
 		Job: job, Feed: r.feed, Leases: r.leases, Sender: r.sender,
 		Targets: []fanout.Target{{Output: "pg", QueueURL: "queue"}},

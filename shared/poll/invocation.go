@@ -219,26 +219,21 @@ func (v *invocation) take(ctx context.Context, ahead *next, streamed bool) (*fee
 	case streamed:
 		ahead.stop()
 		return v.readStream(ctx)
-	case ahead != nil && string(ahead.since) == string(v.since):
+	case ahead != nil && string(ahead.since) == string(v.position()):
 		return ahead.wait(ctx)
 	}
 	ahead.stop()
-	return v.read(ctx, v.since)
+	return v.read(ctx, v.position())
 }
 
 // readFailed handles a failed read, after recording what was queued
 // before. stop reports that the invocation ends, with err.
 func (v *invocation) readFailed(ctx context.Context, err error, streamed bool) (stop bool, _ error) {
-	if streamed {
-		// Pages start again from the checkpoint: record the stream's
-		// batches first, so they are not read and queued again.
-		if serr := v.saveQueued(ctx); serr != nil {
-			return true, serr
-		}
-		return v.streamFailed(ctx, err)
-	}
-	if serr := v.settle(); serr != nil {
+	if serr := v.saveQueued(ctx); serr != nil {
 		return true, serr
+	}
+	if streamed {
+		return v.streamFailed(ctx, err)
 	}
 	return v.sourceFailed(ctx, err)
 }
@@ -353,7 +348,7 @@ func (v *invocation) fits() bool {
 // client allows a source past its timeout), so renewals keep their pace,
 // and never past the budget.
 func (v *invocation) read(ctx context.Context, since json.RawMessage) (*feed.Batch, error) {
-	return v.fetch(ctx, since, v.readTimeout())
+	return v.fetch(ctx, since, v.waitTimeout())
 }
 
 // readTimeout is the long-poll timeout of a read starting now.
@@ -370,7 +365,7 @@ func (v *invocation) screen(ctx context.Context, b *feed.Batch) error {
 	if v.seen == nil {
 		v.seen = misreads{}
 	}
-	return v.p.screen(ctx, v.since, b, v.seen, v.log)
+	return v.p.screen(ctx, v.position(), b, v.seen, v.log)
 }
 
 // fetch reads the page from since with its bodies; its rows that name no
@@ -395,7 +390,7 @@ func (v *invocation) sourceFailed(ctx context.Context, err error) (stop bool, _ 
 	if v.seen == nil {
 		v.seen = misreads{}
 	}
-	v.p.pageFailed(ctx, v.since, err, v.seen, v.log)
+	v.p.pageFailed(ctx, v.position(), err, v.seen, v.log)
 	var se *feed.StatusError
 	if n, ok := v.p.Leases.(notes); ok && errors.As(err, &se) && (se.Status == 401 || se.Status == 403) {
 		v.log.Error("source refused our credentials", "status", se.Status)
@@ -463,15 +458,9 @@ func (v *invocation) queue(ctx context.Context, b *feed.Batch) (stop bool, err e
 		v.slowest = max(v.slowest, v.now().Sub(began))
 	}
 	if len(b.Rows) == 0 && len(b.LastSeq) > 0 && string(b.LastSeq) != string(v.position()) {
-		// Nothing to queue, but the feed moved (filtered or local docs).
-		// A stream's position is recorded when due (checkpointDue).
-		if v.str.open != nil {
-			v.unsaved, v.unsavedLeft = feed.NotBefore(b.LastSeq, v.since), b.Pending
-			return false, nil
-		}
-		if err := v.checkpoint(ctx, b.LastSeq, b.Pending, true); err != nil {
-			return true, err
-		}
+		// Nothing to queue, but the feed moved (filtered or local docs):
+		// recorded when due (checkpointDue).
+		v.unsaved, v.unsavedLeft = feed.NotBefore(b.LastSeq, v.position()), b.Pending
 	}
 	return false, nil
 }
@@ -557,13 +546,18 @@ func (v *invocation) queued(ctx context.Context, b *feed.Batch, end int) error {
 		return nil
 	}
 	// The checkpoint never goes back where the seq format tells.
-	seq = feed.NotBefore(seq, v.since)
+	seq = feed.NotBefore(seq, v.position())
 	v.unsaved, v.unsavedLeft = seq, left
 	switch {
-	case last && v.str.open != nil && v.now().Sub(v.checkpointAt) < checkpointEvery:
-		// A stream's batches come as fast as the changes: their
-		// checkpoints are spaced like chunks' (see checkpointDue).
-		return nil
+	case last && !v.more(b) && v.now().Sub(v.checkpointAt) < checkpointEvery:
+		// A batch that ends the feed, from a long poll or a stream,
+		// comes as soon as a change does: under a trickle its
+		// checkpoint is spaced like chunks' (see checkpointDue). A full
+		// batch's is written, so a failover replays at most about a
+		// second of changes, and less than a batch. The write before
+		// is still waited for, so a refusal stops the sends here as it
+		// would have.
+		return v.settle()
 	case last:
 		return v.checkpoint(ctx, seq, left, true)
 	case v.now().Sub(v.checkpointAt) >= checkpointEvery:
@@ -641,8 +635,8 @@ func (v *invocation) settleIf(wait bool) error {
 	return nil
 }
 
-// position is where the feed has been queued up to: the checkpoint, or a
-// newer one held back.
+// position is where the feed has been queued up to, where the next read
+// starts: the checkpoint, or a newer one held back (unsaved).
 func (v *invocation) position() json.RawMessage {
 	if v.unsaved != nil {
 		return v.unsaved
@@ -666,7 +660,12 @@ func (v *invocation) saveQueued(ctx context.Context) error {
 	if v.unsaved == nil {
 		return nil
 	}
-	return v.checkpoint(ctx, v.unsaved, v.unsavedLeft, false)
+	// Written as in the background, so a cancelled invocation still
+	// records it, and waited for.
+	if err := v.checkpoint(ctx, v.unsaved, v.unsavedLeft, true); err != nil {
+		return err
+	}
+	return v.settle()
 }
 
 // report publishes where the job stands after a batch.

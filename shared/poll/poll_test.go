@@ -259,6 +259,26 @@ func TestRun(t *testing.T) {
 			},
 		},
 		{
+			name: "a trickle: pages that end the feed are checkpointed at most once a second, the last once due",
+			setup: func(r *rig) {
+				// One change a long poll, 300 ms apart, then nothing.
+				r.feed.batch = func(call int, _ string) (*feed.Batch, error) {
+					r.w.Advance(300 * time.Millisecond)
+					if call <= 10 {
+						return batchOf(call, call), nil
+					}
+					r.w.Advance(700 * time.Millisecond)
+					return empty("10"), nil
+				}
+			},
+			deadline: 6 * time.Second,
+			wantSent: docIDs(1, 10),
+			// Reads take 310 ms of the clock: 1 at once, then the first
+			// page a second or more after the last write, then 10 once
+			// due, during the idle long poll.
+			wantCheckpoints: []string{"checkpoint 1", "checkpoint 5", "checkpoint 9", "checkpoint 10"},
+		},
+		{
 			// The next page is queued while a page's checkpoint is written:
 			// its requests may go out until the refusal is known (the lease
 			// is still valid by the clock, the fence allows them), none

@@ -56,14 +56,14 @@ func (v *invocation) streams() bool {
 // stream is closed.
 func (v *invocation) readStream(ctx context.Context) (*feed.Batch, error) {
 	if v.str.open == nil {
-		s, err := v.p.OpenStream(ctx, v.since)
+		s, err := v.p.OpenStream(ctx, v.position())
 		if err != nil {
 			return nil, err
 		}
-		v.str.open, v.str.from = s, v.since
-		v.log.Info("stream opened", "mode", v.p.Job.Feed.Mode, "checkpoint", string(v.since))
+		v.str.open, v.str.from = s, v.position()
+		v.log.Info("stream opened", "mode", v.p.Job.Feed.Mode, "from", string(v.str.from))
 	}
-	b, err := v.str.open.Next(ctx, v.streamWait())
+	b, err := v.str.open.Next(ctx, v.waitTimeout())
 	if err == nil && len(b.Rows) > 0 {
 		err = v.p.Feed.FetchBatch(ctx, b)
 	}
@@ -77,9 +77,10 @@ func (v *invocation) readStream(ctx context.Context) (*feed.Batch, error) {
 	return b, nil
 }
 
-// streamWait is how long the stream is waited on for a change: the
-// long-poll timeout, or less when a checkpoint held back falls due sooner.
-func (v *invocation) streamWait() time.Duration {
+// waitTimeout is how long a read (a long poll, or a wait on the stream)
+// waits for a change: the long-poll timeout, or less when a checkpoint held
+// back falls due sooner.
+func (v *invocation) waitTimeout() time.Duration {
 	w := v.readTimeout()
 	if v.unsaved != nil {
 		w = min(w, max(v.checkpointAt.Add(checkpointEvery).Sub(v.now()), 10*time.Millisecond))

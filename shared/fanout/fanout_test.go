@@ -81,23 +81,7 @@ func TestSendWithClaimCheck(t *testing.T) {
 	}
 	for _, q := range []string{*std.QueueUrl, *fifo.QueueUrl} {
 		seen := map[string]*change.Envelope{}
-		for len(seen) < 25 {
-			out, err := sq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &q, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(out.Messages) == 0 {
-				break
-			}
-			for _, m := range out.Messages {
-				e, err := change.Decode([]byte(*m.Body))
-				if err != nil {
-					t.Fatal(err)
-				}
-				seen[e.DocID] = e
-				sq.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &q, ReceiptHandle: m.ReceiptHandle})
-			}
-		}
+		receive(t, sq, q, func() bool { return len(seen) < 25 }, func(_ sqstypes.Message, e *change.Envelope) { seen[e.DocID] = e })
 		if len(seen) != 25 {
 			t.Fatalf("queue %s delivered %d documents, want 25", q, len(seen))
 		}
@@ -154,33 +138,44 @@ func TestSendTotalOrder(t *testing.T) {
 		t.Fatalf("send: %v", err)
 	}
 	var got []string
-	for len(got) < len(want) {
-		out, err := sq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+	receive(t, sq, *q.QueueUrl, func() bool { return len(got) < len(want) }, func(m sqstypes.Message, e *change.Envelope) {
+		if g := m.Attributes["MessageGroupId"]; g != "o" {
+			t.Errorf("%s in group %q, want the output's group o", e.DocID, g)
+		}
+		if d := m.Attributes["MessageDeduplicationId"]; d != fanout.DeduplicationID("j", "o", e.DocID, e.Seq) {
+			t.Errorf("%s dedup id %q, want the one of (job, output, doc, seq)", e.DocID, d)
+		}
+		got = append(got, e.DocID)
+	})
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("receive order (-sent +received):\n%s", d)
+	}
+}
+
+// receive takes messages from the queue, with their system attributes,
+// while more says so and the queue answers within a second; each is decoded,
+// handed to each and deleted.
+func receive(t *testing.T, sq *sqs.Client, queueURL string, more func() bool, each func(sqstypes.Message, *change.Envelope)) {
+	t.Helper()
+	ctx := t.Context()
+	for more() {
+		out, err := sq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &queueURL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(out.Messages) == 0 {
-			break
+			return
 		}
 		for _, m := range out.Messages {
 			e, err := change.Decode([]byte(*m.Body))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if g := m.Attributes["MessageGroupId"]; g != "o" {
-				t.Errorf("%s in group %q, want the output's group o", e.DocID, g)
-			}
-			if d := m.Attributes["MessageDeduplicationId"]; d != fanout.DeduplicationID("j", "o", e.DocID, e.Seq) {
-				t.Errorf("%s dedup id %q, want the one of (job, output, doc, seq)", e.DocID, d)
-			}
-			got = append(got, e.DocID)
-			if _, err := sq.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle}); err != nil {
+			each(m, e)
+			if _, err := sq.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &queueURL, ReceiptHandle: m.ReceiptHandle}); err != nil {
 				t.Fatal(err)
 			}
 		}
-	}
-	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("receive order (-sent +received):\n%s", d)
 	}
 }

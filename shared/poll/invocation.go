@@ -358,6 +358,17 @@ func (v *invocation) readTimeout() time.Duration {
 	return max(min(v.p.Job.Feed.Timeout.D(), ttl/3-feed.DefaultSlack, remaining-feed.DefaultSlack), 250*time.Millisecond)
 }
 
+// waitTimeout is how long a read (a long poll, or a wait on the stream)
+// waits for a change: the long-poll timeout, or less when a checkpoint held
+// back falls due sooner.
+func (v *invocation) waitTimeout() time.Duration {
+	w := v.readTimeout()
+	if v.unsaved != nil {
+		w = min(w, max(v.checkpointAt.Add(checkpointEvery).Sub(v.now()), 10*time.Millisecond))
+	}
+	return w
+}
+
 // screen decides on the batch's rows that name no document (see
 // Poller.screen), which may cut the batch; it returns the error of the row
 // it was cut before, or nil.

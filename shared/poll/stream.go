@@ -37,7 +37,7 @@ const maxStreamBackoff = 30 * time.Second
 // that grows while streams keep failing.
 type streaming struct {
 	open     Stream
-	from     json.RawMessage // the checkpoint the open stream started at
+	from     json.RawMessage // the position the open stream started at
 	caughtUp bool            // the last page left nothing more to read
 	backoff  time.Duration
 	reopenAt time.Time
@@ -75,17 +75,6 @@ func (v *invocation) readStream(ctx context.Context) (*feed.Batch, error) {
 		v.str.backoff = 0
 	}
 	return b, nil
-}
-
-// waitTimeout is how long a read (a long poll, or a wait on the stream)
-// waits for a change: the long-poll timeout, or less when a checkpoint held
-// back falls due sooner.
-func (v *invocation) waitTimeout() time.Duration {
-	w := v.readTimeout()
-	if v.unsaved != nil {
-		w = min(w, max(v.checkpointAt.Add(checkpointEvery).Sub(v.now()), 10*time.Millisecond))
-	}
-	return w
 }
 
 // streamFailed handles a failed stream (already closed): a transient

@@ -114,6 +114,10 @@ const (
 	// 10,800 to three (make bench, cloud-poller).
 	DefaultSendConcurrency = 128
 	MaxSendConcurrency     = 512
+	// DefaultSendDepth keeps one chunk in flight, so a failover replays at
+	// most one batch; MaxSendDepth bounds the chunks a job may overlap.
+	DefaultSendDepth = 1
+	MaxSendDepth     = 4
 )
 
 // File is the whole configuration file.
@@ -172,8 +176,13 @@ type Job struct {
 	LatencyObjective Duration `json:"latency_objective,omitempty"`
 	// SendConcurrency bounds the SQS requests (and claim-check puts) the
 	// poller has in flight, across the outputs. Default DefaultSendConcurrency.
-	SendConcurrency int       `json:"send_concurrency,omitempty"`
-	Outputs         []*Output `json:"outputs"`
+	SendConcurrency int `json:"send_concurrency,omitempty"`
+	// SendDepth is how many chunks a poller catching up keeps in flight.
+	// Above 1, pages read ahead are also merged into chunks of up to 1,000
+	// changes: a faster backfill, for a failover that may replay that many
+	// chunks instead of one batch. Default DefaultSendDepth.
+	SendDepth int       `json:"send_depth,omitempty"`
+	Outputs   []*Output `json:"outputs"`
 	// Attachments copies the documents' attachments to S3; off by default.
 	Attachments *Attachments `json:"attachments,omitempty"`
 }
@@ -558,6 +567,9 @@ func (f *File) SetDefaults() {
 		if j.SendConcurrency == 0 {
 			j.SendConcurrency = DefaultSendConcurrency
 		}
+		if j.SendDepth == 0 {
+			j.SendDepth = DefaultSendDepth
+		}
 		if a := j.Attachments; a != nil && a.Enabled {
 			a.defaults(f.Stack.Bucket, j.ID)
 		}
@@ -772,6 +784,9 @@ func (j *Job) validate(p string) []error {
 	}
 	if j.SendConcurrency < 1 || j.SendConcurrency > MaxSendConcurrency {
 		bad("send_concurrency", "%d must be between 1 and %d", j.SendConcurrency, MaxSendConcurrency)
+	}
+	if j.SendDepth < 1 || j.SendDepth > MaxSendDepth {
+		bad("send_depth", "%d must be between 1 and %d", j.SendDepth, MaxSendDepth)
 	}
 	if len(j.Outputs) == 0 {
 		bad("outputs", "at least one output is required")

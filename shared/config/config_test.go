@@ -68,6 +68,9 @@ func TestDefaults(t *testing.T) {
 	if got := f.Jobs[0].SendConcurrency; got != DefaultSendConcurrency {
 		t.Errorf("send_concurrency = %d, want %d", got, DefaultSendConcurrency)
 	}
+	if got := f.Jobs[0].SendDepth; got != DefaultSendDepth {
+		t.Errorf("send_depth = %d, want %d", got, DefaultSendDepth)
+	}
 }
 
 func TestAttachmentDefaults(t *testing.T) {
@@ -154,6 +157,11 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 			name: "send concurrency",
 			in:   `{"jobs":[{"id":"a","send_concurrency":-1,"source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{}}]}]}`,
 			want: []string{"jobs[a].send_concurrency: -1 must be between 1 and 512"},
+		},
+		{
+			name: "send depth",
+			in:   `{"jobs":[{"id":"a","send_depth":5,"source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{}}]}]}`,
+			want: []string{"jobs[a].send_depth: 5 must be between 1 and 4"},
 		},
 		{
 			name: "unknown key",

@@ -158,6 +158,7 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		Leases:     &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
 		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency},
 		Targets:    targets,
+		SendDepth:  j.SendDepth,
 		Quarantine: &quarantine.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
 		Log:        d.Log,
 		Metrics:    rec,

@@ -256,7 +256,7 @@ func (v *invocation) take(ctx context.Context, streamed bool) (*feed.Batch, erro
 	}
 	from := v.readPosition()
 	if v.ahead != nil {
-		if b, err, ok := v.ahead.take(ctx, from, v.chunkRows(), v.chunkBytes()); ok {
+		if b, err, ok := v.ahead.take(ctx, from, v.mergeRows(), v.chunkBytes()); ok {
 			return b, err
 		}
 		v.stopReading()
@@ -536,6 +536,16 @@ func (v *invocation) chunkRows() int {
 		return v.p.ChunkRows
 	}
 	return DefaultChunkRows
+}
+
+// mergeRows is how many rows a batch merged from pages read ahead may hold:
+// a page's (the feed limit) with one chunk in flight, so that a failover
+// replays at most one batch; a chunk's with more.
+func (v *invocation) mergeRows() int {
+	if v.depth > 1 {
+		return v.chunkRows()
+	}
+	return min(v.chunkRows(), v.p.Job.Feed.Limit)
 }
 
 func (v *invocation) chunkBytes() int {

@@ -83,8 +83,10 @@ type Poller struct {
 	// Default DefaultChunkBytes.
 	ChunkBytes int
 	// SendDepth is how many chunks are in flight at once while the feed
-	// is read ahead (catching up); 1 queues one chunk at a time. Default
-	// DefaultSendDepth; 1 whenever an output orders the whole feed.
+	// is read ahead (catching up); 1 whenever an output orders the whole
+	// feed. At 1 (the default), a batch never holds more than a page's
+	// rows, so a failover replays at most one batch; above 1, pages that
+	// have arrived are merged up to ChunkRows and ChunkBytes.
 	SendDepth int
 	// OnBatch, when set, is called after every poll with whether the job is
 	// caught up (the last read returned nothing new); the local runtime's

@@ -4,17 +4,18 @@ import (
 	"context"
 	"time"
 
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/metrics"
 )
 
 // DefaultSendDepth is how many chunks a poller catching up has in flight
-// when Poller.SendDepth is zero: while one waits for SQS, the next is
-// encoded and sent. The requests of all of
-// them count against the one send_concurrency (fanout.Sender.Concurrency),
-// so a poller that lost its lease still has at most that many requests
-// landing late.
-const DefaultSendDepth = 2
+// when Poller.SendDepth is zero: one, so that a failover replays at most
+// one batch. With more, while one chunk waits for SQS the next is encoded
+// and sent. The requests of all of them count against the one
+// send_concurrency (fanout.Sender.Concurrency), so a poller that lost its
+// lease has no more requests landing late than with one.
+const DefaultSendDepth = config.DefaultSendDepth
 
 // sending is a chunk being queued in the background.
 type sending struct {

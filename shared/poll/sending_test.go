@@ -208,61 +208,76 @@ func TestRunLeaseLostWithChunksInFlight(t *testing.T) {
 
 func TestRunReadAhead(t *testing.T) {
 	t.Parallel()
-	// Six full pages of 100, then nothing. The first Send is held until
-	// the reads stop: the reader holds two pages at most, besides the
-	// batch taken and waiting to be sent.
-	r := newRig(nil)
-	r.poller.SendDepth = 1
-	r.poller.ChunkRows = 1000
-	r.feed.batch = func(_ int, since string) (*feed.Batch, error) {
-		n, _ := strconv.Atoi(since) // "" is 0
-		if n < 600 {
-			b := batchOf(n+1, n+100)
-			b.Pending = int64(500 - n)
-			return b, nil
-		}
-		r.w.Advance(time.Second)
-		return empty(since), nil
+	// Six full pages of 100, then nothing. The first request is held
+	// until the reads stop: the reader holds two pages at most, besides
+	// the batches taken and waiting to be sent.
+	tests := []struct {
+		name               string
+		depth              int
+		maxHeld            int // pages read while the first request was held
+		mergedPastTheLimit bool
+	}{
+		// Page 1 in flight, the next batch taken (a page), two held.
+		{name: "one chunk in flight: batches never pass the feed limit", depth: 1, maxHeld: 4},
+		// Page 1 in flight, one or two pages in flight beside it, one or
+		// two more taken, two held.
+		{name: "two chunks in flight: pages that have arrived are merged", depth: 2, maxHeld: 7, mergedPastTheLimit: true},
 	}
-	reads := func() int {
-		r.feed.mu.Lock()
-		defer r.feed.mu.Unlock()
-		return len(r.feed.sinces)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(nil)
+			r.poller.SendDepth = tt.depth
+			r.poller.ChunkRows = 1000
+			r.feed.batch = func(_ int, since string) (*feed.Batch, error) {
+				n, _ := strconv.Atoi(since) // "" is 0
+				if n < 600 {
+					b := batchOf(n+1, n+100)
+					b.Pending = int64(500 - n)
+					return b, nil
+				}
+				r.w.Advance(time.Second)
+				return empty(since), nil
+			}
+			reads := func() int {
+				r.feed.mu.Lock()
+				defer r.feed.mu.Unlock()
+				return len(r.feed.sinces)
+			}
+			held := 0
+			r.sender.before = func(n int) error {
+				if n != 1 {
+					return nil
+				}
+				for last := -1; last != reads(); {
+					last = reads()
+					time.Sleep(100 * time.Millisecond)
+				}
+				held = reads()
+				return nil
+			}
+			res, err := r.run(t, 8*time.Second)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if held < 3 || held > tt.maxHeld {
+				t.Errorf("%d pages read while the first was held in its send, want 3 to %d", held, tt.maxHeld)
+			}
+			r.sender.mu.Lock()
+			sends := slices.Clone(r.sender.sends)
+			r.sender.mu.Unlock()
+			total, largest := 0, 0
+			for _, n := range sends {
+				total += n
+				largest = max(largest, n)
+			}
+			if got := largest > 100; got != tt.mergedPastTheLimit {
+				t.Errorf("changes per Send %v: merged past the feed limit %t, want %t", sends, got, tt.mergedPastTheLimit)
+			}
+			if total != 600 || res.Enqueued != 600 || r.leases.stored() != "600" {
+				t.Errorf("sent %d, enqueued %d, checkpoint %q; want 600, 600, \"600\"", total, res.Enqueued, r.leases.stored())
+			}
+			checkCheckpointsFollowSends(t, r.w.log())
+		})
 	}
-	held := 0
-	r.sender.before = func(n int) error {
-		if n != 1 {
-			return nil
-		}
-		for last := -1; last != reads(); {
-			last = reads()
-			time.Sleep(100 * time.Millisecond)
-		}
-		held = reads()
-		return nil
-	}
-	res, err := r.run(t, 8*time.Second)
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	// Page 1 in flight, two pages held, and one or two pages taken as
-	// the next batch if they had arrived before the first Send.
-	if held < 3 || held > 5 {
-		t.Errorf("%d pages read while the first was held in its send, want 3 to 5", held)
-	}
-	r.sender.mu.Lock()
-	sends := slices.Clone(r.sender.sends)
-	r.sender.mu.Unlock()
-	total, largest := 0, 0
-	for _, n := range sends {
-		total += n
-		largest = max(largest, n)
-	}
-	if sends[0] != 100 || largest < 200 {
-		t.Errorf("changes per Send %v: want page 1 alone, then pages that had arrived merged", sends)
-	}
-	if total != 600 || res.Enqueued != 600 || r.leases.stored() != "600" {
-		t.Errorf("sent %d, enqueued %d, checkpoint %q; want 600, 600, \"600\"", total, res.Enqueued, r.leases.stored())
-	}
-	checkCheckpointsFollowSends(t, r.w.log())
 }

@@ -45,6 +45,9 @@ func init() {
 var cloudSendConcurrencyFlag = flag.Int("send-concurrency", 0,
 	"the cloud benchmarks' job send_concurrency (default: the job default)")
 
+var cloudSendDepthFlag = flag.Int("send-depth", 0,
+	"the cloud benchmarks' job send_depth (default: the job default)")
+
 var cloudLatencyFlag = flag.Duration("aws-latency", cloudDefaultLatency(),
 	"latency the cloud-* benchmarks add to every AWS request (env BENCH_AWS_LATENCY)")
 
@@ -260,6 +263,7 @@ func newCloudStack(ctx context.Context, kind string, limit int, outputs ...cloud
 			Outputs: outs,
 			// Zero: the default.
 			SendConcurrency: *cloudSendConcurrencyFlag,
+			SendDepth:       *cloudSendDepthFlag,
 		}},
 	}
 	return stack.New(ctx, stack.Options{Name: "bench-" + kind, Config: cfg, LogLevel: slog.LevelWarn})

@@ -95,7 +95,7 @@ func cloudPoller(ctx context.Context, r *results) error {
 	poller := func(variant string, sender poll.Sender, targets []fanout.Target) func(ctx context.Context, round int) (time.Duration, error) {
 		return func(ctx context.Context, round int) (time.Duration, error) {
 			p := &poll.Poller{Job: base.Job, Feed: base.Feed, Leases: base.Leases, Sender: sender, Targets: targets,
-				Log: base.Log, Metrics: base.Metrics, Clock: base.Clock}
+				Log: base.Log, Metrics: base.Metrics, Clock: base.Clock, SendDepth: base.SendDepth}
 			cw.resetRequests()
 			sp, err := coreRunPoller(ctx, p, fmt.Sprintf("%s-%d", variant, round), sender, cloudPollerDocs)
 			if err != nil {

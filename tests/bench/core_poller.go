@@ -254,6 +254,7 @@ func coreRunPoller(ctx context.Context, base *poll.Poller, job string, sender po
 	p := poll.Poller{
 		Job: base.Job, Feed: base.Feed, Leases: base.Leases, Sender: base.Sender, Targets: base.Targets,
 		Log: base.Log, Metrics: base.Metrics, Clock: base.Clock, StandbyInterval: base.StandbyInterval, OnBatch: base.OnBatch,
+		SendDepth: base.SendDepth,
 	}
 	j := *base.Job
 	j.ID = job

@@ -301,12 +301,17 @@ up_localstack() {
 	# folder). DNS_ADDRESS=0: no DNS server. SQS_ENDPOINT_STRATEGY=path and
 	# LOCALSTACK_HOST: queue URLs http://127.0.0.1:PORT/queue/REGION/ACCOUNT/NAME,
 	# which resolve without LocalStack's DNS name. No certificate download, no
-	# analytics events.
+	# analytics events. SQS_DISABLE_CLOUDWATCH_METRICS=1: LocalStack's SQS
+	# otherwise publishes CloudWatch metrics on every call, through its own
+	# API from three threads; a benchmark's hundreds of thousands of messages
+	# leave it doing so for many minutes, a core of this machine's two, and
+	# nothing here reads those metrics (on AWS, SQS publishes them itself).
 	start_service LocalStack aws "$LOCALSTACK_URL" "$LS_DIR" "$pidfile" "$log" "LocalStack $LOCALSTACK_VERSION" localstack_ready -- \
 		env OVERRIDE_IN_DOCKER=0 \
 		GATEWAY_LISTEN="127.0.0.1:$LOCALSTACK_PORT" \
 		LOCALSTACK_HOST="127.0.0.1:$LOCALSTACK_PORT" \
 		SQS_ENDPOINT_STRATEGY=path \
+		SQS_DISABLE_CLOUDWATCH_METRICS=1 \
 		DNS_ADDRESS=0 \
 		FILESYSTEM_ROOT="$LS_DIR/filesystem" \
 		TMPDIR="$LS_DIR/tmp" \

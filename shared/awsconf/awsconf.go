@@ -17,10 +17,10 @@ import (
 )
 
 // MaxIdleConnsPerHost is how many idle connections the clients keep per
-// endpoint. The SDK keeps 10; the poller has up to send_concurrency (64 by
+// endpoint. The SDK keeps 10; the poller has up to send_concurrency (128 by
 // default) SQS requests in flight and the local writer loops more, and a
 // connection closed after every burst costs a TLS handshake on the next.
-const MaxIdleConnsPerHost = 64
+const MaxIdleConnsPerHost = 128
 
 // Load returns the default SDK configuration, with an HTTP client that keeps
 // MaxIdleConnsPerHost idle connections per endpoint.

@@ -106,11 +106,13 @@ const (
 	MaxFIFOBatchSize = 10
 	MaxBatchSize     = 10000
 	// DefaultSendConcurrency is how many SendMessageBatch requests the
-	// poller keeps in flight. A page of 500 changes is 50 requests per
-	// output; at 15-20 ms a request (in a region), 64 in flight queue a page
-	// to one output in one round trip and to three in three, which keeps
-	// the poller near its source's pace (make bench, cloud-poller).
-	DefaultSendConcurrency = 64
+	// poller keeps in flight. A poller catching up sends chunks of up to
+	// 1,000 changes, two at a time: 100 requests per output each. At 15-20
+	// ms a request (in a region), 128 in flight queue a chunk to one output
+	// in one round trip; against 64, the poller's rate at 15 ms rose from
+	// 17,900 to 22,400 changes a second to one output, and from 8,300 to
+	// 10,800 to three (make bench, cloud-poller).
+	DefaultSendConcurrency = 128
 	MaxSendConcurrency     = 512
 )
 

@@ -2,8 +2,9 @@
 // with SendMessageBatch, putting bodies too large for a message in S3 (claim
 // check). A Send succeeds only when SQS accepted every entry.
 //
-// The requests of one Send run concurrently, up to Sender.Concurrency at a
-// time: the claim checks first, then the batches of every output. Changes of
+// The requests of one Send run concurrently, the claim checks first, then
+// the batches of every output; a Sender has at most Sender.Concurrency
+// requests in flight, across the Sends it runs at once. Changes of
 // one document bound for a FIFO queue are sent in their order (see Send).
 package fanout
 
@@ -67,10 +68,9 @@ func (t Target) group(c *change.Envelope) string {
 	return GroupID(c.DocID)
 }
 
-// DefaultConcurrency is how many requests one Send keeps in flight when
+// DefaultConcurrency is how many requests a Sender keeps in flight when
 // Sender.Concurrency is zero: config.DefaultSendConcurrency, the poller's
-// default. At 15-20 ms per SendMessageBatch, 64 requests in flight queue up
-// to 30,000-40,000 changes a second.
+// default.
 const DefaultConcurrency = config.DefaultSendConcurrency
 
 // Sender sends envelopes. Safe for concurrent use.
@@ -83,12 +83,15 @@ type Sender struct {
 	MaxBytes int
 	// Attempts bounds the retries of entries SQS did not accept. Default 5.
 	Attempts int
-	// Concurrency bounds the SQS and S3 requests one Send has in flight.
-	// Default DefaultConcurrency.
+	// Concurrency bounds the SQS and S3 requests the Sender has in flight,
+	// across concurrent Sends. Default DefaultConcurrency.
 	Concurrency int
 	// Backoff is the wait before the first retry of entries SQS did not
 	// accept; it doubles for every further retry. Default 100ms.
 	Backoff time.Duration
+
+	slotsOnce sync.Once
+	slots     chan struct{} // one token per request in flight
 }
 
 // ErrRejected is returned when SQS refuses entries for a reason retrying
@@ -99,8 +102,9 @@ var ErrRejected = errors.New("sqs rejected entries")
 const batchLimit = 10
 
 // Fence is called before every SQS request; a non-nil error stops the send
-// (the poller's lease may have expired). Send calls it from one goroutine at
-// a time, so it may renew the lease in place.
+// (the poller's lease may have expired). One Send calls it from one
+// goroutine at a time, so it may renew the lease in place; a caller that
+// runs Sends side by side serializes its fence across them.
 type Fence func() error
 
 // Stats describes what a Send queued.
@@ -183,6 +187,18 @@ func (s *Sender) limit() int {
 	return DefaultConcurrency
 }
 
+// request runs one SQS or S3 request once fewer than limit are in flight.
+func (s *Sender) request(ctx context.Context, f func() error) error {
+	s.slotsOnce.Do(func() { s.slots = make(chan struct{}, s.limit()) })
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for a request slot: %w", ctx.Err())
+	}
+	defer func() { <-s.slots }()
+	return f()
+}
+
 // encoded is one change's message body with the output left out: the body of
 // an output is head + `"output":"<id>"` + tail.
 type encoded struct {
@@ -229,12 +245,14 @@ func (r *send) encode(ctx context.Context, targets []Target, changes []*change.E
 	refs := make([]*change.ObjectRef, len(big))
 	for k, i := range big {
 		g.Go(func() error {
-			ref, put, err := r.s.claimCheck(gctx, changes[i])
-			refs[k] = ref
-			if put {
-				r.add(func(st *Stats) { st.Puts++ })
-			}
-			return err
+			return r.s.request(gctx, func() error {
+				ref, put, err := r.s.claimCheck(gctx, changes[i])
+				refs[k] = ref
+				if put {
+					r.add(func(st *Stats) { st.Puts++ })
+				}
+				return err
+			})
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -431,13 +449,22 @@ func (r *send) sendBatch(ctx context.Context, t Target, entries []sqstypes.SendM
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("send message batch to %s: %w", t.Output, err)
 		}
-		if err := r.askFence(); err != nil {
-			return err
-		}
-		r.add(func(st *Stats) { st.Requests++ })
-		out, err := r.s.SQS.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &t.QueueURL, Entries: entries})
+		var out *sqs.SendMessageBatchOutput
+		err := r.s.request(ctx, func() error {
+			// The fence is asked once the request has its slot, just
+			// before it goes.
+			if err := r.askFence(); err != nil {
+				return err
+			}
+			r.add(func(st *Stats) { st.Requests++ })
+			var err error
+			if out, err = r.s.SQS.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &t.QueueURL, Entries: entries}); err != nil {
+				return fmt.Errorf("send message batch to %s: %w", t.Output, err)
+			}
+			return nil
+		})
 		if err != nil {
-			return fmt.Errorf("send message batch to %s: %w", t.Output, err)
+			return err
 		}
 		if len(out.Failed) == 0 {
 			return nil

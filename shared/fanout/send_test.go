@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/fanout"
@@ -170,6 +171,35 @@ func counters(envs []*change.Envelope) map[string][]int64 {
 	return out
 }
 
+// Sends running side by side share the Sender's limit: a poller with two
+// chunks in flight has no more requests in flight than with one.
+func TestSendConcurrencyAcrossSends(t *testing.T) {
+	t.Parallel()
+	f := &fakeSQS{delay: 20 * time.Millisecond}
+	snd := &fanout.Sender{SQS: f, MaxBytes: 256 * 1024, Concurrency: 8}
+	targets := []fanout.Target{{Output: "o", QueueURL: "q"}}
+	var g errgroup.Group
+	for k := range 2 {
+		g.Go(func() error {
+			ids := make([]string, 200)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("s%d-d%03d", k, i)
+			}
+			_, err := snd.Send(context.Background(), targets, changesOf(ids...), func() error { return nil })
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	if got := f.peak.Load(); got != 8 {
+		t.Errorf("peak requests in flight across two Sends = %d, want 8 (the limit)", got)
+	}
+	if got := len(f.queued("q")); got != 400 {
+		t.Errorf("%d messages queued, want 400", got)
+	}
+}
+
 // The requests of a page, across outputs, run concurrently up to the limit,
 // and every change reaches every output with its output's name.
 func TestSendConcurrency(t *testing.T) {
@@ -182,7 +212,7 @@ func TestSendConcurrency(t *testing.T) {
 		wantPeak  int64
 		wantCalls int64
 	}{
-		{"one output, default limit", 0, 1000, 1, fanout.DefaultConcurrency, 100},
+		{"one output, default limit", 0, 2000, 1, fanout.DefaultConcurrency, 200},
 		{"three outputs share the limit", 8, 200, 3, 8, 60},
 		{"one request", 4, 7, 1, 1, 1},
 		{"limit of one is sequential", 1, 100, 2, 1, 20},

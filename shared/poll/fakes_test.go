@@ -333,9 +333,13 @@ type fakeSender struct {
 	leases     *fakeLeases
 	perRequest time.Duration
 	before     func(n int) error
+	// beforeDoc, when set, runs after before with the request's first
+	// document.
+	beforeDoc func(first string) error
 
 	mu       sync.Mutex
 	requests int
+	sends    []int    // the changes of every Send, in the order called
 	sent     []string // doc ids
 	// unsafe lists requests made while the stored lease had less than
 	// half its TTL left by the clock.
@@ -344,6 +348,9 @@ type fakeSender struct {
 
 func (s *fakeSender) Send(_ context.Context, targets []fanout.Target, changes []*change.Envelope, fence fanout.Fence) (fanout.Stats, error) {
 	var st fanout.Stats
+	s.mu.Lock()
+	s.sends = append(s.sends, len(changes))
+	s.mu.Unlock()
 	for range targets {
 		for start := 0; start < len(changes); start += 10 {
 			group := changes[start:min(start+10, len(changes))]
@@ -359,6 +366,11 @@ func (s *fakeSender) Send(_ context.Context, targets []fanout.Target, changes []
 			s.mu.Unlock()
 			if s.before != nil {
 				if err := s.before(n); err != nil {
+					return st, err
+				}
+			}
+			if s.beforeDoc != nil {
+				if err := s.beforeDoc(group[0].DocID); err != nil {
 					return st, err
 				}
 			}
@@ -432,7 +444,7 @@ func newRig(batch func(call int, since string) (*feed.Batch, error)) *rig {
 		Targets: []fanout.Target{{Output: "pg", QueueURL: "queue"}},
 		Log:     slog.New(slog.NewTextHandler(r.logs, nil)),
 		Metrics: metrics.New(io.Discard, map[string]string{"Job": "orders"}),
-		Clock:   w.Now, StandbyInterval: 5 * time.Millisecond, ChunkRows: 100,
+		Clock:   w.Now, StandbyInterval: 5 * time.Millisecond, ChunkRows: 100, SendDepth: 1,
 	}
 	return r
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/change"
@@ -15,11 +16,17 @@ import (
 	"github.com/changes-worker/changes-worker/shared/metrics"
 )
 
-// invocation is the state of one Run. Its methods run on Run's goroutine;
-// the one exception is the checkpoint write left in flight while the next
+// invocation is the state of one Run. Its methods run on Run's goroutine,
+// with two exceptions: the checkpoint write left in flight while the next
 // batch is read (see checkpoint), which every other lease write and every
-// send waits for first (settle).
+// send waits for first (settle); and the fences of the chunks queued in
+// the background (see startSend), which run under mu. Run's goroutine
+// holds mu from the first batch to the last, and lets go of it only while
+// it waits for a read or for a chunk in flight, so that a fence never runs
+// beside its own work, as when it waited inside every send.
 type invocation struct {
+	mu sync.Mutex
+
 	p     *Poller
 	log   *slog.Logger
 	sess  *lease.Session
@@ -41,6 +48,13 @@ type invocation struct {
 	seen misreads // malformed rows and unreadable pages met, to quarantine
 	held error    // the malformed row the last batch was cut before, or nil
 
+	ahead       *readAhead      // the pages read ahead, or nil
+	sends       []*sending      // the chunks in flight, oldest first
+	ctx         context.Context // the loop's, which sendCtx derives from
+	sendCtx     context.Context // the sends', cancelled to abandon them
+	cancelSends context.CancelFunc
+	depth       int             // chunks in flight at most
+	fifo        bool            // an output keeps each document's order
 	inflight    chan written    // the checkpoint write in flight, or nil
 	unsaved     json.RawMessage // queued but not yet checkpointed
 	unsavedLeft int64
@@ -52,15 +66,6 @@ type invocation struct {
 type written struct {
 	err   error
 	lease lease.Lease
-}
-
-// next is the read of the page that follows the one being queued.
-type next struct {
-	since  json.RawMessage
-	done   chan struct{}
-	batch  *feed.Batch
-	err    error
-	cancel context.CancelFunc
 }
 
 func (v *invocation) now() time.Time { return v.p.Clock.Now() }
@@ -145,22 +150,39 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 // (nil, or the source's last failure), the lease is lost (ErrLeaseLost) or
 // something fails for good.
 //
-// The pipeline overlaps what has no side effects with what does: the next
-// page is read while the current one is queued (prefetch), and a page's
-// closing checkpoint is written while the next page is queued. The rules
-// hold: pages are queued one after another, in feed order, so a document's
+// The pipeline overlaps what has no side effects with what does: the pages
+// after the current one are read while it is queued (readAhead), merged
+// into one batch when they have arrived by then, and a batch's closing
+// checkpoint is written while the next batch is queued. The rules hold:
+// batches are queued one after another, in feed order, so a document's
 // changes reach a FIFO queue in order; a checkpoint names only pages queued
 // whole, and is written only after the one before it (settle); the fence
 // is still asked before every request. In a streaming mode, once caught up,
 // batches come from one stream instead of pages (see streaming), with
 // nothing read ahead.
 func (v *invocation) loop(ctx context.Context) error {
-	// Deferred calls run last first: the checkpoint write in flight is
-	// settled, then the page read ahead stopped, then the stream closed.
+	// Deferred calls run last first: the chunks still in flight are
+	// abandoned, the checkpoint write in flight is settled, then the
+	// reader stopped, then the stream closed.
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	defer v.closeStream()
-	var ahead *next
-	defer func() { ahead.stop() }()
+	defer func() { v.ahead.stop() }()
 	defer func() { _ = v.settle() }()
+	v.ctx = ctx
+	v.sendCtx, v.cancelSends = context.WithCancel(ctx)
+	defer func() { v.cancelSends() }()
+	defer v.abandonSends()
+	v.depth = v.p.SendDepth
+	if v.depth <= 0 {
+		v.depth = DefaultSendDepth
+	}
+	for _, t := range v.p.Targets {
+		v.fifo = v.fifo || t.FIFO
+		if t.Total {
+			v.depth = 1 // one message group: the whole feed in order
+		}
+	}
 	for {
 		v.p.Metrics.AddHighRes(metrics.Role, 1, metrics.None)
 		// Start another batch only if the slowest one so far would still
@@ -176,8 +198,23 @@ func (v *invocation) loop(ctx context.Context) error {
 			return err
 		}
 		streamed := v.streams()
-		batch, err := v.take(ctx, ahead, streamed)
-		ahead = nil
+		// Until the next page is here, record the chunks in flight as
+		// they finish, rather than leave them unrecorded for as long as
+		// the read takes (a long poll, past the end of the feed).
+		for len(v.sends) > 0 && !v.ahead.ready() {
+			var arrived bool
+			done := v.sends[0].done
+			v.unlocked(func() { arrived = v.ahead.await(ctx, done) })
+			if arrived {
+				break
+			}
+			if err := v.completeOldest(ctx); err != nil {
+				return err
+			}
+		}
+		var batch *feed.Batch
+		var err error
+		v.unlocked(func() { batch, err = v.take(ctx, streamed) })
 		v.held = nil
 		if err == nil {
 			v.held = v.screen(ctx, batch)
@@ -194,9 +231,7 @@ func (v *invocation) loop(ctx context.Context) error {
 			v.paged(batch)
 		}
 		v.received(batch)
-		if v.held == nil && !streamed && v.more(batch) {
-			ahead = v.prefetch(ctx, nextSince(batch))
-		}
+		v.readOn(ctx, batch, streamed)
 		if stop, err := v.queue(ctx, batch); stop {
 			return err
 		}
@@ -212,18 +247,49 @@ func (v *invocation) loop(ctx context.Context) error {
 	}
 }
 
-// take reads the next batch: from the stream when streamed, else the page
-// read ahead if it starts at the checkpoint, else a page read now.
-func (v *invocation) take(ctx context.Context, ahead *next, streamed bool) (*feed.Batch, error) {
+// take reads the next batch: from the stream when streamed, else what was
+// read ahead from where the last batch ended, else a page read now.
+func (v *invocation) take(ctx context.Context, streamed bool) (*feed.Batch, error) {
+	if streamed {
+		v.stopReading()
+		return v.readStream(ctx)
+	}
+	from := v.readPosition()
+	if v.ahead != nil {
+		if b, err, ok := v.ahead.take(ctx, from, v.chunkRows(), v.chunkBytes()); ok {
+			return b, err
+		}
+		v.stopReading()
+	}
+	return v.read(ctx, from)
+}
+
+// readPosition is where the next batch starts: after the last batch, whose
+// last chunks may still be in flight, else position.
+func (v *invocation) readPosition() json.RawMessage {
+	if n := len(v.sends); n > 0 {
+		return feed.NotBefore(nextSince(v.sends[n-1].b), v.position())
+	}
+	return v.position()
+}
+
+// readOn keeps the feed read ahead of the batch being queued while the
+// source has more: the reader goes on from where it is, or starts after
+// batch. A batch cut short stops it, the next read starting at the cut.
+func (v *invocation) readOn(ctx context.Context, batch *feed.Batch, streamed bool) {
 	switch {
 	case streamed:
-		ahead.stop()
-		return v.readStream(ctx)
-	case ahead != nil && string(ahead.since) == string(v.position()):
-		return ahead.wait(ctx)
+	case v.held != nil || !v.more(batch):
+		v.stopReading()
+	case v.ahead == nil:
+		v.ahead = v.readAhead(ctx, nextSince(batch), v.readTimeout())
 	}
-	ahead.stop()
-	return v.read(ctx, v.position())
+}
+
+// stopReading stops the reader, if any.
+func (v *invocation) stopReading() {
+	v.ahead.stop()
+	v.ahead = nil
 }
 
 // readFailed handles a failed read, after recording what was queued
@@ -304,39 +370,6 @@ func nextSince(b *feed.Batch) json.RawMessage {
 	return b.Rows[len(b.Rows)-1].Seq
 }
 
-// prefetch reads the page from since in the background. At most one page is
-// read ahead, so memory holds at most two pages.
-func (v *invocation) prefetch(ctx context.Context, since json.RawMessage) *next {
-	rctx, cancel := context.WithCancel(ctx)
-	n := &next{since: since, done: make(chan struct{}), cancel: cancel}
-	timeout := v.readTimeout()
-	go func() {
-		defer close(n.done)
-		n.batch, n.err = v.fetch(rctx, since, timeout)
-	}()
-	return n
-}
-
-// wait returns the page read ahead.
-func (n *next) wait(ctx context.Context) (*feed.Batch, error) {
-	select {
-	case <-n.done:
-	case <-ctx.Done():
-		n.stop()
-	}
-	n.cancel()
-	return n.batch, n.err
-}
-
-// stop abandons a read ahead (nil: nothing to stop) and waits for it.
-func (n *next) stop() {
-	if n == nil {
-		return
-	}
-	n.cancel()
-	<-n.done
-}
-
 // fits reports whether the budget still has room for the slowest chunk so
 // far.
 func (v *invocation) fits() bool {
@@ -376,7 +409,7 @@ func (v *invocation) screen(ctx context.Context, b *feed.Batch) error {
 	if v.seen == nil {
 		v.seen = misreads{}
 	}
-	return v.p.screen(ctx, v.position(), b, v.seen, v.log)
+	return v.p.screen(ctx, v.readPosition(), b, v.seen, v.log)
 }
 
 // fetch reads the page from since with its bodies; its rows that name no
@@ -451,22 +484,30 @@ func (v *invocation) received(b *feed.Batch) {
 
 // queue queues the batch in chunks of rows: every row's seq is a valid
 // place to resume, so a slow output or the end of the budget costs at most
-// one chunk, never the whole batch. stop reports that the invocation ends,
-// with err.
+// one chunk, never the whole batch. While the feed is read ahead (catching
+// up), the last chunks may still be in flight when it returns; they are
+// recorded, in order, as later chunks start (startSend). stop reports that
+// the invocation ends, with err.
 func (v *invocation) queue(ctx context.Context, b *feed.Batch) (stop bool, err error) {
 	for start, end := 0, 0; start < len(b.Rows); start = end {
 		end = v.chunkEnd(b.Rows, start)
+		s := v.newSending(b, start, end)
+		if err := v.makeRoom(ctx, s); err != nil {
+			return true, err
+		}
 		if start > 0 && !v.fits() {
 			return true, v.saveQueued(ctx)
 		}
-		began := v.now()
-		if stop, err := v.send(ctx, b.Rows[start:end]); stop {
+		if err := v.startSend(ctx, s, b.Rows[start:end]); err != nil {
 			return true, err
 		}
-		if err := v.queued(ctx, b, end); err != nil {
+	}
+	if v.ahead == nil {
+		// Nothing read ahead: caught up, cut short or streamed. What the
+		// next batch starts from must be queued.
+		if err := v.drain(ctx); err != nil {
 			return true, err
 		}
-		v.slowest = max(v.slowest, v.now().Sub(began))
 	}
 	if len(b.Rows) == 0 && len(b.LastSeq) > 0 && string(b.LastSeq) != string(v.position()) {
 		// Nothing to queue, but the feed moved (filtered or local docs):
@@ -481,14 +522,7 @@ func (v *invocation) queue(ctx context.Context, b *feed.Batch) (stop bool, err e
 // which bounds what one Send holds encoded (each body once, and again per
 // output).
 func (v *invocation) chunkEnd(rows []feed.Row, start int) int {
-	n := v.p.ChunkRows
-	if n <= 0 {
-		n = DefaultChunkRows
-	}
-	budget := v.p.ChunkBytes
-	if budget <= 0 {
-		budget = DefaultChunkBytes
-	}
+	n, budget := v.chunkRows(), v.chunkBytes()
 	end, size := start, 0
 	for end < len(rows) && end-start < n && size < budget {
 		size += len(rows[end].Doc)
@@ -497,25 +531,18 @@ func (v *invocation) chunkEnd(rows []feed.Row, start int) int {
 	return end
 }
 
-// send queues the changes of rows to every output, the fence asked before
-// every request. stop reports that the invocation ends, with err.
-func (v *invocation) send(ctx context.Context, rows []feed.Row) (stop bool, err error) {
-	changes := v.envelopes(rows)
-	if len(changes) == 0 {
-		return false, nil
+func (v *invocation) chunkRows() int {
+	if v.p.ChunkRows > 0 {
+		return v.p.ChunkRows
 	}
-	if err := v.keepAlive(ctx); err != nil {
-		return true, err
+	return DefaultChunkRows
+}
+
+func (v *invocation) chunkBytes() int {
+	if v.p.ChunkBytes > 0 {
+		return v.p.ChunkBytes
 	}
-	st, err := v.p.Sender.Send(ctx, v.p.Targets, changes, func() error { return v.fence(ctx) })
-	if err != nil {
-		return true, v.sendFailed(ctx, err)
-	}
-	v.res.Enqueued += len(changes)
-	v.p.count(metrics.DocumentsEnqueued, float64(st.Messages))
-	v.p.count(metrics.BytesEnqueued, float64(st.Bytes))
-	v.p.Metrics.Add(metrics.BatchSize, float64(len(changes)), metrics.Count)
-	return false, nil
+	return DefaultChunkBytes
 }
 
 // sendFailed ends the invocation after a failed send: the checkpoint stays
@@ -668,6 +695,9 @@ func (v *invocation) checkpointDue(ctx context.Context) error {
 // saveQueued checkpoints what was queued but not yet recorded, before the
 // invocation stops.
 func (v *invocation) saveQueued(ctx context.Context) error {
+	if err := v.drain(ctx); err != nil {
+		return err
+	}
 	if v.unsaved == nil {
 		return nil
 	}

@@ -82,6 +82,10 @@ type Poller struct {
 	// ChunkBytes ends a chunk early once its bodies reach this many bytes.
 	// Default DefaultChunkBytes.
 	ChunkBytes int
+	// SendDepth is how many chunks are in flight at once while the feed
+	// is read ahead (catching up); 1 queues one chunk at a time. Default
+	// DefaultSendDepth; 1 whenever an output orders the whole feed.
+	SendDepth int
 	// OnBatch, when set, is called after every poll with whether the job is
 	// caught up (the last read returned nothing new); the local runtime's
 	// --until-idle uses it.

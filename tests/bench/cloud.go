@@ -11,7 +11,7 @@ package main
 //
 // Each figure is shown next to what sets its ceiling: the emulator's own
 // send and receive rates through the same proxy, and the poller against a
-// stand-in SQS that answers at once (cloud_null.go) behind the same latency.
+// stand-in SQS (cloud_sqs.go) that answers after the same latency.
 
 import (
 	"context"
@@ -59,15 +59,15 @@ func cloudDefaultLatency() time.Duration {
 // the general one and the per-service ones a local set-up may use.
 var cloudEndpoints = []string{"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3"}
 
-// cloudAWS is the local AWS behind latency proxies: one in front of each
-// endpoint setting in use, and one in front of the stand-in SQS
-// (cloud_sqs.go). From newCloudAWS to close, this process's endpoint
+// cloudAWS is the local AWS behind latency proxies, one in front of each
+// endpoint setting in use, and the stand-in SQS (cloud_sqs.go), which
+// delays its own answers. From newCloudAWS to close, this process's endpoint
 // settings name the proxies.
 type cloudAWS struct {
 	latency time.Duration
 	byEnv   map[string]*faults.Proxy
 	saved   map[string]*string // this process's endpoint settings before point
-	null    *faults.Proxy
+	null    *cloudSQS
 	nullSrv *httptest.Server
 }
 
@@ -93,12 +93,8 @@ func newCloudAWS(latency time.Duration) (*cloudAWS, error) {
 		c.close()
 		return nil, errors.New("AWS_ENDPOINT_URL is not set")
 	}
-	var err error
-	c.nullSrv = httptest.NewServer(newCloudSQS())
-	if c.null, err = faults.NewHTTPProxy(strings.TrimPrefix(c.nullSrv.URL, "http://")); err != nil {
-		c.close()
-		return nil, err
-	}
+	c.null = newCloudSQS()
+	c.nullSrv = httptest.NewServer(c.null)
 	c.setLatency(latency)
 	c.point()
 	return c, nil
@@ -111,9 +107,6 @@ func (c *cloudAWS) proxies() []*faults.Proxy {
 			ps = append(ps, p)
 		}
 	}
-	if c.null != nil {
-		ps = append(ps, c.null)
-	}
 	return ps
 }
 
@@ -121,6 +114,7 @@ func (c *cloudAWS) setLatency(d time.Duration) {
 	for _, p := range c.proxies() {
 		p.SetLatency(d)
 	}
+	c.null.latency.Store(int64(d))
 }
 
 // env is the environment that points a process at the proxies.
@@ -136,7 +130,7 @@ func (c *cloudAWS) env() []string {
 
 // standInEnv is env with SQS at the stand-in.
 func (c *cloudAWS) standInEnv() []string {
-	return append(c.env(), "AWS_ENDPOINT_URL_SQS="+c.null.URL())
+	return append(c.env(), "AWS_ENDPOINT_URL_SQS="+c.nullSrv.URL)
 }
 
 // point sets the endpoint settings of this process to the proxies until
@@ -168,9 +162,9 @@ func (c *cloudAWS) restore() {
 // config loads the SDK configuration (pointed at the proxies).
 func (c *cloudAWS) config(ctx context.Context) (aws.Config, error) { return awsconf.Load(ctx) }
 
-// standInSQS is an SQS client for the stand-in, through its proxy.
+// standInSQS is an SQS client for the stand-in.
 func (c *cloudAWS) standInSQS(cfg aws.Config) *sqs.Client {
-	return sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(c.null.URL()) })
+	return sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(c.nullSrv.URL) })
 }
 
 // requests returns the requests to the local AWS since the last reset, by

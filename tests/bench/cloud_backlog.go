@@ -13,8 +13,8 @@ package main
 //   - the CLI: `changesctl run --until-idle` as a process of its own over a
 //     source of -cli-docs documents, until every document is a row, and
 //     until the process exits (idle: caught up and drained);
-//   - both again with SQS replaced by the stand-in (cloud_sqs.go) behind the
-//     same latency: the pipeline's own pace when SQS keeps up, as it does on
+//   - both again with SQS replaced by the stand-in (cloud_sqs.go), which
+//     answers after the same latency: the pipeline's own pace when SQS keeps up, as it does on
 //     AWS (DynamoDB and S3 still the local ones, through the proxy);
 //   - emulator receive: what the emulator's SQS hands out through the same
 //     proxy to DefaultReceivers receivers (receive ten, delete ten), no

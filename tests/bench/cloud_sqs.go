@@ -2,10 +2,12 @@ package main
 
 // A stand-in for SQS, in memory: standard-queue semantics (at-least-once,
 // visibility timeouts, receive counts) without durability or ordering, and
-// every request answered at once. Behind the latency proxy it answers as a
-// distant SQS that is never the bottleneck, as SQS is not on AWS at these
-// rates, so that a figure measured through it is the pipeline's own
-// ceiling at that latency, apart from the emulator's.
+// every request answered after a set delay, the cloud latency. It answers
+// as a distant SQS that is never the bottleneck, as SQS is not on AWS at
+// these rates, so that a figure measured through it is the pipeline's own
+// ceiling at that latency, apart from the emulator's. The delay is its own
+// rather than a proxy's: on AWS the poller's CPU carries no proxy, and on
+// this machine's two cores a proxy's copying would be counted against it.
 //
 // It speaks the SQS JSON protocol for what the pipeline calls on the way
 // from poller to writer: GetQueueUrl (creating the queue on first use),
@@ -22,14 +24,16 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // cloudSQS is the stand-in. Safe for concurrent use.
 type cloudSQS struct {
-	mu     sync.Mutex
-	queues map[string]*cloudQueue // by name
-	ids    int64
+	latency atomic.Int64 // nanoseconds added before every answer
+	mu      sync.Mutex
+	queues  map[string]*cloudQueue // by name
+	ids     int64
 }
 
 type cloudQueue struct {
@@ -64,6 +68,13 @@ func md5Hex(s string) string {
 
 func (s *cloudSQS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "AmazonSQS.")
+	if d := time.Duration(s.latency.Load()); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+			return
+		}
+	}
 	var in struct {
 		QueueName, QueueURL string
 		Entries             []struct {

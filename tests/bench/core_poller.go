@@ -260,16 +260,16 @@ func coreRunPoller(ctx context.Context, base *poll.Poller, job string, sender po
 	p.Job = &j
 	p.Feed = &coreTimedFeed{next: base.Feed, spent: &sp.changes, done: &done}
 	p.Leases = &coreTimedLeases{Leases: base.Leases, checkpoints: &sp.checkpoints, done: &done}
-	counted := &coreCountingSender{next: sender}
-	p.Sender = counted
+	// The end is when the last change is queued: the poller may then be
+	// waiting for the page after the last, a long poll.
 	var end time.Time
-	p.OnBatch = func(bool) {
-		if end.IsZero() && counted.n.Load() >= int64(want) {
-			end = time.Now()
-			done.Store(true)
-			cancel()
-		}
-	}
+	counted := &coreCountingSender{next: sender, want: int64(want), all: func() {
+		end = time.Now()
+		done.Store(true)
+		cancel()
+	}}
+	p.Sender = counted
+	p.OnBatch = nil
 	start := time.Now()
 	res, err := p.Run(ctx, poll.Invocation{Owner: "bench-" + job, Host: "bench", Deadline: start.Add(5 * time.Minute)})
 	if end.IsZero() {
@@ -324,16 +324,22 @@ func (t *coreTimedLeases) Checkpoint(ctx context.Context, l *lease.Lease, seq js
 	return err
 }
 
-// coreCountingSender counts the changes it passes on.
+// coreCountingSender counts the changes it passes on, and calls all once
+// want were queued.
 type coreCountingSender struct {
 	next poll.Sender
+	want int64
+	all  func()
 	n    atomic.Int64
 }
 
 func (c *coreCountingSender) Send(ctx context.Context, targets []fanout.Target, changes []*change.Envelope, fence fanout.Fence) (fanout.Stats, error) {
 	st, err := c.next.Send(ctx, targets, changes, fence)
 	if err == nil {
-		c.n.Add(int64(len(changes)))
+		n := int64(len(changes))
+		if before := c.n.Add(n) - n; before < c.want && before+n >= c.want {
+			c.all()
+		}
 	}
 	return st, err
 }

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"bytes"
-	"context"
 	crand "crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -24,9 +23,7 @@ import (
 // object) receives the documents with s3_bucket/s3_key references whose
 // objects hold the attachments' bytes.
 func TestAttachmentsReachEveryOutput(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := newStack(t, stackOptions{attachments: &config.Attachments{Enabled: true}})
+	ctx, s := parallelStack(t, stackOptions{attachments: &config.Attachments{Enabled: true}})
 	contents := map[string][]byte{}
 	for _, id := range []string{"a", "b", "c"} {
 		b := make([]byte, 70<<10)

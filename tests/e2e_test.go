@@ -32,9 +32,7 @@ import (
 // documents with updates, deletes, unicode ids, ids with '/', and one body
 // larger than a queue message (claim check), into PostgreSQL, S3 and HTTP.
 func TestConvergesToSourceWinners(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := newStack(t, stackOptions{limit: 250})
+	ctx, s := parallelStack(t, stackOptions{limit: 250})
 	s.load(ctx, sample.Options{Docs: 2000, UpdateEvery: 3, DeleteEvery: 7, Seed: 42})
 	bigID := "big/ünïcode dóc"
 	if _, err := s.PutDoc(ctx, bigID, map[string]any{"type": "order", "notes": strings.Repeat("é", 200*1024)}); err != nil { // ~400 KB of UTF-8
@@ -78,9 +76,7 @@ func TestConvergesToSourceWinners(t *testing.T) {
 // An output answering 500 recovers and gets everything; a document it
 // answers 400 for goes to the DLQ with its reason, and the rest is delivered.
 func TestOutputFailuresRetryAndDeadLetter(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := newStack(t, stackOptions{outputs: []string{"rest"}, maxReceive: 4})
+	ctx, s := parallelStack(t, stackOptions{outputs: []string{"rest"}, maxReceive: 4})
 	s.load(ctx, sample.Options{Docs: 40, Seed: 7})
 	poison := sample.ID(5)
 	var fails atomic.Int32
@@ -130,9 +126,7 @@ func TestOutputFailuresRetryAndDeadLetter(t *testing.T) {
 // Duplicates and reordering never let an older change overwrite a newer one,
 // and a deleted document stays deleted when a stale update arrives late.
 func TestDuplicatesAndReorderingAreHarmless(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := newStack(t, stackOptions{outputs: []string{"pg", "archive"}})
+	ctx, s := parallelStack(t, stackOptions{outputs: []string{"pg", "archive"}})
 	mk := func(id, rev string, gen, n int64, deleted bool) *change.Envelope {
 		e := &change.Envelope{V: change.EnvelopeVersion, Job: "orders", DocID: id, Rev: rev, Seq: json.RawMessage(fmt.Sprint(n)),
 			Deleted: deleted, Version: change.Version{Generation: gen, Counter: n}, EnqueuedAt: time.Now()}
@@ -164,9 +158,7 @@ func TestDuplicatesAndReorderingAreHarmless(t *testing.T) {
 // A conflicted document whose winning branch is deleted ends with the
 // source's new winner, although its revision is lower than the old one.
 func TestConflictWinnerDeletedConverges(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := newStack(t, stackOptions{outputs: []string{"pg", "archive", "rest"}})
+	ctx, s := parallelStack(t, stackOptions{outputs: []string{"pg", "archive", "rest"}})
 	id := "conflicted/doc"
 	bulkNoNewEdits(t, s.SourceURL, []map[string]any{
 		{"_id": id, "_rev": "2-aaaa", "side": "a", "_revisions": map[string]any{"start": 2, "ids": []string{"aaaa", "root"}}},
@@ -215,9 +207,7 @@ func TestSourceFailuresKeepCheckpoint(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			s := newStack(t, stackOptions{sourceURL: tt.url, outputs: []string{"pg"}})
+			ctx, s := parallelStack(t, stackOptions{sourceURL: tt.url, outputs: []string{"pg"}})
 			setCheckpoint(t, s, json.RawMessage(`5`))
 			p, err := s.Deps.Poller(ctx, "orders")
 			if err != nil {
@@ -244,9 +234,7 @@ func TestSourceFailuresKeepCheckpoint(t *testing.T) {
 // Two pollers at once: one holds the lease and moves the checkpoint; the
 // other stands by; a holder whose lease was taken has its checkpoint refused.
 func TestTwoPollersOneActive(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := newStack(t, stackOptions{outputs: []string{"pg"}, limit: 50})
+	ctx, s := parallelStack(t, stackOptions{outputs: []string{"pg"}, limit: 50})
 	s.load(ctx, sample.Options{Docs: 300, Seed: 3})
 	p, err := s.Deps.Poller(ctx, "orders")
 	if err != nil {

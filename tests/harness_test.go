@@ -52,6 +52,14 @@ type stackOptions struct {
 	rest func(*config.Output)
 }
 
+// parallelStack marks t parallel and returns its context and a new stack
+// built from o.
+func parallelStack(t *testing.T, o stackOptions) (context.Context, *testStack) {
+	t.Helper()
+	t.Parallel()
+	return t.Context(), newStack(t, o)
+}
+
 func newStack(t *testing.T, o stackOptions) *testStack {
 	t.Helper()
 	recv, err := receiver.New(t.TempDir())

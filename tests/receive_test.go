@@ -2,7 +2,6 @@ package tests
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -74,10 +73,8 @@ func (l *answerLoser) Do(req *http.Request) (*http.Response, error) {
 // writer timeout) would have let them come back. Both queue kinds: pg is a
 // standard queue, rest a FIFO queue.
 func TestLostReceiveAnswerDoesNotStall(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
 	loser := &answerLoser{lost: map[string]int{}}
-	s := newStack(t, stackOptions{outputs: []string{"pg", "rest"}, httpClient: func(c aws.HTTPClient) aws.HTTPClient {
+	ctx, s := parallelStack(t, stackOptions{outputs: []string{"pg", "rest"}, httpClient: func(c aws.HTTPClient) aws.HTTPClient {
 		loser.next = c
 		return loser
 	}})

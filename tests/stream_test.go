@@ -65,16 +65,6 @@ func runOneInvocation(t *testing.T, deps *pipeline.Deps) (stop func()) {
 	return func() { cancel(); wg.Wait() }
 }
 
-// waitForLog waits until the pipeline log holds s.
-func waitForLog(t *testing.T, logs *stack.Capture, s string, within time.Duration) {
-	t.Helper()
-	for deadline := time.Now().Add(within); !strings.Contains(logs.String(), s); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in the pipeline log within %s", s, within)
-		}
-	}
-}
-
 // TestStreamPipelineCouchDB: with feed.mode continuous, the poller catches
 // up, opens one stream, and inserts, updates and deletes made while that
 // stream is open reach PostgreSQL through it: the output ends equal to the
@@ -91,7 +81,7 @@ func TestStreamPipelineCouchDB(t *testing.T) {
 	started := time.Now()
 	stop := runOneInvocation(t, s.Deps)
 	defer stop()
-	waitForLog(t, s.Logs(), `msg="stream opened" job=orders`, 60*time.Second)
+	s.Logs().WaitFor(t, `msg="stream opened" job=orders`, 60*time.Second)
 	t.Logf("stream opened %s after the start", time.Since(started).Round(time.Millisecond))
 
 	for i := range 30 {
@@ -111,15 +101,7 @@ func TestStreamPipelineCouchDB(t *testing.T) {
 	waitEqual(t, want, func() map[string]string { return s.pgState(ctx) })
 	t.Logf("the output equals the source %s after the last write", time.Since(wrote).Round(time.Millisecond))
 
-	logs := s.Logs().String()
-	if n := strings.Count(logs, `msg="stream opened"`); n != 1 {
-		t.Errorf("%d streams opened, want 1", n)
-	}
-	for _, bad := range []string{`msg="stream closed"`, `msg="stream ended; catching up with pages"`, `msg="lease released"`} {
-		if strings.Contains(logs, bad) {
-			t.Errorf("the log has %s before the output caught up: the changes did not all come through one stream", bad)
-		}
-	}
+	s.Logs().CheckOneStream(t)
 }
 
 // waitEqual waits up to a minute for got() to equal want.
@@ -175,7 +157,7 @@ func TestStreamPipelineDropped(t *testing.T) {
 	put("before", 0)
 	stop := runOneInvocation(t, s.Deps)
 	defer stop()
-	waitForLog(t, s.Logs(), `msg="stream opened" job=orders`, 60*time.Second)
+	s.Logs().WaitFor(t, `msg="stream opened" job=orders`, 60*time.Second)
 	for i := range 80 {
 		id := fmt.Sprintf("d%02d", i%40)
 		put(id, i)

@@ -9,9 +9,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
-	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/testbucket"
 )
 
 // TestBucketCheck: `changesctl bucket check` reads the lifecycle rules of an
@@ -20,11 +20,7 @@ import (
 func TestBucketCheck(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	client := s3.NewFromConfig(testenv.AWS(t), awsconf.S3Options)
-	bucket := testenv.Name(t)
-	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatal(err)
-	}
+	client, bucket := testbucket.New(t)
 	cfgPath := writeS3Config(t, "cwb", bucket)
 	run := func() (string, error) {
 		var out, errb bytes.Buffer

@@ -140,9 +140,8 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 
 // TestVerifyHTTPUnsupported: an HTTP output has no state to read.
 func TestVerifyHTTPUnsupported(t *testing.T) {
-	t.Parallel()
-	s := newTestStack(t, outPG, outHTTP)
-	_, errOut, err := s.cli(t.Context(), "", "verify", "--output", "rest")
+	ctx, s := parallelStack(t, outPG, outHTTP)
+	_, errOut, err := s.cli(ctx, "", "verify", "--output", "rest")
 	if exitCode(err) != 2 || !strings.Contains(errOut, "verify is not supported for http outputs") {
 		t.Errorf("verify of an http output: exit %d (%v), stderr:\n%s", exitCode(err), err, errOut)
 	}

@@ -14,11 +14,11 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/testbucket"
 )
 
 func TestGroupAndDeduplicationIDs(t *testing.T) {
@@ -46,12 +46,8 @@ func TestGroupAndDeduplicationIDs(t *testing.T) {
 func TestSendWithClaimCheck(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg := testenv.AWS(t)
-	sq, s3c := sqs.NewFromConfig(cfg), s3.NewFromConfig(cfg, awsconf.S3Options)
-	name := testenv.Name(t)
-	if _, err := s3c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &name}); err != nil {
-		t.Fatal(err)
-	}
+	sq := sqs.NewFromConfig(testenv.AWS(t))
+	s3c, name := testbucket.New(t)
 	std, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
 	if err != nil {
 		t.Fatal(err)

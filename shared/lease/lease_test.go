@@ -13,10 +13,16 @@ import (
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
-func TestAcquireRenewCheckpointRelease(t *testing.T) {
+// parallelStore marks t parallel and returns its context and a store on a
+// fresh state table.
+func parallelStore(t *testing.T) (context.Context, *lease.Store) {
+	t.Helper()
 	t.Parallel()
-	ctx := context.Background()
-	s := lease.New(testenv.StateTable(t))
+	return t.Context(), lease.New(testenv.StateTable(t))
+}
+
+func TestAcquireRenewCheckpointRelease(t *testing.T) {
+	ctx, s := parallelStore(t)
 	ttl := 10 * time.Second
 
 	a, _, err := s.Acquire(ctx, "job", "a", "host-a", ttl)
@@ -71,9 +77,7 @@ func TestAcquireRenewCheckpointRelease(t *testing.T) {
 }
 
 func TestExpiredLeaseIsTakenOver(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := lease.New(testenv.StateTable(t))
+	ctx, s := parallelStore(t)
 	clock := time.Now()
 	s.Clock = func() time.Time { return clock }
 	a, _, err := s.Acquire(ctx, "job", "a", "h", 5*time.Second)
@@ -98,9 +102,7 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 }
 
 func TestForceTakeFencesHolder(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := lease.New(testenv.StateTable(t))
+	ctx, s := parallelStore(t)
 	a, _, err := s.Acquire(ctx, "job", "a", "h", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -128,9 +130,7 @@ func TestForceTakeFencesHolder(t *testing.T) {
 // when it reads the item and only the engine's atomicity can refuse all but
 // one. The racers of a round are released together by closing a channel.
 func TestOneWinnerPerRound(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := lease.New(testenv.StateTable(t))
+	ctx, s := parallelStore(t)
 	const rounds = 300
 	racers := []int{8, 12, 16}
 	var races, wins int

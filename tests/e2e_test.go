@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/failure"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/lease"
@@ -343,5 +344,35 @@ func bulkNoNewEdits(t *testing.T, db string, docs []map[string]any) {
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		t.Fatalf("bulk docs new_edits=false: status %d", resp.StatusCode)
+	}
+}
+
+// A checkpoint set back replays the feed to every output, FIFO ones
+// included: within SQS's five-minute deduplication window, the changes
+// queued again carry the new replay epoch and are not dropped as repeats of
+// the first pass.
+func TestReplayAfterResetReachesFIFOOutput(t *testing.T) {
+	ctx, s := parallelStack(t, stackOptions{outputs: []string{"rest"}, rest: func(o *config.Output) {
+		o.Ordering = config.OrderingPerDocument
+	}})
+	s.load(ctx, sample.Options{Docs: 30, Seed: 11})
+	want := s.sourceState(ctx)
+	before := 0
+	for pass := 1; pass <= 2; pass++ {
+		if pass == 2 {
+			setCheckpoint(t, s, nil)
+		}
+		sum := s.runUntilIdle(ctx, localrun.Options{})
+		if got := sum.Outputs["orders/rest"].Delivered; got != int64(len(want)) {
+			t.Errorf("pass %d: delivered %d changes to the FIFO output, want %d", pass, got, len(want))
+		}
+		puts, _, stale := s.recv.Counts()
+		if puts-before != len(want) || stale != 0 {
+			t.Errorf("pass %d: the receiver took %d documents (%d stale), want %d", pass, puts-before, stale, len(want))
+		}
+		before = puts
+		if d := cmp.Diff(want, s.httpState()); d != "" {
+			t.Errorf("pass %d: receiver (-want +got):\n%s", pass, d)
+		}
 	}
 }

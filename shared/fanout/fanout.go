@@ -53,6 +53,10 @@ type Target struct {
 	// after the output (ordering total), so the writer sees the whole feed in
 	// order; otherwise each document has its own group.
 	Total bool
+	// Epoch is the job's replay epoch (lease.State.ReplayEpoch), part of
+	// every FIFO deduplication id: changes queued again after an operator
+	// set the checkpoint back are not taken for repeats.
+	Epoch int64
 }
 
 // NewTarget is the target of an output's work queue at url.
@@ -391,7 +395,7 @@ func (s *Sender) chunks(t Target, changes []*change.Envelope, enc []encoded, out
 		if t.FIFO {
 			c := changes[i]
 			e.MessageGroupId = aws.String(t.group(c))
-			e.MessageDeduplicationId = aws.String(DeduplicationID(c.Job, t.Output, c.DocID, c.Seq))
+			e.MessageDeduplicationId = aws.String(DeduplicationID(c.Job, t.Output, c.DocID, c.Seq, t.Epoch))
 		}
 		cur.t = t
 		cur.entries = append(cur.entries, e)
@@ -519,11 +523,19 @@ func GroupID(docID string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// DeduplicationID identifies one change on one output: the seq, not the rev,
-// because the same revision can legitimately become the winner again.
-func DeduplicationID(job, output, docID string, seq json.RawMessage) string {
+// DeduplicationID identifies one change on one output within a replay
+// epoch: the seq, not the rev, because the same revision can legitimately
+// become the winner again. Within an epoch, a change sent again (a retry, or
+// a failover's replay) is dropped by SQS for five minutes; a checkpoint set
+// back by an operator starts a new epoch, whose changes are delivered. Epoch
+// zero (never set back) gives the ids of before epochs existed.
+func DeduplicationID(job, output, docID string, seq json.RawMessage, epoch int64) string {
 	h := sha256.New()
-	for _, p := range []string{job, output, docID, string(seq)} {
+	parts := []string{job, output, docID, string(seq)}
+	if epoch != 0 {
+		parts = append(parts, strconv.FormatInt(epoch, 10))
+	}
+	for _, p := range parts {
 		h.Write([]byte(p))
 		h.Write([]byte{0})
 	}

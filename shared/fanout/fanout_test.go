@@ -2,6 +2,8 @@ package fanout_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,12 +34,23 @@ func TestGroupAndDeduplicationIDs(t *testing.T) {
 			t.Errorf("GroupID(%q) = %q, want a hash within 128 chars", id, g)
 		}
 	}
-	a := fanout.DeduplicationID("j", "o", "d", json.RawMessage(`5`))
-	if a == fanout.DeduplicationID("j", "o", "d", json.RawMessage(`6`)) || a == fanout.DeduplicationID("j", "o2", "d", json.RawMessage(`5`)) {
+	a := fanout.DeduplicationID("j", "o", "d", json.RawMessage(`5`), 0)
+	if a == fanout.DeduplicationID("j", "o", "d", json.RawMessage(`6`), 0) || a == fanout.DeduplicationID("j", "o2", "d", json.RawMessage(`5`), 0) {
 		t.Error("dedup ids must differ by seq and output")
 	}
-	if fanout.DeduplicationID("j", "o", "d", json.RawMessage(`5`)) != a {
+	if fanout.DeduplicationID("j", "o", "d", json.RawMessage(`5`), 0) != a {
 		t.Error("dedup id is not deterministic")
+	}
+	// A checkpoint set back starts a new epoch: the same change is new.
+	e3 := fanout.DeduplicationID("j", "o", "d", json.RawMessage(`5`), 3)
+	if e3 == a || e3 == fanout.DeduplicationID("j", "o", "d", json.RawMessage(`5`), 4) {
+		t.Error("dedup ids must differ by replay epoch")
+	}
+	// Epoch zero keeps the ids of before epochs, so messages queued across
+	// an upgrade still deduplicate.
+	legacy := sha256.Sum256([]byte("j\x00o\x00d\x005\x00"))
+	if a != hex.EncodeToString(legacy[:]) {
+		t.Errorf("epoch 0 id %s, want the id without an epoch", a)
 	}
 }
 
@@ -138,7 +151,7 @@ func TestSendTotalOrder(t *testing.T) {
 		if g := m.Attributes["MessageGroupId"]; g != "o" {
 			t.Errorf("%s in group %q, want the output's group o", e.DocID, g)
 		}
-		if d := m.Attributes["MessageDeduplicationId"]; d != fanout.DeduplicationID("j", "o", e.DocID, e.Seq) {
+		if d := m.Attributes["MessageDeduplicationId"]; d != fanout.DeduplicationID("j", "o", e.DocID, e.Seq, 0) {
 			t.Errorf("%s dedup id %q, want the one of (job, output, doc, seq)", e.DocID, d)
 		}
 		got = append(got, e.DocID)

@@ -56,6 +56,7 @@ const (
 	attrStandbySeen  = "standby_seen_at"
 	attrLargest      = "largest_batch"
 	attrAuthFailedAt = "source_auth_failed_at"
+	attrReplayEpoch  = "replay_epoch"
 )
 
 // Roles recorded on the job item.
@@ -105,6 +106,10 @@ type State struct {
 	// SourceAuthFailedAt is when the source last refused our credentials
 	// (401/403); zero when never.
 	SourceAuthFailedAt time.Time
+	// ReplayEpoch is the generation of the operator's lease that last set
+	// or reset the checkpoint (SetCheckpoint); zero when never. Changes
+	// queued again after it are new to FIFO deduplication.
+	ReplayEpoch int64
 }
 
 // Held reports whether, by the clock value now, someone holds the lease.
@@ -236,7 +241,7 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 		// the takeover did not change (the checkpoint) is still there.
 		retried = true
 		prev = &State{JobID: job, Exists: st.Generation > 1, Generation: st.Generation - 1,
-			Checkpoint: st.Checkpoint, CheckpointAt: st.CheckpointAt, Pending: st.Pending}
+			Checkpoint: st.Checkpoint, CheckpointAt: st.CheckpointAt, Pending: st.Pending, ReplayEpoch: st.ReplayEpoch}
 	} else {
 		prev = decode(out.Attributes)
 		prev.JobID = job
@@ -432,20 +437,25 @@ func (s *Store) MarkStandby(ctx context.Context, job, owner string) error {
 
 // SetCheckpoint overwrites the checkpoint of a job whose lease is held by l
 // (typically taken with ForceTake or Acquire by an operator). A nil seq resets
-// to the beginning of the feed.
+// to the beginning of the feed. It records l's generation as the replay
+// epoch: what the poller queues again from there carries it in its FIFO
+// deduplication ids, so SQS does not drop it as a repeat of what was queued
+// before, within its five-minute window.
 func (s *Store) SetCheckpoint(ctx context.Context, l *Lease, seq json.RawMessage) error {
-	if seq == nil {
-		now := s.Clock.Now()
-		err := s.write(ctx, l, now, "#cpat = :nowiso", "REMOVE #cp",
-			map[string]string{"#cp": attrCheckpoint, "#cpat": attrCheckpointAt},
-			map[string]types.AttributeValue{":nowiso": statetable.Stamp(now)})
-		if err != nil {
-			return fmt.Errorf("reset checkpoint %s: %w", l.JobID, err)
-		}
-		l.Checkpoint = nil
-		return nil
+	now := s.Clock.Now()
+	names := map[string]string{"#cp": attrCheckpoint, "#cpat": attrCheckpointAt, "#re": attrReplayEpoch}
+	vals := map[string]types.AttributeValue{":nowiso": statetable.Stamp(now), ":re": statetable.Num(l.Generation)}
+	sets, tail := "#cpat = :nowiso, #re = :re", "REMOVE #cp"
+	if seq != nil {
+		names["#pending"] = attrPending
+		vals[":seq"], vals[":p"] = statetable.Str(string(seq)), statetable.Num(-1)
+		sets, tail = "#cp = :seq, #cpat = :nowiso, #pending = :p, #re = :re", ""
 	}
-	return s.Checkpoint(ctx, l, seq, -1)
+	if err := s.write(ctx, l, now, sets, tail, names, vals); err != nil {
+		return fmt.Errorf("set checkpoint %s: %w", l.JobID, err)
+	}
+	l.Checkpoint = seq
+	return nil
 }
 
 func decode(item map[string]types.AttributeValue) *State {
@@ -482,5 +492,6 @@ func decode(item map[string]types.AttributeValue) *State {
 	st.StandbySeenAt = t(attrStandbySeen)
 	st.LargestBatch = n(attrLargest)
 	st.SourceAuthFailedAt = t(attrAuthFailedAt)
+	st.ReplayEpoch = n(attrReplayEpoch)
 	return st
 }

@@ -118,8 +118,23 @@ func TestForceTakeFencesHolder(t *testing.T) {
 		t.Errorf("fenced holder's checkpoint: %v, want ErrLeaseLost", err)
 	}
 	st, _ := s.Get(ctx, "job")
-	if st.Checkpoint != nil || st.Generation != 2 {
-		t.Errorf("after forced reset: checkpoint %s generation %d", st.Checkpoint, st.Generation)
+	if st.Checkpoint != nil || st.Generation != 2 || st.ReplayEpoch != 2 {
+		t.Errorf("after forced reset: checkpoint %s generation %d replay epoch %d; want none, 2, 2", st.Checkpoint, st.Generation, st.ReplayEpoch)
+	}
+	// The next holder learns the epoch; its own checkpoints keep it.
+	if err := s.Release(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := s.Acquire(ctx, "job", "b", "h", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Checkpoint(ctx, b, json.RawMessage(`9`), 0); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = s.Get(ctx, "job")
+	if b.Previous.ReplayEpoch != 2 || st.ReplayEpoch != 2 {
+		t.Errorf("replay epoch: %d at the takeover, %d after a checkpoint; want 2, 2", b.Previous.ReplayEpoch, st.ReplayEpoch)
 	}
 }
 

@@ -168,7 +168,7 @@ func checkFIFO(t *testing.T, _ *config.File, ev events.SQSEvent) {
 		if a["MessageGroupId"] != fanout.GroupID(env.DocID) {
 			t.Errorf("%s: MessageGroupId %q, the poller sends %q", env.DocID, a["MessageGroupId"], fanout.GroupID(env.DocID))
 		}
-		if want := fanout.DeduplicationID(env.Job, env.Output, env.DocID, env.Seq); a["MessageDeduplicationId"] != want {
+		if want := fanout.DeduplicationID(env.Job, env.Output, env.DocID, env.Seq, 0); a["MessageDeduplicationId"] != want {
 			t.Errorf("%s: MessageDeduplicationId %q, the poller sends %q", env.DocID, a["MessageDeduplicationId"], want)
 		}
 		// A 128-bit number, in decimal.

@@ -65,6 +65,7 @@ type fakeLeases struct {
 	released     bool
 	checkpoint   json.RawMessage
 	checkpointAt time.Time
+	replayEpoch  int64
 	// freeAfterReads releases the other owner's lease at this read (Get).
 	freeAfterReads int
 	// perRead moves the clock on every read (Get).
@@ -81,7 +82,8 @@ var _ poll.Leases = (*fakeLeases)(nil)
 
 func (f *fakeLeases) state() *lease.State {
 	return &lease.State{Exists: f.owner != "", Owner: f.owner, Generation: f.generation, ExpiresAt: f.expires,
-		Released: f.released, Checkpoint: f.checkpoint, CheckpointAt: f.checkpointAt, HeartbeatAt: f.expires.Add(-ttl)}
+		Released: f.released, Checkpoint: f.checkpoint, CheckpointAt: f.checkpointAt, HeartbeatAt: f.expires.Add(-ttl),
+		ReplayEpoch: f.replayEpoch}
 }
 
 // holdBy makes owner the holder, as if it had just renewed.
@@ -340,6 +342,7 @@ type fakeSender struct {
 	mu       sync.Mutex
 	requests int
 	sends    []int    // the changes of every Send, in the order called
+	epochs   []int64  // the targets' replay epoch of every Send
 	sent     []string // doc ids
 	// unsafe lists requests made while the stored lease had less than
 	// half its TTL left by the clock.
@@ -350,6 +353,9 @@ func (s *fakeSender) Send(_ context.Context, targets []fanout.Target, changes []
 	var st fanout.Stats
 	s.mu.Lock()
 	s.sends = append(s.sends, len(changes))
+	for _, t := range targets {
+		s.epochs = append(s.epochs, t.Epoch)
+	}
 	s.mu.Unlock()
 	for range targets {
 		for start := 0; start < len(changes); start += 10 {

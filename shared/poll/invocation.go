@@ -11,6 +11,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/clock"
+	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/metrics"
@@ -48,6 +49,7 @@ type invocation struct {
 	seen misreads // malformed rows and unreadable pages met, to quarantine
 	held error    // the malformed row the last batch was cut before, or nil
 
+	targets     []fanout.Target // the poller's, with the job's replay epoch
 	ahead       *readAhead      // the pages read ahead, or nil
 	sends       []*sending      // the chunks in flight, oldest first
 	ctx         context.Context // the loop's, which sendCtx derives from
@@ -105,6 +107,13 @@ func (v *invocation) start() {
 	l := v.lease
 	v.res = Result{Role: "active", Generation: l.Generation, Takeover: l.Kind, Checkpoint: l.Checkpoint}
 	v.since, v.checkpointAt, v.caughtUpAt = l.Checkpoint, l.Previous.CheckpointAt, v.now()
+	// Changes queued again after an operator set the checkpoint back are
+	// not repeats to a FIFO queue's deduplication.
+	v.targets = make([]fanout.Target, len(v.p.Targets))
+	for i, t := range v.p.Targets {
+		t.Epoch = l.Previous.ReplayEpoch
+		v.targets[i] = t
+	}
 	v.log = v.log.With("generation", l.Generation)
 	v.log.Info("lease acquired", "takeover", l.Kind, "previous_owner", l.Previous.Owner, "checkpoint", string(l.Checkpoint))
 	v.p.count(metrics.LeaseAcquired, 1)

@@ -78,7 +78,7 @@ func (v *invocation) startSend(ctx context.Context, s *sending, rows []feed.Row)
 		sctx := v.sendCtx
 		go func() {
 			defer close(s.done)
-			st, err := v.p.Sender.Send(sctx, v.p.Targets, changes, fence)
+			st, err := v.p.Sender.Send(sctx, v.targets, changes, fence)
 			s.sent, s.bytes, s.err = st.Messages, st.Bytes, err
 		}()
 	}

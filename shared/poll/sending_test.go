@@ -281,3 +281,29 @@ func TestRunReadAhead(t *testing.T) {
 		})
 	}
 }
+
+// The job's replay epoch reaches every target of every Send, so a FIFO
+// queue takes the changes queued again after a reset for new ones.
+func TestRunSendsWithReplayEpoch(t *testing.T) {
+	t.Parallel()
+	r := newRig(nil)
+	r.leases.replayEpoch = 7
+	r.poller.Targets = append(r.poller.Targets, fanout.Target{Output: "rest", QueueURL: "q.fifo", FIFO: true})
+	r.feed.batch = thenIdle(r, batchOf(1, 250))
+	if _, err := r.run(t, 5*time.Second); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	r.sender.mu.Lock()
+	defer r.sender.mu.Unlock()
+	if len(r.sender.epochs) == 0 {
+		t.Fatal("nothing sent")
+	}
+	for _, e := range r.sender.epochs {
+		if e != 7 {
+			t.Fatalf("targets' epochs %v, want 7 for every one", r.sender.epochs)
+		}
+	}
+	if r.poller.Targets[0].Epoch != 0 {
+		t.Error("the poller's own targets were changed")
+	}
+}

@@ -106,12 +106,12 @@ const (
 	MaxFIFOBatchSize = 10
 	MaxBatchSize     = 10000
 	// DefaultSendConcurrency is how many SendMessageBatch requests the
-	// poller keeps in flight. A poller catching up sends chunks of up to
-	// 1,000 changes, two at a time: 100 requests per output each. At 15-20
-	// ms a request (in a region), 128 in flight queue a chunk to one output
-	// in one round trip; against 64, the poller's rate at 15 ms rose from
-	// 17,900 to 22,400 changes a second to one output, and from 8,300 to
-	// 10,800 to three (make bench, cloud-poller).
+	// poller keeps in flight, across outputs and chunks. A page of 500
+	// changes is 50 requests per output, 150 to three: at 15-20 ms a request
+	// (in a region), 128 in flight queue it in two round trips where 64 take
+	// three. Against 64, at 15 ms and one chunk in flight, the poller's rate
+	// rose from 16,400 to 17,100 changes a second to one output and from
+	// 7,200 to 8,800 to three (make bench, cloud-poller).
 	DefaultSendConcurrency = 128
 	MaxSendConcurrency     = 512
 	// DefaultSendDepth keeps one chunk in flight, so a failover replays at

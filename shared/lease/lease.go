@@ -447,9 +447,10 @@ func (s *Store) SetCheckpoint(ctx context.Context, l *Lease, seq json.RawMessage
 	vals := map[string]types.AttributeValue{":nowiso": statetable.Stamp(now), ":re": statetable.Num(l.Generation)}
 	sets, tail := "#cpat = :nowiso, #re = :re", "REMOVE #cp"
 	if seq != nil {
-		names["#pending"] = attrPending
-		vals[":seq"], vals[":p"] = statetable.Str(string(seq)), statetable.Num(-1)
-		sets, tail = "#cp = :seq, #cpat = :nowiso, #pending = :p, #re = :re", ""
+		// As Checkpoint writes it, with the epoch.
+		names["#pending"], names["#cps"] = attrPending, attrCheckpoints
+		vals[":seq"], vals[":p"], vals[":one"] = statetable.Str(string(seq)), statetable.Num(-1), statetable.Num(1)
+		sets, tail = "#cp = :seq, #cpat = :nowiso, #pending = :p, #re = :re", "ADD #cps :one"
 	}
 	if err := s.write(ctx, l, now, sets, tail, names, vals); err != nil {
 		return fmt.Errorf("set checkpoint %s: %w", l.JobID, err)

@@ -52,7 +52,6 @@ type invocation struct {
 	targets     []fanout.Target // the poller's, with the job's replay epoch
 	ahead       *readAhead      // the pages read ahead, or nil
 	sends       []*sending      // the chunks in flight, oldest first
-	ctx         context.Context // the loop's, which sendCtx derives from
 	sendCtx     context.Context // the sends', cancelled to abandon them
 	cancelSends context.CancelFunc
 	depth       int             // chunks in flight at most
@@ -169,7 +168,12 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 // is still asked before every request. In a streaming mode, once caught up,
 // batches come from one stream instead of pages (see streaming), with
 // nothing read ahead.
-func (v *invocation) loop(ctx context.Context) error {
+func (v *invocation) loop(ctx context.Context) (err error) {
+	defer func() {
+		if errors.Is(err, errEnded) {
+			err = nil
+		}
+	}()
 	// Deferred calls run last first: the chunks still in flight are
 	// abandoned, the checkpoint write in flight is settled, then the
 	// reader stopped, then the stream closed.
@@ -178,9 +182,8 @@ func (v *invocation) loop(ctx context.Context) error {
 	defer v.closeStream()
 	defer func() { v.ahead.stop() }()
 	defer func() { _ = v.settle() }()
-	v.ctx = ctx
 	v.sendCtx, v.cancelSends = context.WithCancel(ctx)
-	defer func() { v.cancelSends() }()
+	defer v.cancelSends()
 	defer v.abandonSends()
 	v.depth = v.p.SendDepth
 	if v.depth <= 0 {
@@ -265,7 +268,7 @@ func (v *invocation) take(ctx context.Context, streamed bool) (*feed.Batch, erro
 	}
 	from := v.readPosition()
 	if v.ahead != nil {
-		if b, err, ok := v.ahead.take(ctx, from, v.mergeRows(), v.chunkBytes()); ok {
+		if b, ok, err := v.ahead.take(ctx, from, v.mergeRows(), v.chunkBytes()); ok {
 			return b, err
 		}
 		v.stopReading()
@@ -507,7 +510,7 @@ func (v *invocation) queue(ctx context.Context, b *feed.Batch) (stop bool, err e
 		if start > 0 && !v.fits() {
 			return true, v.saveQueued(ctx)
 		}
-		if err := v.startSend(ctx, s, b.Rows[start:end]); err != nil {
+		if err := v.startSend(ctx, s); err != nil {
 			return true, err
 		}
 	}

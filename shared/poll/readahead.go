@@ -99,7 +99,7 @@ func (r *readAhead) put(p aheadPage) {
 // a checkpoint covers them all. ok is false when the reader has nothing
 // from since (it read from elsewhere, or stopped before); the caller then
 // reads for itself.
-func (r *readAhead) take(ctx context.Context, since json.RawMessage, maxRows, maxBytes int) (b *feed.Batch, err error, ok bool) {
+func (r *readAhead) take(ctx context.Context, since json.RawMessage, maxRows, maxBytes int) (b *feed.Batch, ok bool, err error) {
 	for {
 		r.mu.Lock()
 		if len(r.pages) > 0 {
@@ -113,20 +113,20 @@ func (r *readAhead) take(ctx context.Context, since json.RawMessage, maxRows, ma
 			empty := len(r.pages) == 0
 			r.mu.Unlock()
 			if empty {
-				return nil, nil, false
+				return nil, false, nil
 			}
 		case <-ctx.Done():
-			return nil, ctx.Err(), true
+			return nil, true, ctx.Err()
 		}
 	}
 	defer signal(r.room)
 	defer r.mu.Unlock()
 	first := r.pop()
 	if string(first.since) != string(since) {
-		return nil, nil, false
+		return nil, false, nil
 	}
 	if first.err != nil {
-		return nil, first.err, true
+		return nil, true, first.err
 	}
 	b, size := first.batch, first.bytes
 	for len(r.pages) > 0 && mergeable(b) {
@@ -138,7 +138,7 @@ func (r *readAhead) take(ctx context.Context, since json.RawMessage, maxRows, ma
 		b = &feed.Batch{Rows: append(b.Rows, p.batch.Rows...), LastSeq: p.batch.LastSeq, Pending: p.batch.Pending, Full: p.batch.Full}
 		size += p.bytes
 	}
-	return b, nil, true
+	return b, true, nil
 }
 
 // pop removes the first page held; r.mu is held.

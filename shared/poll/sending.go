@@ -2,6 +2,7 @@ package poll
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -17,23 +18,28 @@ import (
 // lease has no more requests landing late than with one.
 const DefaultSendDepth = config.DefaultSendDepth
 
+// errEnded ends the invocation with nothing to report: a chunk failed
+// because the invocation's context ended, and what was queued before it
+// is recorded (see sendFailed). loop returns nil for it.
+var errEnded = errors.New("invocation ended while queueing")
+
 // sending is a chunk being queued in the background.
 type sending struct {
-	b     *feed.Batch
-	end   int                 // the chunk is b.Rows up to end
-	docs  map[string]struct{} // its documents, when an output keeps their order
-	n     int                 // changes sent
-	began time.Time
-	done  chan struct{} // closed when st and err are set
-	sent  int           // messages queued
-	bytes int
-	err   error
+	b          *feed.Batch
+	start, end int                 // the chunk is b.Rows[start:end]
+	docs       map[string]struct{} // its documents, when chunks in flight must not share one
+	n          int                 // changes sent
+	began      time.Time
+	done       chan struct{} // closed when sent, bytes and err are set
+	sent       int           // messages queued
+	bytes      int
+	err        error
 }
 
 // newSending is the chunk b.Rows[start:end], not started.
 func (v *invocation) newSending(b *feed.Batch, start, end int) *sending {
-	s := &sending{b: b, end: end, done: make(chan struct{})}
-	if v.fifo {
+	s := &sending{b: b, start: start, end: end, done: make(chan struct{})}
+	if v.fifo && v.depth > 1 {
 		s.docs = make(map[string]struct{}, end-start)
 		for _, r := range b.Rows[start:end] {
 			s.docs[r.ID] = struct{}{}
@@ -56,12 +62,11 @@ func (v *invocation) makeRoom(ctx context.Context, s *sending) error {
 	return nil
 }
 
-// startSend starts queueing the chunk rows of s in the background, and
-// records the chunks already done, in order. A non-nil error ends the
-// invocation.
-func (v *invocation) startSend(ctx context.Context, s *sending, rows []feed.Row) error {
+// startSend starts queueing the chunk s in the background, and records the
+// chunks already done, in order. A non-nil error ends the invocation.
+func (v *invocation) startSend(ctx context.Context, s *sending) error {
 	s.began = v.now()
-	changes := v.envelopes(rows)
+	changes := v.envelopes(s.b.Rows[s.start:s.end])
 	s.n = len(changes)
 	if len(changes) == 0 {
 		close(s.done)
@@ -119,15 +124,19 @@ func (v *invocation) shares(s *sending) bool {
 
 // completeOldest waits for the oldest chunk in flight and records it as
 // queued (which may write the checkpoint). After a failure, the chunks
-// after it are abandoned, and the invocation ends as after a failed send:
-// the checkpoint stays before the failed chunk.
+// after it are abandoned, and the invocation ends as after a failed send,
+// the checkpoint before the failed chunk: with sendFailed's error, or
+// errEnded when it has none to report.
 func (v *invocation) completeOldest(ctx context.Context) error {
 	s := v.sends[0]
 	v.unlocked(func() { <-s.done })
 	v.sends = v.sends[1:]
 	if s.err != nil {
 		v.abandonSends()
-		return v.sendFailed(ctx, s.err)
+		if err := v.sendFailed(ctx, s.err); err != nil {
+			return err
+		}
+		return errEnded
 	}
 	if s.n > 0 {
 		v.res.Enqueued += s.n
@@ -155,7 +164,7 @@ func (v *invocation) drain(ctx context.Context) error {
 
 // abandonSends cancels the chunks in flight and waits for them without
 // recording them: the checkpoint stays before them, and the next holder
-// sends them again.
+// sends them again. The invocation ends after it: no chunk starts again.
 func (v *invocation) abandonSends() {
 	if len(v.sends) == 0 {
 		return
@@ -165,7 +174,6 @@ func (v *invocation) abandonSends() {
 		v.unlocked(func() { <-s.done })
 	}
 	v.sends = nil
-	v.sendCtx, v.cancelSends = context.WithCancel(v.ctx)
 }
 
 // unlocked runs f, a wait, with the invocation unlocked, so that the

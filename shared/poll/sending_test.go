@@ -1,6 +1,7 @@
 package poll_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
+	"github.com/changes-worker/changes-worker/shared/poll"
 )
 
 // overlapProbe makes the first request wait until another request starts,
@@ -305,5 +307,47 @@ func TestRunSendsWithReplayEpoch(t *testing.T) {
 	}
 	if r.poller.Targets[0].Epoch != 0 {
 		t.Error("the poller's own targets were changed")
+	}
+}
+
+// The invocation's context ends while two chunks are in flight: the
+// invocation ends quietly, as when a single send hit the deadline, with
+// the checkpoint before the chunk that failed and no chunk started after
+// it. The fake sender ignores contexts, so only the invocation's own
+// bookkeeping stops the later chunks.
+func TestRunContextEndsWithChunksInFlight(t *testing.T) {
+	t.Parallel()
+	r := newRig(nil)
+	r.poller.SendDepth = 2
+	r.leases.checkpoint = []byte("0")
+	r.feed.batch = thenIdle(r, batchOf(1, 500))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var both sync.WaitGroup
+	both.Add(2)
+	r.sender.beforeDoc = func(first string) error {
+		switch first {
+		case "d001":
+			both.Done()
+			both.Wait()
+			cancel()
+			return ctx.Err()
+		case "d101":
+			both.Done()
+			both.Wait()
+		}
+		return nil
+	}
+	res, err := r.poller.Run(ctx, poll.Invocation{Owner: "me", Host: "host", Deadline: r.w.Now().Add(5 * time.Second)})
+	if err != nil {
+		t.Fatalf("Run: %v, want nil (the context ended)", err)
+	}
+	for _, id := range r.sender.docs() {
+		if id > "d200" {
+			t.Fatalf("sent %s: a chunk started after the one that failed", id)
+		}
+	}
+	if got := r.leases.stored(); got != "0" || res.Enqueued != 0 {
+		t.Errorf("checkpoint %q, enqueued %d; want \"0\", 0 (the first chunk failed)", got, res.Enqueued)
 	}
 }

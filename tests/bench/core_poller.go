@@ -18,8 +18,8 @@ package main
 //     (one standard queue), over the first throughputSQS documents.
 //
 // Each poller run is a fresh job id, so it starts from the beginning of the
-// feed. Its time runs from Run to the OnBatch after the batch that holds
-// the last document (read, queued, checkpointed). pouchdb-server reports no
+// feed. Its time runs from Run to the moment the last document is queued
+// (read and sent; its checkpoint follows). pouchdb-server reports no
 // "pending", so the poller only learns it is caught up from an empty
 // long-poll, which pouchdb-server holds until the client gives up; that idle
 // wait is the source's, not the poller's, and is left out. The discarding
@@ -243,24 +243,13 @@ func (s corePollerSpans) checkpointSum() time.Duration {
 }
 
 // coreRunPoller runs one invocation of a copy of base under job id (a fresh
-// checkpoint) with sender, until the batch holding the want-th change was
-// checkpointed, and returns the time from Run to then and where it went.
+// checkpoint) with sender, until sender has queued want changes, and returns
+// the time from Run to then and where it went.
 func coreRunPoller(ctx context.Context, base *poll.Poller, job string, sender poll.Sender, want int) (corePollerSpans, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var sp corePollerSpans
 	var done atomic.Bool // set once the end is recorded: later calls are not counted
-	// A new Poller with base's settings (a Poller holds state of its own).
-	p := poll.Poller{
-		Job: base.Job, Feed: base.Feed, Leases: base.Leases, Sender: base.Sender, Targets: base.Targets,
-		Log: base.Log, Metrics: base.Metrics, Clock: base.Clock, StandbyInterval: base.StandbyInterval, OnBatch: base.OnBatch,
-		SendDepth: base.SendDepth,
-	}
-	j := *base.Job
-	j.ID = job
-	p.Job = &j
-	p.Feed = &coreTimedFeed{next: base.Feed, spent: &sp.changes, done: &done}
-	p.Leases = &coreTimedLeases{Leases: base.Leases, checkpoints: &sp.checkpoints, done: &done}
 	// The end is when the last change is queued: the poller may then be
 	// waiting for the page after the last, a long poll.
 	var end time.Time
@@ -269,8 +258,17 @@ func coreRunPoller(ctx context.Context, base *poll.Poller, job string, sender po
 		done.Store(true)
 		cancel()
 	}}
-	p.Sender = counted
-	p.OnBatch = nil
+	// A new Poller with base's settings (a Poller holds state of its own).
+	j := *base.Job
+	j.ID = job
+	p := poll.Poller{
+		Job:     &j,
+		Feed:    &coreTimedFeed{next: base.Feed, spent: &sp.changes, done: &done},
+		Leases:  &coreTimedLeases{Leases: base.Leases, checkpoints: &sp.checkpoints, done: &done},
+		Sender:  counted,
+		Targets: base.Targets, Log: base.Log, Metrics: base.Metrics, Clock: base.Clock,
+		StandbyInterval: base.StandbyInterval, SendDepth: base.SendDepth,
+	}
 	start := time.Now()
 	res, err := p.Run(ctx, poll.Invocation{Owner: "bench-" + job, Host: "bench", Deadline: start.Add(5 * time.Minute)})
 	if end.IsZero() {

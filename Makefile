@@ -80,11 +80,14 @@ demo: up ctl ## run the pipeline end to end on the local services and print a su
 bench: up ctl ## print throughput, latency and memory figures (also written to bench-results.json)
 	@$(ENV) $(GO) run ./tests/bench
 
-lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, and go mod tidy leaves no diff
+lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, go mod tidy leaves no diff, the README's layout names every package
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@$(GO) vet ./...
 	@$(STATICCHECK) ./...
 	@$(GO) mod tidy -diff || { echo "go mod tidy would change go.mod/go.sum (run go mod tidy)"; exit 1; }
+	@missing=$$(for p in $$($(GO) list ./... | sed 's|^github.com/changes-worker/changes-worker/||'); do \
+		grep -q -e "\`$$p\`" -e "\`$$p/\`" README.md || echo "$$p"; done); \
+		test -z "$$missing" || { echo "the README's layout table does not name:" $$missing; exit 1; }
 
 $(STATICCHECK):
 	@mkdir -p $(LOCAL)/bin

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -61,6 +62,19 @@ func (h *Handler) ReceiverLimit(job, output string, max int) int {
 		return max
 	}
 	return t.(*backpressure.Tracker).Limit(max)
+}
+
+// noteSlow logs when an output becomes slow, and when it no longer is,
+// rather than at every batch while it is: a writer process handles many
+// batches a second.
+func (h *Handler) noteSlow(ctx context.Context, log *slog.Logger, r config.Route, st backpressure.State) {
+	was, _ := h.slow.Swap(r.Job.ID+"/"+r.Output.ID, st.Active)
+	switch wasSlow, _ := was.(bool); {
+	case st.Active && !wasSlow:
+		log.InfoContext(ctx, "output is slow; lowering parallelism", "ratio", st.Ratio, "baseline_ms", st.Baseline.Milliseconds())
+	case !st.Active && wasSlow:
+		log.InfoContext(ctx, "output is no longer slow", "ratio", st.Ratio, "baseline_ms", st.Baseline.Milliseconds())
+	}
 }
 
 // isBackpressure says whether a failure is the output asking us to slow

@@ -75,6 +75,7 @@ type Handler struct {
 
 	sinks    sync.Map // "job/output" -> deliver.Sink
 	trackers sync.Map // "job/output" -> *backpressure.Tracker
+	slow     sync.Map // "job/output" -> bool: the output was slow at its last batch
 	urls     sync.Map // queue name -> URL
 	mu       sync.Mutex
 	stats    map[string]*Stats
@@ -218,9 +219,7 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 			}
 		}
 	} else {
-		if st.Active {
-			log.InfoContext(ctx, "output is slow; lowering parallelism", "ratio", st.Ratio, "baseline_ms", st.Baseline.Milliseconds())
-		}
+		h.noteSlow(ctx, log, route, st)
 		h.apply(deliver.WithPacer(ctx, meter{Tracker: tr, rec: rec}), sink, route.Output.FIFO(), route.Output.Halts(), items)
 	}
 	for _, it := range items {

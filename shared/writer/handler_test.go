@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/changes-worker/changes-worker/shared/backpressure"
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
@@ -344,6 +347,53 @@ func TestPauseSkipsTheSink(t *testing.T) {
 	}
 	if st := g.Stats()["j/o"]; st.DeadLettered != 1 || st.Deferred != 0 {
 		t.Errorf("ordinary failure on last receive: %+v, want dead-lettered", st)
+	}
+}
+
+// A slow output is logged when it becomes slow and when it recovers, not
+// at every batch in between.
+func TestSlowOutputLoggedOnChange(t *testing.T) {
+	t.Parallel()
+	f := testConfig(t, "none")
+	var logs bytes.Buffer
+	h := newHandler(f, &fakeSink{apply: func(*change.Envelope) error { return nil }}, &fakeSQS{})
+	h.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	j := f.Jobs[0]
+	route, ok := f.RouteByQueueName(f.QueueName(j, j.Outputs[0]))
+	if !ok {
+		t.Fatal("no route for the work queue")
+	}
+	tr := h.tracker(route)
+	observe := func(n int, d time.Duration) {
+		for range n {
+			tr.Observe(d, nil)
+		}
+	}
+	handle := func(counter int64) {
+		t.Helper()
+		if _, err := h.Handle(t.Context(), events.SQSEvent{Records: []events.SQSMessage{record(t, f, fmt.Sprint("m", counter), "a", "1-a", counter, 1)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(msg string) int { return strings.Count(logs.String(), `msg="`+msg+`"`) }
+
+	observe(backpressure.DefaultBaselineRequests, time.Millisecond)
+	observe(backpressure.DefaultWindow, 5*time.Millisecond) // five times the baseline
+	for i := range 3 {
+		handle(int64(i + 1))
+	}
+	if got := count("output is slow; lowering parallelism"); got != 1 {
+		t.Errorf("logged slow %d times over three slow batches, want once:\n%s", got, logs.String())
+	}
+	observe(backpressure.DefaultWindow, time.Millisecond)
+	for i := range 3 {
+		handle(int64(i + 4))
+	}
+	if got := count("output is no longer slow"); got != 1 {
+		t.Errorf("logged recovered %d times over three batches, want once:\n%s", got, logs.String())
+	}
+	if got := count("output is slow; lowering parallelism"); got != 1 {
+		t.Errorf("logged slow %d times in all, want once:\n%s", got, logs.String())
 	}
 }
 

@@ -46,7 +46,7 @@ var cloudSendConcurrencyFlag = flag.Int("send-concurrency", 0,
 	"the cloud benchmarks' job send_concurrency (default: the job default)")
 
 var cloudSendDepthFlag = flag.Int("send-depth", 0,
-	"the cloud benchmarks' job send_depth (default: the job default)")
+	"the job send_depth of the stacks the benchmarks build (not failover's); default: the job default")
 
 var cloudLatencyFlag = flag.Duration("aws-latency", cloudDefaultLatency(),
 	"latency the cloud-* benchmarks add to every AWS request (env BENCH_AWS_LATENCY)")

@@ -63,6 +63,7 @@ func newCoreStack(ctx context.Context, kind string, s coreStackSettings) (*stack
 			Lease: config.Lease{TTL: config.Duration(10 * time.Second)},
 			Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, Ordering: config.OrderingNone,
 				Postgres: &config.PostgresOutput{CreateTables: s.createTables}}},
+			SendDepth: *cloudSendDepthFlag, // zero: the default
 		}},
 	}
 	return stack.New(ctx, stack.Options{Name: "bench-" + kind, Config: cfg, LogLevel: s.logLevel})

@@ -48,7 +48,7 @@ func pollerLargeDocs(ctx context.Context, r *results) error {
 	r.add("queued distinct docs", len(ids), fmt.Sprintf("read back from the queue; %d with a claim check", claims))
 	r.add("every doc queued", len(ids) == memoryLargeDocs, "")
 	r.add("poller run s", took.Seconds(), "changesctl run --no-writer --until-idle, start to exit")
-	r.add("peak RSS MiB", m.maxRSS, fmt.Sprintf("ru_maxrss of the changesctl process; goal ≤ %d", pollerMemoryMB))
+	r.add("peak RSS MiB", m.maxRSS, fmt.Sprintf("VmHWM of the changesctl process, read every 10 ms; goal ≤ %d", pollerMemoryMB))
 	r.add("within poller memory", m.maxRSS <= pollerMemoryMB, "")
 	r.add("Go heap peak MiB", m.heapPeak, fmt.Sprintf("largest heap at a GC's start or end, %d GCs", m.gcs))
 	r.add("Go live heap max MiB", m.liveMax, "largest live heap a GC left")

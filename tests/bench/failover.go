@@ -155,24 +155,29 @@ func failover(ctx context.Context, r *results) error {
 
 	// Handoffs: short windows, so that the holder releases every few seconds.
 	// Only releases at the end of a window count, not those of the restarts
-	// (a stopped poller abandons the chunk it was queueing).
+	// (a stopped poller abandons the chunk it was queueing). A window is
+	// about handoffWindow, and one whose new holder had nothing to
+	// checkpoint does not count: the wait allows twice the windows needed.
+	const handoffWindow = 10 * time.Second
+	handoffWait := 2 * failoverTrials * handoffWindow
 	for _, p := range fs.cl.Current() {
 		if err := p.Terminate(30 * time.Second); err != nil {
 			return err
 		}
 		o := p.Options
-		o.Tick, o.PollerTimeout = 3*time.Second, 10*time.Second
+		o.Tick, o.PollerTimeout = 3*time.Second, handoffWindow
 		if _, err := fs.cl.Restart(p, o); err != nil {
 			return err
 		}
 	}
 	handoffStart := time.Now()
-	err = testenv.Poll(ctx, 3*time.Minute, time.Second, func(context.Context) (bool, error) {
+	err = testenv.Poll(ctx, handoffWait, time.Second, func(context.Context) (bool, error) {
 		gaps, _ := handoffGaps(fs, faults.Final{}, handoffStart)
 		return len(gaps) >= failoverTrials, nil
 	})
 	if errors.Is(err, testenv.ErrTimeout) {
-		return fmt.Errorf("fewer than %d handoffs in 3 minutes", failoverTrials)
+		gaps, _ := handoffGaps(fs, faults.Final{}, handoffStart)
+		return fmt.Errorf("%d handoffs in %s, want %d", len(gaps), handoffWait, failoverTrials)
 	}
 	if err != nil {
 		return err

@@ -198,7 +198,7 @@ func failover(ctx context.Context, r *results) error {
 		}
 		replayed = append(replayed, float64(n))
 	}
-	gaps, handReplayed := handoffGaps(fs, fin, handoffStart)
+	gaps, toQueued, handReplayed := handoffs(fs, fin, handoffStart)
 
 	r.add("failover_trials", len(trials), fmt.Sprintf("kill -9 of the active poller, TTL %s; %d hit a chunk in flight", ttl, midBatch))
 	r.add("failover_kill_to_takeover_p50_s", median(toTakeover), "kill to the lease taken by another process")
@@ -208,6 +208,8 @@ func failover(ctx context.Context, r *results) error {
 	r.add("handoffs", len(gaps), "graceful releases at a window end followed by a handoff")
 	r.add("handoff_gap_p50_s", median(gaps), "release by the old holder to the next one's first checkpoint")
 	r.add("handoff_gap_p99_s", percentile(gaps, 99), "goal <= 2 s")
+	r.add("handoff_to_first_queued_p50_s", median(toQueued), "release by the old holder to the first change the next one queued")
+	r.add("handoff_to_first_queued_p99_s", percentile(toQueued, 99), "")
 	r.add("replayed_per_failover_median", median(replayed), "changes (doc, seq) the killed and the new generation both queued")
 	r.add("replayed_per_failover_max", percentile(replayed, 100), fmt.Sprintf("goal <= one batch (feed limit %d rows; a chunk is %d)", fs.s.Limit, faults.ChunkRows))
 	r.add("replayed_per_handoff_max", handReplayed, "")
@@ -225,9 +227,20 @@ func failover(ctx context.Context, r *results) error {
 // line) to the new holder's first checkpoint (its write time, from the job
 // item), and the most changes any handoff replayed.
 func handoffGaps(fs *failoverStack, fin faults.Final, start time.Time) ([]float64, int) {
+	gaps, _, most := handoffs(fs, fin, start)
+	return gaps, most
+}
+
+// handoffs is handoffGaps, with the seconds from each release to the first
+// change the next holder queued (its sender's clock), from fin's messages.
+func handoffs(fs *failoverStack, fin faults.Final, start time.Time) (gaps, toQueued []float64, most int) {
+	firstQueued := map[int64]time.Time{} // generation -> its first message
+	for _, m := range fin.Messages {
+		if t, ok := firstQueued[m.Version.Generation]; !ok || m.EnqueuedAt.Before(t) {
+			firstQueued[m.Version.Generation] = m.EnqueuedAt
+		}
+	}
 	acq := fs.cl.Acquisitions()
-	var gaps []float64
-	most := 0
 	for _, ev := range fs.cl.Events() {
 		if ev.Msg != "lease released" || ev.Time.Before(start) {
 			continue
@@ -241,7 +254,10 @@ func handoffGaps(fs *failoverStack, fin faults.Final, start time.Time) ([]float6
 			continue // its window ended before it had anything to checkpoint
 		}
 		gaps = append(gaps, first.State.CheckpointAt.Sub(ev.Time).Seconds())
+		if t, ok := firstQueued[next.Generation]; ok {
+			toQueued = append(toQueued, t.Sub(ev.Time).Seconds())
+		}
 		most = max(most, faults.Replayed(fin.Messages, ev.Generation, next.Generation))
 	}
-	return gaps, most
+	return gaps, toQueued, most
 }

@@ -107,9 +107,9 @@ const (
 	MaxBatchSize     = 10000
 	// DefaultSendConcurrency is how many SendMessageBatch requests the
 	// poller keeps in flight, across outputs and chunks. A page of 500
-	// changes is 50 requests per output, 150 to three: at 15-20 ms a request
-	// (in a region), 128 in flight queue it in two round trips where 64 take
-	// three. Against 64, at 15 ms and one chunk in flight, the poller's rate
+	// changes is 50 requests per output, 150 to three outputs: at 15-20 ms a
+	// request (in a region), 128 in flight queue the three outputs' in two
+	// round trips where 64 take three. Against 64, at 15 ms and one chunk in flight, the poller's rate
 	// rose from 16,400 to 17,100 changes a second to one output and from
 	// 7,200 to 8,800 to three (make bench, cloud-poller).
 	DefaultSendConcurrency = 128

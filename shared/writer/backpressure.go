@@ -34,7 +34,7 @@ const (
 
 // tracker returns the backpressure tracker of a route, one per process.
 func (h *Handler) tracker(r config.Route) *backpressure.Tracker {
-	key := r.Job.ID + "/" + r.Output.ID
+	key := outputKey(r.Job.ID, r.Output.ID)
 	if t, ok := h.trackers.Load(key); ok {
 		return t.(*backpressure.Tracker)
 	}
@@ -47,7 +47,7 @@ func (h *Handler) tracker(r config.Route) *backpressure.Tracker {
 // Backpressure returns the advice of the tracker of job/output: the local
 // runtime lowers its receivers by it. A route never handled is inactive.
 func (h *Handler) Backpressure(job, output string) backpressure.State {
-	t, ok := h.trackers.Load(job + "/" + output)
+	t, ok := h.trackers.Load(outputKey(job, output))
 	if !ok {
 		return backpressure.State{}
 	}
@@ -57,7 +57,7 @@ func (h *Handler) Backpressure(job, output string) backpressure.State {
 // ReceiverLimit returns how many of max receivers of job/output should run
 // now: all of them unless the output is struggling.
 func (h *Handler) ReceiverLimit(job, output string, max int) int {
-	t, ok := h.trackers.Load(job + "/" + output)
+	t, ok := h.trackers.Load(outputKey(job, output))
 	if !ok {
 		return max
 	}
@@ -68,7 +68,7 @@ func (h *Handler) ReceiverLimit(job, output string, max int) int {
 // rather than at every batch while it is: a writer process handles many
 // batches a second.
 func (h *Handler) noteSlow(ctx context.Context, log *slog.Logger, r config.Route, st backpressure.State) {
-	was, _ := h.slow.Swap(r.Job.ID+"/"+r.Output.ID, st.Active)
+	was, _ := h.slow.Swap(outputKey(r.Job.ID, r.Output.ID), st.Active)
 	switch wasSlow, _ := was.(bool); {
 	case st.Active && !wasSlow:
 		log.InfoContext(ctx, "output is slow; lowering parallelism", "ratio", st.Ratio, "baseline_ms", st.Baseline.Milliseconds())

@@ -89,6 +89,10 @@ type Stats struct {
 	Deferred     int64 // held back because the output asked to slow down (also in Retried when the receive was kept)
 }
 
+// outputKey is "job/output": the key of an output's sink, tracker and
+// counters in a Handler.
+func outputKey(job, output string) string { return job + "/" + output }
+
 // Stats returns a copy of the counters, keyed "job/output".
 func (h *Handler) Stats() map[string]Stats {
 	h.mu.Lock()
@@ -106,7 +110,7 @@ func (h *Handler) count(r config.Route, delivered, dead, retried, deferred int) 
 	if h.stats == nil {
 		h.stats = map[string]*Stats{}
 	}
-	k := r.Job.ID + "/" + r.Output.ID
+	k := outputKey(r.Job.ID, r.Output.ID)
 	st := h.stats[k]
 	if st == nil {
 		st = &Stats{}
@@ -416,7 +420,7 @@ func claimCheckError(err error) *deliver.Error {
 }
 
 func (h *Handler) sink(ctx context.Context, r config.Route) (deliver.Sink, error) {
-	key := r.Job.ID + "/" + r.Output.ID
+	key := outputKey(r.Job.ID, r.Output.ID)
 	if s, ok := h.sinks.Load(key); ok {
 		return s.(deliver.Sink), nil
 	}

@@ -172,11 +172,11 @@ func failover(ctx context.Context, r *results) error {
 	}
 	handoffStart := time.Now()
 	err = testenv.Poll(ctx, handoffWait, time.Second, func(context.Context) (bool, error) {
-		gaps, _ := handoffGaps(fs, faults.Final{}, handoffStart)
+		gaps, _, _ := handoffs(fs, faults.Final{}, handoffStart)
 		return len(gaps) >= failoverTrials, nil
 	})
 	if errors.Is(err, testenv.ErrTimeout) {
-		gaps, _ := handoffGaps(fs, faults.Final{}, handoffStart)
+		gaps, _, _ := handoffs(fs, faults.Final{}, handoffStart)
 		return fmt.Errorf("%d handoffs in %s, want %d", len(gaps), handoffWait, failoverTrials)
 	}
 	if err != nil {
@@ -222,17 +222,11 @@ func failover(ctx context.Context, r *results) error {
 	return nil
 }
 
-// handoffGaps returns, for every release since start followed by a handoff
-// to the next generation, the seconds from the release (the old holder's log
-// line) to the new holder's first checkpoint (its write time, from the job
-// item), and the most changes any handoff replayed.
-func handoffGaps(fs *failoverStack, fin faults.Final, start time.Time) ([]float64, int) {
-	gaps, _, most := handoffs(fs, fin, start)
-	return gaps, most
-}
-
-// handoffs is handoffGaps, with the seconds from each release to the first
-// change the next holder queued (its sender's clock), from fin's messages.
+// handoffs returns, for every release since start followed by a handoff
+// to the next generation, the seconds from the release (the old holder's
+// log line) to the new holder's first checkpoint (its write time, from the
+// job item) and to the first change it queued (its sender's clock, from
+// fin's messages), and the most changes any handoff replayed.
 func handoffs(fs *failoverStack, fin faults.Final, start time.Time) (gaps, toQueued []float64, most int) {
 	firstQueued := map[int64]time.Time{} // generation -> its first message
 	for _, m := range fin.Messages {

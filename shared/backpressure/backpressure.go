@@ -2,8 +2,9 @@
 // writer should slow down for it. A Tracker learns the output's normal
 // request latency from its first requests (the baseline), keeps a rolling
 // average of the latest ones, and is active while that average is above a
-// threshold times the baseline, or while the output itself asked for a pause
-// (HTTP 429 or 503 with Retry-After, PostgreSQL too_many_connections).
+// threshold times the baseline and at least a minimum increase above it, or
+// while the output itself asked for a pause (HTTP 429 or 503 with
+// Retry-After, PostgreSQL too_many_connections).
 package backpressure
 
 import (
@@ -20,6 +21,12 @@ const (
 	DefaultThreshold        = 2.0
 	DefaultBaselineRequests = 50
 	DefaultWindow           = 20
+	// DefaultMinIncrease is the least rise over the baseline that counts as
+	// slow. Below it the ratio alone would call jitter slow: a PostgreSQL
+	// that answers in 1 ms answers in 2.5 ms for a while after a handoff,
+	// and a rise smaller than one SQS call (10–20 ms) is not worth fewer
+	// requests at once.
+	DefaultMinIncrease = 10 * time.Millisecond
 	// DefaultPause is how long an output that signalled backpressure without
 	// a Retry-After is left alone.
 	DefaultPause = 5 * time.Second
@@ -37,6 +44,9 @@ type Settings struct {
 	BaselineRequests int
 	// Window is how many latest requests the rolling average covers.
 	Window int
+	// MinIncrease is how far above the baseline the rolling average must
+	// also be for the tracker to be active.
+	MinIncrease time.Duration
 }
 
 func (s Settings) withDefaults() Settings {
@@ -48,6 +58,9 @@ func (s Settings) withDefaults() Settings {
 	}
 	if s.Window < 1 {
 		s.Window = DefaultWindow
+	}
+	if s.MinIncrease <= 0 {
+		s.MinIncrease = DefaultMinIncrease
 	}
 	return s
 }
@@ -147,7 +160,7 @@ func (t *Tracker) State() State {
 		}
 		avg := sum / time.Duration(len(t.window))
 		st.Ratio = float64(avg) / float64(t.baseline)
-		if st.Ratio > t.set.Threshold {
+		if st.Ratio > t.set.Threshold && avg-t.baseline >= t.set.MinIncrease {
 			st.Active = true
 		}
 	}

@@ -30,6 +30,8 @@ func TestLatency(t *testing.T) {
 		{"past default threshold", 10 * time.Millisecond, 40 * time.Millisecond, 0, true, 2},
 		{"past configured threshold", 10 * time.Millisecond, 40 * time.Millisecond, 5, false, 8},
 		{"far past: one at a time", 10 * time.Millisecond, time.Second, 0, true, 1},
+		{"past threshold by less than the minimum increase", time.Millisecond, 5 * time.Millisecond, 0, false, 8},
+		{"past threshold by the minimum increase", time.Millisecond, 11 * time.Millisecond, 0, true, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

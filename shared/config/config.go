@@ -95,6 +95,8 @@ const (
 	DefaultWriterTimeout    = 30 * time.Second
 	DefaultHTTPTimeout      = 10 * time.Second
 	DefaultFloodThreshold   = 10000
+	// DefaultMinIncrease is backpressure.min_increase.
+	DefaultMinIncrease = 10 * time.Millisecond
 	// DefaultBatchSize is the writer's batch for PostgreSQL outputs on a
 	// standard queue: one transaction per batch, so its fixed cost (the
 	// round trip, the statements, the commit) is shared by a hundred
@@ -321,6 +323,9 @@ type Backpressure struct {
 	// Window is how many latest requests the rolling average covers.
 	// Default 20.
 	Window int `json:"window"`
+	// MinIncrease is how far above the baseline the rolling average must
+	// also be: a 1 ms output at 2.5 ms is not struggling. Default 10ms.
+	MinIncrease Duration `json:"min_increase,omitempty"`
 }
 
 // PostgresOutput writes documents to PostgreSQL.
@@ -607,6 +612,9 @@ func (f *File) SetDefaults() {
 			if o.Backpressure.Window == 0 {
 				o.Backpressure.Window = 20
 			}
+			if o.Backpressure.MinIncrease == 0 {
+				o.Backpressure.MinIncrease = Duration(DefaultMinIncrease)
+			}
 			switch {
 			case o.Postgres != nil:
 				if o.Postgres.Table == "" {
@@ -889,6 +897,11 @@ func (o *Output) validate(p string) []error {
 	}
 	if n := o.Backpressure.Window; n < 1 || n > 10000 {
 		bad("backpressure.window", "%d must be between 1 and 10000", n)
+	}
+	if d := o.Backpressure.MinIncrease; d == zeroGiven {
+		bad("backpressure.min_increase", zeroRefused, DefaultMinIncrease)
+	} else if d.D() <= 0 || d.D() > time.Minute {
+		bad("backpressure.min_increase", "%s must be more than 0 and at most 1m", d.D())
 	}
 	return errs
 }

@@ -51,8 +51,8 @@ func TestDefaults(t *testing.T) {
 	o := f.Jobs[0].Outputs
 	bp := o[0].Backpressure
 	got := []string{o[0].Ordering, o[1].Ordering, o[2].Ordering, o[0].HTTP.Method, o[1].Postgres.Table, o[2].S3.Bucket, o[2].S3.KeyTemplate,
-		fmt.Sprint(bp.Threshold, bp.BaselineRequests, bp.Window), fmt.Sprint(f.Jobs[0].Feed.FloodThreshold)}
-	want := []string{"per_document", "none", "none", "PUT", "p", "changes-worker-data", "{doc_id}.json", "2 50 20", "10000"}
+		fmt.Sprint(bp.Threshold, bp.BaselineRequests, bp.Window, bp.MinIncrease.D()), fmt.Sprint(f.Jobs[0].Feed.FloodThreshold)}
+	want := []string{"per_document", "none", "none", "PUT", "p", "changes-worker-data", "{doc_id}.json", "2 50 20 10ms", "10000"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}
@@ -134,9 +134,12 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		{
 			name: "backpressure and flood settings",
 			in: `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"feed":{"flood_threshold":-1},"outputs":[
-				{"id":"h","type":"http","http":{"url":"http://x/{doc_id}"},"backpressure":{"threshold":1,"baseline_requests":-2,"window":20000}}]}]}`,
+				{"id":"h","type":"http","http":{"url":"http://x/{doc_id}"},"backpressure":{"threshold":1,"baseline_requests":-2,"window":20000,"min_increase":"2m"}},
+				{"id":"z","type":"http","http":{"url":"http://x/{doc_id}"},"backpressure":{"min_increase":0}}]}]}`,
 			want: []string{"feed.flood_threshold: -1 must be", "outputs[h].backpressure.threshold: 1 must be above 1",
-				"outputs[h].backpressure.baseline_requests: -2", "outputs[h].backpressure.window: 20000"},
+				"outputs[h].backpressure.baseline_requests: -2", "outputs[h].backpressure.window: 20000",
+				"outputs[h].backpressure.min_increase: 2m0s must be more than 0 and at most 1m",
+				"outputs[z].backpressure.min_increase: 0 is not allowed: leave the key out for the default (10ms)"},
 		},
 		{
 			name: "attachments",

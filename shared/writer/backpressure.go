@@ -39,7 +39,7 @@ func (h *Handler) tracker(r config.Route) *backpressure.Tracker {
 		return t.(*backpressure.Tracker)
 	}
 	b := r.Output.Backpressure
-	t := backpressure.New(backpressure.Settings{Threshold: b.Threshold, BaselineRequests: b.BaselineRequests, Window: b.Window}, h.Now)
+	t := backpressure.New(backpressure.Settings{Threshold: b.Threshold, BaselineRequests: b.BaselineRequests, Window: b.Window, MinIncrease: b.MinIncrease.D()}, h.Now)
 	kept, _ := h.trackers.LoadOrStore(key, t)
 	return kept.(*backpressure.Tracker)
 }

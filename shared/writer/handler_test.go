@@ -378,7 +378,7 @@ func TestSlowOutputLoggedOnChange(t *testing.T) {
 	count := func(msg string) int { return strings.Count(logs.String(), `msg="`+msg+`"`) }
 
 	observe(backpressure.DefaultBaselineRequests, time.Millisecond)
-	observe(backpressure.DefaultWindow, 5*time.Millisecond) // five times the baseline
+	observe(backpressure.DefaultWindow, 20*time.Millisecond) // twenty times the baseline
 	for i := range 3 {
 		handle(int64(i + 1))
 	}

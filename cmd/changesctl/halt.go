@@ -154,7 +154,7 @@ type haltShown struct {
 	Class         string           `json:"class"`
 	Reason        string           `json:"reason"`
 	HTTPStatus    int              `json:"http_status,omitempty"`
-	SQLState      string           `json:"sqlstate,omitempty"`
+	SQLState      string           `json:"sql_state,omitempty"`
 	Error         string           `json:"error"`
 	Since         time.Time        `json:"since"`
 	LastAttemptAt time.Time        `json:"last_attempt_at"`

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/dlq"
+	"github.com/changes-worker/changes-worker/shared/failure"
 	"github.com/changes-worker/changes-worker/shared/halt"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
@@ -216,5 +218,32 @@ func TestHaltClearGone(t *testing.T) {
 	waitFor(t, 60*time.Second, "a, b and c", func() bool { return len(recv.got()) >= 3 })
 	if d := cmp.Diff([]string{"a", "b", "c"}, recv.got()); d != "" {
 		t.Errorf("delivered after clear (-want +got):\n%s", d)
+	}
+}
+
+// halt show --json names the failure fields it shares with dlq show --json
+// (failure.Record) as dlq show does, so one script reads both.
+func TestHaltShownNamesFailureFieldsAsDLQShow(t *testing.T) {
+	t.Parallel()
+	name := func(f reflect.StructField) string {
+		n, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		return n
+	}
+	rec := reflect.TypeFor[failure.Record]()
+	shown := reflect.TypeFor[haltShown]()
+	shared := 0
+	for i := range rec.NumField() {
+		rf := rec.Field(i)
+		hf, ok := shown.FieldByName(rf.Name)
+		if !ok {
+			continue
+		}
+		shared++
+		if name(hf) != name(rf) {
+			t.Errorf("%s: halt show --json names it %q, dlq show --json %q", rf.Name, name(hf), name(rf))
+		}
+	}
+	if shared < 5 {
+		t.Errorf("only %d fields shared with failure.Record; the test no longer compares what it should", shared)
 	}
 }

@@ -13,20 +13,18 @@ import (
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/clock"
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 )
 
-// Defaults of Settings.
+// Defaults of Settings: an output's defaults in the configuration.
 const (
-	DefaultThreshold        = 2.0
-	DefaultBaselineRequests = 50
-	DefaultWindow           = 20
+	DefaultThreshold        = config.DefaultBackpressureThreshold
+	DefaultBaselineRequests = config.DefaultBackpressureBaseline
+	DefaultWindow           = config.DefaultBackpressureWindow
 	// DefaultMinIncrease is the least rise over the baseline that counts as
-	// slow. Below it the ratio alone would call jitter slow: a PostgreSQL
-	// that answers in 1 ms answers in 2.5 ms for a while after a handoff,
-	// and a rise smaller than one SQS call (10–20 ms) is not worth fewer
-	// requests at once.
-	DefaultMinIncrease = 10 * time.Millisecond
+	// slow (see config.DefaultBackpressureMinIncrease for why).
+	DefaultMinIncrease = config.DefaultBackpressureMinIncrease
 	// DefaultPause is how long an output that signalled backpressure without
 	// a Retry-After is left alone.
 	DefaultPause = 5 * time.Second

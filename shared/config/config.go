@@ -95,8 +95,16 @@ const (
 	DefaultWriterTimeout    = 30 * time.Second
 	DefaultHTTPTimeout      = 10 * time.Second
 	DefaultFloodThreshold   = 10000
-	// DefaultMinIncrease is backpressure.min_increase.
-	DefaultMinIncrease = 10 * time.Millisecond
+	// The defaults of an output's backpressure settings, which package
+	// backpressure uses too. DefaultBackpressureMinIncrease keeps jitter
+	// from counting as slow: in local runs a PostgreSQL with a 1 ms
+	// baseline averaged 2 to 3 ms at times, past the threshold of 2, and a
+	// rise smaller than one SQS call (10-20 ms) is not worth fewer requests
+	// at once.
+	DefaultBackpressureThreshold   = 2.0
+	DefaultBackpressureBaseline    = 50
+	DefaultBackpressureWindow      = 20
+	DefaultBackpressureMinIncrease = 10 * time.Millisecond
 	// DefaultBatchSize is the writer's batch for PostgreSQL outputs on a
 	// standard queue: one transaction per batch, so its fixed cost (the
 	// round trip, the statements, the commit) is shared by a hundred
@@ -110,10 +118,11 @@ const (
 	// DefaultSendConcurrency is how many SendMessageBatch requests the
 	// poller keeps in flight, across outputs and chunks. A page of 500
 	// changes is 50 requests per output, 150 to three outputs: at 15-20 ms a
-	// request (in a region), 128 in flight queue the three outputs' in two
-	// round trips where 64 take three. Against 64, at 15 ms and one chunk in flight, the poller's rate
-	// rose from 16,400 to 17,100 changes a second to one output and from
-	// 7,200 to 8,800 to three (make bench, cloud-poller).
+	// request (in a region), 128 in flight queue the three outputs' requests
+	// in two round trips where 64 take three. Against 64, at 15 ms and one
+	// chunk in flight, the poller's rate rose from 16,400 to 17,100 changes
+	// a second to one output and from 7,200 to 8,800 to three (make bench,
+	// cloud-poller).
 	DefaultSendConcurrency = 128
 	MaxSendConcurrency     = 512
 	// DefaultSendDepth keeps one chunk in flight, so a failover replays at
@@ -604,16 +613,16 @@ func (f *File) SetDefaults() {
 				o.MaxConcurrency = 2
 			}
 			if o.Backpressure.Threshold == 0 {
-				o.Backpressure.Threshold = 2
+				o.Backpressure.Threshold = DefaultBackpressureThreshold
 			}
 			if o.Backpressure.BaselineRequests == 0 {
-				o.Backpressure.BaselineRequests = 50
+				o.Backpressure.BaselineRequests = DefaultBackpressureBaseline
 			}
 			if o.Backpressure.Window == 0 {
-				o.Backpressure.Window = 20
+				o.Backpressure.Window = DefaultBackpressureWindow
 			}
 			if o.Backpressure.MinIncrease == 0 {
-				o.Backpressure.MinIncrease = Duration(DefaultMinIncrease)
+				o.Backpressure.MinIncrease = Duration(DefaultBackpressureMinIncrease)
 			}
 			switch {
 			case o.Postgres != nil:
@@ -899,7 +908,7 @@ func (o *Output) validate(p string) []error {
 		bad("backpressure.window", "%d must be between 1 and 10000", n)
 	}
 	if d := o.Backpressure.MinIncrease; d == zeroGiven {
-		bad("backpressure.min_increase", zeroRefused, DefaultMinIncrease)
+		bad("backpressure.min_increase", zeroRefused, DefaultBackpressureMinIncrease)
 	} else if d.D() <= 0 || d.D() > time.Minute {
 		bad("backpressure.min_increase", "%s must be more than 0 and at most 1m", d.D())
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"path"
 	"regexp"
 	"strings"
 	"time"
@@ -104,7 +103,7 @@ func (s *changesStack) newFunction(id, name string, o functionOptions) *function
 		FunctionName: jsii.String(fnName),
 		Description:  jsii.String(o.description),
 		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
-		Architecture: awslambda.Architecture_ARM_64(),
+		Architecture: s.in.architecture(),
 		Handler:      jsii.String("bootstrap"),
 		Code:         awslambda.Code_FromAsset(jsii.String(s.in.code[name]), nil),
 		MemorySize:   jsii.Number(o.memoryMB),
@@ -115,7 +114,9 @@ func (s *changesStack) newFunction(id, name string, o functionOptions) *function
 		// adds the request id and follows this format.
 		LoggingFormat: awslambda.LoggingFormat_JSON,
 		Environment: &map[string]*string{
-			envConfigFile:   jsii.String(path.Join("/var/task", bundledConfigName)),
+			// Relative: the functions take it from LAMBDA_TASK_ROOT, where
+			// their code is unpacked (/var/task on AWS).
+			envConfigFile:   jsii.String(bundledConfigName),
 			envBucket:       s.bucket.BucketName(),
 			envSecretPrefix: jsii.String(s.cfg.Stack.Prefix + "/"),
 		},

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"debug/elf"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 
 	"github.com/changes-worker/changes-worker/shared/config"
 )
@@ -40,6 +44,9 @@ type input struct {
 	sourceSecrets, outputSecrets []config.SecretRef
 	// variant says whether the stack has its functions.
 	variant variant
+	// arch is the functions' architecture, the one their bootstraps are
+	// built for: arm64 from `make build`, this machine's for a local deploy.
+	arch string
 }
 
 // loadInput reads the configuration at configPath and, for a variant with
@@ -86,8 +93,57 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 			return nil, err
 		}
 		in.code[fn] = dir
+		arch, err := bootstrapArch(filepath.Join(dir, "bootstrap"))
+		if err != nil {
+			return nil, err
+		}
+		if in.arch != "" && arch != in.arch {
+			return nil, fmt.Errorf("stage code: the bootstraps are built for %s and %s; build both for one architecture", in.arch, arch)
+		}
+		in.arch = arch
 	}
 	return in, nil
+}
+
+// Lambda architectures.
+const (
+	archARM64 = "arm64"
+	archX8664 = "x86_64"
+)
+
+// architecture returns the functions' architecture.
+func (in *input) architecture() awslambda.Architecture {
+	if in.arch == archX8664 {
+		return awslambda.Architecture_X86_64()
+	}
+	return awslambda.Architecture_ARM_64()
+}
+
+// bootstrapArch returns the Lambda architecture an executable is built for,
+// read from its ELF header; a file that is not ELF (a script) counts as
+// arm64, the architecture of `make build`.
+func bootstrapArch(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("read bootstrap architecture: %w", err)
+	}
+	defer f.Close()
+	var h [20]byte
+	if _, err := io.ReadFull(f, h[:]); err != nil || string(h[:4]) != "\x7fELF" {
+		return archARM64, nil
+	}
+	order := binary.ByteOrder(binary.LittleEndian)
+	if h[5] == 2 {
+		order = binary.BigEndian
+	}
+	switch m := elf.Machine(order.Uint16(h[18:20])); m {
+	case elf.EM_AARCH64:
+		return archARM64, nil
+	case elf.EM_X86_64:
+		return archX8664, nil
+	default:
+		return "", fmt.Errorf("read bootstrap architecture: %s is built for %s, which Lambda does not run", path, m)
+	}
 }
 
 // bucketGiven reports whether the raw file sets stack.bucket. Defaults fill the

@@ -196,3 +196,45 @@ func TestExistingBucketNoRetain(t *testing.T) {
 		t.Errorf("%d secrets created without env references", n)
 	}
 }
+
+// TestBootstrapArch reads the architecture from ELF headers as the Go
+// toolchain writes them (64-bit little-endian, e_machine at offset 18).
+func TestBootstrapArch(t *testing.T) {
+	t.Parallel()
+	header := func(machine byte) []byte {
+		h := make([]byte, 64)
+		copy(h, "\x7fELF\x02\x01\x01")
+		h[18] = machine
+		return h
+	}
+	tests := []struct {
+		name    string
+		content []byte
+		want    string
+		wantErr string
+	}{
+		{name: "arm64", content: header(0xb7), want: archARM64},
+		{name: "amd64", content: header(0x3e), want: archX8664},
+		{name: "a script", content: []byte("#!/bin/sh\n"), want: archARM64},
+		{name: "another machine", content: header(0x28), wantErr: "which Lambda does not run"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := filepath.Join(t.TempDir(), "bootstrap")
+			if err := os.WriteFile(p, tt.content, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			got, err := bootstrapArch(p)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("bootstrapArch = %q, %v; want an error saying %q", got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("bootstrapArch = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}

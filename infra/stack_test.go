@@ -230,7 +230,7 @@ func TestFunctions(t *testing.T) {
 			}
 			env, _ := p["Environment"].(map[string]any)
 			vars, _ := env["Variables"].(map[string]any)
-			if vars[envConfigFile] != "/var/task/jobs.json" || vars[envSecretPrefix] != "cwtest/" {
+			if vars[envConfigFile] != "jobs.json" || vars[envSecretPrefix] != "cwtest/" {
 				t.Errorf("environment = %s", compact(vars))
 			}
 			if _, ok := syn.resources("AWS::S3::Bucket")[refID(vars[envBucket])]; !ok {

@@ -4,6 +4,9 @@
 # answers on its port is left alone, whoever started it.
 #
 #   AWS (SQS, ...)      LocalStack 2026.3.0 on the host (PyPI)   127.0.0.1:4566
+#                       running Lambda functions on the host: the runtime
+#                       executor in localstack/lambdahost and AWS's Lambda
+#                       Runtime Interface Emulator, built from its Go module
 #   S3                  moto's server 5.2.1 (PyPI)               127.0.0.1:4567
 #   DynamoDB            DynamoDB Local 2.6.1 (Maven Central)     127.0.0.1:8000
 #   CouchDB source      pouchdb-server 4.2.0, in memory (npm)    127.0.0.1:5984
@@ -36,6 +39,8 @@ LOGS="$LOCAL/logs"
 RUN="$LOCAL/run"
 
 LOCALSTACK_VERSION=2026.3.0
+RIE_MODULE=github.com/aws/aws-lambda-runtime-interface-emulator
+RIE_VERSION=v0.0.0-20261030222936-bef5c4ba774d
 DYNAMODB_LOCAL_VERSION=2.6.1
 MOTO_VERSION=5.2.1
 POUCHDB_SERVER_VERSION=4.2.0
@@ -238,6 +243,43 @@ install_localstack() {
 	write_stamp "$LS_STAMP" "$LS_REQUIREMENTS"
 }
 
+# The runtime executor (localstack/lambdahost) goes into LocalStack's
+# virtualenv; the stamp holds the checksum of its files.
+LH_SRC="$ROOT/localstack/lambdahost"
+LH_STAMP="$LS_VENV/.lambdahost.sha256"
+RIE_BIN="$LOCAL/bin/aws-lambda-rie"
+
+lambdahost_sum() {
+	(cd "$LH_SRC" && sha256sum pyproject.toml changes_lambda_host/*.py) | sha256sum | cut -d' ' -f1
+}
+
+install_lambdahost() {
+	[[ -f "$LH_STAMP" && "$(cat "$LH_STAMP")" == "$(lambdahost_sum)" ]] && return
+	local log="$LOGS/pip-lambdahost.log" build
+	say "installing the Lambda runtime executor ${LH_SRC#"$ROOT"/} into ${LS_VENV#"$ROOT"/}"
+	# Built from a copy: the build leaves its files beside the sources.
+	build="$(mktemp -d)"
+	cp -r "$LH_SRC/pyproject.toml" "$LH_SRC/changes_lambda_host" "$build/"
+	"$LS_VENV/bin/python" -m pip install --no-deps --no-build-isolation --no-input \
+		--disable-pip-version-check --force-reinstall "$build" >"$log" 2>&1 ||
+		{ rm -rf "$build"; die_log "$log" "pip install ${LH_SRC#"$ROOT"/} failed; see $log"; }
+	rm -rf "$build"
+	lambdahost_sum >"$LH_STAMP"
+}
+
+# install_rie builds aws-lambda-rie at RIE_VERSION into .local/bin, unless
+# the binary there embeds that version.
+install_rie() {
+	local have
+	have="$(go version -m "$RIE_BIN" 2>/dev/null | awk '$1 == "mod" { print $3; exit }')"
+	[[ "$have" == "$RIE_VERSION" ]] && return
+	command -v go >/dev/null || die "go not found on PATH (needed to build aws-lambda-rie)"
+	say "building aws-lambda-rie $RIE_VERSION into ${RIE_BIN#"$ROOT"/} (about two minutes the first time)"
+	mkdir -p "$LOCAL/bin"
+	GOWORK=off CGO_ENABLED=0 GOBIN="$LOCAL/bin" go install -trimpath "$RIE_MODULE/cmd/aws-lambda-rie@$RIE_VERSION" >&2 ||
+		die "go install $RIE_MODULE/cmd/aws-lambda-rie@$RIE_VERSION failed"
+}
+
 # localstack_ready URL is true when LocalStack's health endpoint reports SQS
 # and S3 ready ("available" until first used, then "running").
 localstack_ready() {
@@ -293,6 +335,8 @@ up_localstack() {
 	fi
 
 	localstack_installed || install_localstack
+	install_lambdahost
+	install_rie
 	mkdir -p "$LS_DIR/filesystem" "$LS_DIR/tmp"
 	front_dynamodb_local
 	# OVERRIDE_IN_DOCKER=0: this host can look like a container to LocalStack,
@@ -301,17 +345,25 @@ up_localstack() {
 	# folder). DNS_ADDRESS=0: no DNS server. SQS_ENDPOINT_STRATEGY=path and
 	# LOCALSTACK_HOST: queue URLs http://127.0.0.1:PORT/queue/REGION/ACCOUNT/NAME,
 	# which resolve without LocalStack's DNS name. No certificate download, no
-	# analytics events. SQS_DISABLE_CLOUDWATCH_METRICS=1: LocalStack's SQS
-	# otherwise publishes CloudWatch metrics on every call, through its own
-	# API from three threads; a benchmark's hundreds of thousands of messages
-	# leave it doing so for many minutes, a core of this machine's two, and
-	# nothing here reads those metrics (on AWS, SQS publishes them itself).
+	# analytics events. SQS_CALL_METRICS=0 (localstack/lambdahost's hook):
+	# LocalStack's SQS publishes every queue's depths each
+	# SQS_CLOUDWATCH_METRICS_REPORT_INTERVAL seconds, which the stack's DLQ
+	# alarms read, but not a metric per call as well, which it would send
+	# through its own API from three threads, a core of this machine's two
+	# for minutes after a benchmark.
+	# LAMBDA_RUNTIME_EXECUTOR=host: Lambda functions run on the host under
+	# aws-lambda-rie (LAMBDA_HOST_RIE), with the SDK's S3 and DynamoDB
+	# endpoints of this machine (LAMBDA_HOST_ENV), as the tools have them.
 	start_service LocalStack aws "$LOCALSTACK_URL" "$LS_DIR" "$pidfile" "$log" "LocalStack $LOCALSTACK_VERSION" localstack_ready -- \
 		env OVERRIDE_IN_DOCKER=0 \
 		GATEWAY_LISTEN="127.0.0.1:$LOCALSTACK_PORT" \
 		LOCALSTACK_HOST="127.0.0.1:$LOCALSTACK_PORT" \
 		SQS_ENDPOINT_STRATEGY=path \
-		SQS_DISABLE_CLOUDWATCH_METRICS=1 \
+		SQS_CALL_METRICS=0 \
+		SQS_CLOUDWATCH_METRICS_REPORT_INTERVAL=20 \
+		LAMBDA_RUNTIME_EXECUTOR=host \
+		LAMBDA_HOST_RIE="$RIE_BIN" \
+		LAMBDA_HOST_ENV="AWS_ENDPOINT_URL_S3=$S3_URL AWS_ENDPOINT_URL_DYNAMODB=$DYNAMODB_URL S3_USE_PATH_STYLE=true" \
 		DNS_ADDRESS=0 \
 		FILESYSTEM_ROOT="$LS_DIR/filesystem" \
 		TMPDIR="$LS_DIR/tmp" \

@@ -18,6 +18,7 @@ const usage = `changesctl operates changes-worker pipelines.
 
 Usage:
   changesctl bootstrap --config FILE     create the table, queues, DLQs and bucket
+             [--remove]                 delete the table, queues and DLQs instead (not the bucket)
   changesctl run --config FILE [flags]   run pollers and writers on this machine
   changesctl invoke poller|writer --event FILE --config FILE
                                          run one function once on a Lambda event (see events/)

@@ -66,6 +66,7 @@ func useDeployedBucket(ctx context.Context, cfg *config.File, cfn deployed.Cloud
 func cmdBootstrap(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "bootstrap")
 	sc := scopeFlags(fs, "", "")
+	remove := fs.Bool("remove", false, "delete the table and queues bootstrap created (not the bucket), unless a deployed stack owns them")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -73,7 +74,11 @@ func cmdBootstrap(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	rep, err := provision.Apply(ctx, provision.Clients{DynamoDB: deps.DynamoDB, SQS: deps.SQS, S3: deps.S3}, deps.Config)
+	clients := provision.Clients{DynamoDB: deps.DynamoDB, SQS: deps.SQS, S3: deps.S3}
+	if *remove {
+		return removeBootstrapped(ctx, env, deps, clients)
+	}
+	rep, err := provision.Apply(ctx, clients, deps.Config)
 	if err != nil {
 		return err
 	}
@@ -84,6 +89,30 @@ func cmdBootstrap(ctx context.Context, env *cliEnv, args []string) error {
 			kind = "fifo"
 		}
 		fmt.Fprintf(env.stdout, "queue   %s/%s (%s, max receives %d)\n        %s\n  dlq   %s\n", q.Job, q.Output, kind, q.MaxReceives, q.Queue, q.DLQ)
+	}
+	return nil
+}
+
+// removeBootstrapped deletes what bootstrap created, so that a stack of the
+// same prefix can be deployed: CloudFormation creates its table and queues
+// itself and fails on names that exist. Where the stack is deployed, the
+// resources are the stack's and nothing is deleted.
+func removeBootstrapped(ctx context.Context, env *cliEnv, deps *pipeline.Deps, c provision.Clients) error {
+	prefix := deps.Config.Stack.Prefix
+	_, err := deployed.Bucket(ctx, cloudformation.NewFromConfig(deps.AWS), prefix)
+	switch {
+	case err == nil:
+		fmt.Fprintf(env.stdout, "stack %s is deployed: its table and queues are the stack's; nothing removed\n", prefix)
+		return nil
+	case !errors.Is(err, deployed.ErrNoStack):
+		return fmt.Errorf("bootstrap --remove: %w", err)
+	}
+	removed, err := provision.Remove(ctx, c, deps.Config)
+	for _, name := range removed {
+		fmt.Fprintf(env.stdout, "removed %s\n", name)
+	}
+	if err != nil {
+		return fmt.Errorf("bootstrap --remove: %w", err)
 	}
 	return nil
 }

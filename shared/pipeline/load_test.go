@@ -31,6 +31,10 @@ func TestLoad(t *testing.T) {
 		{name: "the named file", env: map[string]string{pipeline.EnvConfigFile: good}, wantBucket: "loadtest-data"},
 		{name: "the deployed bucket", env: map[string]string{pipeline.EnvConfigFile: good, pipeline.EnvBucket: "deployed-bucket"}, wantBucket: "deployed-bucket"},
 		{name: "a missing file", env: map[string]string{pipeline.EnvConfigFile: filepath.Join(dir, "missing.json")}, wantErr: "missing.json"},
+		// The stack names the file relative to the function's code, wherever
+		// the code is unpacked (/var/task on AWS).
+		{name: "relative to the task root", env: map[string]string{pipeline.EnvConfigFile: "jobs.json", pipeline.EnvTaskRoot: dir}, wantBucket: "loadtest-data"},
+		{name: "an absolute path whatever the task root", env: map[string]string{pipeline.EnvConfigFile: good, pipeline.EnvTaskRoot: t.TempDir()}, wantBucket: "loadtest-data"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

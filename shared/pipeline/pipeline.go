@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -70,14 +71,21 @@ const (
 	EnvConfigFile      = "CHANGES_CONFIG_FILE"
 	EnvBucket          = "CHANGES_BUCKET"
 	EnvEnvSecretPrefix = "CHANGES_ENV_SECRET_PREFIX"
+	// EnvTaskRoot is where Lambda unpacked the function's code (/var/task
+	// on AWS); a relative CHANGES_CONFIG_FILE is taken from there.
+	EnvTaskRoot = "LAMBDA_TASK_ROOT"
 )
 
 // LoadConfig reads the configuration named by CHANGES_CONFIG_FILE (default
-// jobs.json beside the binary's working directory) and applies CHANGES_BUCKET.
+// jobs.json) and applies CHANGES_BUCKET. A relative path is taken from
+// LAMBDA_TASK_ROOT when that is set, else from the working directory.
 func LoadConfig(lookup Lookup) (*config.File, error) {
 	path, ok := lookup(EnvConfigFile)
 	if !ok || path == "" {
 		path = "jobs.json"
+	}
+	if root, ok := lookup(EnvTaskRoot); ok && root != "" && !filepath.IsAbs(path) {
+		path = filepath.Join(root, path)
 	}
 	f, err := config.Load(path)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -179,4 +180,51 @@ func queueARN(ctx context.Context, c *sqs.Client, url string) (string, error) {
 		return "", fmt.Errorf("get queue arn %s: %w", url, err)
 	}
 	return out.Attributes[string(sqstypes.QueueAttributeNameQueueArn)], nil
+}
+
+// Remove deletes what Apply creates but the bucket (it holds outputs):
+// the state table, with the jobs' leases and checkpoints, and every work
+// queue and DLQ, with their messages. It reports the names it deleted;
+// what does not exist is skipped, so it is idempotent.
+func Remove(ctx context.Context, c Clients, f *config.File) ([]string, error) {
+	var removed []string
+	table := f.TableName()
+	_, err := c.DynamoDB.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: &table})
+	var missing *ddbtypes.ResourceNotFoundException
+	switch {
+	case err == nil:
+		removed = append(removed, table)
+	case !errors.As(err, &missing):
+		return removed, fmt.Errorf("delete table %s: %w", table, err)
+	}
+	for _, j := range f.Jobs {
+		for _, o := range j.Outputs {
+			for _, name := range []string{f.QueueName(j, o), f.DLQName(j, o)} {
+				gone, err := deleteQueue(ctx, c.SQS, name)
+				if err != nil {
+					return removed, err
+				}
+				if gone {
+					removed = append(removed, name)
+				}
+			}
+		}
+	}
+	return removed, nil
+}
+
+// deleteQueue deletes the queue name, reporting whether it existed.
+func deleteQueue(ctx context.Context, c *sqs.Client, name string) (bool, error) {
+	got, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name})
+	var missing *sqstypes.QueueDoesNotExist
+	if errors.As(err, &missing) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("delete queue %s: %w", name, err)
+	}
+	if _, err := c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: got.QueueUrl}); err != nil {
+		return false, fmt.Errorf("delete queue %s: %w", name, err)
+	}
+	return true, nil
 }

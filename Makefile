@@ -10,10 +10,8 @@ ENV       := source localstack/env.sh &&
 FUNCTIONS := poller writer
 # The configuration a deploy ships: no default, name it (make deploy CDK_CONFIG=path/to/jobs.json).
 CDK_CONFIG       ?=
-# localstack-deploy: the demo's configuration unless CDK_CONFIG names another;
-# the full stack where a Docker engine runs Lambda functions, else the local variant.
+# localstack-deploy: the demo's configuration unless CDK_CONFIG names another.
 LOCALSTACK_CONFIG  = $(or $(CDK_CONFIG),$(CONFIG))
-LOCALSTACK_VARIANT ?= $(shell docker info >/dev/null 2>&1 && echo full || echo local)
 CDK              := infra/node_modules/.bin/cdk
 CDKLOCAL         := infra/node_modules/.bin/cdklocal
 CFN_LINT_VERSION := 1.51.0
@@ -121,12 +119,5 @@ destroy: cdk-config build cdk-deps ## delete the stack (CDK_CONFIG required; ret
 localstack-up: ## start the same services as containers (localstack/docker-compose.yml; where a Docker engine runs)
 	docker compose -f localstack/docker-compose.yml up -d --wait
 
-# cdklocal is given the local AWS as 127.0.0.1 (its default host name does not
-# resolve everywhere), S3 included: CloudFormation reads the template from its
-# own S3. CDK_HOME keeps the CLI's cached account apart from real AWS's.
-localstack-deploy: cdk-deps ## deploy to the local AWS with cdklocal: LOCALSTACK_VARIANT=full (default where Docker runs) or local (no functions)
-	@echo "localstack-deploy: $(LOCALSTACK_CONFIG), variant $(LOCALSTACK_VARIANT)"
-	@if [ "$(LOCALSTACK_VARIANT)" = full ]; then $(MAKE) --no-print-directory build; fi
-	@$(ENV) export AWS_ENDPOINT_URL_S3="$$AWS_ENDPOINT_URL" CDK_HOME="$(CURDIR)/$(LOCAL)/cdk-home" && \
-		$(CDKLOCAL) bootstrap -c config=$(LOCALSTACK_CONFIG) -c variant=$(LOCALSTACK_VARIANT) && \
-		$(CDKLOCAL) deploy -c config=$(LOCALSTACK_CONFIG) -c variant=$(LOCALSTACK_VARIANT) --require-approval never
+localstack-deploy: up cdk-deps ctl ## deploy the full stack to the local AWS, functions built for this machine (CDK_CONFIG, default the demo's)
+	@$(ENV) bash localstack/deploy.sh $(CTL) $(LOCALSTACK_CONFIG)

@@ -397,6 +397,7 @@ func (s *changesStack) addSchedules() {
 			RuleName:    s.name(j.ID + "-schedule"),
 			Description: jsii.String("Starts the changes-worker poller for job " + j.ID),
 			Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(j.Schedule.D().Minutes()))),
+			Enabled:     jsii.Bool(!s.in.schedulesDisabled),
 			Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(s.poller.fn, &awseventstargets.LambdaFunctionProps{
 				Event:         awsevents.RuleTargetInput_FromObject(map[string]any{"job": j.ID}),
 				MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(60)),

@@ -44,6 +44,8 @@ type input struct {
 	sourceSecrets, outputSecrets []config.SecretRef
 	// variant says whether the stack has its functions.
 	variant variant
+	// schedulesDisabled creates the schedule rules disabled.
+	schedulesDisabled bool
 	// arch is the functions' architecture, the one their bootstraps are
 	// built for: arm64 from `make build`, this machine's for a local deploy.
 	arch string

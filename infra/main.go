@@ -12,8 +12,11 @@
 // localstack/jobs.json included). Name it with the context value config
 // (-c config=PATH) or, failing that, the environment variable
 // CHANGES_CDK_CONFIG. Other context values: build_dir (where `make build`
-// put <function>/bootstrap, default build) and variant (full, the default,
-// or local: everything but the functions, see variant.go).
+// put <function>/bootstrap, default build), variant (full, the default,
+// or local: everything but the functions, see variant.go) and schedules
+// (enabled, the default, or disabled: the rules that start the poller are
+// created disabled, for a local deploy that enables them once the secrets
+// and bucket are in place).
 package main
 
 import (
@@ -31,6 +34,7 @@ const (
 	contextConfig   = "config"
 	contextBuildDir = "build_dir"
 	contextVariant  = "variant"
+	contextSchedule = "schedules"
 	// envConfig names the job configuration when the context does not.
 	envConfig       = "CHANGES_CDK_CONFIG"
 	defaultBuildDir = "build"
@@ -61,6 +65,10 @@ func realMain() error {
 	if err != nil {
 		return err
 	}
+	schedulesDisabled, err := parseSchedules(contextString(app, contextSchedule))
+	if err != nil {
+		return err
+	}
 	buildDir := contextString(app, contextBuildDir)
 	if buildDir == "" {
 		buildDir = defaultBuildDir
@@ -74,6 +82,8 @@ func realMain() error {
 		buildDir:   buildDir,
 		stageDir:   stageDir,
 		variant:    v,
+
+		schedulesDisabled: schedulesDisabled,
 	}); err != nil {
 		return err
 	}
@@ -107,6 +117,8 @@ type appOptions struct {
 	stageDir string
 	// variant selects the full stack or its local variant. Default full.
 	variant variant
+	// schedulesDisabled creates the schedule rules disabled.
+	schedulesDisabled bool
 	// stackProps are passed to the stack (tests turn analytics off, say).
 	stackProps *awscdk.StackProps
 }
@@ -120,9 +132,22 @@ func buildApp(app awscdk.App, o appOptions) (*changesStack, error) {
 	if err != nil {
 		return nil, err
 	}
+	in.schedulesDisabled = o.schedulesDisabled
 	s := newStack(app, in, o.stackProps)
 	addChecks(app)
 	return s, nil
+}
+
+// parseSchedules reads the context value schedules: whether the rules are
+// created disabled.
+func parseSchedules(s string) (disabled bool, err error) {
+	switch s {
+	case "", "enabled":
+		return false, nil
+	case "disabled":
+		return true, nil
+	}
+	return false, fmt.Errorf("context %s=%q: want enabled or disabled", contextSchedule, s)
 }
 
 // contextString returns the context value key as a string, "" when unset.

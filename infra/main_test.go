@@ -90,3 +90,26 @@ func TestCDKJSONNamesNoConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestParseSchedules(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in           string
+		wantDisabled bool
+		wantErr      bool
+	}{
+		{in: "", wantDisabled: false},
+		{in: "enabled", wantDisabled: false},
+		{in: "disabled", wantDisabled: true},
+		{in: "off", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseSchedules(tt.in)
+			if (err != nil) != tt.wantErr || got != tt.wantDisabled {
+				t.Errorf("parseSchedules(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.wantDisabled, tt.wantErr)
+			}
+		})
+	}
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Deploys the full stack to the local AWS (`make localstack-deploy`): the
+# functions built for this machine, their schedule, event source mappings and
+# permissions, and everything else the stack holds, with the pinned cdklocal.
+# LocalStack runs the functions on the host (localstack/lambdahost).
+#
+# Usage: deploy.sh CHANGESCTL CONFIG   (run by make with localstack/env.sh sourced)
+#
+# Around the deploy:
+#   - before: the table and queues that `changesctl bootstrap` (make demo)
+#     created under the same names are removed when no stack owns them:
+#     CloudFormation would fail on them (Table already exists).
+#   - after: each secret <prefix>/NAME the stack created gets the value of
+#     the environment variable NAME (PG_DSN from env.sh, say), as
+#     infra/README.md tells a user to do on AWS; the stack's bucket is also
+#     created in the S3 the functions use (moto, AWS_ENDPOINT_URL_S3), since
+#     CloudFormation creates it in LocalStack's S3; both functions must be
+#     Active. Only then are the schedule rules, deployed disabled, enabled:
+#     a poller started by the schedule during the deploy would queue changes
+#     for a writer without its secret or bucket.
+#
+# Environment: BUILD_DIR [.local/build/host] where the bootstraps are built;
+# SCHEDULES [enabled] or disabled: leave the rules disabled (the tests invoke
+# the poller themselves).
+set -euo pipefail
+ctl=$1
+config=$2
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+BUILD_DIR="${BUILD_DIR:-.local/build/host}"
+CDKLOCAL=infra/node_modules/.bin/cdklocal
+OUT=.local/cdk-local-outputs.json
+AWSCLI=(.local/localstack/venv/bin/python -m awscli)
+export AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-$AWS_REGION}"
+
+say() { printf 'localstack-deploy: %s\n' "$*" >&2; }
+die() { printf 'localstack-deploy: ERROR: %s\n' "$*" >&2; exit 1; }
+
+[[ -x "${AWSCLI[0]}" ]] || die "LocalStack's virtualenv is missing: run make up"
+
+goarch="$(go env GOARCH)"
+say "building the functions for linux/$goarch into $BUILD_DIR"
+for f in poller writer; do
+	GOOS=linux GOARCH="$goarch" CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags='-s -w' \
+		-o "$BUILD_DIR/$f/bootstrap" "./functions/$f"
+done
+
+say "removing the table and queues \`changesctl bootstrap\` (make demo) made under the stack's names, if any: CloudFormation creates its own"
+"$ctl" bootstrap --remove --config "$config" | sed 's/^/localstack-deploy: bootstrap --remove: /' >&2
+
+# cdklocal is given the local AWS as 127.0.0.1 (its default host name does not
+# resolve everywhere), S3 included: CloudFormation reads the template from
+# its own S3. CDK_HOME keeps the CLI's cached account apart from real AWS's.
+s3_functions="${AWS_ENDPOINT_URL_S3:-$AWS_ENDPOINT_URL}"
+export AWS_ENDPOINT_URL_S3="$AWS_ENDPOINT_URL" CDK_HOME="$ROOT/.local/cdk-home"
+ctx=(-c "config=$config" -c "build_dir=$BUILD_DIR" -c schedules=disabled)
+if ! "${AWSCLI[@]}" cloudformation describe-stacks --stack-name CDKToolkit >/dev/null 2>&1; then
+	"$CDKLOCAL" bootstrap "${ctx[@]}"
+fi
+rm -f "$OUT"
+"$CDKLOCAL" deploy "${ctx[@]}" --require-approval never --outputs-file "$OUT"
+
+# The stack is named after stack.prefix; its one output is the bucket.
+read -r prefix bucket < <(python3 -c '
+import json, sys
+for stack, outputs in json.load(open(sys.argv[1])).items():
+    print(stack, outputs["BucketName"])' "$OUT")
+
+secrets="$("${AWSCLI[@]}" secretsmanager list-secrets --filters "Key=name,Values=$prefix/" \
+	--query 'SecretList[].Name' --output text)"
+for secret in $secrets; do
+	name="${secret#"$prefix"/}"
+	if [[ -n "${!name:-}" ]]; then
+		printf '%s' "${!name}" | "${AWSCLI[@]}" secretsmanager put-secret-value --secret-id "$secret" \
+			--secret-string file:///dev/stdin >/dev/null
+		say "secret $secret: the value of \$$name"
+	else
+		say "secret $secret keeps its placeholder (\$$name is not set); put the value: aws secretsmanager put-secret-value --secret-id $secret --secret-string VALUE"
+	fi
+done
+
+if [[ "$s3_functions" != "$AWS_ENDPOINT_URL" ]]; then
+	AWS_ENDPOINT_URL_S3="$s3_functions" "${AWSCLI[@]}" s3api create-bucket --bucket "$bucket" >/dev/null 2>&1 ||
+		AWS_ENDPOINT_URL_S3="$s3_functions" "${AWSCLI[@]}" s3api head-bucket --bucket "$bucket" ||
+		die "cannot create the stack's bucket $bucket on $s3_functions"
+	say "bucket $bucket also on $s3_functions, the S3 the functions use"
+fi
+
+for f in poller writer; do
+	fn="$prefix-$f"
+	for _ in $(seq 60); do
+		state="$("${AWSCLI[@]}" lambda get-function --function-name "$fn" --query Configuration.State --output text)"
+		[[ "$state" == Active ]] && break
+		sleep 1
+	done
+	[[ "$state" == Active ]] || die "function $fn is $state, not Active"
+	say "function $fn: Active"
+done
+rules="$("${AWSCLI[@]}" events list-rules --name-prefix "$prefix-" --query 'Rules[?ends_with(Name, `-schedule`)].Name' --output text)"
+if [[ "${SCHEDULES:-enabled}" == disabled ]]; then
+	say "stack $prefix deployed; schedule rules left disabled: $rules"
+	exit 0
+fi
+for rule in $rules; do
+	"${AWSCLI[@]}" events enable-rule --name "$rule"
+done
+say "stack $prefix deployed; rules $rules now start $prefix-poller on their schedule"

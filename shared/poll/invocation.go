@@ -90,9 +90,9 @@ func (v *invocation) acquire(ctx context.Context) error {
 }
 
 // standingBy runs on every round of the standby's watch.
-func (v *invocation) standingBy(holder *lease.State) {
+func (v *invocation) standingBy(ctx context.Context, holder *lease.State) {
 	if !v.standby {
-		v.log.Info("standing by", "holder", holder.Owner, "generation", holder.Generation)
+		v.log.InfoContext(ctx, "standing by", "holder", holder.Owner, "generation", holder.Generation)
 		v.standby = true
 	}
 	v.p.Metrics.AddHighRes(metrics.Role, 0, metrics.None)
@@ -102,7 +102,7 @@ func (v *invocation) standingBy(holder *lease.State) {
 }
 
 // start records the takeover.
-func (v *invocation) start() {
+func (v *invocation) start(ctx context.Context) {
 	l := v.lease
 	v.res = Result{Role: "active", Generation: l.Generation, Takeover: l.Kind, Checkpoint: l.Checkpoint}
 	v.since, v.checkpointAt, v.caughtUpAt = l.Checkpoint, l.Previous.CheckpointAt, v.now()
@@ -114,7 +114,7 @@ func (v *invocation) start() {
 		v.targets[i] = t
 	}
 	v.log = v.log.With("generation", l.Generation)
-	v.log.Info("lease acquired", "takeover", l.Kind, "previous_owner", l.Previous.Owner, "checkpoint", string(l.Checkpoint))
+	v.log.InfoContext(ctx, "lease acquired", "takeover", l.Kind, "previous_owner", l.Previous.Owner, "checkpoint", string(l.Checkpoint))
 	v.p.count(metrics.LeaseAcquired, 1)
 	switch l.Kind {
 	case lease.Failover:
@@ -129,7 +129,7 @@ func (v *invocation) start() {
 // else holds it), otherwise the lease is released.
 func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 	if errors.Is(err, lease.ErrLeaseLost) {
-		v.log.Warn("lease lost; stopping", "error", err)
+		v.log.WarnContext(ctx, "lease lost; stopping", "error", err)
 		v.p.count(metrics.LeaseLost, 1)
 		v.res.Role = "fenced"
 		return v.res, nil
@@ -141,15 +141,15 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 		nerr := n.NoteLargestBatch(nctx, v.p.Job.ID, int64(v.res.Read))
 		cancel()
 		if nerr != nil {
-			v.log.Warn("record largest batch", "error", nerr)
+			v.log.WarnContext(ctx, "record largest batch", "error", nerr)
 		} else {
 			v.p.largest.Store(int64(v.res.Read))
 		}
 	}
 	if rerr := v.sess.Release(ctx); rerr != nil {
-		v.log.Warn("release lease", "error", rerr)
+		v.log.WarnContext(ctx, "release lease", "error", rerr)
 	} else {
-		v.log.Info("lease released", "checkpoint", string(v.res.Checkpoint))
+		v.log.InfoContext(ctx, "lease released", "checkpoint", string(v.res.Checkpoint))
 	}
 	return v.res, err
 }
@@ -179,7 +179,7 @@ func (v *invocation) loop(ctx context.Context) (err error) {
 	// reader stopped, then the stream closed.
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	defer v.closeStream()
+	defer v.closeStream(ctx)
 	defer func() { v.ahead.stop() }()
 	defer func() { _ = v.settle() }()
 	v.sendCtx, v.cancelSends = context.WithCancel(ctx)
@@ -238,11 +238,11 @@ func (v *invocation) loop(ctx context.Context) (err error) {
 			continue
 		}
 		if streamed {
-			v.cutStream()
+			v.cutStream(ctx)
 		} else {
 			v.paged(batch)
 		}
-		v.received(batch)
+		v.received(ctx, batch)
 		v.readOn(ctx, batch, streamed)
 		if stop, err := v.queue(ctx, batch); stop {
 			return err
@@ -250,7 +250,7 @@ func (v *invocation) loop(ctx context.Context) (err error) {
 		if err := v.checkpointDue(ctx); err != nil {
 			return err
 		}
-		v.report(batch)
+		v.report(ctx, batch)
 		if v.held != nil {
 			if stop, err := v.holdBack(ctx); stop {
 				return err
@@ -323,7 +323,7 @@ func (v *invocation) holdBack(ctx context.Context) (stop bool, _ error) {
 	v.p.count(metrics.PollerErrors, 1)
 	v.lastErr = v.held
 	v.backoff = nextBackoff(v.backoff)
-	v.log.Warn("malformed feed row; reading it again", "error", v.held, "backoff", v.backoff.String(), "checkpoint", string(v.since))
+	v.log.WarnContext(ctx, "malformed feed row; reading it again", "error", v.held, "backoff", v.backoff.String(), "checkpoint", string(v.since))
 	if v.now().Add(v.backoff).After(v.end) || clock.Sleep(ctx, v.backoff) != nil {
 		return true, v.saveQueued(ctx)
 	}
@@ -449,18 +449,18 @@ func (v *invocation) sourceFailed(ctx context.Context, err error) (stop bool, _ 
 	v.p.pageFailed(ctx, v.position(), err, v.seen, v.log)
 	var se *feed.StatusError
 	if n, ok := v.p.Leases.(notes); ok && errors.As(err, &se) && (se.Status == 401 || se.Status == 403) {
-		v.log.Error("source refused our credentials", "status", se.Status)
+		v.log.ErrorContext(ctx, "source refused our credentials", "status", se.Status)
 		if err := n.NoteSourceAuthFailure(ctx, v.p.Job.ID, v.now()); err != nil {
-			v.log.Warn("record source auth failure", "error", err)
+			v.log.WarnContext(ctx, "record source auth failure", "error", err)
 		}
 	}
 	if !feed.Transient(err) {
-		v.log.Error("source failed; checkpoint unchanged", "error", err, "checkpoint", string(v.since))
+		v.log.ErrorContext(ctx, "source failed; checkpoint unchanged", "error", err, "checkpoint", string(v.since))
 		return true, err
 	}
 	v.lastErr = err
 	v.backoff = nextBackoff(v.backoff)
-	v.log.Warn("source unavailable; retrying", "error", err, "backoff", v.backoff.String(), "checkpoint", string(v.since))
+	v.log.WarnContext(ctx, "source unavailable; retrying", "error", err, "backoff", v.backoff.String(), "checkpoint", string(v.since))
 	if v.now().Add(v.backoff).After(v.end) {
 		return true, err
 	}
@@ -471,12 +471,12 @@ func (v *invocation) sourceFailed(ctx context.Context, err error) (stop bool, _ 
 }
 
 // received records a batch read.
-func (v *invocation) received(b *feed.Batch) {
+func (v *invocation) received(ctx context.Context, b *feed.Batch) {
 	if v.held == nil {
 		v.backoff, v.lastErr = 0, nil
 	}
 	if b.Cut != "" {
-		v.log.Info("page cut short", "reason", b.Cut, "rows", len(b.Rows), "checkpoint", string(v.since))
+		v.log.InfoContext(ctx, "page cut short", "reason", b.Cut, "rows", len(b.Rows), "checkpoint", string(v.since))
 	}
 	v.sess.Pending = b.Pending
 	v.p.count(metrics.ChangesRead, float64(len(b.Rows)))
@@ -487,7 +487,7 @@ func (v *invocation) received(b *feed.Batch) {
 	v.p.Metrics.Add(metrics.LargestBatch, float64(v.res.Read), metrics.Count)
 	if thr := v.p.Job.Feed.FloodThreshold; thr > 0 && before <= thr && v.res.Read > thr {
 		v.p.count(metrics.FloodBatches, 1)
-		v.log.Warn("flood detected: more changes in one invocation than the threshold", "changes", v.res.Read, "threshold", thr, "pending", b.Pending)
+		v.log.WarnContext(ctx, "flood detected: more changes in one invocation than the threshold", "changes", v.res.Read, "threshold", thr, "pending", b.Pending)
 	}
 	if b.Pending >= 0 {
 		v.p.Metrics.Add(metrics.PendingChanges, float64(b.Pending), metrics.Count)
@@ -575,11 +575,11 @@ func (v *invocation) sendFailed(ctx context.Context, err error) error {
 		return err // refused by the fence's renewal
 	}
 	if ctx.Err() != nil {
-		v.log.Warn("deadline reached while queueing", "checkpoint", string(v.since))
+		v.log.WarnContext(ctx, "deadline reached while queueing", "checkpoint", string(v.since))
 		return v.saveQueued(ctx)
 	}
 	v.p.count(metrics.PollerErrors, 1)
-	v.log.Error("queue changes; checkpoint stays before them", "error", err, "checkpoint", string(v.since))
+	v.log.ErrorContext(ctx, "queue changes; checkpoint stays before them", "error", err, "checkpoint", string(v.since))
 	if serr := v.saveQueued(ctx); serr != nil {
 		return serr
 	}
@@ -732,7 +732,7 @@ func (v *invocation) saveQueued(ctx context.Context) error {
 }
 
 // report publishes where the job stands after a batch.
-func (v *invocation) report(b *feed.Batch) {
+func (v *invocation) report(ctx context.Context, b *feed.Batch) {
 	caughtUp := b.CaughtUp()
 	v.res.CaughtUp = caughtUp
 	if v.p.OnBatch != nil {
@@ -747,7 +747,7 @@ func (v *invocation) report(b *feed.Batch) {
 		v.p.Metrics.Add(metrics.CheckpointAgeSeconds, v.now().Sub(v.checkpointAt).Seconds(), metrics.Seconds)
 	}
 	if err := v.p.Metrics.Flush(); err != nil {
-		v.log.Warn("flush metrics", "error", err)
+		v.log.WarnContext(ctx, "flush metrics", "error", err)
 	}
 }
 

@@ -139,23 +139,24 @@ func budgetMargin(total time.Duration) time.Duration {
 // the lease is lost, or the source fails permanently. The checkpoint never
 // moves past a change that SQS did not accept.
 func (p *Poller) Run(ctx context.Context, in Invocation) (Result, error) {
-	v := p.invocation(in)
+	v := p.invocation(ctx, in)
 	// What an invocation that ends on errors counted (PollerErrors,
 	// MalformedPages) is written too, not left for a later batch.
 	defer func() {
 		if err := p.Metrics.Flush(); err != nil {
-			v.log.Warn("flush metrics", "error", err)
+			v.log.WarnContext(ctx, "flush metrics", "error", err)
 		}
 	}()
 	if err := v.acquire(ctx); err != nil || v.lease == nil {
 		return Result{Role: "standby"}, err
 	}
-	v.start()
+	v.start(ctx)
 	return v.finish(ctx, v.loop(ctx))
 }
 
-// invocation prepares the state of one run.
-func (p *Poller) invocation(in Invocation) *invocation {
+// invocation prepares the state of one run; ctx is the run's, for the
+// records the standby's watch logs.
+func (p *Poller) invocation(ctx context.Context, in Invocation) *invocation {
 	v := &invocation{
 		p:   p,
 		end: in.Deadline.Add(-budgetMargin(in.Deadline.Sub(p.Clock.Now()))),
@@ -167,7 +168,7 @@ func (p *Poller) invocation(in Invocation) *invocation {
 		s.Interval = p.StandbyInterval
 	}
 	s.Announce = p.Leases.MarkStandby
-	s.Watching = v.standingBy
+	s.Watching = func(holder *lease.State) { v.standingBy(ctx, holder) }
 	s.Renewed = func() { p.count(metrics.LeaseRenewed, 1) }
 	// The release must fit in the margin left before the deadline.
 	s.ReleaseTimeout = 2 * time.Second

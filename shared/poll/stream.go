@@ -61,14 +61,14 @@ func (v *invocation) readStream(ctx context.Context) (*feed.Batch, error) {
 			return nil, err
 		}
 		v.str.open, v.str.from = s, v.position()
-		v.log.Info("stream opened", "mode", v.p.Job.Feed.Mode, "from", string(v.str.from))
+		v.log.InfoContext(ctx, "stream opened", "mode", v.p.Job.Feed.Mode, "from", string(v.str.from))
 	}
 	b, err := v.str.open.Next(ctx, v.waitTimeout())
 	if err == nil && len(b.Rows) > 0 {
 		err = v.p.Feed.FetchBatch(ctx, b)
 	}
 	if err != nil {
-		v.closeStream()
+		v.closeStream(ctx)
 		return nil, err
 	}
 	if len(b.Rows) > 0 {
@@ -89,7 +89,7 @@ func (v *invocation) streamFailed(ctx context.Context, err error) (stop bool, _ 
 	v.str.caughtUp = false
 	v.str.backoff = min(max(2*v.str.backoff, time.Second), maxStreamBackoff)
 	v.str.reopenAt = v.now().Add(v.str.backoff)
-	v.log.Warn("stream ended; catching up with pages", "error", err, "reopen_in", v.str.backoff.String(), "checkpoint", string(v.since))
+	v.log.WarnContext(ctx, "stream ended; catching up with pages", "error", err, "reopen_in", v.str.backoff.String(), "checkpoint", string(v.since))
 	return false, nil
 }
 
@@ -102,19 +102,19 @@ func (v *invocation) paged(b *feed.Batch) {
 // cutStream closes the stream when the batch taken from it was cut (a row
 // held back): the rows after the cut were taken from the stream and are
 // read again from the checkpoint with pages.
-func (v *invocation) cutStream() {
+func (v *invocation) cutStream(ctx context.Context) {
 	if v.str.open != nil && v.held != nil {
-		v.closeStream()
+		v.closeStream(ctx)
 		v.str.caughtUp = false
 	}
 }
 
 // closeStream closes the open stream, if any.
-func (v *invocation) closeStream() {
+func (v *invocation) closeStream(ctx context.Context) {
 	if v.str.open == nil {
 		return
 	}
 	_ = v.str.open.Close()
 	v.str.open = nil
-	v.log.Info("stream closed", "opened_at", string(v.str.from), "checkpoint", string(v.since))
+	v.log.InfoContext(ctx, "stream closed", "opened_at", string(v.str.from), "checkpoint", string(v.since))
 }

@@ -6,6 +6,7 @@ package lambdamain
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -16,9 +17,12 @@ import (
 
 // Start loads the dependencies and serves the handler that handler picks
 // from them. When they cannot be loaded it prints the error, prefixed with
-// the function's name, and exits with status 1.
+// the function's name, and exits with status 1. Its logger, JSON with the
+// request id, is also slog's default, for the packages that log through it.
 func Start(ctx context.Context, name string, handler func(*pipeline.Deps) any) {
-	deps, err := pipeline.Load(ctx, os.LookupEnv, lambdacontext.NewLogger(), os.Stdout)
+	log := lambdacontext.NewLogger()
+	slog.SetDefault(log)
+	deps, err := pipeline.Load(ctx, os.LookupEnv, log, os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(1)

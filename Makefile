@@ -19,7 +19,7 @@ CFN_LINT_VERSION := 1.51.0
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK      := $(LOCAL)/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: help up down sync-gateway build ctl test test-infra cfn-lint-tool fuzz demo bench lint cdk-deps cdk-config synth diff deploy destroy localstack-up localstack-deploy
+.PHONY: help up down sync-gateway build ctl test test-infra cfn-lint-tool fuzz demo bench lint cdk-deps cdk-config synth diff deploy destroy localstack-up localstack-deploy localstack-demo
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -118,6 +118,9 @@ destroy: cdk-config build cdk-deps ## delete the stack (CDK_CONFIG required; ret
 
 localstack-up: ## start the same services as containers (localstack/docker-compose.yml; where a Docker engine runs)
 	docker compose -f localstack/docker-compose.yml up -d --wait
+
+localstack-demo: up ctl ## after make localstack-deploy: the demo's 1,000 documents through the deployed functions, with their cold starts and durations
+	@$(ENV) bash localstack/demo-deployed.sh $(CTL) $(CONFIG)
 
 localstack-deploy: up cdk-deps ctl ## deploy the full stack to the local AWS, functions built for this machine (CDK_CONFIG, default the demo's)
 	@$(ENV) bash localstack/deploy.sh $(CTL) $(LOCALSTACK_CONFIG)

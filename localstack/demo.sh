@@ -3,6 +3,8 @@
 # the resources, run the pipeline until it is idle, and show the result.
 # Usage: demo.sh CHANGESCTL CONFIG (run by make with localstack/env.sh sourced).
 set -euo pipefail
+# shellcheck source=localstack/demo-result.sh
+source "$(dirname "${BASH_SOURCE[0]}")/demo-result.sh"
 ctl=$1
 config=$2
 db="$COUCH_URL/demo-orders"
@@ -25,23 +27,4 @@ trap 'kill $receiver 2>/dev/null || true' EXIT
 echo "== running the pipeline until idle"
 "$ctl" run --config "$config" --until-idle --timeout 10m
 
-echo
-echo "== status"
-"$ctl" status --config "$config"
-
-rows=$(psql "$PG_DSN" -Atc 'select count(*) from demo_orders')
-files=$(find "$out" -name '*.json' | wc -l)
-# Documents, not the tombstone markers that remember deletions.
-s3="${AWS_ENDPOINT_URL_S3:-$AWS_ENDPOINT_URL}"
-objects=$(curl -s "$s3/changes-worker-data?list-type=2&prefix=demo-orders/" | grep -o '<Key>[^<]*</Key>' | grep -vc '_tombstones/')
-echo
-echo "== result"
-echo "  postgres demo_orders rows:  $rows (expected 900 live documents)"
-echo "  http receiver documents:    $files"
-echo "  s3 objects (demo-orders/):  $objects"
-echo
-echo "Look at it yourself:"
-echo "  psql \"$PG_DSN\" -c 'select doc_id, rev, body->>'\"'\"'total'\"'\"' as total from demo_orders order by doc_id limit 5'"
-echo "  curl -s '$s3/changes-worker-data?list-type=2&prefix=demo-orders/&max-keys=5'"
-echo "  ls $out | head"
-echo "  $ctl status --config $config"
+demo_result "$ctl" "$config" "$out"

@@ -101,7 +101,12 @@ if [[ "${SCHEDULES:-enabled}" == disabled ]]; then
 	say "stack $prefix deployed; schedule rules left disabled: $rules"
 	exit 0
 fi
+# LocalStack schedules a rule when its targets are put, enabled or not as
+# the rule is then, and EnableRule does not change that: the targets are put
+# again once the rule is enabled (on AWS this changes nothing).
 for rule in $rules; do
 	"${AWSCLI[@]}" events enable-rule --name "$rule"
+	targets="$("${AWSCLI[@]}" events list-targets-by-rule --rule "$rule" --query Targets --output json)"
+	"${AWSCLI[@]}" events put-targets --rule "$rule" --targets "$targets" >/dev/null
 done
 say "stack $prefix deployed; rules $rules now start $prefix-poller on their schedule"

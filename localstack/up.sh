@@ -319,7 +319,14 @@ front_dynamodb_local() {
 
 up_localstack() {
 	local pidfile="$RUN/localstack.pid" log="$LOGS/localstack.log"
-	started_before LocalStack aws "$LOCALSTACK_URL" LOCALSTACK_PORT "$pidfile" localstack.runtime.main localstack_ready "LocalStack $LOCALSTACK_VERSION" && return
+	if started_before LocalStack aws "$LOCALSTACK_URL" LOCALSTACK_PORT "$pidfile" localstack.runtime.main localstack_ready "LocalStack $LOCALSTACK_VERSION"; then
+		# Started by an up.sh from before the runtime executor, it cannot run
+		# Lambda functions (make localstack-deploy, the deployed-stack tests).
+		if ! tr '\0' '\n' <"/proc/$(cat "$pidfile")/environ" 2>/dev/null | grep -qx LAMBDA_RUNTIME_EXECUTOR=host; then
+			say "LocalStack (pid $(cat "$pidfile")) was started without the host Lambda executor and cannot run Lambda functions: run make down && make up"
+		fi
+		return
+	fi
 	if localstack_ready "$LOCALSTACK_URL"; then
 		STATUS+=("aws|$LOCALSTACK_URL|LocalStack $(localstack_version "$LOCALSTACK_URL") (already running, not managed by up.sh)")
 		return

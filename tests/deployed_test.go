@@ -1,0 +1,746 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
+	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deployed"
+	"github.com/changes-worker/changes-worker/shared/dlq"
+	"github.com/changes-worker/changes-worker/shared/failure"
+	"github.com/changes-worker/changes-worker/shared/pipeline"
+	"github.com/changes-worker/changes-worker/shared/receiver"
+	"github.com/changes-worker/changes-worker/shared/sample"
+	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
+)
+
+// deployedStack is the full CDK stack deployed to the local AWS by
+// localstack/deploy.sh (`make localstack-deploy`), its functions run by
+// LocalStack on this machine: the test drives the poller through the Lambda
+// API or the schedule rule, and the writer runs only when LocalStack's event
+// source mappings hand it batches.
+type deployedStack struct {
+	*testStack
+	prefix string
+	lambda *lambda.Client
+	sqs    *sqs.Client
+}
+
+// Settings of the deployed test stack: short timeouts so that retries,
+// redrives and lease takeovers happen within the test.
+const (
+	deployedPollerTimeout = 20 * time.Second
+	deployedWriterTimeout = 5 * time.Second // visibility timeout 30 s
+	deployedLeaseTTL      = 6 * time.Second
+	// deployedMaxReceive: the pg output's poison document goes to the DLQ on
+	// its second receive.
+	deployedMaxReceive = 2
+)
+
+// TestDeployedStack deploys the full stack once, with a source database,
+// tables and receiver of its own, and checks, in order, what the stack as it
+// ships does when LocalStack runs it: exact delivery to PostgreSQL, HTTP and
+// S3; the schedule rule starting the poller; a poison document retried,
+// dead-lettered with its failure record, alarmed on and redriven as the
+// console does it; a poller killed mid-invocation and taken over; and what
+// the functions write to their log groups.
+func TestDeployedStack(t *testing.T) {
+	t.Parallel()
+	d := deployStack(t)
+	ctx := t.Context()
+
+	t.Run("exact through the event source mappings", func(t *testing.T) {
+		d.load(ctx, sample.Options{Docs: 300, UpdateEvery: 4, DeleteEvery: 10})
+		d.invokePoller(ctx, t)
+		d.waitExact(ctx, t, 3*time.Minute)
+	})
+	t.Run("the schedule rule starts the poller", func(t *testing.T) {
+		d.checkSchedule(ctx, t)
+	})
+	t.Run("poison document, DLQ, alarm and console redrive", func(t *testing.T) {
+		d.checkPoison(ctx, t)
+	})
+	t.Run("poller killed mid-invocation is taken over", func(t *testing.T) {
+		d.checkKilledPoller(ctx, t)
+	})
+	t.Run("log groups hold structured logs and EMF", func(t *testing.T) {
+		d.checkLogs(ctx, t)
+	})
+}
+
+// deployStack builds the test stack (source database, PostgreSQL tables, an
+// HTTP receiver), deploys it with localstack/deploy.sh with the schedule rule
+// left disabled, and deletes the CloudFormation stack when the test ends.
+func deployStack(t *testing.T) *deployedStack {
+	t.Helper()
+	recv, err := receiver.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(recv)
+	t.Cleanup(srv.Close)
+	job := &config.Job{
+		ID:       "orders",
+		Schedule: config.Duration(time.Minute),
+		Feed:     config.Feed{Limit: 100, Timeout: config.Duration(2 * time.Second)},
+		Lease:    config.Lease{TTL: config.Duration(deployedLeaseTTL)},
+		Outputs: []*config.Output{
+			{ID: "pg", Type: config.OutputPostgres, MaxReceiveCount: deployedMaxReceive, Postgres: &config.PostgresOutput{CreateTables: true}},
+			{ID: "rest", Type: config.OutputHTTP, MaxReceiveCount: 4, HTTP: &config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}", Timeout: config.Duration(3 * time.Second)}},
+			{ID: "archive", Type: config.OutputS3, MaxReceiveCount: 4, S3: &config.S3Output{Prefix: "archive/"}},
+		},
+	}
+	cfg := &config.File{
+		Stack: config.Stack{
+			PollerTimeout:    config.Duration(deployedPollerTimeout),
+			WriterTimeout:    config.Duration(deployedWriterTimeout),
+			LogRetentionDays: 1,
+		},
+		Jobs: []*config.Job{job},
+	}
+	s := &testStack{Stack: stack.ForTest(t, stack.Options{Name: "deployed", Config: cfg}), t: t, recv: recv}
+	awsCfg := s.Deps.AWS
+	d := &deployedStack{testStack: s, prefix: s.Config.Stack.Prefix, lambda: lambda.NewFromConfig(awsCfg), sqs: sqs.NewFromConfig(awsCfg)}
+
+	ctl := filepath.Join(t.TempDir(), "changesctl")
+	if b, err := exec.CommandContext(t.Context(), "go", "build", "-o", ctl, "../cmd/changesctl").CombinedOutput(); err != nil {
+		t.Fatalf("build changesctl: %v\n%s", err, b)
+	}
+	cfn := cloudformation.NewFromConfig(awsCfg)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 3*time.Minute)
+		defer cancel()
+		deleteCFNStack(ctx, t, cfn, d.prefix)
+	})
+	cmd := exec.CommandContext(t.Context(), "bash", "localstack/deploy.sh", ctl, s.ConfigPath)
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "SCHEDULES=disabled", "BUILD_DIR="+t.TempDir(),
+		testenv.DSNEnv+"="+testenv.PostgresDSN(t))
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("localstack/deploy.sh: %v\n%s\n(LocalStack runs Lambda functions only with the host runtime executor: make down && make up)", err, lastLines(string(out), 60))
+	}
+	t.Logf("deployed stack %s in %s", d.prefix, time.Since(start).Round(time.Second))
+	bucket, err := deployed.Bucket(t.Context(), cfn, d.prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The functions use the stack's bucket (CHANGES_BUCKET); so do the
+	// test's readers, and the stack's cleanup deletes it from the S3 the
+	// functions use, where deploy.sh created it.
+	if _, err := s.Deps.S3.DeleteBucket(t.Context(), &s3.DeleteBucketInput{Bucket: &s.Config.Stack.Bucket}); err != nil {
+		t.Fatal(err)
+	}
+	pipeline.OverrideBucket(s.Config, bucket)
+	for _, fn := range []string{d.function("poller"), d.function("writer")} {
+		got, err := d.lambda.GetFunction(t.Context(), &lambda.GetFunctionInput{FunctionName: &fn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := got.Configuration.State; st != lambdatypes.StateActive {
+			t.Fatalf("function %s is %s, want Active", fn, st)
+		}
+	}
+	return d
+}
+
+func (d *deployedStack) function(name string) string { return d.prefix + "-" + name }
+
+// invokePoller invokes the poller through the Lambda API, as the schedule
+// would, and fails the test on a function error.
+func (d *deployedStack) invokePoller(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if out, err := d.invoke(ctx); err != nil {
+		t.Fatal(err)
+	} else if out.FunctionError != nil {
+		t.Fatalf("poller: %s: %s", aws.ToString(out.FunctionError), out.Payload)
+	}
+}
+
+func (d *deployedStack) invoke(ctx context.Context) (*lambda.InvokeOutput, error) {
+	out, err := d.lambda.Invoke(ctx, &lambda.InvokeInput{
+		FunctionName: aws.String(d.function("poller")),
+		Payload:      []byte(`{"job":"orders"}`),
+	}, func(o *lambda.Options) { o.RetryMaxAttempts = 1 })
+	if err != nil {
+		return nil, fmt.Errorf("invoke %s: %w", d.function("poller"), err)
+	}
+	return out, nil
+}
+
+// waitExact waits until PostgreSQL, the HTTP receiver and S3 each hold
+// exactly the source's live documents at their winning revisions.
+func (d *deployedStack) waitExact(ctx context.Context, t *testing.T, limit time.Duration) {
+	t.Helper()
+	want := d.sourceState(ctx)
+	var got map[string]map[string]string
+	err := testenv.Poll(ctx, limit, 2*time.Second, func(ctx context.Context) (bool, error) {
+		got = map[string]map[string]string{"pg": d.pgState(ctx), "rest": d.httpState(), "archive": d.s3State(ctx)}
+		for _, g := range got {
+			if !maps.Equal(g, want) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		for out, g := range got {
+			if diff := cmp.Diff(want, g); diff != "" {
+				t.Errorf("output %s (-source +output):\n%s", out, diff)
+			}
+		}
+		t.Fatalf("outputs not exact after %s: %v", limit, err)
+	}
+}
+
+// checkSchedule enables the job's rule, adds a document and waits until the
+// poller the rule starts (nobody else invokes it) has delivered it. As
+// deploy.sh does, it puts the rule's targets again after enabling it
+// (LocalStack schedules a rule only when its targets are put); at the end it
+// removes them, since LocalStack's DisableRule does not stop the schedule.
+func (d *deployedStack) checkSchedule(ctx context.Context, t *testing.T) {
+	eb := eventbridge.NewFromConfig(d.Deps.AWS)
+	rule := d.prefix + "-orders-schedule"
+	got, err := eb.DescribeRule(ctx, &eventbridge.DescribeRuleInput{Name: &rule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != ebtypes.RuleStateDisabled || aws.ToString(got.ScheduleExpression) != "rate(1 minute)" {
+		t.Fatalf("rule %s: %s %s, want DISABLED rate(1 minute) as deploy.sh leaves it with SCHEDULES=disabled", rule, got.State, aws.ToString(got.ScheduleExpression))
+	}
+	targets, err := eb.ListTargetsByRule(ctx, &eventbridge.ListTargetsByRuleInput{Rule: &rule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.PutDoc(ctx, "scheduled", map[string]any{"total": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eb.EnableRule(ctx, &eventbridge.EnableRuleInput{Name: &rule}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eb.PutTargets(ctx, &eventbridge.PutTargetsInput{Rule: &rule, Targets: targets.Targets}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx := context.WithoutCancel(ctx)
+		var ids []string
+		for _, tg := range targets.Targets {
+			ids = append(ids, aws.ToString(tg.Id))
+		}
+		if _, err := eb.RemoveTargets(ctx, &eventbridge.RemoveTargetsInput{Rule: &rule, Ids: ids}); err != nil {
+			t.Errorf("remove targets of %s: %v", rule, err)
+		}
+		if _, err := eb.DisableRule(ctx, &eventbridge.DisableRuleInput{Name: &rule}); err != nil {
+			t.Errorf("disable rule %s: %v", rule, err)
+		}
+	}()
+	// LocalStack checks rate rules about once a minute.
+	d.waitExact(ctx, t, 3*time.Minute)
+}
+
+// checkPoison makes PostgreSQL refuse one document with a transient error
+// (SQLSTATE 40001, from a trigger) and checks: the rest of its batch is
+// delivered, the document is retried and moved to the DLQ on its
+// max_receive_count-th receive with its failure record, the DLQ alarm goes
+// to ALARM and notifies its SNS topic, and once the trigger is gone a move
+// task from the DLQ to the work queue, as the console's "Start DLQ redrive"
+// to a custom destination issues it, delivers the document.
+func (d *deployedStack) checkPoison(ctx context.Context, t *testing.T) {
+	notes := d.subscribeToAlarms(ctx, t)
+	data, _, err := d.PostgresTables("orders", "pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := testenv.Postgres(t)
+	fn := pgx.Identifier{data[len(data)-1] + "_poison"}.Sanitize()
+	if _, err := pool.Exec(ctx, `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.doc_id = 'poison' THEN RAISE EXCEPTION 'poison document' USING ERRCODE = '40001'; END IF;
+  RETURN NEW;
+END $$`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON `+data.Sanitize()+` FOR EACH ROW EXECUTE FUNCTION `+fn+`()`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.WithoutCancel(ctx), `DROP FUNCTION IF EXISTS `+fn+` CASCADE`) })
+
+	ids := []string{"poison"}
+	for i := range 20 {
+		ids = append(ids, fmt.Sprintf("batchmate-%02d", i))
+	}
+	for _, id := range ids {
+		if _, err := d.PutDoc(ctx, id, map[string]any{"total": len(id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.invokePoller(ctx, t)
+
+	q, err := d.Queues(ctx, "orders", "pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := d.waitDLQ(ctx, t, q)
+	attrs := map[string]string{}
+	for k, v := range msg.MessageAttributes {
+		attrs[k] = aws.ToString(v.StringValue)
+	}
+	want := map[string]string{
+		failure.AttrDocID: "poison", failure.AttrJob: "orders", failure.AttrOutput: "pg",
+		failure.AttrClass: "transient", failure.AttrSQLState: "40001", failure.AttrAttempts: strconv.Itoa(deployedMaxReceive),
+	}
+	for k, v := range want {
+		if attrs[k] != v {
+			t.Errorf("DLQ message attribute %s = %q, want %q (all: %v)", k, attrs[k], v, attrs)
+		}
+	}
+	pg := d.pgState(ctx)
+	src := d.sourceState(ctx)
+	for _, id := range ids[1:] {
+		if pg[id] != src[id] {
+			t.Errorf("batch mate %s: PostgreSQL holds %q, want %q: the rest of the batch must be delivered", id, pg[id], src[id])
+		}
+	}
+	if _, ok := pg["poison"]; ok {
+		t.Errorf("the poison document reached PostgreSQL through its trigger")
+	}
+
+	d.waitAlarm(ctx, t, notes)
+
+	if _, err := pool.Exec(ctx, `DROP FUNCTION `+fn+` CASCADE`); err != nil {
+		t.Fatal(err)
+	}
+	task, err := d.sqs.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{SourceArn: &q.DLQARN, DestinationArn: &q.WorkARN})
+	if err != nil {
+		t.Fatalf("start message move task %s → %s: %v", q.DLQName, q.WorkName, err)
+	}
+	t.Logf("move task %s", aws.ToString(task.TaskHandle))
+	d.waitExact(ctx, t, 2*time.Minute)
+}
+
+// waitDLQ waits for the one message of q's DLQ and returns it; it stays in
+// the DLQ (its visibility timeout is set back to zero).
+func (d *deployedStack) waitDLQ(ctx context.Context, t *testing.T, q dlq.Queues) sqstypes.Message {
+	t.Helper()
+	var msg sqstypes.Message
+	// The first receive fails at once, the second comes after the visibility
+	// timeout (30 s).
+	err := testenv.Poll(ctx, 3*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
+		out, err := d.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: &q.DLQURL, MaxNumberOfMessages: 10, MessageAttributeNames: []string{"All"},
+		})
+		if err != nil {
+			return false, err
+		}
+		if len(out.Messages) == 0 {
+			return false, nil
+		}
+		for _, m := range out.Messages {
+			if _, err := d.sqs.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &q.DLQURL, ReceiptHandle: m.ReceiptHandle}); err != nil {
+				return false, err
+			}
+		}
+		if len(out.Messages) != 1 {
+			return false, fmt.Errorf("DLQ %s holds %d messages, want the poison document's only", q.DLQName, len(out.Messages))
+		}
+		msg = out.Messages[0]
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("DLQ %s: %v", q.DLQName, err)
+	}
+	return msg
+}
+
+// subscribeToAlarms subscribes a new queue to the stack's alarm topic and
+// returns its URL.
+func (d *deployedStack) subscribeToAlarms(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	cw := cloudwatch.NewFromConfig(d.Deps.AWS)
+	alarm := d.dlqAlarm()
+	got, err := cw.DescribeAlarms(ctx, &cloudwatch.DescribeAlarmsInput{AlarmNames: []string{alarm}})
+	if err != nil || len(got.MetricAlarms) != 1 || len(got.MetricAlarms[0].AlarmActions) != 1 {
+		t.Fatalf("alarm %s: %v, %v; want one with one action, the alarm topic", alarm, got, err)
+	}
+	topic := got.MetricAlarms[0].AlarmActions[0]
+	name := d.prefix + "-alarm-notes"
+	q, err := d.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.sqs.DeleteQueue(context.WithoutCancel(ctx), &sqs.DeleteQueueInput{QueueUrl: q.QueueUrl}) })
+	attrs, err := d.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sns.NewFromConfig(d.Deps.AWS).Subscribe(ctx, &sns.SubscribeInput{
+		TopicArn: &topic, Protocol: aws.String("sqs"), Endpoint: aws.String(attrs.Attributes[string(sqstypes.QueueAttributeNameQueueArn)]),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return aws.ToString(q.QueueUrl)
+}
+
+func (d *deployedStack) dlqAlarm() string { return d.prefix + "-orders-pg-dlq-not-empty" }
+
+// waitAlarm waits for the DLQ alarm to be in ALARM and for its notification
+// on the queue subscribed to the alarm topic.
+func (d *deployedStack) waitAlarm(ctx context.Context, t *testing.T, notes string) {
+	t.Helper()
+	cw := cloudwatch.NewFromConfig(d.Deps.AWS)
+	alarm := d.dlqAlarm()
+	// LocalStack's SQS publishes queue depths every 20 s (up.sh); its alarm
+	// scheduler evaluates a one-minute alarm once a minute.
+	err := testenv.Poll(ctx, 4*time.Minute, 5*time.Second, func(ctx context.Context) (bool, error) {
+		got, err := cw.DescribeAlarms(ctx, &cloudwatch.DescribeAlarmsInput{AlarmNames: []string{alarm}})
+		if err != nil {
+			return false, err
+		}
+		return len(got.MetricAlarms) == 1 && got.MetricAlarms[0].StateValue == cwtypes.StateValueAlarm, nil
+	})
+	if err != nil {
+		t.Fatalf("alarm %s not in ALARM: %v", alarm, err)
+	}
+	err = testenv.Poll(ctx, time.Minute, time.Second, func(ctx context.Context) (bool, error) {
+		out, err := d.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &notes, MaxNumberOfMessages: 10})
+		if err != nil {
+			return false, err
+		}
+		for _, m := range out.Messages {
+			var note struct{ Message string }
+			if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &note); err != nil {
+				return false, fmt.Errorf("decode SNS notification: %w", err)
+			}
+			var body struct{ AlarmName, NewStateValue string }
+			if err := json.Unmarshal([]byte(note.Message), &body); err == nil && body.AlarmName == alarm && body.NewStateValue == "ALARM" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no ALARM notification of %s on the subscribed queue: %v", alarm, err)
+	}
+}
+
+// checkKilledPoller kills the poller's bootstrap with SIGKILL while
+// documents are being written and delivered; the next invocation must take
+// the lease over (a higher generation) and the outputs end exact.
+func (d *deployedStack) checkKilledPoller(ctx context.Context, t *testing.T) {
+	leases := d.Leases
+	before, err := leases.Get(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const docs = 300
+	written := make(chan int, docs)
+	go func() {
+		defer close(written)
+		for i := range docs {
+			id := fmt.Sprintf("killed-%03d", i)
+			rev, err := d.PutDoc(ctx, id, map[string]any{"total": i})
+			if err == nil && i%3 == 0 {
+				rev, err = d.PutDoc(ctx, id, map[string]any{"_rev": rev, "total": i + 1})
+			}
+			if err == nil && i%10 == 1 {
+				err = d.DeleteDoc(ctx, id, rev)
+			}
+			if err != nil {
+				t.Errorf("write %s: %v", id, err)
+				return
+			}
+			written <- i
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	done := make(chan error, 1)
+	var killedOut *lambda.InvokeOutput
+	go func() {
+		out, err := d.invoke(ctx)
+		killedOut = out
+		done <- err
+	}()
+	// Kill once the invocation holds the lease and a third of the documents
+	// are written.
+	for range docs / 3 {
+		<-written
+	}
+	var killed []int
+	err = testenv.Poll(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		cur, err := leases.Get(ctx, "orders")
+		if err != nil || cur.Owner == "" || cur.Owner == before.Owner && cur.Generation == before.Generation {
+			return false, err
+		}
+		killed = killBootstraps(t, d.function("poller"))
+		return len(killed) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("poller never held the lease to be killed: %v", err)
+	}
+	t.Logf("killed poller bootstrap(s) %v", killed)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if killedOut.FunctionError == nil {
+		t.Errorf("the killed invocation returned %s without a function error", killedOut.Payload)
+	}
+	for range written {
+	}
+	held, err := leases.Get(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.invokePoller(ctx, t)
+	after, err := leases.Get(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Generation <= held.Generation {
+		t.Errorf("lease generation %d after the next invocation, want above the killed one's %d (a takeover)", after.Generation, held.Generation)
+	}
+	d.waitExact(ctx, t, 3*time.Minute)
+}
+
+// killBootstraps sends SIGKILL to every bootstrap process of the function,
+// found by the AWS_LAMBDA_FUNCTION_NAME in its environment, and returns
+// their pids.
+func killBootstraps(t *testing.T, function string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		args := strings.Split(string(cmdline), "\x00")
+		if filepath.Base(args[0]) != "bootstrap" {
+			continue
+		}
+		environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if !slices.Contains(strings.Split(string(environ), "\x00"), "AWS_LAMBDA_FUNCTION_NAME="+function) {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// checkLogs reads both functions' log groups: every line an invocation
+// writes is a platform line (START, END, REPORT), a JSON log record with
+// level, message and request id, or an EMF record valid against the
+// specification; each function wrote records of both kinds.
+func (d *deployedStack) checkLogs(ctx context.Context, t *testing.T) {
+	logs := cloudwatchlogs.NewFromConfig(d.Deps.AWS)
+	for _, fn := range []string{"poller", "writer"} {
+		group := "/aws/lambda/" + d.function(fn)
+		var records, emf, reports, sdk int
+		p := cloudwatchlogs.NewFilterLogEventsPaginator(logs, &cloudwatchlogs.FilterLogEventsInput{LogGroupName: &group})
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				t.Fatalf("read log group %s: %v", group, err)
+			}
+			for _, ev := range page.Events {
+				line := strings.TrimSpace(aws.ToString(ev.Message))
+				switch kind, err := classifyLogLine(line); {
+				case err != nil:
+					t.Errorf("%s: %v: %s", group, err, line)
+				case kind == "emf":
+					emf++
+				case kind == "record":
+					records++
+				case kind == "report":
+					reports++
+				case kind == "sdk":
+					sdk++
+				}
+			}
+		}
+		t.Logf("%s: %d log records, %d EMF records, %d REPORT lines, %d AWS SDK lines", group, records, emf, reports, sdk)
+		if records == 0 || emf == 0 || reports == 0 {
+			t.Errorf("%s: %d log records, %d EMF records, %d REPORT lines; want some of each", group, records, emf, reports)
+		}
+	}
+}
+
+// classifyLogLine says what a function's log line is: "platform" (START,
+// END, a returned error as aws-lambda-go prints it), "report" (REPORT),
+// "sdk" (the AWS SDK's own log), "record" (a JSON log record with
+// timestamp, level, message and request id), "emf" (an EMF record, checked
+// against the specification), or an error.
+func classifyLogLine(line string) (string, error) {
+	switch {
+	case strings.HasPrefix(line, "START RequestId: "), strings.HasPrefix(line, "END RequestId: "):
+		return "platform", nil
+	case strings.HasPrefix(line, "REPORT RequestId: "):
+		return "report", nil
+	case strings.HasPrefix(line, "SDK "):
+		// The AWS SDK's own logger (retries, checksums), plain text.
+		return "sdk", nil
+	case !strings.HasPrefix(line, "{"):
+		// aws-lambda-go prints a returned error with a timestamp prefix.
+		if _, rest, ok := strings.Cut(line, " {"); ok && strings.Contains(rest, `"errorMessage"`) {
+			return "platform", nil
+		}
+		return "", errors.New("neither a platform line nor JSON")
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(line), &doc); err != nil {
+		return "", fmt.Errorf("decode: %w", err)
+	}
+	if _, ok := doc["_aws"]; ok {
+		return "emf", validateEMF(doc)
+	}
+	for _, k := range []string{"timestamp", "level", "message", "requestId"} {
+		if _, ok := doc[k]; !ok {
+			return "", fmt.Errorf("log record without %q", k)
+		}
+	}
+	return "record", nil
+}
+
+// validateEMF checks an EMF record against the specification
+// (docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html):
+// _aws.Timestamp is an integer of milliseconds; _aws.CloudWatchMetrics is a
+// non-empty array of directives, each with a Namespace of 1-1024
+// characters, Dimensions as arrays of at most 30 dimension keys, and 1-100
+// Metrics with a Name, an optional Unit among CloudWatch's units and an
+// optional StorageResolution of 1 or 60; every dimension key is a
+// top-level member holding a string, and every metric a top-level member
+// holding a number or an array of at most 100 numbers.
+func validateEMF(doc map[string]json.RawMessage) error {
+	var meta struct {
+		Timestamp         *json.Number
+		CloudWatchMetrics []struct {
+			Namespace  string
+			Dimensions [][]string
+			Metrics    []struct {
+				Name              string
+				Unit              *string
+				StorageResolution *int
+			}
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc["_aws"]))
+	dec.UseNumber()
+	if err := dec.Decode(&meta); err != nil {
+		return fmt.Errorf("emf: decode _aws: %w", err)
+	}
+	if meta.Timestamp == nil {
+		return errors.New("emf: _aws.Timestamp missing")
+	}
+	if _, err := meta.Timestamp.Int64(); err != nil {
+		return fmt.Errorf("emf: _aws.Timestamp %s is not an integer", *meta.Timestamp)
+	}
+	if len(meta.CloudWatchMetrics) == 0 {
+		return errors.New("emf: _aws.CloudWatchMetrics is empty")
+	}
+	for _, dir := range meta.CloudWatchMetrics {
+		if n := len(dir.Namespace); n == 0 || n > 1024 {
+			return fmt.Errorf("emf: namespace %q", dir.Namespace)
+		}
+		for _, set := range dir.Dimensions {
+			if len(set) > 30 {
+				return fmt.Errorf("emf: dimension set of %d keys", len(set))
+			}
+			for _, k := range set {
+				var v string
+				if err := json.Unmarshal(doc[k], &v); err != nil {
+					return fmt.Errorf("emf: dimension %s is not a string member: %s", k, doc[k])
+				}
+			}
+		}
+		if n := len(dir.Metrics); n == 0 || n > 100 {
+			return fmt.Errorf("emf: %d metrics in a directive", n)
+		}
+		for _, m := range dir.Metrics {
+			if m.Unit != nil && !emfUnits[*m.Unit] {
+				return fmt.Errorf("emf: metric %s: unit %q", m.Name, *m.Unit)
+			}
+			if r := m.StorageResolution; r != nil && *r != 1 && *r != 60 {
+				return fmt.Errorf("emf: metric %s: storage resolution %d", m.Name, *r)
+			}
+			var one float64
+			if json.Unmarshal(doc[m.Name], &one) == nil {
+				continue
+			}
+			var many []float64
+			if err := json.Unmarshal(doc[m.Name], &many); err != nil || len(many) == 0 || len(many) > 100 {
+				return fmt.Errorf("emf: metric %s: value %s is neither a number nor 1-100 numbers", m.Name, doc[m.Name])
+			}
+		}
+	}
+	return nil
+}
+
+// emfUnits are the units CloudWatch accepts.
+var emfUnits = map[string]bool{}
+
+func init() {
+	for _, u := range strings.Fields(`Seconds Microseconds Milliseconds Bytes Kilobytes Megabytes Gigabytes Terabytes
+		Bits Kilobits Megabits Gigabits Terabits Percent Count Bytes/Second Kilobytes/Second Megabytes/Second
+		Gigabytes/Second Terabytes/Second Bits/Second Kilobits/Second Megabits/Second Gigabits/Second
+		Terabits/Second Count/Second None`) {
+		emfUnits[u] = true
+	}
+}
+
+// deleteCFNStack deletes the CloudFormation stack and waits for it to go.
+func deleteCFNStack(ctx context.Context, t *testing.T, cfn *cloudformation.Client, name string) {
+	if _, err := cfn.DeleteStack(ctx, &cloudformation.DeleteStackInput{StackName: &name}); err != nil {
+		t.Errorf("delete stack %s: %v", name, err)
+		return
+	}
+	err := testenv.Poll(ctx, 3*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
+		_, err := deployed.Bucket(ctx, cfn, name)
+		return errors.Is(err, deployed.ErrNoStack), nil
+	})
+	if err != nil {
+		t.Errorf("stack %s not deleted: %v", name, err)
+	}
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

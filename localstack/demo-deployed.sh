@@ -8,8 +8,8 @@
 # of its log group.
 # Usage: demo-deployed.sh CHANGESCTL CONFIG (run by make with localstack/env.sh sourced).
 set -euo pipefail
-# shellcheck source=localstack/demo-result.sh
-source "$(dirname "${BASH_SOURCE[0]}")/demo-result.sh"
+# shellcheck source=localstack/demo-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/demo-lib.sh"
 ctl=$1
 config=$2
 db="$COUCH_URL/demo-orders"
@@ -23,8 +23,7 @@ export AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-$AWS_REGION}"
 start_ms=$(($(date +%s) * 1000))
 started=$SECONDS
 
-echo "== loading sample data into $db"
-"$ctl" sample --url "$db" --docs 1000 --update-every 4 --delete-every 10 --fresh
+demo_load "$ctl" "$db"
 
 echo "== emptying the outputs, so that what they hold is the deployed functions' work"
 psql "$PG_DSN" -qc 'drop table if exists demo_orders, demo_orders_versions'
@@ -33,11 +32,7 @@ AWS_ENDPOINT_URL="${AWS_ENDPOINT_URL_S3:-$AWS_ENDPOINT_URL}" "${AWSCLI[@]}" s3 r
 # The source database was just recreated, so its sequence starts again.
 "$ctl" checkpoint reset --config "$config" --job orders --yes --force >/dev/null 2>&1
 
-echo "== starting the demo REST endpoint on 127.0.0.1:8099"
-rm -rf "$out"
-"$ctl" receiver --addr 127.0.0.1:8099 --dir "$out" 2>/dev/null &
-receiver=$!
-trap 'kill $receiver 2>/dev/null || true' EXIT
+demo_receiver "$ctl" "$out"
 
 # The poller runs for its whole budget (stack.poller_timeout), standing by
 # for new changes once caught up.

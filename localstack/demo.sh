@@ -3,26 +3,21 @@
 # the resources, run the pipeline until it is idle, and show the result.
 # Usage: demo.sh CHANGESCTL CONFIG (run by make with localstack/env.sh sourced).
 set -euo pipefail
-# shellcheck source=localstack/demo-result.sh
-source "$(dirname "${BASH_SOURCE[0]}")/demo-result.sh"
+# shellcheck source=localstack/demo-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/demo-lib.sh"
 ctl=$1
 config=$2
 db="$COUCH_URL/demo-orders"
 out=.local/http-out
 
-echo "== loading sample data into $db"
-"$ctl" sample --url "$db" --docs 1000 --update-every 4 --delete-every 10 --fresh
+demo_load "$ctl" "$db"
 
 echo "== creating the table, queues and bucket on $AWS_ENDPOINT_URL"
 "$ctl" bootstrap --config "$config" >/dev/null
 # The source database was just recreated, so its sequence starts again.
 "$ctl" checkpoint reset --config "$config" --job orders --yes --force >/dev/null
 
-echo "== starting the demo REST endpoint on 127.0.0.1:8099"
-rm -rf "$out"
-"$ctl" receiver --addr 127.0.0.1:8099 --dir "$out" 2>/dev/null &
-receiver=$!
-trap 'kill $receiver 2>/dev/null || true' EXIT
+demo_receiver "$ctl" "$out"
 
 echo "== running the pipeline until idle"
 "$ctl" run --config "$config" --until-idle --timeout 10m

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Sourced by demo.sh and demo-deployed.sh: what both demos print at the end.
-# The S3 output writes to the deployed stack's bucket when a stack of the
+# Sourced by demo.sh and demo-deployed.sh: the steps both demos share, and
+# what both print at the end. The S3 output writes to the deployed stack's bucket when a stack of the
 # demo's prefix is deployed (the stack names it), else to changes-worker-data.
 
 # demo_bucket prints the bucket the demo's S3 output writes to.
@@ -9,6 +9,22 @@ demo_bucket() {
 	b="$(.local/localstack/venv/bin/python -m awscli cloudformation describe-stacks --stack-name changes-worker \
 		--query "Stacks[0].Outputs[?OutputKey=='BucketName'].OutputValue" --output text 2>/dev/null || true)"
 	[[ -n "$b" && "$b" != None ]] && echo "$b" || echo changes-worker-data
+}
+
+# demo_load CHANGESCTL DB loads the 1,000 sample orders into a new DB.
+demo_load() {
+	echo "== loading sample data into $2"
+	"$1" sample --url "$2" --docs 1000 --update-every 4 --delete-every 10 --fresh
+}
+
+# demo_receiver CHANGESCTL OUT starts the demo REST endpoint, writing into a
+# new OUT, until the script exits.
+demo_receiver() {
+	echo "== starting the demo REST endpoint on 127.0.0.1:8099"
+	rm -rf "$2"
+	"$1" receiver --addr 127.0.0.1:8099 --dir "$2" 2>/dev/null &
+	DEMO_RECEIVER=$!
+	trap 'kill $DEMO_RECEIVER 2>/dev/null || true' EXIT
 }
 
 # demo_result CHANGESCTL CONFIG OUT prints the status and the three outputs' counts.

@@ -4,8 +4,8 @@
 # delivered by the deployed Lambda functions, which LocalStack runs on this
 # machine: the poller invoked through the Lambda API, the writer by the
 # queues' event source mappings. It prints the same result as `make demo`,
-# then each function's cold starts and median duration from the REPORT lines
-# of its log group.
+# then each function's median duration during the demo and its cold starts
+# since the deploy, from the REPORT lines of its log group.
 # Usage: demo-deployed.sh CHANGESCTL CONFIG (run by make with localstack/env.sh sourced).
 set -euo pipefail
 # shellcheck source=localstack/demo-lib.sh
@@ -26,37 +26,50 @@ started=$SECONDS
 demo_load "$ctl" "$db"
 
 echo "== emptying the outputs, so that what they hold is the deployed functions' work"
-psql "$PG_DSN" -qc 'drop table if exists demo_orders, demo_orders_versions'
+# Emptied, not dropped: a warm writer created the tables once and goes on
+# using them.
+psql "$PG_DSN" -qc 'truncate demo_orders, demo_orders_versions' 2>/dev/null || true
 bucket="$(demo_bucket)"
 AWS_ENDPOINT_URL="${AWS_ENDPOINT_URL_S3:-$AWS_ENDPOINT_URL}" "${AWSCLI[@]}" s3 rm --quiet --recursive "s3://$bucket/demo-orders/"
+# What the schedule delivered or dead-lettered before (the REST endpoint
+# listens only during a demo) goes too.
+for o in pg rest archive; do
+	"$ctl" dlq purge --config "$config" --job orders --output "$o" --yes >/dev/null 2>&1
+done
 # The source database was just recreated, so its sequence starts again.
 "$ctl" checkpoint reset --config "$config" --job orders --yes --force >/dev/null 2>&1
 
 demo_receiver "$ctl" "$out"
 
-# The poller runs for its whole budget (stack.poller_timeout), standing by
-# for new changes once caught up.
-echo "== invoking $prefix-poller through the Lambda API (it returns when its budget is spent)"
-"${AWSCLI[@]}" lambda invoke --cli-read-timeout 300 --function-name "$prefix-poller" \
-	--payload '{"job":"orders"}' .local/poller-result.json >/dev/null
-echo "   $(cat .local/poller-result.json)"
+# Invoked asynchronously, as the schedule invokes it: it runs for its whole
+# budget (stack.poller_timeout), standing by when the schedule's poller holds
+# the lease, which then delivers instead.
+echo "== invoking $prefix-poller through the Lambda API"
+"${AWSCLI[@]}" lambda invoke --invocation-type Event --function-name "$prefix-poller" \
+	--payload '{"job":"orders"}' /dev/null >/dev/null
+want="$(curl -s "$db" | python3 -c 'import json, sys; print(json.load(sys.stdin)["update_seq"])')"
+echo "== waiting for the poller to checkpoint the source's last change ($want)"
+until "$ctl" checkpoint get --config "$config" --job orders 2>/dev/null | grep -q "checkpoint $want,"; do
+	sleep 1
+done
+echo "   checkpointed $((SECONDS - started))s after the start"
 
 echo "== waiting for the event source mappings to drain the queues into the outputs"
 queues=()
 for name in orders-pg orders-rest.fifo orders-archive; do
-	queues+=("$("${AWSCLI[@]}" sqs get-queue-url --queue-name "$prefix-$name" --query QueueUrl --output text)")
+	queues+=("$("${AWSCLI[@]}" sqs --endpoint-url "$AWS_ENDPOINT_URL" get-queue-url --queue-name "$prefix-$name" --query QueueUrl --output text)")
 done
 idle=0
 while ((idle < 2)); do
 	sleep 2
 	busy=0
 	for q in "${queues[@]}"; do
-		n="$("${AWSCLI[@]}" sqs get-queue-attributes --queue-url "$q" \
+		n="$("${AWSCLI[@]}" sqs --endpoint-url "$AWS_ENDPOINT_URL" get-queue-attributes --queue-url "$q" \
 			--attribute-names ApproximateNumberOfMessages ApproximateNumberOfMessagesNotVisible \
 			--query 'sum([Attributes.ApproximateNumberOfMessages, Attributes.ApproximateNumberOfMessagesNotVisible][].to_number(@))' --output text)"
-		((busy += ${n%.*}))
+		busy=$((busy + ${n%.*}))
 	done
-	if ((busy == 0)); then ((idle += 1)); else idle=0; fi
+	if ((busy == 0)); then idle=$((idle + 1)); else idle=0; fi
 done
 echo "   drained $((SECONDS - started))s after the start"
 
@@ -66,6 +79,6 @@ echo
 echo "== the deployed functions, from the REPORT lines of their log groups"
 for f in poller writer; do
 	"${AWSCLI[@]}" logs filter-log-events --log-group-name "/aws/lambda/$prefix-$f" \
-		--start-time "$start_ms" --filter-pattern REPORT --query 'events[].message' --output json |
-		python3 "$(dirname "${BASH_SOURCE[0]}")/reports.py" "$prefix-$f"
+		--filter-pattern REPORT --query 'events[].[timestamp, message]' --output json |
+		python3 "$(dirname "${BASH_SOURCE[0]}")/reports.py" "$prefix-$f" "$start_ms"
 done

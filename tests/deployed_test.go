@@ -102,6 +102,9 @@ func TestDeployedStack(t *testing.T) {
 // deployStack builds the test stack (source database, PostgreSQL tables, an
 // HTTP receiver), deploys it with localstack/deploy.sh with the schedule rule
 // left disabled, and deletes the CloudFormation stack when the test ends.
+// stack.ForTest provisions the table and queues as `changesctl bootstrap`
+// (make demo) does, under the names the CloudFormation stack then uses:
+// the deploy must cope with them.
 func deployStack(t *testing.T) *deployedStack {
 	t.Helper()
 	recv, err := receiver.New(t.TempDir())

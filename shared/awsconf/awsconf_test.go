@@ -1,7 +1,6 @@
-package awsconf
+package awsconf_test
 
 import (
-	"bytes"
 	"context"
 	"hash/crc32"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/logging"
+
+	"github.com/changes-worker/changes-worker/shared/awsconf"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
 // TestLogger: the SDK's lines become slog records at the matching level,
@@ -25,16 +26,16 @@ import (
 func TestLogger(t *testing.T) {
 	t.Parallel()
 	type key struct{}
-	var out syncBuffer
+	var out stack.Capture
 	h := &ctxHandler{Handler: slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn}), key: key{}}
-	l := Logger(slog.New(h))
+	l := awsconf.Logger(slog.New(h))
 	l.Logf(logging.Debug, "dropped %d", 1)
 	l.(logging.ContextLogger).WithContext(context.WithValue(t.Context(), key{}, "req-1")).Logf(logging.Warn, "kept %d", 2)
 	want := `{"level":"WARN","msg":"aws sdk","detail":"kept 2","request":"req-1"}` + "\n"
 	if got := out.String(); !strings.HasSuffix(got, want) || strings.Contains(got, "dropped") {
 		t.Errorf("log = %q, want only a record ending %q", got, want)
 	}
-	Logger(nil).Logf(logging.Warn, "to nowhere")
+	awsconf.Logger(nil).Logf(logging.Warn, "to nowhere")
 }
 
 // ctxHandler adds the context's value at key as "request", and drops the
@@ -50,24 +51,6 @@ func (h *ctxHandler) Handle(ctx context.Context, r slog.Record) error {
 		r.AddAttrs(slog.String("request", v))
 	}
 	return h.Handler.Handle(ctx, r)
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestDynamoDBResponseChecksum: the CRC32 of a DynamoDB answer is checked
@@ -108,8 +91,8 @@ func TestDynamoDBResponseChecksum(t *testing.T) {
 				_, _ = w.Write([]byte(tt.body))
 			}))
 			t.Cleanup(srv.Close)
-			var out syncBuffer
-			cfg, err := Load(t.Context(), slog.New(slog.NewJSONHandler(&out, nil)))
+			var out stack.Capture
+			cfg, err := awsconf.Load(t.Context(), slog.New(slog.NewJSONHandler(&out, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}

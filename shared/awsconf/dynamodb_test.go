@@ -1,12 +1,10 @@
 package awsconf_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/statetable"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
 // TestStandbyAcquireLogsNothing: on DynamoDB Local, a standby's lease
@@ -26,13 +25,8 @@ import (
 func TestStandbyAcquireLogsNothing(t *testing.T) {
 	t.Parallel()
 	testenv.AWS(t) // the local services answer
-	var mu sync.Mutex
-	var out bytes.Buffer
-	cfg, err := awsconf.Load(t.Context(), slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return out.Write(p)
-	}), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	var out stack.Capture
+	cfg, err := awsconf.Load(t.Context(), slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +35,9 @@ func TestStandbyAcquireLogsNothing(t *testing.T) {
 	if err := statetable.Create(t.Context(), db, table); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.DeleteTable(context.WithoutCancel(t.Context()), &dynamodb.DeleteTableInput{TableName: &table}) })
+	t.Cleanup(func() {
+		db.DeleteTable(context.WithoutCancel(t.Context()), &dynamodb.DeleteTableInput{TableName: &table})
+	})
 	s := lease.New(db, table)
 	if _, _, err := s.Acquire(t.Context(), "job", "active", "host-a", time.Minute); err != nil {
 		t.Fatalf("active acquire: %v", err)
@@ -51,13 +47,7 @@ func TestStandbyAcquireLogsNothing(t *testing.T) {
 			t.Fatalf("standby acquire = %v, want ErrLeaseHeld", err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if strings.Contains(out.String(), "checksum") {
 		t.Errorf("the SDK logged %q", out.String())
 	}
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

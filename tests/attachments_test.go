@@ -155,15 +155,23 @@ func TestAttachmentsReachEveryOutput(t *testing.T) {
 // "mismatch", records it in the job's quarantine, and the checkpoint moves
 // past it to the changes after.
 func TestAttachmentLongerThanItsEntry(t *testing.T) {
-	db := testenv.CouchDB(t)
-	target, err := url.Parse(db)
+	ctx, s := parallelStack(t, stackOptions{outputs: []string{"pg"}, attachments: &config.Attachments{Enabled: true}})
+	if _, err := s.PutDoc(ctx, "a", map[string]any{"_attachments": map[string]any{"f.bin": map[string]any{"content_type": "x/y", "data": base64.StdEncoding.EncodeToString([]byte("ten bytes!"))}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutDoc(ctx, "b", map[string]any{"n": 1}); err != nil {
+		t.Fatal(err)
+	}
+	// The job reads the database through a proxy that serves every
+	// attachment without end.
+	target, err := url.Parse(s.SourceURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var written atomic.Int64
 	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
 	src := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// GET /{db}/{doc}/{attachment}: the attachment, without end.
+		// GET /{db}/{doc}/{attachment}
 		if parts := strings.Split(strings.Trim(r.URL.EscapedPath(), "/"), "/"); r.Method == http.MethodGet && len(parts) == 3 && !strings.HasPrefix(parts[1], "_") {
 			chunk := bytes.Repeat([]byte("x"), 32<<10)
 			for written.Load() < 256<<20 {
@@ -178,23 +186,7 @@ func TestAttachmentLongerThanItsEntry(t *testing.T) {
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(src.Close)
-	ctx, s := parallelStack(t, stackOptions{sourceURL: src.URL + target.Path, outputs: []string{"pg"}, attachments: &config.Attachments{Enabled: true}})
-	put := func(id string, body map[string]any) {
-		t.Helper()
-		b, _ := json.Marshal(body)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, db+"/"+id, bytes.NewReader(b))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			t.Fatalf("put %s: status %d", id, resp.StatusCode)
-		}
-	}
-	put("a", map[string]any{"_attachments": map[string]any{"f.bin": map[string]any{"content_type": "x/y", "data": base64.StdEncoding.EncodeToString([]byte("ten bytes!"))}}})
-	put("b", map[string]any{"n": 1})
+	s.Config.Job("orders").Source.URL = src.URL + target.Path
 	sum := s.runUntilIdle(ctx, localrun.Options{})
 	for k, st := range sum.Outputs {
 		if st.DeadLettered != 0 {
@@ -239,18 +231,11 @@ func TestAttachmentLongerThanItsEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get(db)
+	seq, err := s.UpdateSeq(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var info struct {
-		UpdateSeq json.RawMessage `json:"update_seq"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
-		t.Fatal(err)
-	}
-	if string(st.Checkpoint) != string(info.UpdateSeq) {
-		t.Errorf("checkpoint %s, want the source's update_seq %s", st.Checkpoint, info.UpdateSeq)
+	if string(st.Checkpoint) != string(seq) {
+		t.Errorf("checkpoint %s, want the source's update_seq %s", st.Checkpoint, seq)
 	}
 }

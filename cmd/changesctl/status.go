@@ -48,16 +48,17 @@ type jobStatus struct {
 	// SourceAuthFailedAt is when the source last refused our credentials.
 	SourceAuthFailedAt *time.Time     `json:"source_auth_failed_at,omitempty"`
 	Outputs            []outputStatus `json:"outputs"`
-	// Quarantine lists the feed rows the poller skipped and the pages it
-	// was (or is) blocked on.
+	// Quarantine lists the feed rows the poller skipped, the pages it was
+	// (or is) blocked on and the attachments it delivered without a copy.
 	Quarantine []quarantineStatus `json:"quarantine"`
 }
 
 // quarantineStatus is one entry of a job's quarantine.
 type quarantineStatus struct {
-	Kind string `json:"kind"` // row or page
-	// State: "skipped" (a row), "blocked" (a page at the current
-	// checkpoint), "passed" (a page the checkpoint has moved from since).
+	Kind string `json:"kind"` // row, page or attachment
+	// State: "skipped" (a row, an attachment), "blocked" (a page at the
+	// current checkpoint), "passed" (a page the checkpoint has moved from
+	// since).
 	State     string          `json:"state"`
 	Seq       json.RawMessage `json:"seq"`
 	After     json.RawMessage `json:"after,omitempty"`
@@ -256,6 +257,8 @@ func quarantineLine(job string, q quarantineStatus) string {
 		return fmt.Sprintf("%s: BLOCKED at %s, the poller cannot read the page from there (%s): %s", job, pos, seen, q.Reason)
 	case q.Kind == string(quarantine.Page):
 		return fmt.Sprintf("%s: was blocked at %s, passed since (%s): %s", job, pos, seen, q.Reason)
+	case q.Kind == string(quarantine.Attachment):
+		return fmt.Sprintf("%s: attachment not copied, row %s (%s): %s: %s", job, pos, seen, q.Reason, truncate(q.Raw, 200))
 	}
 	if q.Seq == nil {
 		pos = "without seq"

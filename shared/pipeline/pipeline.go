@@ -138,11 +138,12 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		}
 		targets = append(targets, fanout.NewTarget(o, aws.ToString(out.QueueUrl)))
 	}
+	quarantined := &quarantine.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now}
 	var source poll.Feed = fc
 	if a := j.Attachments; a != nil && a.Enabled {
 		source = &attach.Feed{
 			Inner: fc,
-			Stage: &attach.Stage{Config: a, Source: fc, S3: d.S3, Log: d.Log.With("job", j.ID)},
+			Stage: &attach.Stage{Config: a, Source: fc, S3: d.S3, Log: d.Log.With("job", j.ID), Job: j.ID, Quarantine: quarantined},
 			OnStats: func(s attach.Stats) {
 				rec.Add(metrics.AttachmentsUploaded, float64(s.Uploaded), metrics.Count)
 				rec.Add(metrics.AttachmentsPresent, float64(s.Present), metrics.Count)
@@ -159,7 +160,7 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency},
 		Targets:    targets,
 		SendDepth:  j.SendDepth,
-		Quarantine: &quarantine.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
+		Quarantine: quarantined,
 		Log:        d.Log,
 		Metrics:    rec,
 		Clock:      d.Now,

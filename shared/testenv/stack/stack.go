@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -36,7 +35,6 @@ import (
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
-	"github.com/aws/smithy-go/logging"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/changes-worker/changes-worker/shared/awsconf"
@@ -156,16 +154,15 @@ func (s *Stack) build(ctx context.Context, o Options) error {
 	if s.Config, err = config.Load(s.ConfigPath); err != nil {
 		return fmt.Errorf("load stack config: %w", err)
 	}
-	awsCfg, err := awsconf.Load(ctx)
+	// The SDK's own lines go to the captured log too, not to the output.
+	logger := slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: o.LogLevel}))
+	awsCfg, err := awsconf.Load(ctx, logger)
 	if err != nil {
 		return err
 	}
 	if o.HTTPClient != nil {
 		awsCfg.HTTPClient = o.HTTPClient(awsCfg.HTTPClient)
 	}
-	// The SDK's own warnings go to the captured log, not to the output.
-	awsCfg.Logger = logging.StandardLogger{Logger: log.New(s.logs, "SDK ", log.LstdFlags)}
-	logger := slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: o.LogLevel}))
 	lookup := func(k string) (string, bool) {
 		if v, ok := o.Secrets[k]; ok {
 			return v, true

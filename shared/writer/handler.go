@@ -133,6 +133,9 @@ type item struct {
 	// change it stopped at, and whether the operator asked to skip it.
 	halted *halt.State
 	skip   bool
+	// uncleared: the halted change was delivered but its halt record could
+	// not be cleared; it stays in the queue, at the head of its group.
+	uncleared bool
 	// held: not attempted because an earlier change of its group failed or
 	// halted it.
 	held bool
@@ -224,7 +227,11 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		}
 	} else {
 		h.noteSlow(ctx, log, route, st)
-		h.apply(deliver.WithPacer(ctx, meter{Tracker: tr, rec: rec}), sink, route.Output.FIFO(), route.Output.Halts(), items)
+		var delivered func(*item) bool
+		if route.Output.Halts() {
+			delivered = func(it *item) bool { return h.clearDelivered(ctx, route, log, it) }
+		}
+		h.apply(deliver.WithPacer(ctx, meter{Tracker: tr, rec: rec}), sink, route.Output.FIFO(), route.Output.Halts(), items, delivered)
 	}
 	for _, it := range items {
 		if it.err != nil && it.err.Backpressure {
@@ -308,8 +315,11 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 // apply sends the decodable items to the sink. On FIFO queues it goes in
 // rounds, the k-th message of every group in round k, and drops a group from
 // later rounds once one of its messages failed transiently (on a halting
-// output: failed at all, except a change the operator skips).
-func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo, halts bool, items []*item) {
+// output: failed at all, except a change the operator skips). When
+// delivered is set, it is told of every applied change that halted its
+// group, before anything later of the group is applied; false drops the
+// group from later rounds.
+func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo, halts bool, items []*item, delivered func(*item) bool) {
 	if !fifo {
 		var batch []*item
 		for _, it := range items {
@@ -358,6 +368,9 @@ func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo, halts bool
 		h.applyRound(ctx, sink, batch)
 		for _, it := range batch {
 			if it.err != nil && (it.err.Class == deliver.Transient || halts) {
+				broken[it.group] = it
+			}
+			if it.done && it.halted != nil && delivered != nil && !delivered(it) {
 				broken[it.group] = it
 			}
 		}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/changes-worker/changes-worker/shared/backpressure"
 	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
@@ -123,9 +122,9 @@ func (h *Handler) holdHalted(ctx context.Context, route config.Route, items []*i
 
 // settleHalting turns the outcome of a halting output's batch into the
 // messages to retry, recording and clearing halts.
-func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *slog.Logger, rec *metrics.Recorder, states map[string]*halt.State, items []*item, tr *backpressure.Tracker, active bool) []string {
+func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *slog.Logger, rec *metrics.Recorder, states map[string]*halt.State, items []*item) []string {
 	var failed []string
-	delivered, dead, deferred := 0, 0, 0
+	var n Stats
 	// haltedNow: this batch recorded a halt; standing: a record it read or
 	// could not clear still stands; cleared: it cleared one.
 	haltedNow, standing, cleared := false, false, false
@@ -145,11 +144,8 @@ func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *sl
 			h.setVisibility(ctx, route, it, unclearedDelay)
 		case it.err == nil:
 			if it.done {
-				delivered++
-				rec.Add(metrics.Delivered, 1, metrics.Count)
-				if it.env != nil && !it.env.EnqueuedAt.IsZero() {
-					rec.Add(metrics.EndToEndLatencyMs, float64(h.Now.Since(it.env.EnqueuedAt).Milliseconds()), metrics.Milliseconds)
-				}
+				n.Delivered++
+				h.delivered(rec, it)
 			}
 			if it.halted != nil {
 				cleared = true
@@ -171,7 +167,7 @@ func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *sl
 				h.setVisibility(ctx, route, it, unclearedDelay)
 				continue
 			}
-			dead++
+			n.DeadLettered++
 			cleared = true
 		case it.held:
 			failed = append(failed, it.rec.MessageId)
@@ -183,26 +179,16 @@ func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *sl
 				standing = true
 			}
 			h.setVisibility(ctx, route, it, delay)
-		case isBackpressure(it.err, active) && it.halted == nil && receiveCount(it.rec) < config.MaxHaltReceiveCount:
-			// Not the change's fault: it is held back without counting
-			// toward the halt, as on any output (deferMessage). Under
-			// ordering total it waits in flight, at the head of the
-			// output's group, until config.MaxHaltReceiveCount receives
-			// and then halts below: a resend would pass later changes, and
-			// SQS dead-letters a halting output's message at 1000.
-			attempts := receiveCount(it.rec)
-			delay := holdFor(max(it.err.RetryAfter, tr.Delay(attempts)))
-			retry, err := h.deferMessage(ctx, route, it, attempts, delay)
-			if err != nil {
-				lg.WarnContext(ctx, "hold back for backpressure", "error", err)
-			}
-			if retry {
+		case it.hold != notHeld && it.halted == nil && receiveCount(it.rec) < config.MaxHaltReceiveCount:
+			// Not the change's fault (blame): it is held back without
+			// counting toward the halt, as on any output. Under ordering
+			// total, where a resend would pass later changes, it waits in
+			// flight at the head of the output's group until
+			// config.MaxHaltReceiveCount receives and then halts below,
+			// far from the 1000 at which SQS dead-letters it.
+			if h.holdBack(ctx, route, lg, rec, it, receiveCount(it.rec), &n) {
 				failed = append(failed, it.rec.MessageId)
 			}
-			deferred++
-			rec.Add(metrics.BackpressureDelays, 1, metrics.Count)
-			rec.Add(metrics.BackpressureDelaySeconds, delay.Seconds(), metrics.Seconds)
-			lg.InfoContext(ctx, "output asked to slow down; message held back", "delay_s", delay.Seconds(), "sent_back", !retry)
 		default:
 			attempts := receiveCount(it.rec)
 			failed = append(failed, it.rec.MessageId)
@@ -243,7 +229,8 @@ func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *sl
 	case cleared:
 		rec.Add(metrics.OutputHalted, 0, metrics.Count)
 	}
-	h.count(route, delivered, dead, len(failed), deferred)
+	n.Retried = int64(len(failed))
+	h.count(route, n)
 	if len(failed) > 0 {
 		rec.Add(metrics.WriterBatchFailures, float64(len(failed)), metrics.Count)
 	}

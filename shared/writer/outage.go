@@ -42,8 +42,13 @@ const (
 )
 
 // markEvery is how often a writer process writes the outage record of an
-// output that stays down, adding the messages it held since.
-const markEvery = 5 * time.Second
+// output that stays down, adding the messages it held since; sweepEvery how
+// often, while the output takes changes, it deletes a record another
+// process may have left (one that ended before it saw the output back).
+const (
+	markEvery  = 5 * time.Second
+	sweepEvery = time.Minute
+)
 
 // holdKind says why a message is held back without counting toward the DLQ.
 type holdKind int
@@ -180,8 +185,13 @@ func (h *Handler) outputDown(ctx context.Context, route config.Route, log *slog.
 
 // outputUp ends the output's outage, if it had one.
 func (h *Handler) outputUp(ctx context.Context, route config.Route, log *slog.Logger, rec *metrics.Recorder, st *outputState) {
-	since, held, marked, ok := st.recovered()
+	since, held, marked, ok := st.recovered(h.Now.Now())
 	if !ok {
+		if h.Outages != nil && st.sweepDue(h.Now.Now()) {
+			if err := h.Outages.Clear(ctx, route.Job.ID, route.Output.ID); err != nil {
+				log.WarnContext(ctx, "clear outage record", "error", err)
+			}
+		}
 		return
 	}
 	rec.Add(metrics.OutputDown, 0, metrics.None)
@@ -204,6 +214,19 @@ type outputState struct {
 	held     int64 // messages held since since
 	unmarked int64 // of which not yet added to the record
 	markedAt time.Time
+	sweptAt  time.Time
+}
+
+// sweepDue reports whether the output's record is to be deleted now, the
+// output being up: once per sweepEvery.
+func (s *outputState) sweepDue(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.sweptAt.IsZero() && now.Sub(s.sweptAt) < sweepEvery {
+		return false
+	}
+	s.sweptAt = now
+	return true
 }
 
 // outputState returns the outage state of a route, one per process.
@@ -280,9 +303,9 @@ func (s *outputState) unmark(n int64) {
 	s.unmarked += n
 }
 
-// recovered ends the outage: it returns when it began, the messages held,
+// recovered ends the outage at now: it returns when it began, the messages held,
 // whether a record was written, and ok false when the output was up.
-func (s *outputState) recovered() (since time.Time, held int64, marked, ok bool) {
+func (s *outputState) recovered(now time.Time) (since time.Time, held int64, marked, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.since.IsZero() {
@@ -290,6 +313,9 @@ func (s *outputState) recovered() (since time.Time, held int64, marked, ok bool)
 	}
 	since, held, marked = s.since, s.held, !s.markedAt.IsZero()
 	s.since, s.next, s.tries, s.cause, s.held, s.unmarked, s.markedAt = time.Time{}, time.Time{}, 0, "", 0, 0, time.Time{}
+	if marked {
+		s.sweptAt = now
+	}
 	return since, held, marked, true
 }
 

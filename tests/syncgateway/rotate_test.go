@@ -1,0 +1,82 @@
+package syncgateway
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/localrun"
+	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
+)
+
+// The source's password rotated while the poller is warm: alice's password
+// changes at Sync Gateway, the poller's requests are refused (401), and a
+// few seconds later the operator stores the new password in the job's
+// Secrets Manager secret. The warm poller reads the secret again and
+// delivers the changes made meanwhile within a minute, with no restart.
+func TestSourcePasswordRotatedWhileWarm(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := sg.CreateDB(t, "")
+	db.PutUser("alice", "alice-pw-1", "orders")
+	sm := secretsmanager.NewFromConfig(testenv.AWS(t))
+	name := testenv.UniqueName("sg-rotate")
+	if _, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: &name, SecretString: aws.String("alice-pw-1")}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = sm.DeleteSecret(context.Background(), &secretsmanager.DeleteSecretInput{SecretId: &name, ForceDeleteWithoutRecovery: aws.Bool(true)})
+	})
+	cfg := stack.PostgresJob("sg",
+		config.Source{Type: config.SourceSyncGateway, URL: db.URL(),
+			Auth: &config.Auth{Type: config.AuthBasic, Username: "alice", Password: &config.SecretRef{Secret: name}}},
+		config.Feed{Limit: 50, Timeout: config.Duration(2 * time.Second)})
+	s := stack.ForTest(t, stack.Options{Config: cfg})
+
+	rctx, cancel := context.WithCancel(ctx)
+	rt := &localrun.Runtime{Deps: s.Deps, Opts: localrun.Options{Tick: 5 * time.Second, PollerTimeout: 20 * time.Second}, Log: s.Deps.Log}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := rt.Run(rctx); err != nil && rctx.Err() == nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	defer func() { cancel(); wg.Wait() }()
+
+	revs := map[string]string{}
+	put := func(id string, body map[string]any) { revs[id] = db.Put(id, revs[id], body) }
+	for i := range 10 {
+		put(fmt.Sprintf("o-%02d", i), orders(i, "orders"))
+	}
+	db.WaitCached()
+	waitOutput(t, s, db.Visible("alice", "alice-pw-1"))
+
+	db.PutUser("alice", "alice-pw-2", "orders")
+	for i := range 5 {
+		put(fmt.Sprintf("o-%02d", i), orders(100+i, "orders"))
+	}
+	s.Logs().WaitFor(t, `msg="source refused our credentials"`, time.Minute)
+	if _, err := sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: &name, SecretString: aws.String("alice-pw-2")}); err != nil {
+		t.Fatal(err)
+	}
+	stored := time.Now()
+	db.WaitCached()
+	want := db.Visible("alice", "alice-pw-2")
+	got := waitOutput(t, s, want)
+	took := time.Since(stored)
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("output (-want +got):\n%s", d)
+	}
+	if took > time.Minute {
+		t.Errorf("the rotated password took effect %s after it was stored, want within a minute", took.Round(time.Second))
+	}
+	t.Logf("rotated password stored; the warm poller delivered the changes made meanwhile %s later", took.Round(100*time.Millisecond))
+}

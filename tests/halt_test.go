@@ -3,8 +3,6 @@ package tests
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,29 +27,14 @@ func TestHaltBackpressureSQSRedrive(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const maxReceive = 3
-	var refusing atomic.Bool
-	refusing.Store(true)
 	var refused atomic.Int32
-	var once sync.Once
 	s := newStack(t, stackOptions{
 		outputs: []string{"rest"}, maxReceive: maxReceive,
 		rest: func(o *config.Output) {
 			o.Ordering, o.OnFailure = config.OrderingPerDocument, config.OnFailureHalt
 		},
-		wrapRest: func(next http.Handler) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				// 429 for 12 s from the first request: at one receive a
-				// second (Retry-After: 1), about twelve receives.
-				once.Do(func() { time.AfterFunc(12*time.Second, func() { refusing.Store(false) }) })
-				if refusing.Load() {
-					refused.Add(1)
-					w.Header().Set("Retry-After", "1")
-					w.WriteHeader(http.StatusTooManyRequests)
-					return
-				}
-				next.ServeHTTP(w, r)
-			})
-		},
+		// At one receive a second (Retry-After: 1), about twelve receives.
+		wrapRest: tooManyRequestsFor(12*time.Second, &refused),
 	})
 	q, err := s.Queues(ctx, "orders", "rest")
 	if err != nil {

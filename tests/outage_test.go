@@ -75,15 +75,9 @@ func (f outageFigures) String() string {
 // It fails the test if anything reached the DLQ.
 func runOutage(t *testing.T, s *testStack, output string, state func() map[string]string, cut, mend func(), length time.Duration) outageFigures {
 	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
-	rt := &localrun.Runtime{Deps: s.Deps, Opts: localrun.Options{Tick: 2 * time.Second}, Log: s.Deps.Log}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := rt.Run(ctx); err != nil && ctx.Err() == nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	defer func() { cancel(); wg.Wait() }()
+	ctx := t.Context()
+	rt, stop := s.RunInBackground(t, localrun.Options{Tick: 2 * time.Second})
+	defer stop()
 
 	s.load(ctx, sample.Options{Docs: 20, Seed: 31})
 	if !waitConverged(t, s, state, 2*time.Minute) {
@@ -321,15 +315,8 @@ func TestWrongDSNCorrectedWhileWarm(t *testing.T) {
 		outputs: []string{"pg"}, maxReceive: 3,
 		pg: func(o *config.Output) { o.Postgres.DSN = config.SecretRef{Secret: name} },
 	})
-	rctx, cancel := context.WithCancel(ctx)
-	rt := &localrun.Runtime{Deps: s.Deps, Opts: localrun.Options{Tick: 2 * time.Second}, Log: s.Deps.Log}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := rt.Run(rctx); err != nil && rctx.Err() == nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	defer func() { cancel(); wg.Wait() }()
+	rt, stop := s.RunInBackground(t, localrun.Options{Tick: 2 * time.Second})
+	defer stop()
 
 	s.load(ctx, sample.Options{Docs: 20, Seed: 41})
 	// Long enough for every message to pass max_receive_count (3) with

@@ -323,3 +323,42 @@ func TestOutputFailure(t *testing.T) {
 		})
 	}
 }
+
+// On a halting output an outage does not halt: per_document resends the
+// held change before its last receive; total, where a resend would pass
+// later changes, holds it in flight and halts only on receive
+// config.MaxHaltReceiveCount, far from SQS's 1000.
+func TestOutageOnHaltingOutput(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		ordering   string
+		receives   int
+		wantResent bool
+		wantHalt   bool
+	}{
+		{ordering: "per_document", receives: 3, wantResent: true},
+		{ordering: "total", receives: 3},
+		{ordering: "total", receives: config.MaxHaltReceiveCount, wantHalt: true},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s receive %d", tt.ordering, tt.receives), func(t *testing.T) {
+			t.Parallel()
+			r := newHaltRun(t, tt.ordering)
+			r.setFail("x", errRefusedConn)
+			r.handle(r.rec("m1", "x", 1, tt.receives))
+			group := r.rec("m1", "x", 1, 1).Attributes["MessageGroupId"]
+			st, _ := r.halts.Get(t.Context(), "j", "o", group)
+			if got := st != nil; got != tt.wantHalt {
+				t.Errorf("halt %+v, want halted: %v", st, tt.wantHalt)
+			}
+			if got := len(r.sqs.sent) == 1; got != tt.wantResent {
+				t.Errorf("%d sent, want resent: %v", len(r.sqs.sent), tt.wantResent)
+			}
+			for _, in := range r.sqs.sent {
+				if strings.Contains(aws.ToString(in.QueueUrl), "-dlq") {
+					t.Errorf("sent to the DLQ")
+				}
+			}
+		})
+	}
+}

@@ -3,7 +3,6 @@ package syncgateway
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,15 +40,8 @@ func TestSourcePasswordRotatedWhileWarm(t *testing.T) {
 		config.Feed{Limit: 50, Timeout: config.Duration(2 * time.Second)})
 	s := stack.ForTest(t, stack.Options{Config: cfg})
 
-	rctx, cancel := context.WithCancel(ctx)
-	rt := &localrun.Runtime{Deps: s.Deps, Opts: localrun.Options{Tick: 5 * time.Second, PollerTimeout: 20 * time.Second}, Log: s.Deps.Log}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := rt.Run(rctx); err != nil && rctx.Err() == nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	defer func() { cancel(); wg.Wait() }()
+	_, stop := s.RunInBackground(t, localrun.Options{Tick: 5 * time.Second, PollerTimeout: 20 * time.Second})
+	defer stop()
 
 	revs := map[string]string{}
 	put := func(id string, body map[string]any) { revs[id] = db.Put(id, revs[id], body) }

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -303,14 +301,7 @@ func (c *s3Cutter) Do(req *http.Request) (*http.Response, error) {
 func TestWrongDSNCorrectedWhileWarm(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	sm := secretsmanager.NewFromConfig(testenv.AWS(t))
-	name := testenv.UniqueName("dsn-corrected")
-	if _, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: &name, SecretString: aws.String("CHANGE_ME")}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = sm.DeleteSecret(context.Background(), &secretsmanager.DeleteSecretInput{SecretId: &name, ForceDeleteWithoutRecovery: aws.Bool(true)})
-	})
+	name, putSecret := testenv.Secret(t, "dsn-corrected", "CHANGE_ME")
 	s := newStack(t, stackOptions{
 		outputs: []string{"pg"}, maxReceive: 3,
 		pg: func(o *config.Output) { o.Postgres.DSN = config.SecretRef{Secret: name} },
@@ -323,9 +314,7 @@ func TestWrongDSNCorrectedWhileWarm(t *testing.T) {
 	// the plain transient backoff (2 s, 4 s).
 	s.Logs().WaitFor(t, `msg="output is down; holding its messages"`, time.Minute)
 	time.Sleep(20 * time.Second)
-	if _, err := sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: &name, SecretString: aws.String(testenv.DSN())}); err != nil {
-		t.Fatal(err)
-	}
+	putSecret(testenv.DSN())
 	stored := time.Now()
 	state := func() map[string]string {
 		got, _, err := s.PostgresRevs(ctx, "orders", "pg")

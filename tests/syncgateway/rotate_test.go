@@ -1,13 +1,10 @@
 package syncgateway
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -23,17 +20,9 @@ import (
 // delivers the changes made meanwhile within a minute, with no restart.
 func TestSourcePasswordRotatedWhileWarm(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	db := sg.CreateDB(t, "")
 	db.PutUser("alice", "alice-pw-1", "orders")
-	sm := secretsmanager.NewFromConfig(testenv.AWS(t))
-	name := testenv.UniqueName("sg-rotate")
-	if _, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: &name, SecretString: aws.String("alice-pw-1")}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = sm.DeleteSecret(context.Background(), &secretsmanager.DeleteSecretInput{SecretId: &name, ForceDeleteWithoutRecovery: aws.Bool(true)})
-	})
+	name, putSecret := testenv.Secret(t, "sg-rotate", "alice-pw-1")
 	cfg := stack.PostgresJob("sg",
 		config.Source{Type: config.SourceSyncGateway, URL: db.URL(),
 			Auth: &config.Auth{Type: config.AuthBasic, Username: "alice", Password: &config.SecretRef{Secret: name}}},
@@ -56,9 +45,7 @@ func TestSourcePasswordRotatedWhileWarm(t *testing.T) {
 		put(fmt.Sprintf("o-%02d", i), orders(100+i, "orders"))
 	}
 	s.Logs().WaitFor(t, `msg="source refused our credentials"`, time.Minute)
-	if _, err := sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: &name, SecretString: aws.String("alice-pw-2")}); err != nil {
-		t.Fatal(err)
-	}
+	putSecret("alice-pw-2")
 	stored := time.Now()
 	db.WaitCached()
 	want := db.Visible("alice", "alice-pw-2")

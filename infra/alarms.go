@@ -178,6 +178,16 @@ func (s *changesStack) addRouteAlarms(r *route) {
 		EvaluationPeriods:  jsii.Number(backpressurePeriods),
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
+	// The writer reports 1 for every batch it finds the output down (its
+	// held messages come back at least every outage.max_retry) and 0 when
+	// the output takes changes again; missing data keeps the state.
+	s.alarm("OutputDown-"+id, id+"-output-down", fmt.Sprintf("Output %s of job %s is down (unreachable, refusing our credentials, its secret unusable, or failing every request; OutputDown). The writer holds its changes, dead-letters none, and delivers them when it is back. See changesctl status --job %s.", r.out.ID, r.job.ID, r.job.ID), &awscloudwatch.AlarmProps{
+		Metric:             s.outputMetric(metrics.OutputDown, r.job, r.out, "Maximum", time.Minute),
+		Threshold:          jsii.Number(1),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_IGNORE,
+	})
 	objective := r.job.LatencyObjective.D()
 	s.alarmAbove("QueueAge-"+id, id+"-latency", fmt.Sprintf("The oldest change queued for job %s output %s is older than the job's latency objective (%s).", r.job.ID, r.out.ID, objective), r.queue.MetricApproximateAgeOfOldestMessage(maxOver(time.Minute)), objective.Seconds())
 	if r.out.Halts() {

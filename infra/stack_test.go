@@ -523,7 +523,8 @@ func TestAlarms(t *testing.T) {
 		want = append(want, j.ID+"-poller-errors", j.ID+"-no-progress", j.ID+"-no-lease-holder", j.ID+"-source-auth-failures", j.ID+"-flood",
 			j.ID+"-malformed-rows", j.ID+"-blocked-page")
 		for _, o := range j.Outputs {
-			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-latency", j.ID+"-"+o.ID+"-output-auth-failures", j.ID+"-"+o.ID+"-backpressure")
+			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-latency", j.ID+"-"+o.ID+"-output-auth-failures", j.ID+"-"+o.ID+"-backpressure",
+				j.ID+"-"+o.ID+"-output-down")
 			if o.Halts() {
 				want = append(want, j.ID+"-"+o.ID+"-halted")
 			}
@@ -585,6 +586,11 @@ func TestAlarms(t *testing.T) {
 			if q := compact(bp["Metrics"]); !strings.Contains(q, stat(metrics.BackpressureActive)) || !strings.Contains(q, `"Stat":"Minimum"`) ||
 				bp["Threshold"] != float64(1) || bp["EvaluationPeriods"] != float64(3) || bp["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" {
 				t.Errorf("%s/%s backpressure alarm = %s", j.ID, o.ID, compact(bp))
+			}
+			down := alarms["cwtest-"+j.ID+"-"+o.ID+"-output-down"]
+			if q := compact(down["Metrics"]); !strings.Contains(q, stat(metrics.OutputDown)) || !strings.Contains(q, `"Stat":"Maximum"`) ||
+				down["Threshold"] != float64(1) || down["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" || down["TreatMissingData"] != "ignore" {
+				t.Errorf("%s/%s output-down alarm = %s, want OutputDown max >= 1, missing data ignored", j.ID, o.ID, compact(down))
 			}
 			age := alarms["cwtest-"+j.ID+"-"+o.ID+"-latency"]
 			if age["MetricName"] != "ApproximateAgeOfOldestMessage" || age["Threshold"] != j.LatencyObjective.D().Seconds() {

@@ -105,6 +105,10 @@ const (
 	DefaultBackpressureBaseline    = 50
 	DefaultBackpressureWindow      = 20
 	DefaultBackpressureMinIncrease = 10 * time.Millisecond
+	// The defaults of an output's outage settings: a corrected secret or
+	// a recovered output is tried within DefaultOutageMaxRetry.
+	DefaultOutageRetry    = 2 * time.Second
+	DefaultOutageMaxRetry = 30 * time.Second
 	// DefaultBatchSize is the writer's batch for PostgreSQL outputs on a
 	// standard queue: one transaction per batch, so its fixed cost (the
 	// round trip, the statements, the commit) is shared by a hundred
@@ -313,6 +317,9 @@ type Output struct {
 	// Backpressure tunes how the writer detects that this output is
 	// struggling.
 	Backpressure Backpressure `json:"backpressure"`
+	// Outage tunes how the writer holds the messages of this output while
+	// it is down.
+	Outage Outage `json:"outage"`
 
 	Postgres *PostgresOutput `json:"postgres,omitempty"`
 	HTTP     *HTTPOutput     `json:"http,omitempty"`
@@ -335,6 +342,23 @@ type Backpressure struct {
 	// MinIncrease is how far above the baseline the rolling average must
 	// also be: a 1 ms output at 2.5 ms is not struggling. Default 10ms.
 	MinIncrease Duration `json:"min_increase,omitempty"`
+}
+
+// Outage tunes how the writer holds an output's messages while the output
+// is down (it cannot be reached, refuses our credentials, cannot be opened,
+// or fails every request of a batch): held messages do not count toward
+// the DLQ. While the output stays down the writer tries it again after
+// Retry, then twice as long each time (with jitter), up to MaxRetry.
+type Outage struct {
+	// Retry is the first wait before the output is tried again. Default 2s.
+	Retry Duration `json:"retry,omitempty"`
+	// MaxRetry bounds the wait. Default 30s.
+	MaxRetry Duration `json:"max_retry,omitempty"`
+	// MaxHold, when set, bounds how long after the poller queued it a change
+	// is held for an output that is down; an older change's failures count
+	// toward the DLQ again. Default: no bound (the queue's retention,
+	// renewed by every resend).
+	MaxHold Duration `json:"max_hold,omitempty"`
 }
 
 // PostgresOutput writes documents to PostgreSQL.
@@ -624,6 +648,12 @@ func (f *File) SetDefaults() {
 			if o.Backpressure.MinIncrease == 0 {
 				o.Backpressure.MinIncrease = Duration(DefaultBackpressureMinIncrease)
 			}
+			if o.Outage.Retry == 0 {
+				o.Outage.Retry = Duration(DefaultOutageRetry)
+			}
+			if o.Outage.MaxRetry == 0 {
+				o.Outage.MaxRetry = Duration(max(DefaultOutageMaxRetry, o.Outage.Retry.D()))
+			}
 			switch {
 			case o.Postgres != nil:
 				if o.Postgres.Table == "" {
@@ -911,6 +941,35 @@ func (o *Output) validate(p string) []error {
 		bad("backpressure.min_increase", zeroRefused, DefaultBackpressureMinIncrease)
 	} else if d.D() <= 0 || d.D() > time.Minute {
 		bad("backpressure.min_increase", "%s must be more than 0 and at most 1m", d.D())
+	}
+	errs = append(errs, o.Outage.validate(p+".outage")...)
+	return errs
+}
+
+// maxOutageRetry bounds outage.max_retry: a message held for a down output
+// is made visible again (or sent back, delayed) after at most that long, and
+// SQS delays a message at most 15 minutes.
+const maxOutageRetry = 15 * time.Minute
+
+func (u Outage) validate(p string) []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: %s", p, field, fmt.Sprintf(format, args...)))
+	}
+	if u.Retry == zeroGiven {
+		bad("retry", zeroRefused, DefaultOutageRetry)
+	} else if u.Retry.D() < time.Second || u.Retry.D() > maxOutageRetry {
+		bad("retry", "%s must be between 1s and %s", u.Retry.D(), maxOutageRetry)
+	}
+	if u.MaxRetry == zeroGiven {
+		bad("max_retry", zeroRefused, DefaultOutageMaxRetry)
+	} else if u.MaxRetry.D() < u.Retry.D() || u.MaxRetry.D() > maxOutageRetry {
+		bad("max_retry", "%s must be at least retry (%s) and at most %s", u.MaxRetry.D(), u.Retry.D(), maxOutageRetry)
+	}
+	if u.MaxHold == zeroGiven {
+		bad("max_hold", "0 is not allowed: leave the key out to hold changes for as long as the output is down")
+	} else if u.MaxHold.D() < 0 {
+		bad("max_hold", "%s must not be negative", u.MaxHold.D())
 	}
 	return errs
 }

@@ -444,3 +444,43 @@ func wantErrorWith(t *testing.T, err error, ifNil string, wants ...string) {
 		}
 	}
 }
+
+// The outage settings: defaults, and every problem named by its field.
+func TestOutageSettings(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		outage string
+		want   Outage
+		errs   []string
+	}{
+		{name: "defaults", outage: `{}`, want: Outage{Retry: Duration(DefaultOutageRetry), MaxRetry: Duration(DefaultOutageMaxRetry)}},
+		{name: "short", outage: `{"retry":"1s","max_retry":"3s","max_hold":"1h"}`, want: Outage{Retry: Duration(time.Second), MaxRetry: Duration(3 * time.Second), MaxHold: Duration(time.Hour)}},
+		{name: "long first retry raises the default bound", outage: `{"retry":"1m"}`, want: Outage{Retry: Duration(time.Minute), MaxRetry: Duration(time.Minute)}},
+		{name: "bad", outage: `{"retry":"100ms","max_retry":"1h","max_hold":0}`, errs: []string{
+			"outputs[o].outage.retry: 100ms must be between 1s and 15m0s",
+			"outputs[o].outage.max_retry: 1h0m0s must be at least retry (100ms) and at most 15m0s",
+			"outputs[o].outage.max_hold: 0 is not allowed: leave the key out to hold changes for as long as the output is down"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f, err := Parse([]byte(`{"jobs":[{"id":"j","source":{"type":"couchdb","url":"http://h/db"},
+				"outputs":[{"id":"o","type":"http","outage":` + tt.outage + `,"http":{"url":"http://x/{doc_id}"}}]}]}`))
+			if tt.errs != nil {
+				for _, want := range tt.errs {
+					if err == nil || !strings.Contains(err.Error(), want) {
+						t.Errorf("error %v, want it to contain %q", err, want)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tt.want, f.Jobs[0].Outputs[0].Outage); d != "" {
+				t.Errorf("outage (-want +got):\n%s", d)
+			}
+		})
+	}
+}

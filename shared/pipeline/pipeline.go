@@ -31,6 +31,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/halt"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/metrics"
+	"github.com/changes-worker/changes-worker/shared/outage"
 	"github.com/changes-worker/changes-worker/shared/poll"
 	"github.com/changes-worker/changes-worker/shared/quarantine"
 	"github.com/changes-worker/changes-worker/shared/secret"
@@ -241,6 +242,8 @@ func (d *Deps) Writer() *writer.Handler {
 		Log:     d.Log,
 		Metrics: d.Metrics,
 		Halts:   &halt.Store{DB: d.DynamoDB, Table: d.Config.TableName()},
+		Outages: &outage.Store{DB: d.DynamoDB, Table: d.Config.TableName()},
+		Secrets: d.Secrets,
 	}
 }
 

@@ -1,11 +1,9 @@
 package syncgateway
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -79,15 +77,8 @@ func newSGStreamStack(t *testing.T, url, mode, fetch string) *stack.Stack {
 // it.
 func runStreaming(t *testing.T, s *stack.Stack) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
-	rt := &localrun.Runtime{Deps: s.Deps, Opts: localrun.Options{Tick: 10 * time.Minute, PollerTimeout: 3 * time.Minute}, Log: s.Deps.Log}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := rt.Run(ctx); err != nil && ctx.Err() == nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	return func() { cancel(); wg.Wait() }
+	_, stop = s.RunInBackground(t, localrun.Options{Tick: 10 * time.Minute, PollerTimeout: 3 * time.Minute})
+	return stop
 }
 
 // waitOutput waits up to a minute for the output table to hold exactly

@@ -356,6 +356,26 @@ func (s *Stack) RunUntilIdle(ctx context.Context, opts localrun.Options) (localr
 	return rt.Summary(), nil
 }
 
+// RunInBackground hosts the stack's pollers and writers in this process, as
+// `changesctl run` does with opts, until stop is called (or the test ends);
+// the test fails if the run ends with an error before that. rt gives the
+// run's counters.
+func (s *Stack) RunInBackground(t testing.TB, opts localrun.Options) (rt *localrun.Runtime, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	rt = &localrun.Runtime{Deps: s.Deps, Opts: opts, Log: s.Deps.Log}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := rt.Run(ctx); err != nil && ctx.Err() == nil {
+			t.Errorf("run stack %s: %v", s.Name, err)
+		}
+	})
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return rt, stop
+}
+
 // SourceWinners returns doc id → winning revision of every live document in
 // the source database the stack created.
 func (s *Stack) SourceWinners(ctx context.Context) (map[string]string, error) {

@@ -238,7 +238,7 @@ func (v *invocation) loop(ctx context.Context) (err error) {
 			continue
 		}
 		if streamed {
-			v.cutStream()
+			v.cutStream(batch)
 		} else {
 			v.paged(batch)
 		}
@@ -362,8 +362,10 @@ func (v *invocation) fence(ctx context.Context) error {
 }
 
 // more reports whether the page after b is worth reading ahead: b was full
-// or the source says more is pending. A page that ends the feed is followed
-// by a long poll, read in its turn.
+// (Batch.Full: as many rows as asked for, or cut short) or the source says
+// more is pending. A page that ends the feed is followed by a long poll,
+// read in its turn; a cut page is not the end of the feed, so it neither
+// stops the reader nor opens a stream.
 func (v *invocation) more(b *feed.Batch) bool {
 	if len(b.Rows) == 0 {
 		return false
@@ -371,7 +373,7 @@ func (v *invocation) more(b *feed.Batch) bool {
 	if b.Pending >= 0 {
 		return b.Pending > 0
 	}
-	return len(b.Rows) >= v.p.Job.Feed.Limit
+	return b.Full || len(b.Rows) >= v.p.Job.Feed.Limit
 }
 
 // nextSince is where the page after b starts.

@@ -1,6 +1,7 @@
 package poll_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -114,7 +115,7 @@ func TestRunStreaming(t *testing.T) {
 					"40": idleAt(r, "40"),
 				})
 				failed := false
-				r.feed.fetch = func(b *feed.Batch) error {
+				r.feed.fetch = func(_ context.Context, b *feed.Batch) error {
 					if b.Rows[0].ID == "d031" && !failed {
 						failed = true
 						return &feed.StatusError{Op: "bulk_get", Status: 503, Reason: "Service Unavailable"}
@@ -234,7 +235,7 @@ func TestRunStreaming(t *testing.T) {
 					"30": idleAt(r, "30"),
 				})
 				cut := false
-				r.feed.fetch = func(b *feed.Batch) error {
+				r.feed.fetch = func(_ context.Context, b *feed.Batch) error {
 					if b.Rows[0].ID == "d011" && !cut {
 						cut = true
 						b.CutBefore(5, nil, "page_bytes: the bodies fetched reached 1024 bytes")
@@ -272,7 +273,7 @@ func TestRunStreaming(t *testing.T) {
 					"120": func() *feed.Batch { return batchOf(121, 150) },
 					"150": idleAt(r, "150"),
 				})
-				r.feed.fetch = func(b *feed.Batch) error {
+				r.feed.fetch = func(_ context.Context, b *feed.Batch) error {
 					if b.Rows[0].ID == "d101" {
 						b.CutBefore(20, nil, "page_bytes: the bodies fetched reached 1024 bytes")
 					}

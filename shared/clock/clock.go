@@ -39,3 +39,20 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Every calls fn every interval (real time), the first time one interval
+// from now, until ctx ends or fn returns false.
+func Every(ctx context.Context, interval time.Duration, fn func() bool) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !fn() {
+			return
+		}
+	}
+}

@@ -55,3 +55,37 @@ func TestSleep(t *testing.T) {
 		})
 	}
 }
+
+func TestEvery(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		stopAfter int // fn returns false on this call; 0: never
+		cancel    time.Duration
+		wantCalls int
+	}{
+		{name: "until fn returns false", stopAfter: 3, wantCalls: 3},
+		{name: "until ctx ends", cancel: 35 * time.Millisecond, wantCalls: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			if tt.cancel > 0 {
+				time.AfterFunc(tt.cancel, cancel)
+			}
+			calls := 0
+			Every(ctx, 10*time.Millisecond, func() bool {
+				calls++
+				return calls != tt.stopAfter
+			})
+			if tt.stopAfter > 0 && calls != tt.wantCalls {
+				t.Errorf("%d calls, want %d", calls, tt.wantCalls)
+			}
+			if tt.cancel > 0 && calls > tt.wantCalls {
+				t.Errorf("%d calls in %s at one every 10ms, want at most %d", calls, tt.cancel, tt.wantCalls)
+			}
+		})
+	}
+}

@@ -114,13 +114,7 @@ func TestStreamGreedyDrain(t *testing.T) {
 	for i := 1; i <= 25; i++ {
 		all.WriteString(sgRow(fmt.Sprint(i), fmt.Sprint("d", i), "1-x") + "\n")
 	}
-	f := newFakeSource(t, streamed("application/json", 0, false, all.String()))
-	c := f.client(func(o *Options) { o.Limit, o.Fetch = 10, config.FetchBulkGet })
-	s, err := c.Stream(t.Context(), nil, StreamOptions{Mode: config.ModeContinuous, Heartbeat: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openContinuous(t, all.String(), func(o *Options) { o.Limit, o.Fetch = 10, config.FetchBulkGet })
 	time.Sleep(200 * time.Millisecond) // let every row arrive
 	var sizes []int
 	var full []bool
@@ -243,23 +237,36 @@ func TestStreamHeadersLate(t *testing.T) {
 	}
 }
 
+// openContinuous opens a continuous stream, from the beginning, on a fake
+// source that sends body at once; the client's options are edited by edit.
+// The stream is closed when the test ends.
+func openContinuous(t *testing.T, body string, edit func(*Options)) *Stream {
+	t.Helper()
+	f := newFakeSource(t, streamed("application/json", 0, false, body))
+	s, err := f.client(edit).Stream(t.Context(), nil, StreamOptions{Mode: config.ModeContinuous, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// rowsWithDocs is a continuous feed of n rows d1..dn (seq 1..n), each with
+// its doc padded by pad bytes.
+func rowsWithDocs(n, pad int) string {
+	var all strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&all, `{"seq":%d,"id":"d%d","changes":[{"rev":"1-x"}],"doc":{"_id":"d%d","_rev":"1-x","pad":%q}}`+"\n", i, i, i, strings.Repeat("x", pad))
+	}
+	return all.String()
+}
+
 // TestStreamNextPageBudget: Next hands out a page's worth of rows at most
 // (PageBytes, the row that reaches it included), as Changes does, and
 // leaves the rest in the stream for the next call.
 func TestStreamNextPageBudget(t *testing.T) {
 	t.Parallel()
-	pad := strings.Repeat("x", 200)
-	var all strings.Builder
-	for i := 1; i <= 25; i++ {
-		fmt.Fprintf(&all, `{"seq":%d,"id":"d%d","changes":[{"rev":"1-x"}],"doc":{"_id":"d%d","_rev":"1-x","pad":%q}}`+"\n", i, i, i, pad)
-	}
-	f := newFakeSource(t, streamed("application/json", 0, false, all.String()))
-	c := f.client(func(o *Options) { o.Limit, o.PageBytes = 100, 1000 })
-	s, err := c.Stream(t.Context(), nil, StreamOptions{Mode: config.ModeContinuous, Heartbeat: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openContinuous(t, rowsWithDocs(25, 200), func(o *Options) { o.Limit, o.PageBytes = 100, 1000 })
 	time.Sleep(200 * time.Millisecond) // let every row arrive
 	var got []Row
 	for len(got) < 25 {
@@ -291,19 +298,8 @@ func TestStreamNextPageBudget(t *testing.T) {
 // hold at most PageBytes, however fast the source sends them.
 func TestStreamBufferBounded(t *testing.T) {
 	t.Parallel()
-	pad := strings.Repeat("x", 10<<10)
-	var all strings.Builder
-	for i := 1; i <= 150; i++ {
-		fmt.Fprintf(&all, `{"seq":%d,"id":"d%d","changes":[{"rev":"1-x"}],"doc":{"_id":"d%d","_rev":"1-x","pad":%q}}`+"\n", i, i, i, pad)
-	}
-	f := newFakeSource(t, streamed("application/json", 0, false, all.String()))
 	const budget = 50 << 10
-	c := f.client(func(o *Options) { o.Limit, o.PageBytes = 100, budget })
-	s, err := c.Stream(t.Context(), nil, StreamOptions{Mode: config.ModeContinuous, Heartbeat: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openContinuous(t, rowsWithDocs(150, 10<<10), func(o *Options) { o.Limit, o.PageBytes = 100, budget })
 	time.Sleep(500 * time.Millisecond) // the reader fills what it may
 	held, rows := 0, 0
 	for drained := false; !drained; {

@@ -365,24 +365,19 @@ func (v *invocation) heartbeat(ctx context.Context, stop context.CancelFunc) <-c
 	}
 	go func() {
 		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		clock.Every(ctx, every, func() bool {
 			v.mu.Lock()
-			if ctx.Err() == nil && v.stopped == nil {
-				if err := v.keepAlive(ctx); err != nil && ctx.Err() == nil {
-					v.log.Warn("lease renewal failed while waiting; stopping", "error", err)
-					v.stopped = err
-					stop()
-				}
+			defer v.mu.Unlock()
+			if ctx.Err() != nil || v.stopped != nil {
+				return false
 			}
-			v.mu.Unlock()
-		}
+			if err := v.keepAlive(ctx); err != nil && ctx.Err() == nil {
+				v.log.Warn("lease renewal failed while waiting; stopping", "error", err)
+				v.stopped = err
+				stop()
+			}
+			return true
+		})
 	}()
 	return done
 }

@@ -28,8 +28,9 @@ import (
 var ErrModeUnsupported = errors.New("feed mode not supported by the source")
 
 // ErrStreamEnded is returned by Stream.Next once the source closed the
-// stream or it fell silent for longer than its heartbeat allows. It is
-// transient: read from the last batch's LastSeq again.
+// stream or nothing whole (a row, an event, a heartbeat) arrived for longer
+// than its heartbeat allows. It is transient: read from the last batch's
+// LastSeq again.
 var ErrStreamEnded = errors.New("change stream ended")
 
 // Defaults for StreamOptions.
@@ -63,10 +64,13 @@ type StreamOptions struct {
 //
 // How a poller uses it, inside the same lease and checkpoint rules as with
 // Changes: catch up with Changes until a batch is CaughtUp; open a Stream
-// from that batch's LastSeq; then loop on Next, FetchDocs, queue and
+// from that batch's LastSeq; then loop on Next, FetchBatch, queue and
 // checkpoint each batch as if Changes had returned it; on any error Close the
 // stream and go back to catching up with Changes (with backoff) from the last
-// checkpointed LastSeq. Close before the invocation ends.
+// checkpointed LastSeq. A batch cut after Next (Batch.Cut, by FetchBatch or
+// the caller) ends before rows the stream has already handed out: Close the
+// stream too, and read on with Changes from the batch's LastSeq. Close
+// before the invocation ends.
 type Stream struct {
 	c      *Client
 	buf    *rowBuffer

@@ -377,6 +377,7 @@ func TestStreamEventBounds(t *testing.T) {
 				}
 			}
 			took := time.Since(began)
+			t.Logf("Next failed after %s, the source having written %d KiB: %v", took.Round(time.Millisecond), written.Load()>>10, err)
 			if err == nil {
 				t.Fatalf("no error within %s; the source wrote %d MiB", took.Round(time.Millisecond), written.Load()>>20)
 			}

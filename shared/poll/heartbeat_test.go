@@ -156,3 +156,37 @@ func TestLeaseLostWhileFetching(t *testing.T) {
 		t.Errorf("Run error %v", err)
 	}
 }
+
+// TestLeaseLostWhileSending: a renewal the heartbeat makes while a chunk is
+// in flight, refused, fences the rest of the chunk: the request already
+// under way finishes (it cannot be called back), and no request starts
+// after it, although the lease would still look valid by the clock.
+func TestLeaseLostWhileSending(t *testing.T) {
+	t.Parallel()
+	r := newRig(nil)
+	r.poller.HeartbeatInterval = time.Millisecond
+	r.feed.batch = thenIdle(r, batchOf(1, 30))
+	r.sender.before = func(n int) error {
+		if n != 2 {
+			return nil
+		}
+		r.leases.takeOver()
+		r.w.Advance(ttl / 2) // the heartbeat is due; half the TTL is left
+		for wait := time.Now().Add(2 * time.Second); !slices.Contains(r.w.log(), "refused renew"); time.Sleep(time.Millisecond) {
+			if time.Now().After(wait) {
+				return errors.New("no renewal within 2s while the request was under way")
+			}
+		}
+		return nil
+	}
+	res, err := r.run(t, 60*time.Second)
+	if err != nil || res.Role != "fenced" {
+		t.Fatalf("Run = %+v, %v; want a fenced invocation", res, err)
+	}
+	if diff := cmp.Diff(docIDs(1, 20), r.sender.docs()); diff != "" {
+		t.Errorf("sent (-want +got):\n%s", diff)
+	}
+	if got, want := after(r.w.log(), "taken over"), []string{"refused renew", "send d011-d020"}; !cmp.Equal(got, want) {
+		t.Errorf("events after the takeover %v, want %v", got, want)
+	}
+}

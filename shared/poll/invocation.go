@@ -171,8 +171,8 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 // is still asked before every request. In a streaming mode, once caught up,
 // batches come from one stream instead of pages (see streaming), with
 // nothing read ahead.
-func (v *invocation) loop(ctx context.Context) (err error) {
-	ctx, stop := context.WithCancel(ctx)
+func (v *invocation) loop(parent context.Context) (err error) {
+	ctx, stop := context.WithCancel(parent)
 	beating := v.heartbeat(ctx, stop)
 	defer func() {
 		<-beating
@@ -193,7 +193,10 @@ func (v *invocation) loop(ctx context.Context) (err error) {
 	defer v.closeStream()
 	defer func() { v.ahead.stop() }()
 	defer func() { _ = v.settle() }()
-	v.sendCtx, v.cancelSends = context.WithCancel(ctx)
+	// A request already on its way to SQS cannot be called back: the
+	// heartbeat's stop leaves the sends in flight alone, and their next
+	// fence refuses.
+	v.sendCtx, v.cancelSends = context.WithCancel(parent)
 	defer v.cancelSends()
 	defer v.abandonSends()
 	v.depth = v.p.SendDepth
@@ -354,9 +357,10 @@ func (v *invocation) sleep(ctx context.Context, d time.Duration) (err error) {
 // takes mu and renews the lease when due (keepAlive), as the loop does
 // between batches. A renewal that fails (refused: the lease is lost)
 // stops the invocation: the error is kept in v.stopped, which every later
-// fence and renewal returns, so nothing is sent after it, and stop cancels
-// what Run's goroutine waits for. The channel returned is closed once ctx
-// has ended and the heartbeat with it.
+// fence and renewal returns, so no request starts after it, and stop
+// cancels what Run's goroutine waits for (a read, a backoff; the requests
+// of a chunk in flight finish, see loop). The channel returned is closed
+// once ctx has ended and the heartbeat with it.
 func (v *invocation) heartbeat(ctx context.Context, stop context.CancelFunc) <-chan struct{} {
 	done := make(chan struct{})
 	every := v.p.HeartbeatInterval

@@ -41,7 +41,8 @@ func Sleep(ctx context.Context, d time.Duration) error {
 }
 
 // Every calls fn every interval (real time), the first time one interval
-// from now, until ctx ends or fn returns false.
+// from now, until ctx ends or fn returns false. fn is never called once
+// ctx has ended.
 func Every(ctx context.Context, interval time.Duration, fn func() bool) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -51,7 +52,7 @@ func Every(ctx context.Context, interval time.Duration, fn func() bool) {
 			return
 		case <-t.C:
 		}
-		if !fn() {
+		if ctx.Err() != nil || !fn() {
 			return
 		}
 	}

@@ -113,8 +113,8 @@ func (c *Client) Stream(ctx context.Context, since json.RawMessage, o StreamOpti
 		o.Heartbeat = max(o.Heartbeat, sgMinHeartbeat)
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	s := &Stream{c: c, buf: newRowBuffer(2*c.o.Limit, c.o.PageBytes), cancel: cancel, done: make(chan struct{}), pos: since}
-	s.dog = newWatchdog(o.Heartbeat, cancel)
+	dog := newWatchdog(o.Heartbeat, cancel)
+	s := &Stream{c: c, buf: newRowBuffer(2*c.o.Limit, c.o.PageBytes, dog), cancel: cancel, done: make(chan struct{}), pos: since, dog: dog}
 	var read func(context.Context) error
 	var err error
 	switch o.Mode {
@@ -231,14 +231,19 @@ type rowBuffer struct {
 	rows   chan json.RawMessage
 	room   *semaphore.Weighted // budget bytes
 	budget int64
+	dog    *watchdog // the stream's, paused while put waits
 }
 
-func newRowBuffer(rows int, budget int64) *rowBuffer {
-	return &rowBuffer{rows: make(chan json.RawMessage, rows), room: semaphore.NewWeighted(budget), budget: budget}
+func newRowBuffer(rows int, budget int64, dog *watchdog) *rowBuffer {
+	return &rowBuffer{rows: make(chan json.RawMessage, rows), room: semaphore.NewWeighted(budget), budget: budget, dog: dog}
 }
 
 // put adds a row once there is room for it, or fails when ctx ends first.
+// The watchdog does not run meanwhile: while the reader waits for room the
+// source is not silent, the taker is slow.
 func (b *rowBuffer) put(ctx context.Context, r json.RawMessage) error {
+	b.dog.stop()
+	defer b.dog.alive()
 	w := b.weight(r)
 	if err := b.room.Acquire(ctx, w); err != nil {
 		return err

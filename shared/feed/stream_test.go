@@ -390,3 +390,26 @@ func TestStreamEventBounds(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamWaitingForRoomIsNotSilence: a reader that waits for Next to
+// make room in the buffer is not a silent source: the stream outlives its
+// watchdog however long the caller takes, and every row comes.
+func TestStreamWaitingForRoomIsNotSilence(t *testing.T) {
+	t.Parallel()
+	f := newFakeSource(t, streamed("application/json", 0, false, rowsWithDocs(20, 10<<10)))
+	c := f.client(func(o *Options) { o.Limit, o.PageBytes = 100, 64<<10 })
+	s, err := c.Stream(t.Context(), nil, StreamOptions{Mode: config.ModeContinuous, Heartbeat: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got := 0
+	for got < 20 {
+		time.Sleep(time.Second) // three heartbeats and more between batches
+		b, err := s.Next(t.Context(), time.Second)
+		if err != nil {
+			t.Fatalf("Next after %d rows: %v", got, err)
+		}
+		got += len(b.Rows)
+	}
+}

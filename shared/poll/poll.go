@@ -75,6 +75,10 @@ type Poller struct {
 
 	// StandbyInterval is how often a standby reads the job item. Default 1s.
 	StandbyInterval time.Duration
+	// HeartbeatInterval is how often, in real time, the holder looks
+	// whether its lease is due for renewal while it waits on the source
+	// (see invocation.heartbeat). Default a tenth of the lease TTL.
+	HeartbeatInterval time.Duration
 	// ChunkRows is how many feed rows are queued at a time (one Send); the
 	// checkpoint can move after each chunk, so a slow output or the end of
 	// the budget costs at most one chunk. Default DefaultChunkRows.

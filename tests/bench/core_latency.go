@@ -39,8 +39,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/localrun"
-	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
 const (
@@ -266,7 +266,7 @@ func (w *coreRowWatcher) write(ctx context.Context, id string, n int) error {
 // Errors (the table does not exist before the first delivery) are retried.
 func (w *coreRowWatcher) run(ctx context.Context) {
 	q := "SELECT doc_id FROM " + w.table.Sanitize() + " WHERE doc_id = ANY($1)"
-	faults.Every(ctx, latencyPoll, func() bool {
+	clock.Every(ctx, latencyPoll, func() bool {
 		w.mu.Lock()
 		var ids []string
 		for id := range w.sent {

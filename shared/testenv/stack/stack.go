@@ -69,6 +69,11 @@ type Options struct {
 	// HTTPClient, when set, wraps the AWS SDK's HTTP client of the
 	// pipeline (fault injection: lost answers, added latency).
 	HTTPClient func(aws.HTTPClient) aws.HTTPClient
+	// SourceBase, when set, is the base URL at which the jobs reach the
+	// source in place of testenv.CouchBaseURL(): a proxy to it (fault
+	// injection: slow answers). The stack still creates its database, and
+	// SourceURL names it, on the source itself.
+	SourceBase string
 	// Secrets are environment variables that only this stack's pipeline
 	// sees: a secret reference {"env": name} resolves here first, then with
 	// testenv.Lookup. For credentials a test makes up.
@@ -140,7 +145,7 @@ func (s *Stack) build(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := s.fill(ctx, f); err != nil {
+	if err := s.fill(ctx, f, o.SourceBase); err != nil {
 		return err
 	}
 	doc, err := json.MarshalIndent(f, "", "  ")
@@ -193,8 +198,9 @@ func copyConfig(f *config.File) (*config.File, error) {
 }
 
 // fill names what f leaves empty after the stack (see Options.Config) and
-// creates the source database if a job needs it.
-func (s *Stack) fill(ctx context.Context, f *config.File) error {
+// creates the source database if a job needs it; the jobs reach it through
+// base when set (see Options.SourceBase).
+func (s *Stack) fill(ctx context.Context, f *config.File, base string) error {
 	if f.Stack.Prefix == "" {
 		f.Stack.Prefix = s.Name
 		s.ownPrefix, s.ownBucket = true, f.Stack.Bucket == ""
@@ -213,6 +219,9 @@ func (s *Stack) fill(ctx context.Context, f *config.File) error {
 				s.SourceURL = db
 			}
 			j.Source.URL = s.SourceURL
+			if base != "" {
+				j.Source.URL = strings.TrimRight(base, "/") + "/" + s.Name
+			}
 			if j.Source.Type == "" {
 				j.Source.Type = config.SourceCouchDB
 			}

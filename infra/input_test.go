@@ -161,7 +161,7 @@ func TestExistingBucketNoRetain(t *testing.T) {
 		t.Errorf("table DeletionPolicy %v, DeletionProtectionEnabled %v; want Delete, false", table["DeletionPolicy"], props(table)["DeletionProtectionEnabled"])
 	}
 	for _, fn := range []string{fnPoller, fnWriter} {
-		_, f := syn.resource(t, "AWS::Lambda::Function", "FunctionName", "cwalt-"+fn)
+		_, f := syn.resource(t, "AWS::Lambda::Function", "FunctionName", "cwalt-one-"+fn)
 		vars := props(f)["Environment"].(map[string]any)["Variables"].(map[string]any)
 		if vars[envBucket] != "existing-data" {
 			t.Errorf("%s %s = %v, want existing-data", fn, envBucket, vars[envBucket])
@@ -170,7 +170,7 @@ func TestExistingBucketNoRetain(t *testing.T) {
 			t.Errorf("%s is in a VPC without stack.vpc", fn)
 		}
 	}
-	writer := rolePolicy(t, syn, "cwalt-writer")
+	writer := rolePolicy(t, syn, "cwalt-one-writer")
 	for _, want := range []string{":s3:::existing-data/claim-check/one/*", ":s3:::existing-data/docs/*"} {
 		if !strings.Contains(writer, want) {
 			t.Errorf("writer policy lacks %s: %s", want, writer)

@@ -25,22 +25,36 @@ func TestNagAwsSolutions(t *testing.T) {
 			t.Logf("%s %s: %s", m.level, m.path, firstLine(m.text))
 		}
 	}
+	if n := checkSuppressions(t, syn); n == 0 {
+		t.Errorf("no cdk-nag suppression metadata found: were the checks applied?")
+	}
+}
+
+// checkSuppressions requires every cdk-nag suppression of every template,
+// on a resource or on a whole stack, to carry a real reason, and returns
+// how many there are.
+func checkSuppressions(t *testing.T, syn *synthesis) int {
+	t.Helper()
 	suppressed := 0
-	for id, r := range syn.tmpl["Resources"].(map[string]any) {
-		md, _ := r.(map[string]any)["Metadata"].(map[string]any)
-		nag, _ := md["cdk_nag"].(map[string]any)
+	check := func(where string, md any) {
+		m, _ := md.(map[string]any)
+		nag, _ := m["cdk_nag"].(map[string]any)
 		rules, _ := nag["rules_to_suppress"].([]any)
 		for _, rule := range rules {
 			rule := rule.(map[string]any)
 			suppressed++
 			if reason, _ := rule["reason"].(string); len(reason) < 40 {
-				t.Errorf("%s: suppression of %v has no real reason: %q", id, rule["id"], reason)
+				t.Errorf("%s: suppression of %v has no real reason: %q", where, rule["id"], reason)
 			}
 		}
 	}
-	if suppressed == 0 {
-		t.Errorf("no cdk-nag suppression metadata found: were the checks applied?")
+	for path, tmpl := range syn.templates {
+		check(path, tmpl["Metadata"])
+		for id, r := range tmpl["Resources"].(map[string]any) {
+			check(id, r.(map[string]any)["Metadata"])
+		}
 	}
+	return suppressed
 }
 
 func firstLine(s string) string {

@@ -92,9 +92,14 @@ type function struct {
 	logs awslogs.LogGroup
 }
 
-// functionName is the name of job j's function name (poller or writer).
+// functionName is the name of job j's function name (fnPoller or fnWriter).
 func functionName(cfg *config.File, j *config.Job, name string) string {
 	return cfg.Stack.Prefix + "-" + j.ID + "-" + name
+}
+
+// scheduleName is the name of the rule that starts job j's poller.
+func scheduleName(cfg *config.File, j *config.Job) string {
+	return cfg.Stack.Prefix + "-" + j.ID + "-schedule"
 }
 
 // newFunction creates the job's function <prefix>-<job>-<name> with its own
@@ -381,7 +386,7 @@ func (js *jobStack) addSchedule() {
 			js.cfg.Stack.PollerTimeout.D(), j.ID, j.Schedule.D())))
 	}
 	awsevents.NewRule(js.stack, jsii.String("Schedule-"+j.ID), &awsevents.RuleProps{
-		RuleName:    js.name(j.ID + "-schedule"),
+		RuleName:    jsii.String(scheduleName(js.cfg, j)),
 		Description: jsii.String("Starts the changes-worker poller for job " + j.ID),
 		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(j.Schedule.D().Minutes()))),
 		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(js.poller.fn, &awseventstargets.LambdaFunctionProps{

@@ -64,6 +64,9 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 	if err := checkRetention(cfg.Stack.LogRetentionDays); err != nil {
 		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
 	}
+	if err := checkNameLengths(cfg); err != nil {
+		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
+	}
 	in := &input{cfg: cfg, bucketGiven: given, code: map[string]map[string]string{}, variant: v}
 	in.sourceSecrets, in.outputSecrets = secretRefs(cfg)
 	var errs []error
@@ -324,6 +327,26 @@ func classifySecret(ref string) (secretKind, error) {
 		return secretByPartialARN, nil
 	}
 	return 0, errors.New("not a Secrets Manager secret ARN (arn:PARTITION:secretsmanager:REGION:ACCOUNT:secret:NAME)")
+}
+
+// maxNameLength is the longest name Lambda allows a function and
+// EventBridge a rule.
+const maxNameLength = 64
+
+// checkNameLengths reports every job whose function or schedule name, made
+// of stack.prefix and the job's id, is longer than AWS allows.
+func checkNameLengths(cfg *config.File) error {
+	var errs []error
+	for _, j := range cfg.Jobs {
+		for _, name := range []string{functionName(cfg, j, fnPoller), functionName(cfg, j, fnWriter), scheduleName(cfg, j)} {
+			if len(name) > maxNameLength {
+				errs = append(errs, fmt.Errorf("jobs[%s].id: the name %s is %d characters, AWS allows %d: shorten the job's id or stack.prefix",
+					j.ID, name, len(name), maxNameLength))
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // retentionDays are the values CloudWatch Logs accepts for a log group's retention.

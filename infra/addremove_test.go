@@ -40,12 +40,21 @@ type deployedRun struct {
 var localRun = deployedRun{variant: variantLocal, pollOnce: pollWithChangesctl}
 
 // TestDeployAddRemoveJob deploys three jobs to the local AWS, runs their
-// pollers until each holds a lease and a checkpoint, then deploys the same
+// pollers until each holds a lease and a checkpoint, then deploys the
 // configuration with one job removed and another added. Only those two
 // jobs' stacks change: the removed job's nested stack and queues are
-// deleted, the added job's created, and the other jobs' nested stacks are
-// not updated, their queues are the same queues holding the same messages,
-// and their lease and checkpoint items are exactly as before.
+// deleted, the added job's created; for the other two jobs, the deployed
+// templates give CloudFormation nothing to update (their nested stack
+// resources in the shared stack's template and their own templates are the
+// same, byte for byte), their nested stacks keep their template and
+// resources, their queues are the same queues holding the same messages, and
+// their lease and checkpoint items are exactly as before.
+//
+// The template comparison is what shows the other jobs' stacks untouched on
+// AWS: the local AWS does not show an update of a nested stack (a job whose
+// settings change keeps the template, status and resources it was first
+// deployed with), so its view of them alone would show them unchanged
+// whatever the templates said.
 func TestDeployAddRemoveJob(t *testing.T) {
 	testDeployAddRemoveJob(t, localRun)
 }
@@ -61,6 +70,7 @@ func testDeployAddRemoveJob(t *testing.T, run deployedRun) {
 	db := testenv.CouchDB(t)
 	putDocs(ctx, t, db, 10)
 	dir := t.TempDir()
+	kept, removed, added := []string{"alpha", "beta"}, "gamma", "delta"
 	writeConfig := func(name string, jobs ...string) string {
 		var docs []string
 		for _, id := range jobs {
@@ -77,9 +87,8 @@ func testDeployAddRemoveJob(t *testing.T, run deployedRun) {
 		}
 		return p
 	}
-	before := writeConfig("before.json", "alpha", "beta", "gamma")
-	after := writeConfig("after.json", "alpha", "beta", "delta")
-	kept, removed, added := []string{"alpha", "beta"}, "gamma", "delta"
+	before := writeConfig("before.json", kept[0], kept[1], removed)
+	after := writeConfig("after.json", kept[0], kept[1], added)
 
 	requireOneDynamoDB(ctx, t, awsCfg)
 	cfn := cloudformation.NewFromConfig(awsCfg)
@@ -94,21 +103,21 @@ func testDeployAddRemoveJob(t *testing.T, run deployedRun) {
 		defer cancel()
 		deleteStack(ctx, t, cfn, prefix)
 	})
-	outdir := filepath.Join(dir, "cdk.out")
-	deploy := func(cfgPath string) {
+	deploy := func(cfgPath, outdir string) {
 		start := time.Now()
 		cli.run(ctx, t, "deploy", "-c", "config="+cfgPath, "-c", "variant="+string(run.variant), "-o", outdir,
 			"--require-approval", "never", "--no-notices")
 		t.Logf("cdklocal deploy %s took %s", filepath.Base(cfgPath), time.Since(start).Round(time.Second))
 	}
 
-	deploy(before)
+	outBefore, outAfter := filepath.Join(dir, "before.out"), filepath.Join(dir, "after.out")
+	deploy(before, outBefore)
 	run.pollOnce(ctx, t, before)
 	cfg, err := config.Load(before)
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobsBefore := jobStacks(ctx, t, cfn, prefix, outdir)
+	jobsBefore := jobStacks(ctx, t, cfn, prefix, outBefore)
 	state := map[string]jobState{}
 	for _, id := range kept {
 		state[id] = readJobState(ctx, t, cfn, ddb, sq, cfg, jobsBefore[id], id)
@@ -117,11 +126,20 @@ func testDeployAddRemoveJob(t *testing.T, run deployedRun) {
 		}
 	}
 
-	deploy(after)
-	jobsAfter := jobStacks(ctx, t, cfn, prefix, outdir)
+	deploy(after, outAfter)
+	jobsAfter := jobStacks(ctx, t, cfn, prefix, outAfter)
 	for _, id := range kept {
 		got := readJobState(ctx, t, cfn, ddb, sq, cfg, jobsAfter[id], id)
 		want := state[id]
+		if !reflect.DeepEqual(got.item, want.item) {
+			t.Errorf("job %s's lease and checkpoint item changed:\nbefore %v\nafter  %v", id, want.item, got.item)
+		}
+		if b, a := jobTemplates(t, outBefore, prefix, id), jobTemplates(t, outAfter, prefix, id); b != a {
+			t.Errorf("job %s: the deploy changed its stack:\nbefore %s\nafter  %s", id, b, a)
+		}
+		if got.template != want.template {
+			t.Errorf("job %s's stack template changed:\nbefore %s\nafter  %s", id, want.template, got.template)
+		}
 		if got.stack != want.stack {
 			t.Errorf("job %s's stack changed:\nbefore %+v\nafter  %+v", id, want.stack, got.stack)
 		}
@@ -130,9 +148,6 @@ func testDeployAddRemoveJob(t *testing.T, run deployedRun) {
 		}
 		if !reflect.DeepEqual(got.queues, want.queues) {
 			t.Errorf("job %s's queues changed:\nbefore %v\nafter  %v", id, want.queues, got.queues)
-		}
-		if !reflect.DeepEqual(got.item, want.item) {
-			t.Errorf("job %s's lease and checkpoint item changed:\nbefore %v\nafter  %v", id, want.item, got.item)
 		}
 	}
 	if s, ok := jobsAfter[removed]; ok {
@@ -168,6 +183,7 @@ func testDeployAddRemoveJob(t *testing.T, run deployedRun) {
 // resources in it, its queues with their messages, its lease and checkpoint.
 type jobState struct {
 	stack     nestedStackState
+	template  string // as CloudFormation holds it
 	resources map[string]string // logical id → physical id
 	queues    map[string]string // queue name → URL and messages
 	item      map[string]any
@@ -187,6 +203,11 @@ func readJobState(ctx context.Context, t *testing.T, cfn *cloudformation.Client,
 	}
 	s := out.Stacks[0]
 	st.stack = nestedStackState{id: aws.ToString(s.StackId), status: string(s.StackStatus), lastUpdated: aws.ToTime(s.LastUpdatedTime)}
+	tmpl, err := cfn.GetTemplate(ctx, &cloudformation.GetTemplateInput{StackName: &stack})
+	if err != nil {
+		t.Fatalf("template of the nested stack %s of job %s: %v", stack, job, err)
+	}
+	st.template = aws.ToString(tmpl.TemplateBody)
 	st.resources = map[string]string{}
 	for id, r := range stackResources(ctx, t, cfn, stack) {
 		st.resources[id] = aws.ToString(r.PhysicalResourceId) + " " + string(r.ResourceStatus)
@@ -248,6 +269,28 @@ func attributeText(v ddbtypes.AttributeValue) any {
 		return l
 	}
 	return fmt.Sprintf("%T %v", v, v)
+}
+
+// jobTemplates returns what CloudFormation compares to decide whether job's
+// nested stack needs an update: its resource in the template of the stack
+// named stack (template location, parameters, dependencies) and the nested
+// template, from the cloud assembly in outdir.
+func jobTemplates(t *testing.T, outdir, stack, job string) string {
+	t.Helper()
+	tmpl := readTemplate(t, filepath.Join(outdir, stack+".template.json"))
+	for _, r := range templateResources(tmpl, "AWS::CloudFormation::Stack") {
+		md, _ := r["Metadata"].(map[string]any)
+		if path, _ := md["aws:cdk:path"].(string); !strings.HasPrefix(path, stack+"/Job-"+job+".") {
+			continue
+		}
+		nested, err := os.ReadFile(filepath.Join(outdir, md["aws:asset:path"].(string)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return compact(r) + "\n" + string(nested)
+	}
+	t.Fatalf("%s: no nested stack of job %s", outdir, job)
+	return ""
 }
 
 // jobStacks returns the physical ids of the deployed job stacks nested in

@@ -97,6 +97,18 @@ func synthesizeShared(v variant, rootOut *string) (*synthesis, error) {
 	return synthesize(testConfig, v, root)
 }
 
+// synthesizeDoc writes doc as a job configuration into a new temporary
+// directory and synthesizes its stacks in the full variant there.
+func synthesizeDoc(t *testing.T, doc string) (*synthesis, error) {
+	t.Helper()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "jobs.json")
+	if err := os.WriteFile(cfgPath, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return synthesize(cfgPath, variantFull, dir)
+}
+
 // synthesize synthesizes the stack of the configuration at configPath in
 // variant v, with stand-ins for the functions' code, into directory root.
 func synthesize(configPath string, v variant, root string) (*synthesis, error) {

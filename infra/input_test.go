@@ -129,14 +129,8 @@ func TestSynthTooManyResources(t *testing.T) {
 	for i := range 60 {
 		outputs = append(outputs, fmt.Sprintf(`{"id": "pg%02d", "type": "postgres", "postgres": {"dsn": {"env": "PG_DSN"}, "table": "t%02d"}}`, i, i))
 	}
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "jobs.json")
-	doc := fmt.Sprintf(`{"stack": {"prefix": "cwbig"}, "jobs": [{"id": "wide", "source": {"type": "couchdb", "url": "http://couch.internal:5984/db"}, "outputs": [%s]}]}`,
-		strings.Join(outputs, ","))
-	if err := os.WriteFile(cfgPath, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err := synthesize(cfgPath, variantFull, dir)
+	_, err := synthesizeDoc(t, fmt.Sprintf(`{"stack": {"prefix": "cwbig"}, "jobs": [{"id": "wide", "source": {"type": "couchdb", "url": "http://couch.internal:5984/db"}, "outputs": [%s]}]}`,
+		strings.Join(outputs, ",")))
 	if err == nil || !strings.Contains(err.Error(), "is greater than allowed maximum of 500") || !strings.Contains(err.Error(), "cwbig/Job-wide") {
 		t.Fatalf("synthesize a job of 60 outputs: error %v, want one naming the job's stack and its resources over 500", err)
 	}

@@ -3,6 +3,7 @@ package main
 //lint:file-ignore SA1019 the Go CDK reads synthesis messages (errors, warnings, cdk-nag findings) only through cxapi.SynthesisMessage; its replacement is not published for Go.
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -55,6 +56,32 @@ func checkSuppressions(t *testing.T, syn *synthesis) int {
 		}
 	}
 	return suppressed
+}
+
+// TestNagCoversSplitPolicies: the writer of a job with many S3 outputs has
+// more statements than one inline policy holds, and the CDK splits them off
+// into managed policies; cdk-nag's wildcard findings there are accepted as
+// on the role's own policy, and no other finding is.
+func TestNagCoversSplitPolicies(t *testing.T) {
+	synthesized(t) // one synthesis at a time through the jsii runtime
+	var outputs []string
+	for i := range 40 {
+		outputs = append(outputs, fmt.Sprintf(`{"id": "files%02d", "type": "s3", "s3": {"bucket": "exports-%02d", "prefix": "tenant-%02d/documents/"}}`, i, i, i))
+	}
+	syn, err := synthesizeDoc(t, fmt.Sprintf(`{"stack": {"prefix": "cwwide"}, "jobs": [{"id": "tenants", "source": {"type": "couchdb", "url": "http://couch.internal:5984/db"}, "outputs": [%s]}]}`,
+		strings.Join(outputs, ",")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(syn.resources("AWS::IAM::ManagedPolicy")); n == 0 {
+		t.Fatalf("no policy was split off: the test needs a larger writer policy")
+	}
+	for _, m := range syn.messages {
+		if strings.HasPrefix(m.text, "AwsSolutions-") && m.level == string(cxapi.SynthesisMessageLevel_ERROR) {
+			t.Errorf("%s: %s", m.path, firstLine(m.text))
+		}
+	}
+	checkSuppressions(t, syn)
 }
 
 func firstLine(s string) string {

@@ -68,13 +68,8 @@ func TestScale(t *testing.T) {
 	var perJob []int
 	for _, n := range []int{1, 10, 100} {
 		t.Run(fmt.Sprintf("%d jobs", n), func(t *testing.T) {
-			dir := t.TempDir()
-			cfgPath := filepath.Join(dir, "jobs.json")
-			if err := os.WriteFile(cfgPath, []byte(scaleConfig(n)), 0o644); err != nil {
-				t.Fatal(err)
-			}
 			start := time.Now()
-			syn, err := synthesize(cfgPath, variantFull, dir)
+			syn, err := synthesizeDoc(t, scaleConfig(n))
 			if err != nil {
 				t.Fatalf("synthesize %d jobs: %v", n, err)
 			}

@@ -20,6 +20,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/testenv"
@@ -134,8 +135,8 @@ func testDeployAddRemoveJob(t *testing.T, run deployedRun) {
 		if !reflect.DeepEqual(got.item, want.item) {
 			t.Errorf("job %s's lease and checkpoint item changed:\nbefore %v\nafter  %v", id, want.item, got.item)
 		}
-		if b, a := jobTemplates(t, outBefore, prefix, id), jobTemplates(t, outAfter, prefix, id); b != a {
-			t.Errorf("job %s: the deploy changed its stack:\nbefore %s\nafter  %s", id, b, a)
+		if d := cmp.Diff(jobTemplates(t, outBefore, prefix, id), jobTemplates(t, outAfter, prefix, id)); d != "" {
+			t.Errorf("job %s: the deploy changed its stack (-before +after):\n%s", id, d)
 		}
 		if got.template != want.template {
 			t.Errorf("job %s's stack template changed:\nbefore %s\nafter  %s", id, want.template, got.template)
@@ -183,7 +184,7 @@ func testDeployAddRemoveJob(t *testing.T, run deployedRun) {
 // resources in it, its queues with their messages, its lease and checkpoint.
 type jobState struct {
 	stack     nestedStackState
-	template  string // as CloudFormation holds it
+	template  string            // as CloudFormation holds it
 	resources map[string]string // logical id → physical id
 	queues    map[string]string // queue name → URL and messages
 	item      map[string]any

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -343,18 +341,5 @@ func nestedStackStatus(ctx context.Context, cfn *cloudformation.Client, id strin
 // table and queues, configured only by the standard environment.
 func pollWithChangesctl(ctx context.Context, t *testing.T, cfgPath string) {
 	t.Helper()
-	ctl := filepath.Join(t.TempDir(), "changesctl")
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", ctl, "../cmd/changesctl").CombinedOutput(); err != nil {
-		t.Fatalf("build changesctl: %v\n%s", err, b)
-	}
-	run := exec.CommandContext(ctx, ctl, "run", "--config", cfgPath, "--no-writer", "--until-idle", "--tick", "2s", "--timeout", "3m")
-	run.Env = os.Environ()
-	if os.Getenv("PG_DSN") == "" {
-		run.Env = append(run.Env, "PG_DSN="+testenv.PostgresDSN(t))
-	}
-	var stdout, stderr bytes.Buffer
-	run.Stdout, run.Stderr = &stdout, &stderr
-	if err := run.Run(); err != nil {
-		t.Fatalf("changesctl run --no-writer --until-idle: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), tail(stderr.String(), 40))
-	}
+	changesctl(ctx, t, "run", "--config", cfgPath, "--no-writer", "--until-idle", "--tick", "2s", "--timeout", "3m")
 }

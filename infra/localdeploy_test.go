@@ -130,23 +130,10 @@ func TestDeployLocalVariant(t *testing.T) {
 	// nothing but the standard environment.
 	const docs = 25
 	putDocs(ctx, t, db, docs)
-	ctl := filepath.Join(dir, "changesctl")
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", ctl, "../cmd/changesctl").CombinedOutput(); err != nil {
-		t.Fatalf("build changesctl: %v\n%s", err, b)
-	}
-	run := exec.CommandContext(ctx, ctl, "run", "--config", cfgPath, "--until-idle", "--tick", "2s", "--timeout", "4m")
-	run.Env = os.Environ()
-	if os.Getenv("PG_DSN") == "" {
-		run.Env = append(run.Env, "PG_DSN="+testenv.PostgresDSN(t))
-	}
-	var stdout, stderr bytes.Buffer
-	run.Stdout, run.Stderr = &stdout, &stderr
-	if err := run.Run(); err != nil {
-		t.Fatalf("changesctl run --until-idle: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	t.Logf("changesctl run: %s", strings.TrimSpace(stdout.String()))
-	if want := "bucket=" + bucket; !strings.Contains(stderr.String(), "using the deployed stack's bucket") || !strings.Contains(stderr.String(), want) {
-		t.Errorf("changesctl did not use the stack's bucket %s:\n%s", bucket, stderr.String())
+	stdout, stderr := changesctl(ctx, t, "run", "--config", cfgPath, "--until-idle", "--tick", "2s", "--timeout", "4m")
+	t.Logf("changesctl run: %s", strings.TrimSpace(stdout))
+	if want := "bucket=" + bucket; !strings.Contains(stderr, "using the deployed stack's bucket") || !strings.Contains(stderr, want) {
+		t.Errorf("changesctl did not use the stack's bucket %s:\n%s", bucket, stderr)
 	}
 	pool := testenv.Postgres(t)
 	for _, tbl := range []string{pgTable, pgTable + "_fifo"} {
@@ -183,6 +170,28 @@ func TestBareDeployRefuses(t *testing.T) {
 	if !strings.Contains(string(out), errNoConfig.Error()) {
 		t.Errorf("bare cdk deploy failed without saying a configuration must be named:\n%s", out)
 	}
+}
+
+// changesctl builds changesctl and runs it with args, in this process's
+// environment (with the test PostgreSQL's PG_DSN where none is set), and
+// returns what it printed; it fails the test when changesctl fails.
+func changesctl(ctx context.Context, t *testing.T, args ...string) (stdout, stderr string) {
+	t.Helper()
+	ctl := filepath.Join(t.TempDir(), "changesctl")
+	if b, err := exec.CommandContext(ctx, "go", "build", "-o", ctl, "../cmd/changesctl").CombinedOutput(); err != nil {
+		t.Fatalf("build changesctl: %v\n%s", err, b)
+	}
+	run := exec.CommandContext(ctx, ctl, args...)
+	run.Env = os.Environ()
+	if os.Getenv("PG_DSN") == "" {
+		run.Env = append(run.Env, "PG_DSN="+testenv.PostgresDSN(t))
+	}
+	var out, errOut bytes.Buffer
+	run.Stdout, run.Stderr = &out, &errOut
+	if err := run.Run(); err != nil {
+		t.Fatalf("changesctl %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), tail(errOut.String(), 60))
+	}
+	return out.String(), errOut.String()
 }
 
 // pinnedCLI returns the path of a binary of the CDK CLI pinned in

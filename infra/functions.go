@@ -92,9 +92,9 @@ type function struct {
 	logs awslogs.LogGroup
 }
 
-// functionName is the name of job j's function name (fnPoller or fnWriter).
-func functionName(cfg *config.File, j *config.Job, name string) string {
-	return cfg.Stack.Prefix + "-" + j.ID + "-" + name
+// functionName is the name of job j's function fn (fnPoller or fnWriter).
+func functionName(cfg *config.File, j *config.Job, fn string) string {
+	return cfg.Stack.Prefix + "-" + j.ID + "-" + fn
 }
 
 // scheduleName is the name of the rule that starts job j's poller.

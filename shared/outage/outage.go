@@ -58,7 +58,10 @@ const (
 )
 
 // Key is the state-table key of an output's record.
-func Key(job, output string) string { return "outage/" + job + "/" + output }
+func Key(job, output string) string { return JobPrefix(job) + output }
+
+// JobPrefix is the key prefix of a job's records.
+func JobPrefix(job string) string { return "outage/" + job + "/" }
 
 // Mark records that the output was found down at st.LastAt with
 // st.LastError, and that st.Held more messages were held back. The first

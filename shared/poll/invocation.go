@@ -42,7 +42,8 @@ type invocation struct {
 	slowest      time.Duration   // the longest chunk so far, to plan the budget
 	checkpointAt time.Time
 	caughtUpAt   time.Time
-	standby      bool // "standing by" was logged
+	started      time.Time // when the invocation began, for its idle stay
+	standby      bool      // "standing by" was logged
 
 	str streaming // the streaming feed, when the job reads one
 
@@ -251,6 +252,10 @@ func (v *invocation) loop(ctx context.Context) (err error) {
 			return err
 		}
 		v.report(batch)
+		if v.rests(batch) {
+			v.log.Info("feed idle; the next tick reads on", "checkpoint", string(v.since))
+			return v.saveQueued(ctx)
+		}
 		if v.held != nil {
 			if stop, err := v.holdBack(ctx); stop {
 				return err
@@ -731,7 +736,9 @@ func (v *invocation) saveQueued(ctx context.Context) error {
 	return v.settle()
 }
 
-// report publishes where the job stands after a batch.
+// report publishes where the job stands after a batch. An invocation
+// that sleeps while idle and has read nothing publishes only that it holds
+// the lease (see quiet).
 func (v *invocation) report(b *feed.Batch) {
 	caughtUp := b.CaughtUp()
 	v.res.CaughtUp = caughtUp
@@ -740,6 +747,9 @@ func (v *invocation) report(b *feed.Batch) {
 	}
 	if caughtUp {
 		v.caughtUpAt = v.now()
+	}
+	if v.quiet() {
+		return
 	}
 	// Lag: how long since the poller last saw the end of the feed.
 	v.p.Metrics.Add(metrics.LagSeconds, v.now().Sub(v.caughtUpAt).Seconds(), metrics.Seconds)

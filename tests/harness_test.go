@@ -50,6 +50,8 @@ type stackOptions struct {
 	wrapRest func(http.Handler) http.Handler
 	// rest, when set, adjusts the rest output's settings.
 	rest func(*config.Output)
+	// idle is the job's idle setting; default watch.
+	idle string
 }
 
 // parallelStack marks t parallel and returns its context and a new stack
@@ -94,6 +96,7 @@ func newStack(t *testing.T, o stackOptions) *testStack {
 		Source: config.Source{Type: config.SourceCouchDB, URL: o.sourceURL},
 		Feed:   config.Feed{Limit: o.limit, Timeout: config.Duration(2 * time.Second), Fetch: o.fetch},
 		Lease:  config.Lease{TTL: config.Duration(o.ttl)},
+		Idle:   o.idle,
 
 		Attachments: o.attachments,
 	}

@@ -2,8 +2,6 @@ package tests
 
 import (
 	"fmt"
-	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,7 +65,9 @@ func TestIdleSleepPipeline(t *testing.T) {
 	}
 
 	// A change between the ticks: the next tick queues it.
-	put(t, s.SourceURL+"/late-order", `{"type":"order","late":true}`)
+	if _, err := s.PutDoc(ctx, "late-order", map[string]any{"type": "order", "late": true}); err != nil {
+		t.Fatal(err)
+	}
 	res, err := p.Run(ctx, poll.Invocation{Owner: "p2", Host: "h", Deadline: time.Now().Add(budget)})
 	if err != nil {
 		t.Fatal(err)
@@ -79,23 +79,5 @@ func TestIdleSleepPipeline(t *testing.T) {
 	s.runUntilIdle(ctx, localrun.Options{Tick: time.Second})
 	if diff := cmp.Diff(s.sourceState(ctx), s.pgState(ctx)); diff != "" {
 		t.Errorf("postgres differs from the source winners (-source +pg):\n%s", diff)
-	}
-}
-
-// put writes one document into the source.
-func put(t *testing.T, url, body string) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("put %s: status %d", url, resp.StatusCode)
 	}
 }

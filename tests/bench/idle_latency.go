@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/config"
-	"github.com/changes-worker/changes-worker/shared/localrun"
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
@@ -92,14 +91,8 @@ func idleLatencyRun(ctx context.Context, r *results, cw *cloudAWS, label, idle, 
 	}
 	defer pool.Close()
 
-	rctx, stop := context.WithCancel(ctx)
+	w, run, stop := coreWatchedRun(ctx, st, pool, table, st.SourceURL)
 	defer stop()
-	rt := &localrun.Runtime{Deps: st.Deps, Log: st.Deps.Log}
-	run := &coreRunState{done: make(chan struct{})}
-	go func() { run.err = rt.Run(rctx); close(run.done) }()
-	defer func() { stop(); <-run.done }()
-	w := &coreRowWatcher{pool: pool, table: table, source: st.SourceURL, sent: map[string]time.Time{}, seen: map[string]time.Time{}}
-	go w.run(rctx)
 	if err := w.write(ctx, "warmup", 0); err != nil {
 		return nil, nil, err
 	}

@@ -103,8 +103,15 @@ func cloudIdleRun(ctx context.Context, r *results, idle string) error {
 	after := rt.Summary()
 	minutes := cloudIdleFor.Minutes()
 	perMin := func(actions ...string) float64 { return float64(cloudSum(counts, actions...)) / minutes }
-	invocations := float64(after.PollerInvocations-before.PollerInvocations) / minutes
-	seconds := (after.PollerTime - before.PollerTime).Seconds() / minutes
+	// Invocations that ended in the window, the one started in the
+	// minute before included; a tick starts one a minute.
+	ended := after.PollerInvocations - before.PollerInvocations
+	if ended == 0 {
+		return errors.New("no poller invocation ended in the window")
+	}
+	perInvocation := (after.PollerTime - before.PollerTime).Seconds() / float64(ended)
+	invocations := time.Minute.Minutes() / config.DefaultSchedule.Minutes()
+	seconds := perInvocation * invocations
 	writes, reads := perMin("DynamoDB.UpdateItem", "DynamoDB.PutItem"), perMin("DynamoDB.GetItem")
 	emf := st.Metrics().String()[metrics0:]
 	names := emfNames(emf)
@@ -114,8 +121,8 @@ func cloudIdleRun(ctx context.Context, r *results, idle string) error {
 	r.add(p+"DynamoDB writes per minute", writes,
 		fmt.Sprintf("lease renewals, checkpoints, standby marks, acquire and release; over %s; all per minute: %s", cloudIdleFor, cloudPerDoc(counts, int(minutes))))
 	r.add(p+"DynamoDB reads per minute", reads, "the standby's watch of the job item (strongly consistent)")
-	r.add(p+"poller invocations per minute", invocations, "ended within the window; with watch each runs its budget (90 s timeout less its margin)")
-	r.add(p+"poller seconds per minute", seconds, "what Lambda bills, the standbys included")
+	r.add(p+"poller seconds per invocation", perInvocation, fmt.Sprintf("over the %d that ended in the window; with watch each runs its budget (90 s timeout less its margin), standing by first", ended))
+	r.add(p+"poller seconds per minute", seconds, "what Lambda bills: one invocation a minute")
 	r.add(p+"metrics published", len(names), strings.Join(names, " "))
 	r.add(p+"log bytes per minute", logBytes, fmt.Sprintf("pipeline log (info) and metric records, plus %d bytes of Lambda's own per invocation", lambdaLogBytes))
 	lambda := seconds*minutesPerMonth*pollerMemoryGB*priceGBSecond + invocations*minutesPerMonth*priceInvocation

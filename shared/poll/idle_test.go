@@ -166,13 +166,15 @@ func TestIdleStandbyAndTakeover(t *testing.T) {
 // Role (the lease-holder alarm's) and none of the routine metrics; one that
 // watches publishes them all. In both, a stuck invocation publishes the
 // pending changes without a checkpoint (the no-progress alarm's) and its
-// errors (the poller-errors alarm's).
+// errors (the poller-errors alarm's); an idle invocation that sleeps still
+// publishes its errors when the source refuses it.
 func TestIdleMetrics(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
 		idle     string
 		stuck    bool
+		refused  bool // the source refuses the poller's credentials
 		want     []string
 		wantNone []string
 	}{
@@ -184,6 +186,8 @@ func TestIdleMetrics(t *testing.T) {
 			wantNone: []string{metrics.Checkpoints}},
 		{name: "watch, stuck", idle: config.IdleWatch, stuck: true, want: []string{metrics.Role, metrics.PendingChanges, metrics.PollerErrors},
 			wantNone: []string{metrics.Checkpoints}},
+		{name: "sleep, source refusing", idle: config.IdleSleep, refused: true, want: []string{metrics.Role, metrics.PollerErrors},
+			wantNone: []string{metrics.LagSeconds, metrics.ChangesRead}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -201,8 +205,13 @@ func TestIdleMetrics(t *testing.T) {
 				}
 				r.sender.before = func(int) error { return errSQS }
 			}
+			if tt.refused {
+				r.feed.batch = func(int, string) (*feed.Batch, error) {
+					return nil, &feed.StatusError{Op: "changes", Status: 401, Reason: "unauthorized"}
+				}
+			}
 			_, err := r.run(t, 90*time.Second)
-			if tt.stuck != (err != nil) {
+			if (tt.stuck || tt.refused) != (err != nil) {
 				t.Fatalf("Run error = %v", err)
 			}
 			got := emitted(t, out.String())
@@ -219,7 +228,7 @@ func TestIdleMetrics(t *testing.T) {
 			if tt.stuck && got[metrics.PendingChanges] < 1 {
 				t.Errorf("pending changes published as %v, want above 0", got[metrics.PendingChanges])
 			}
-			if !tt.stuck && got[metrics.Role] != 1 {
+			if !tt.stuck && !tt.refused && got[metrics.Role] != 1 {
 				t.Errorf("Role published at most %v, want 1 (the lease held)", got[metrics.Role])
 			}
 		})

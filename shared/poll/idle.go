@@ -15,12 +15,18 @@ import (
 
 // rests reports whether the invocation ends after batch because the feed is
 // idle: the job sleeps while idle, the batch brought nothing new and left
-// the source with nothing pending, nothing is in flight or held back, and
-// the invocation has read the feed for the job's idle stay.
+// the source with nothing pending, nothing is in flight or held back, no
+// change came for a whole long poll (a read cut short for a checkpoint due
+// comes back empty under a trickle too), and the invocation has read the
+// feed for the job's idle stay.
 func (v *invocation) rests(b *feed.Batch) bool {
+	now := v.now()
+	if len(b.Rows) > 0 {
+		v.changedAt = now
+	}
 	return v.p.Job.Idle == config.IdleSleep && len(b.Rows) == 0 && b.CaughtUp() &&
 		v.held == nil && len(v.sends) == 0 && v.ahead == nil &&
-		!v.now().Before(v.started.Add(v.p.Job.IdleStay()))
+		now.Sub(v.changedAt) >= v.readTimeout() && !now.Before(v.started.Add(v.p.Job.IdleStay()))
 }
 
 // quiet reports whether the invocation publishes only that it holds the

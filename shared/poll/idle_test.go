@@ -2,7 +2,9 @@ package poll_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/metrics"
+	"github.com/changes-worker/changes-worker/shared/poll"
 )
 
 // idleRig is a rig whose job has the default schedule and latency
@@ -276,4 +279,45 @@ func values(v any) []float64 {
 		return out
 	}
 	return nil
+}
+
+// trickleStream is a stream on which a change arrives every interval until
+// n have: Next returns the change due within its wait, moving the clock to
+// it, or nothing once the wait is over.
+type trickleStream struct {
+	w        *world
+	interval time.Duration
+	n, sent  int
+	nextAt   time.Time
+}
+
+func (s *trickleStream) Next(_ context.Context, wait time.Duration) (*feed.Batch, error) {
+	if s.sent < s.n && !s.nextAt.After(s.w.Now().Add(wait)) {
+		s.w.Advance(max(s.nextAt.Sub(s.w.Now()), 0))
+		s.sent++
+		s.nextAt = s.w.Now().Add(s.interval)
+		return streamed(s.sent, s.sent), nil
+	}
+	s.w.Advance(wait)
+	return &feed.Batch{Rows: []feed.Row{}, LastSeq: json.RawMessage(strconv.Itoa(s.sent)), Pending: -1}, nil
+}
+
+func (s *trickleStream) Close() error { return nil }
+
+// TestIdleSleepTrickle: with idle sleep, a trickle faster than a long poll
+// keeps the invocation reading, whether the feed is read in pages or
+// streamed: a read cut short to write a checkpoint held back comes back
+// empty, but the feed was not idle for a whole long poll.
+func TestIdleSleepTrickle(t *testing.T) {
+	t.Parallel()
+	r := idleRig(config.IdleSleep)
+	s := &trickleStream{w: r.w, interval: 700 * time.Millisecond, n: 30}
+	s.nextAt = r.w.Now().Add(s.interval)
+	r.poller.OpenStream = func(context.Context, json.RawMessage) (poll.Stream, error) { return s, nil }
+	if _, err := r.run(t, 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(r.sender.docs()); got != 30 {
+		t.Errorf("sent %d of the 30 changes of the trickle before ending, want all", got)
+	}
 }

@@ -43,6 +43,7 @@ type invocation struct {
 	checkpointAt time.Time
 	caughtUpAt   time.Time
 	started      time.Time // when the invocation began, for its idle stay
+	changedAt    time.Time // when the last batch with changes was read
 	standby      bool      // "standing by" was logged
 
 	str streaming // the streaming feed, when the job reads one

@@ -152,11 +152,13 @@ func (p *Poller) Run(ctx context.Context, in Invocation) (Result, error) {
 
 // invocation prepares the state of one run.
 func (p *Poller) invocation(in Invocation) *invocation {
+	now := p.Clock.Now()
 	v := &invocation{
-		p:       p,
-		started: p.Clock.Now(),
-		end:     in.Deadline.Add(-budgetMargin(in.Deadline.Sub(p.Clock.Now()))),
-		log:     p.Log.With("job", p.Job.ID, "owner", in.Owner),
+		p:         p,
+		started:   now,
+		changedAt: now,
+		end:       in.Deadline.Add(-budgetMargin(in.Deadline.Sub(now))),
+		log:       p.Log.With("job", p.Job.ID, "owner", in.Owner),
 	}
 	s := lease.NewSession(p.Leases, p.Job.ID, in.Owner, in.Host, p.Job.Lease.TTL.D())
 	s.Clock = p.Clock

@@ -39,7 +39,9 @@ func (v *invocation) quiet() bool {
 }
 
 // routine are the metrics every invocation records while it reads an idle
-// feed; a quiet invocation drops them before it flushes.
+// feed; a quiet invocation drops them before it flushes. In a process that
+// runs several invocations at once (changesctl run), what a busy one
+// recorded since its last batch's flush goes too.
 var routine = []string{
 	metrics.ChangesRead, metrics.LargestBatch, metrics.PendingChanges, metrics.LagSeconds,
 	metrics.CheckpointAgeSeconds, metrics.LeaseAcquired, metrics.LeaseRenewed, metrics.Handoffs,

@@ -23,6 +23,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -33,6 +34,9 @@ import (
 )
 
 func init() { register("idle-latency", idleLatency) }
+
+var idleSettingsFlag = flag.String("idle-settings", config.IdleWatch+","+config.IdleSleep,
+	"the idle settings idle-latency measures, comma-separated")
 
 const (
 	idleTrickle  = 30
@@ -53,7 +57,7 @@ func idleLatency(ctx context.Context, r *results) error {
 		p50, p99, idle, idleMx float64
 	}
 	var rows []row
-	for _, idle := range []string{config.IdleWatch, config.IdleSleep} {
+	for _, idle := range strings.Split(*idleSettingsFlag, ",") {
 		for _, mode := range []string{config.ModeLongpoll, config.ModeContinuous} {
 			label := idle + " " + mode
 			trickle, after, err := idleLatencyRun(ctx, r, cw, label, idle, mode)

@@ -182,7 +182,7 @@ func TestIdleMetrics(t *testing.T) {
 		wantNone []string
 	}{
 		{name: "sleep, idle", idle: config.IdleSleep, want: []string{metrics.Role},
-			wantNone: []string{metrics.LagSeconds, metrics.PendingChanges, metrics.ChangesRead, metrics.LeaseRenewed, metrics.LeaseAcquired, metrics.Checkpoints}},
+			wantNone: []string{metrics.LagSeconds, metrics.PendingChanges, metrics.ChangesRead, metrics.LeaseRenewed, metrics.LeaseAcquired, metrics.Checkpoints, metrics.PollerErrors}},
 		{name: "watch, idle", idle: config.IdleWatch,
 			want: []string{metrics.Role, metrics.LagSeconds, metrics.PendingChanges, metrics.ChangesRead, metrics.LeaseRenewed, metrics.LeaseAcquired}},
 		{name: "sleep, stuck", idle: config.IdleSleep, stuck: true, want: []string{metrics.Role, metrics.PendingChanges, metrics.PollerErrors},

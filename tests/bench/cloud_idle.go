@@ -83,24 +83,38 @@ func cloudIdleRun(ctx context.Context, r *results, idle string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rt := &localrun.Runtime{Deps: st.Deps, Log: log, Opts: localrun.Options{NoWriter: true,
 		Tick: config.DefaultSchedule, PollerTimeout: config.DefaultPollerTimeout}}
-	// The first minute takes the ten documents and settles; then count.
-	rctx, cancel := context.WithTimeout(ctx, time.Minute+cloudIdleFor)
+	// The first minute takes the ten documents and settles; then count,
+	// and stop the runtime only after the count, so that no invocation
+	// cut short by the stop is counted.
+	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- rt.Run(rctx) }()
-	select {
-	case <-time.After(time.Minute):
-	case err := <-done:
-		return fmt.Errorf("runtime stopped early: %w", err)
+	wait := func(d time.Duration) error {
+		select {
+		case <-time.After(d):
+			return nil
+		case err := <-done:
+			return fmt.Errorf("runtime stopped early: %w", err)
+		}
+	}
+	if err := wait(time.Minute); err != nil {
+		return err
 	}
 	cw.resetRequests()
 	before := rt.Summary()
 	logs0, metrics0 := len(st.Logs().String()), len(st.Metrics().String())
-	if err := <-done; err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("runtime: %w", err)
+	if err := wait(cloudIdleFor); err != nil {
+		return err
 	}
 	counts := cw.requests()
 	after := rt.Summary()
+	emf := st.Metrics().String()[metrics0:]
+	logs := len(st.Logs().String()) - logs0
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("runtime: %w", err)
+	}
 	minutes := cloudIdleFor.Minutes()
 	perMin := func(actions ...string) float64 { return float64(cloudSum(counts, actions...)) / minutes }
 	// Invocations that ended in the window, the one started in the
@@ -113,15 +127,14 @@ func cloudIdleRun(ctx context.Context, r *results, idle string) error {
 	invocations := time.Minute.Minutes() / config.DefaultSchedule.Minutes()
 	seconds := perInvocation * invocations
 	writes, reads := perMin("DynamoDB.UpdateItem", "DynamoDB.PutItem"), perMin("DynamoDB.GetItem")
-	emf := st.Metrics().String()[metrics0:]
 	names := emfNames(emf)
-	logBytes := float64(len(st.Logs().String())-logs0+len(emf))/minutes + invocations*lambdaLogBytes
+	logBytes := float64(logs+len(emf))/minutes + invocations*lambdaLogBytes
 
 	p := "idle " + idle + ": "
 	r.add(p+"DynamoDB writes per minute", writes,
 		fmt.Sprintf("lease renewals, checkpoints, standby marks, acquire and release; over %s; all per minute: %s", cloudIdleFor, cloudPerDoc(counts, int(minutes))))
 	r.add(p+"DynamoDB reads per minute", reads, "the standby's watch of the job item (strongly consistent)")
-	r.add(p+"poller seconds per invocation", perInvocation, fmt.Sprintf("over the %d that ended in the window; with watch each runs its budget (90 s timeout less its margin), standing by first", ended))
+	r.add(p+"poller seconds per invocation", perInvocation, fmt.Sprintf("over the %d that ended in the window; with watch each runs its budget (90 s timeout less its margin), standing by first; with sleep, its stay and a read", ended))
 	r.add(p+"poller seconds per minute", seconds, "what Lambda bills: one invocation a minute")
 	r.add(p+"metrics published", len(names), strings.Join(names, " "))
 	r.add(p+"log bytes per minute", logBytes, fmt.Sprintf("pipeline log (info) and metric records, plus %d bytes of Lambda's own per invocation", lambdaLogBytes))

@@ -1,6 +1,8 @@
 package poll
 
 import (
+	"time"
+
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/metrics"
@@ -27,6 +29,19 @@ func (v *invocation) rests(b *feed.Batch) bool {
 	return v.p.Job.Idle == config.IdleSleep && len(b.Rows) == 0 && b.CaughtUp() &&
 		v.held == nil && len(v.sends) == 0 && v.ahead == nil &&
 		now.Sub(v.changedAt) >= v.readTimeout() && !now.Before(v.started.Add(v.p.Job.IdleStay()))
+}
+
+// untilStay bounds a wait of w so that it ends as the idle stay does: an
+// idle feed then ends the invocation with its stay rather than up to a long
+// poll after it.
+func (v *invocation) untilStay(w time.Duration) time.Duration {
+	if v.p.Job.Idle != config.IdleSleep {
+		return w
+	}
+	if left := v.started.Add(v.p.Job.IdleStay()).Sub(v.now()); left > 0 {
+		return min(w, max(left, 10*time.Millisecond))
+	}
+	return w
 }
 
 // quiet reports whether the invocation publishes only that it holds the

@@ -321,3 +321,22 @@ func TestIdleSleepTrickle(t *testing.T) {
 		t.Errorf("sent %d of the 30 changes of the trickle before ending, want all", got)
 	}
 }
+
+// TestIdleSleepEndsWithItsStay: the last wait of an idle invocation that
+// sleeps ends with its stay, not a long poll after it.
+func TestIdleSleepEndsWithItsStay(t *testing.T) {
+	t.Parallel()
+	r := idleRig(config.IdleSleep)
+	// A stay of 5.5 s, which whole-second waits would overshoot.
+	r.poller.Job.LatencyObjective = config.Duration(config.DefaultSchedule - 500*time.Millisecond)
+	s := &trickleStream{w: r.w}
+	r.poller.OpenStream = func(context.Context, json.RawMessage) (poll.Stream, error) { return s, nil }
+	start := r.w.Now()
+	if _, err := r.run(t, 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	stay := r.poller.Job.IdleStay()
+	if ended := r.w.Now().Sub(start); ended < stay || ended > stay+100*time.Millisecond {
+		t.Errorf("ended %s after its start, want at its stay (%s)", ended, stay)
+	}
+}

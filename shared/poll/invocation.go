@@ -411,13 +411,14 @@ func (v *invocation) readTimeout() time.Duration {
 
 // waitTimeout is how long a read (a long poll, or a wait on the stream)
 // waits for a change: the long-poll timeout, or less when a checkpoint held
-// back falls due sooner.
+// back falls due sooner, or when a sleeping job's idle stay ends sooner
+// (untilStay).
 func (v *invocation) waitTimeout() time.Duration {
 	w := v.readTimeout()
 	if v.unsaved != nil {
 		w = min(w, max(v.checkpointAt.Add(checkpointEvery).Sub(v.now()), 10*time.Millisecond))
 	}
-	return w
+	return v.untilStay(w)
 }
 
 // screen decides on the batch's rows that name no document (see

@@ -51,7 +51,7 @@ const (
 )
 
 func cloudIdle(ctx context.Context, r *results) error {
-	for _, idle := range []string{config.IdleWatch, config.IdleSleep} {
+	for _, idle := range strings.Split(*idleSettingsFlag, ",") {
 		if err := cloudIdleRun(ctx, r, idle); err != nil {
 			return fmt.Errorf("idle %s: %w", idle, err)
 		}

@@ -36,7 +36,7 @@ import (
 func init() { register("idle-latency", idleLatency) }
 
 var idleSettingsFlag = flag.String("idle-settings", config.IdleWatch+","+config.IdleSleep,
-	"the idle settings idle-latency measures, comma-separated")
+	"the idle settings idle-latency and cloud-idle measure, comma-separated")
 
 const (
 	idleTrickle  = 30

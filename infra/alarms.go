@@ -174,12 +174,27 @@ func (js *jobStack) addJobAlarms(j *config.Job) {
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
 
-	// The active poller reports Role=1 every few seconds. No 1 for twice the
-	// lease TTL means nobody holds the lease; no data at all means no poller
-	// runs, which is just as bad.
-	periods := math.Ceil(float64(2*j.Lease.TTL.D()) / float64(rolePeriod))
-	js.alarm("NoLeaseHolder-"+j.ID, j.ID+"-no-lease-holder", fmt.Sprintf("No poller has held the lease of job %s for %s (twice the lease TTL).", j.ID, 2*j.Lease.TTL.D()), &awscloudwatch.AlarmProps{
-		Metric:             jobMetric(metrics.Role, j, "Maximum", rolePeriod),
+	js.addLeaseHolderAlarm(j)
+}
+
+// addLeaseHolderAlarm creates the alarm that fires when no poller holds the
+// job's lease; no data at all means no poller runs, which is just as bad.
+// With idle watch the active poller reports Role=1 every few seconds, so no
+// 1 for twice the lease TTL means nobody holds the lease. With idle sleep
+// nobody holds it between the invocations of an idle feed, and each
+// invocation reports Role=1 once it holds it: no 1 in two schedule periods
+// in a row means no invocation took it (one late tick leaves one period
+// empty at most). A standard-resolution alarm costs a third of a
+// high-resolution one.
+func (js *jobStack) addLeaseHolderAlarm(j *config.Job) {
+	period, periods := rolePeriod, math.Ceil(float64(2*j.Lease.TTL.D())/float64(rolePeriod))
+	description := fmt.Sprintf("No poller has held the lease of job %s for %s (twice the lease TTL).", j.ID, 2*j.Lease.TTL.D())
+	if j.Idle == config.IdleSleep {
+		period, periods = j.Schedule.D(), 2
+		description = fmt.Sprintf("No poller invocation of job %s (idle sleep) has held its lease in two schedule periods in a row (%s).", j.ID, 2*j.Schedule.D())
+	}
+	js.alarm("NoLeaseHolder-"+j.ID, j.ID+"-no-lease-holder", description, &awscloudwatch.AlarmProps{
+		Metric:             jobMetric(metrics.Role, j, "Maximum", period),
 		Threshold:          jsii.Number(1),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_LESS_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(max(1, periods)),

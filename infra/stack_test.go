@@ -620,11 +620,16 @@ func TestAlarms(t *testing.T) {
 				t.Errorf("%s functions alarm lacks %q: %s", j.ID, m, fns)
 			}
 		}
+		// Idle watch: an active poller reports Role every few seconds.
+		// Idle sleep: each invocation reports it, one a schedule period.
 		lease := alarms["cwtest-"+j.ID+"-no-lease-holder"]
-		wantPeriods := math.Ceil(2 * j.Lease.TTL.D().Seconds() / 10)
-		if lease["Period"] != float64(10) || lease["EvaluationPeriods"] != wantPeriods || lease["TreatMissingData"] != "breaching" ||
+		wantPeriod, wantPeriods := float64(10), math.Ceil(2*j.Lease.TTL.D().Seconds()/10)
+		if j.Idle == config.IdleSleep {
+			wantPeriod, wantPeriods = j.Schedule.D().Seconds(), 2
+		}
+		if lease["Period"] != wantPeriod || lease["EvaluationPeriods"] != wantPeriods || lease["TreatMissingData"] != "breaching" ||
 			lease["MetricName"] != metrics.Role || lease["Statistic"] != "Maximum" || lease["ComparisonOperator"] != "LessThanThreshold" || lease["Threshold"] != float64(1) {
-			t.Errorf("%s no-lease-holder alarm = %s, want Role max < 1 over %v x 10 s, missing data breaching", j.ID, compact(lease), wantPeriods)
+			t.Errorf("%s (idle %s) no-lease-holder alarm = %s, want Role max < 1 over %v x %v s, missing data breaching", j.ID, j.Idle, compact(lease), wantPeriods, wantPeriod)
 		}
 		for suffix, metric := range map[string]string{"-malformed-rows": metrics.MalformedRows, "-blocked-page": metrics.MalformedPages} {
 			a := alarms["cwtest-"+j.ID+suffix]

@@ -52,6 +52,8 @@ type stackOptions struct {
 	rest, pg, archive func(*config.Output)
 	// secrets are environment variables only this stack's pipeline sees.
 	secrets map[string]string
+	// idle is the job's idle setting; default watch.
+	idle string
 }
 
 // parallelStack marks t parallel and returns its context and a new stack
@@ -96,6 +98,7 @@ func newStack(t *testing.T, o stackOptions) *testStack {
 		Source: config.Source{Type: config.SourceCouchDB, URL: o.sourceURL},
 		Feed:   config.Feed{Limit: o.limit, Timeout: config.Duration(2 * time.Second), Fetch: o.fetch},
 		Lease:  config.Lease{TTL: config.Duration(o.ttl)},
+		Idle:   o.idle,
 
 		Attachments: o.attachments,
 	}

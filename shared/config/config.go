@@ -76,6 +76,11 @@ const (
 	ModeWebSocket   = "websocket"   // Sync Gateway and App Services
 	ModeSSE         = "sse"         // Edge Server: server-sent events
 	ModeEventSource = "eventsource" // CouchDB: server-sent events
+
+	// Idle modes: what a poller invocation does while the feed has
+	// nothing new (see Job.Idle).
+	IdleWatch = "watch" // read the feed for the whole budget, a standby beside it
+	IdleSleep = "sleep" // end the invocation; the next schedule tick reads on
 )
 
 // Defaults.
@@ -95,6 +100,13 @@ const (
 	DefaultWriterTimeout    = 30 * time.Second
 	DefaultHTTPTimeout      = 10 * time.Second
 	DefaultFloodThreshold   = 10000
+	DefaultIdle             = IdleWatch
+	// SleepAllowance is what a job with idle sleep leaves, within its
+	// latency objective, for the tick after a change to deliver it: the
+	// invocation's start (a cold one included), the lease, the read, the
+	// send, the writer's batching window (1 s) and the write. See
+	// Job.IdleStay.
+	SleepAllowance = 5 * time.Second
 	// The defaults of an output's backpressure settings, which package
 	// backpressure uses too. DefaultBackpressureMinIncrease keeps jitter
 	// from counting as slow: in local runs a PostgreSQL with a 1 ms
@@ -187,8 +199,22 @@ type Job struct {
 	Lease      Lease      `json:"lease"`
 	// Schedule is how often the poller is invoked. Default 1m.
 	Schedule Duration `json:"schedule,omitempty"`
-	// LatencyObjective is how old a queued change may get before an alarm fires.
+	// LatencyObjective is how old a queued change may get before an alarm
+	// fires, and, with idle sleep, how late a change made while the job is
+	// idle may reach its outputs. Default 60s.
 	LatencyObjective Duration `json:"latency_objective,omitempty"`
+	// Idle is what the poller does while the feed has nothing new: watch
+	// (the default) reads it for the whole budget of every invocation,
+	// with the next tick's invocation standing by, so a change reaches
+	// the outputs within a second and a crashed poller is replaced within
+	// the lease TTL; sleep ends an invocation once the feed has been idle
+	// for IdleStay, releasing the lease, and the next tick reads on, so a
+	// change made while idle reaches the outputs within the latency
+	// objective and an idle job costs a few seconds of a function a tick.
+	// A busy feed is read the same way in both. The default keeps the
+	// latency of existing jobs: a job that becomes slower by a minute
+	// does so silently, while its bill shows what it costs.
+	Idle string `json:"idle,omitempty"`
 	// SendConcurrency bounds the SQS requests (and claim-check puts) the
 	// poller has in flight, across the outputs. Default DefaultSendConcurrency.
 	SendConcurrency int `json:"send_concurrency,omitempty"`
@@ -602,6 +628,9 @@ func (f *File) SetDefaults() {
 		if j.LatencyObjective == 0 {
 			j.LatencyObjective = Duration(DefaultLatencyObjective)
 		}
+		if j.Idle == "" {
+			j.Idle = DefaultIdle
+		}
 		if j.SendConcurrency == 0 {
 			j.SendConcurrency = DefaultSendConcurrency
 		}
@@ -816,8 +845,8 @@ func (j *Job) validate(p string) []error {
 	}
 	if ttl := j.Lease.TTL; ttl == zeroGiven {
 		bad("lease.ttl", zeroRefused, DefaultLeaseTTL)
-	} else if ttl.D() < 2*time.Second || ttl.D() > 10*time.Minute {
-		bad("lease.ttl", "%s must be between 2s and 10m", ttl.D())
+	} else if ttl.D() < time.Second || ttl.D() > 10*time.Minute {
+		bad("lease.ttl", "%s must be between 1s and 10m", ttl.D())
 	}
 	if d := j.Schedule; d == zeroGiven {
 		bad("schedule", zeroRefused, DefaultSchedule)
@@ -828,6 +857,9 @@ func (j *Job) validate(p string) []error {
 		bad("latency_objective", zeroRefused, DefaultLatencyObjective)
 	} else if d.D() < time.Second {
 		bad("latency_objective", "%s must be at least 1s", d.D())
+	}
+	if j.Idle != IdleWatch && j.Idle != IdleSleep {
+		bad("idle", "%q is not watch or sleep", j.Idle)
 	}
 	if j.SendConcurrency < 1 || j.SendConcurrency > MaxSendConcurrency {
 		bad("send_concurrency", "%d must be between 1 and %d", j.SendConcurrency, MaxSendConcurrency)
@@ -1217,6 +1249,16 @@ func (j *Job) Output(id string) *Output {
 		}
 	}
 	return nil
+}
+
+// IdleStay is how long, from its start, a poller invocation of a job with
+// idle sleep reads an idle feed before it ends: a change made just after it
+// ends waits for the next tick (a schedule after the start) and is
+// delivered within SleepAllowance of it, so within the latency objective.
+// Where the schedule is no longer than the objective, that is
+// SleepAllowance.
+func (j *Job) IdleStay() time.Duration {
+	return max(j.Schedule.D()-j.LatencyObjective.D(), 0) + SleepAllowance
 }
 
 // ModeFits reports whether a source type offers a feed mode.

@@ -71,6 +71,31 @@ func TestDefaults(t *testing.T) {
 	if got := f.Jobs[0].SendDepth; got != DefaultSendDepth {
 		t.Errorf("send_depth = %d, want %d", got, DefaultSendDepth)
 	}
+	if got := f.Jobs[0].Idle; got != IdleWatch {
+		t.Errorf("idle = %q, want %q", got, IdleWatch)
+	}
+}
+
+func TestIdleStay(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name                string
+		schedule, objective time.Duration
+		want                time.Duration
+	}{
+		{name: "the defaults", schedule: time.Minute, objective: time.Minute, want: SleepAllowance},
+		{name: "an objective longer than the schedule", schedule: time.Minute, objective: 5 * time.Minute, want: SleepAllowance},
+		{name: "an objective shorter than the schedule", schedule: 5 * time.Minute, objective: time.Minute, want: 4*time.Minute + SleepAllowance},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			j := &Job{Schedule: Duration(tt.schedule), LatencyObjective: Duration(tt.objective)}
+			if got := j.IdleStay(); got != tt.want {
+				t.Errorf("IdleStay() = %s, want %s", got, tt.want)
+			}
+		})
+	}
 }
 
 func TestAttachmentDefaults(t *testing.T) {
@@ -101,10 +126,10 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		{
 			name: "many problems at once",
 			in: `{"jobs":[{"id":"Bad_ID","source":{"type":"mysql","url":"ftp://x"},"feed":{"limit":0,"fetch":"all"},
-				"lease":{"ttl":"1s"},"outputs":[{"id":"o","type":"kafka"},{"id":"o","type":"http","http":{"url":"http://x/{doc_id}","method":"GET"}}]}]}`,
+				"lease":{"ttl":"500ms"},"idle":"nap","outputs":[{"id":"o","type":"kafka"},{"id":"o","type":"http","http":{"url":"http://x/{doc_id}","method":"GET"}}]}]}`,
 			want: []string{
 				`jobs[Bad_ID].id:`, `jobs[Bad_ID].source.type: "mysql"`, `jobs[Bad_ID].source.url:`,
-				`jobs[Bad_ID].feed.fetch: "all"`, `jobs[Bad_ID].lease.ttl: 1s`,
+				`jobs[Bad_ID].feed.fetch: "all"`, `jobs[Bad_ID].lease.ttl: 500ms`, `jobs[Bad_ID].idle: "nap" is not watch or sleep`,
 				`jobs[Bad_ID].outputs[o].type: "kafka"`, `jobs[Bad_ID].outputs[o].id: "o" is used by another output`,
 				`jobs[Bad_ID].outputs[o].http.method: "GET"`,
 			},

@@ -156,6 +156,19 @@ func (r *Recorder) update(name string, unit Unit, highRes bool, f func(*value)) 
 	f(m)
 }
 
+// Discard drops the values of the named metrics recorded since the last
+// flush, by whoever recorded them.
+func (r *Recorder) Discard(names ...string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range names {
+		delete(r.values, n)
+	}
+}
+
 // maxValues is how many values of one metric an EMF record may carry.
 const maxValues = 100
 

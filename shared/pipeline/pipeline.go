@@ -188,16 +188,16 @@ func (d *Deps) Feed(ctx context.Context, j *config.Job) (*feed.Client, error) {
 	return d.feed(ctx, j, nil)
 }
 
-// sourceMeter records every request to the source: "our credentials" when
-// it answers 401 or 403.
+// sourceMeter records every request to the source, and "our credentials"
+// when it answers 401 or 403. The failures are recorded only when one
+// happens: a metric is billed for every month it receives data, and its
+// alarm takes no data as none.
 func sourceMeter(rec *metrics.Recorder) func(op string, status int, d time.Duration) {
 	return func(op string, status int, d time.Duration) {
 		rec.Sum(metrics.SourceRequests, 1, metrics.Count)
-		auth := 0.0
 		if status == http.StatusUnauthorized || status == http.StatusForbidden {
-			auth = 1
+			rec.Sum(metrics.SourceAuthFailures, 1, metrics.Count)
 		}
-		rec.Sum(metrics.SourceAuthFailures, auth, metrics.Count)
 		rec.Add(metrics.SourceRequestTime, float64(d.Microseconds())/1000, metrics.Milliseconds)
 	}
 }

@@ -44,8 +44,10 @@ type invocation struct {
 	slowest      time.Duration   // the longest chunk so far, to plan the budget
 	checkpointAt time.Time
 	caughtUpAt   time.Time
-	standby      bool  // "standing by" was logged
-	stopped      error // the renewal that failed while Run's goroutine waited (see heartbeat)
+	started      time.Time // when the invocation began, for its idle stay
+	changedAt    time.Time // when the last batch with changes was read
+	standby      bool      // "standing by" was logged
+	stopped      error     // the renewal that failed while Run's goroutine waited (see heartbeat)
 
 	str streaming // the streaming feed, when the job reads one
 
@@ -265,6 +267,10 @@ func (v *invocation) loop(parent context.Context) (err error) {
 			return err
 		}
 		v.report(batch)
+		if v.rests(batch) {
+			v.log.Info("feed idle; the next tick reads on", "checkpoint", string(v.since))
+			return v.saveQueued(ctx)
+		}
 		if v.held != nil {
 			if stop, err := v.holdBack(ctx); stop {
 				return err
@@ -470,13 +476,14 @@ func (v *invocation) readTimeout() time.Duration {
 
 // waitTimeout is how long a read (a long poll, or a wait on the stream)
 // waits for a change: the long-poll timeout, or less when a checkpoint held
-// back falls due sooner.
+// back falls due sooner, or when a sleeping job's idle stay ends sooner
+// (untilStay).
 func (v *invocation) waitTimeout() time.Duration {
 	w := v.readTimeout()
 	if v.unsaved != nil {
 		w = min(w, max(v.checkpointAt.Add(checkpointEvery).Sub(v.now()), 10*time.Millisecond))
 	}
-	return w
+	return v.untilStay(w)
 }
 
 // screen decides on the batch's rows that name no document (see
@@ -796,7 +803,9 @@ func (v *invocation) saveQueued(ctx context.Context) error {
 	return v.settle()
 }
 
-// report publishes where the job stands after a batch.
+// report publishes where the job stands after a batch. An invocation
+// that sleeps while idle and has read nothing publishes only that it holds
+// the lease (see quiet).
 func (v *invocation) report(b *feed.Batch) {
 	caughtUp := b.CaughtUp()
 	v.res.CaughtUp = caughtUp
@@ -805,6 +814,9 @@ func (v *invocation) report(b *feed.Batch) {
 	}
 	if caughtUp {
 		v.caughtUpAt = v.now()
+	}
+	if v.quiet() {
+		return
 	}
 	// Lag: how long since the poller last saw the end of the feed.
 	v.p.Metrics.Add(metrics.LagSeconds, v.now().Sub(v.caughtUpAt).Seconds(), metrics.Seconds)

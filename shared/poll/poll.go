@@ -146,11 +146,7 @@ func (p *Poller) Run(ctx context.Context, in Invocation) (Result, error) {
 	v := p.invocation(in)
 	// What an invocation that ends on errors counted (PollerErrors,
 	// MalformedPages) is written too, not left for a later batch.
-	defer func() {
-		if err := p.Metrics.Flush(); err != nil {
-			v.log.Warn("flush metrics", "error", err)
-		}
-	}()
+	defer v.flush()
 	if err := v.acquire(ctx); err != nil || v.lease == nil {
 		return Result{Role: "standby"}, err
 	}
@@ -160,10 +156,13 @@ func (p *Poller) Run(ctx context.Context, in Invocation) (Result, error) {
 
 // invocation prepares the state of one run.
 func (p *Poller) invocation(in Invocation) *invocation {
+	now := p.Clock.Now()
 	v := &invocation{
-		p:   p,
-		end: in.Deadline.Add(-budgetMargin(in.Deadline.Sub(p.Clock.Now()))),
-		log: p.Log.With("job", p.Job.ID, "owner", in.Owner),
+		p:         p,
+		started:   now,
+		changedAt: now,
+		end:       in.Deadline.Add(-budgetMargin(in.Deadline.Sub(now))),
+		log:       p.Log.With("job", p.Job.ID, "owner", in.Owner),
 	}
 	s := lease.NewSession(p.Leases, p.Job.ID, in.Owner, in.Host, p.Job.Lease.TTL.D())
 	s.Clock = p.Clock

@@ -138,13 +138,14 @@ func TestSynthTooManyResources(t *testing.T) {
 }
 
 // TestExistingBucketNoRetain synthesizes a second configuration: an existing
-// bucket named in stack.bucket, retain off, no VPC and no alarm e-mail.
+// bucket named in stack.bucket, retain off, no dashboards, no VPC and no alarm
+// e-mail.
 func TestExistingBucketNoRetain(t *testing.T) {
 	synthesized(t) // share the jsii runtime; make sure the main synthesis works first
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "jobs.json")
 	if err := os.WriteFile(cfgPath, []byte(`{
-  "stack": {"prefix": "cwalt", "bucket": "existing-data", "retain": false},
+  "stack": {"prefix": "cwalt", "bucket": "existing-data", "retain": false, "dashboards": false},
   "jobs": [{
     "id": "one",
     "source": {"type": "couchdb", "url": "http://couch.internal:5984/db"},
@@ -174,6 +175,9 @@ func TestExistingBucketNoRetain(t *testing.T) {
 	}
 	if n := len(syn.resources("AWS::S3::Bucket")); n != 0 {
 		t.Errorf("%d buckets created, want none: stack.bucket names an existing one", n)
+	}
+	if n := len(syn.resources("AWS::CloudWatch::Dashboard")); n != 0 {
+		t.Errorf("%d dashboards created, want none: stack.dashboards is false", n)
 	}
 	_, table := syn.resource(t, "AWS::DynamoDB::Table", "TableName", "cwalt-state")
 	if table["DeletionPolicy"] != "Delete" || props(table)["DeletionProtectionEnabled"] != false {

@@ -68,7 +68,9 @@ func (s *changesStack) newJobStack(j *config.Job) *jobStack {
 	js.addQueues()
 	js.addFunctions()
 	js.addAlarms()
-	js.addDashboard()
+	if d := s.cfg.Stack.Dashboards; d == nil || *d {
+		js.addDashboard()
+	}
 	js.suppressFindings()
 	return js
 }

@@ -179,6 +179,12 @@ type Stack struct {
 	// Retain keeps the table and bucket when the stack is deleted, and turns
 	// on the table's deletion protection. Default true.
 	Retain *bool `json:"retain,omitempty"`
+	// Dashboards gives each job a CloudWatch dashboard <prefix>-<job>.
+	// Default true. An account's first three dashboards are free, each
+	// further one costs $3 a month: more than the rest of an idle job with
+	// idle sleep, which may want it off (changesctl status shows the same
+	// state).
+	Dashboards *bool `json:"dashboards,omitempty"`
 	// VPC places the functions in a VPC (to reach a private database).
 	VPC *VPC `json:"vpc,omitempty"`
 }
@@ -590,6 +596,10 @@ func (f *File) SetDefaults() {
 	if f.Stack.Retain == nil {
 		t := true
 		f.Stack.Retain = &t
+	}
+	if f.Stack.Dashboards == nil {
+		t := true
+		f.Stack.Dashboards = &t
 	}
 	for _, j := range f.Jobs {
 		if j == nil {

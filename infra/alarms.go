@@ -60,19 +60,40 @@ var keyAdminActions = []string{
 	"kms:GenerateDataKey",
 }
 
-// addAlarms creates the alarm topic and every alarm. Each alarm notifies the
-// topic when it goes into ALARM.
-func (s *changesStack) addAlarms() {
-	s.addAlarmTopic()
-	for _, j := range s.cfg.Jobs {
-		s.addJobAlarms(j)
+// addAlarms creates the job's alarms, in its stack. Each alarm notifies the
+// shared alarm topic when it goes into ALARM.
+func (js *jobStack) addAlarms() {
+	js.addJobAlarms(js.job)
+	for _, r := range js.routes {
+		js.addRouteAlarms(r)
 	}
-	for _, r := range s.routes {
-		s.addRouteAlarms(r)
-	}
-	s.alarmAbove("PollerFunctionErrors", "poller-errors", "The poller function failed (error or timeout). See its log group.", s.poller.metric(lambdaErrors, sumOver(errorPeriod)), 0)
-	s.alarmAbove("WriterFunctionErrors", "writer-errors", "The writer function failed a whole batch (error or timeout). See its log group.", s.writer.metric(lambdaErrors, sumOver(errorPeriod)), 0)
-	s.alarmAbove("WriterFunctionThrottles", "writer-throttles", "The writer function was throttled: the account's concurrency is exhausted.", s.writer.metric(lambdaThrottles, sumOver(errorPeriod)), 0)
+	js.addFunctionAlarm()
+}
+
+// addFunctionAlarm creates one alarm over the job's two functions: either
+// failed (error or timeout) or the writer was throttled. One alarm of three
+// metrics costs what three alarms would, but is one resource and one
+// notification where a broken deploy fails both functions at once.
+func (js *jobStack) addFunctionAlarm() {
+	failed := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+		Expression: jsii.String("FILL(pollerErrors, 0) + FILL(writerErrors, 0) + FILL(writerThrottles, 0)"),
+		UsingMetrics: &map[string]awscloudwatch.IMetric{
+			"pollerErrors":    js.poller.metric(lambdaErrors, sumOver(errorPeriod)),
+			"writerErrors":    js.writer.metric(lambdaErrors, sumOver(errorPeriod)),
+			"writerThrottles": js.writer.metric(lambdaThrottles, sumOver(errorPeriod)),
+		},
+		Period: seconds(errorPeriod),
+		Label:  jsii.String("function errors and writer throttles"),
+	})
+	j := js.job
+	js.alarm("Functions-"+j.ID, j.ID+"-functions", fmt.Sprintf("A function of job %s failed (%s or %s: error or timeout; see its log group), or the writer was throttled (the account's concurrency is exhausted).",
+		j.ID, js.poller.name, js.writer.name), &awscloudwatch.AlarmProps{
+		Metric:             failed,
+		Threshold:          jsii.Number(0),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
 }
 
 // addAlarmTopic creates the encrypted, TLS-only topic the alarms notify. The
@@ -124,28 +145,28 @@ func (s *changesStack) addAlarmTopic() {
 }
 
 // addJobAlarms creates the alarms of one job's poller.
-func (s *changesStack) addJobAlarms(j *config.Job) {
-	s.alarmAbove("PollerErrors-"+j.ID, j.ID+"-poller-errors", fmt.Sprintf("The poller of job %s reported errors (PollerErrors).", j.ID), s.jobMetric(metrics.PollerErrors, j, "Sum", errorPeriod), 0)
+func (js *jobStack) addJobAlarms(j *config.Job) {
+	js.alarmAbove("PollerErrors-"+j.ID, j.ID+"-poller-errors", fmt.Sprintf("The poller of job %s reported errors (PollerErrors).", j.ID), jobMetric(metrics.PollerErrors, j, "Sum", errorPeriod), 0)
 
-	s.alarmAbove("SourceAuthFailures-"+j.ID, j.ID+"-source-auth-failures", fmt.Sprintf("The source of job %s refused our credentials (401/403, SourceAuthFailures). Check the job's source credentials.", j.ID), s.jobMetric(metrics.SourceAuthFailures, j, "Sum", errorPeriod), 0)
-	s.alarmAbove("Flood-"+j.ID, j.ID+"-flood", fmt.Sprintf("A poller invocation of job %s read more than %d changes (feed.flood_threshold, FloodBatches): the source is spiking.", j.ID, j.Feed.FloodThreshold), s.jobMetric(metrics.FloodBatches, j, "Sum", errorPeriod), 0)
+	js.alarmAbove("SourceAuthFailures-"+j.ID, j.ID+"-source-auth-failures", fmt.Sprintf("The source of job %s refused our credentials (401/403, SourceAuthFailures). Check the job's source credentials.", j.ID), jobMetric(metrics.SourceAuthFailures, j, "Sum", errorPeriod), 0)
+	js.alarmAbove("Flood-"+j.ID, j.ID+"-flood", fmt.Sprintf("A poller invocation of job %s read more than %d changes (feed.flood_threshold, FloodBatches): the source is spiking.", j.ID, j.Feed.FloodThreshold), jobMetric(metrics.FloodBatches, j, "Sum", errorPeriod), 0)
 
 	// Feed rows that name no document were skipped (each one recorded), or
 	// a page the poller cannot read holds the job at one position.
-	s.alarmAbove("MalformedRows-"+j.ID, j.ID+"-malformed-rows", fmt.Sprintf("The poller of job %s skipped feed rows that name no document (MalformedRows); each is recorded with its reason and bytes in the job's quarantine: see changesctl status.", j.ID), s.jobMetric(metrics.MalformedRows, j, "Sum", errorPeriod), 0)
-	s.alarmAbove("BlockedPage-"+j.ID, j.ID+"-blocked-page", fmt.Sprintf("The poller of job %s is blocked on a page of the feed it cannot read (MalformedPages) and does not move past it; the position and the reason are in the job's quarantine: see changesctl status.", j.ID), s.jobMetric(metrics.MalformedPages, j, "Sum", errorPeriod), 0)
+	js.alarmAbove("MalformedRows-"+j.ID, j.ID+"-malformed-rows", fmt.Sprintf("The poller of job %s skipped feed rows that name no document (MalformedRows); each is recorded with its reason and bytes in the job's quarantine: see changesctl status.", j.ID), jobMetric(metrics.MalformedRows, j, "Sum", errorPeriod), 0)
+	js.alarmAbove("BlockedPage-"+j.ID, j.ID+"-blocked-page", fmt.Sprintf("The poller of job %s is blocked on a page of the feed it cannot read (MalformedPages) and does not move past it; the position and the reason are in the job's quarantine: see changesctl status.", j.ID), jobMetric(metrics.MalformedPages, j, "Sum", errorPeriod), 0)
 
 	// No checkpoint in a whole window while the source reports pending changes.
 	stalled := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
 		Expression: jsii.String("IF(pending > 0 AND FILL(checkpoints, 0) == 0, 1, 0)"),
 		UsingMetrics: &map[string]awscloudwatch.IMetric{
-			"pending":     s.jobMetric(metrics.PendingChanges, j, "Maximum", progressPeriod),
-			"checkpoints": s.jobMetric(metrics.Checkpoints, j, "Sum", progressPeriod),
+			"pending":     jobMetric(metrics.PendingChanges, j, "Maximum", progressPeriod),
+			"checkpoints": jobMetric(metrics.Checkpoints, j, "Sum", progressPeriod),
 		},
 		Period: seconds(progressPeriod),
 		Label:  jsii.String("stalled (1) while changes are pending"),
 	})
-	s.alarm("NoProgress-"+j.ID, j.ID+"-no-progress", fmt.Sprintf("Job %s has pending changes at its source but made no checkpoint in %s.", j.ID, progressPeriod), &awscloudwatch.AlarmProps{
+	js.alarm("NoProgress-"+j.ID, j.ID+"-no-progress", fmt.Sprintf("Job %s has pending changes at its source but made no checkpoint in %s.", j.ID, progressPeriod), &awscloudwatch.AlarmProps{
 		Metric:             stalled,
 		Threshold:          jsii.Number(1),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -153,12 +174,27 @@ func (s *changesStack) addJobAlarms(j *config.Job) {
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
 
-	// The active poller reports Role=1 every few seconds. No 1 for twice the
-	// lease TTL means nobody holds the lease; no data at all means no poller
-	// runs, which is just as bad.
-	periods := math.Ceil(float64(2*j.Lease.TTL.D()) / float64(rolePeriod))
-	s.alarm("NoLeaseHolder-"+j.ID, j.ID+"-no-lease-holder", fmt.Sprintf("No poller has held the lease of job %s for %s (twice the lease TTL).", j.ID, 2*j.Lease.TTL.D()), &awscloudwatch.AlarmProps{
-		Metric:             s.jobMetric(metrics.Role, j, "Maximum", rolePeriod),
+	js.addLeaseHolderAlarm(j)
+}
+
+// addLeaseHolderAlarm creates the alarm that fires when no poller holds the
+// job's lease; no data at all means no poller runs, which is just as bad.
+// With idle watch the active poller reports Role=1 every few seconds, so no
+// 1 for twice the lease TTL means nobody holds the lease. With idle sleep
+// nobody holds it between the invocations of an idle feed, and each
+// invocation reports Role=1 once it holds it: no 1 in two schedule periods
+// in a row means no invocation took it (one late tick leaves one period
+// empty at most). A standard-resolution alarm costs a third of a
+// high-resolution one.
+func (js *jobStack) addLeaseHolderAlarm(j *config.Job) {
+	period, periods := rolePeriod, math.Ceil(float64(2*j.Lease.TTL.D())/float64(rolePeriod))
+	description := fmt.Sprintf("No poller has held the lease of job %s for %s (twice the lease TTL).", j.ID, 2*j.Lease.TTL.D())
+	if j.Idle == config.IdleSleep {
+		period, periods = j.Schedule.D(), 2
+		description = fmt.Sprintf("No poller invocation of job %s (idle sleep) has held its lease in two schedule periods in a row (%s).", j.ID, 2*j.Schedule.D())
+	}
+	js.alarm("NoLeaseHolder-"+j.ID, j.ID+"-no-lease-holder", description, &awscloudwatch.AlarmProps{
+		Metric:             jobMetric(metrics.Role, j, "Maximum", period),
 		Threshold:          jsii.Number(1),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_LESS_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(max(1, periods)),
@@ -167,26 +203,36 @@ func (s *changesStack) addJobAlarms(j *config.Job) {
 }
 
 // addRouteAlarms creates the alarms of one (job, output).
-func (s *changesStack) addRouteAlarms(r *route) {
+func (js *jobStack) addRouteAlarms(r *route) {
 	id := r.job.ID + "-" + r.out.ID
-	s.alarmAbove("DLQNotEmpty-"+id, id+"-dlq-not-empty", fmt.Sprintf("Messages of job %s output %s failed permanently or too often and wait in the DLQ %s. Fix the cause, then redrive them from the SQS console.", r.job.ID, r.out.ID, s.cfg.DLQName(r.job, r.out)), r.dlq.MetricApproximateNumberOfMessagesVisible(maxOver(time.Minute)), 0)
-	s.alarmAbove("OutputAuthFailures-"+id, id+"-output-auth-failures", fmt.Sprintf("Output %s of job %s refused our credentials (HTTP 401/403, S3 AccessDenied, PostgreSQL 28P01/28000; OutputAuthFailures). Check the output's credentials.", r.out.ID, r.job.ID), s.outputMetric(metrics.OutputAuthFailures, r.job, r.out, "Sum", errorPeriod), 0)
-	s.alarm("Backpressure-"+id, id+"-backpressure", fmt.Sprintf("Output %s of job %s has been slow or refusing (429/503, too many connections) for %s; the writer is holding its changes back (BackpressureActive).", r.out.ID, r.job.ID, backpressurePeriods*errorPeriod), &awscloudwatch.AlarmProps{
-		Metric:             s.outputMetric(metrics.BackpressureActive, r.job, r.out, "Minimum", errorPeriod),
+	js.alarmAbove("DLQNotEmpty-"+id, id+"-dlq-not-empty", fmt.Sprintf("Messages of job %s output %s failed permanently or too often and wait in the DLQ %s. Fix the cause, then redrive them from the SQS console.", r.job.ID, r.out.ID, js.cfg.DLQName(r.job, r.out)), r.dlq.MetricApproximateNumberOfMessagesVisible(maxOver(time.Minute)), 0)
+	js.alarmAbove("OutputAuthFailures-"+id, id+"-output-auth-failures", fmt.Sprintf("Output %s of job %s refused our credentials (HTTP 401/403, S3 AccessDenied, PostgreSQL 28P01/28000; OutputAuthFailures). Check the output's credentials.", r.out.ID, r.job.ID), outputMetric(metrics.OutputAuthFailures, r.job, r.out, "Sum", errorPeriod), 0)
+	js.alarm("Backpressure-"+id, id+"-backpressure", fmt.Sprintf("Output %s of job %s has been slow or refusing (429/503, too many connections) for %s; the writer is holding its changes back (BackpressureActive).", r.out.ID, r.job.ID, backpressurePeriods*errorPeriod), &awscloudwatch.AlarmProps{
+		Metric:             outputMetric(metrics.BackpressureActive, r.job, r.out, "Minimum", errorPeriod),
 		Threshold:          jsii.Number(1),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(backpressurePeriods),
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
+	// The writer reports 1 for every batch it finds the output down (its
+	// held messages come back at least every outage.max_retry) and 0 when
+	// the output takes changes again; missing data keeps the state.
+	js.alarm("OutputDown-"+id, id+"-output-down", fmt.Sprintf("Output %s of job %s is down (unreachable, refusing our credentials, its secret unusable, or failing every request; OutputDown). The writer holds its changes, dead-letters none, and delivers them when it is back. See changesctl status --job %s.", r.out.ID, r.job.ID, r.job.ID), &awscloudwatch.AlarmProps{
+		Metric:             outputMetric(metrics.OutputDown, r.job, r.out, "Maximum", time.Minute),
+		Threshold:          jsii.Number(1),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_IGNORE,
+	})
 	objective := r.job.LatencyObjective.D()
-	s.alarmAbove("QueueAge-"+id, id+"-latency", fmt.Sprintf("The oldest change queued for job %s output %s is older than the job's latency objective (%s).", r.job.ID, r.out.ID, objective), r.queue.MetricApproximateAgeOfOldestMessage(maxOver(time.Minute)), objective.Seconds())
+	js.alarmAbove("QueueAge-"+id, id+"-latency", fmt.Sprintf("The oldest change queued for job %s output %s is older than the job's latency objective (%s).", r.job.ID, r.out.ID, objective), r.queue.MetricApproximateAgeOfOldestMessage(maxOver(time.Minute)), objective.Seconds())
 	if r.out.Halts() {
 		// The writer reports 1 on every failed attempt of a halted change
 		// (at most about an hour apart) and 0 once it was delivered or
 		// skipped; missing data keeps the state, so the alarm stays on
 		// while the output waits.
-		s.alarm("Halted-"+id, id+"-halted", fmt.Sprintf("Job %s output %s (on_failure halt) stopped at a change it cannot deliver; nothing after it is delivered. See changesctl halt show --job %s --output %s, then retry or skip it.", r.job.ID, r.out.ID, r.job.ID, r.out.ID), &awscloudwatch.AlarmProps{
-			Metric:             s.outputMetric(metrics.OutputHalted, r.job, r.out, "Maximum", time.Minute),
+		js.alarm("Halted-"+id, id+"-halted", fmt.Sprintf("Job %s output %s (on_failure halt) stopped at a change it cannot deliver; nothing after it is delivered. See changesctl halt show --job %s --output %s, then retry or skip it.", r.job.ID, r.out.ID, r.job.ID, r.out.ID), &awscloudwatch.AlarmProps{
+			Metric:             outputMetric(metrics.OutputHalted, r.job, r.out, "Maximum", time.Minute),
 			Threshold:          jsii.Number(1),
 			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
 			EvaluationPeriods:  jsii.Number(1),
@@ -197,8 +243,8 @@ func (s *changesStack) addRouteAlarms(r *route) {
 
 // alarmAbove creates an alarm that fires when metric is above threshold
 // in one period; no data is not a breach.
-func (s *changesStack) alarmAbove(id, suffix, description string, metric awscloudwatch.IMetric, threshold float64) {
-	s.alarm(id, suffix, description, &awscloudwatch.AlarmProps{
+func (js *jobStack) alarmAbove(id, suffix, description string, metric awscloudwatch.IMetric, threshold float64) {
+	js.alarm(id, suffix, description, &awscloudwatch.AlarmProps{
 		Metric:             metric,
 		Threshold:          jsii.Number(threshold),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
@@ -208,11 +254,11 @@ func (s *changesStack) alarmAbove(id, suffix, description string, metric awsclou
 }
 
 // alarm creates an alarm named <prefix>-<suffix> that notifies the topic.
-func (s *changesStack) alarm(id, suffix, description string, props *awscloudwatch.AlarmProps) {
-	props.AlarmName = s.name(suffix)
+func (js *jobStack) alarm(id, suffix, description string, props *awscloudwatch.AlarmProps) {
+	props.AlarmName = js.name(suffix)
 	props.AlarmDescription = jsii.String(description)
-	a := awscloudwatch.NewAlarm(s.stack, jsii.String(id), props)
-	a.AddAlarmAction(awscloudwatchactions.NewSnsAction(s.alarmTopic))
+	a := awscloudwatch.NewAlarm(js.stack, jsii.String(id), props)
+	a.AddAlarmAction(awscloudwatchactions.NewSnsAction(js.topic))
 }
 
 // sumOver and maxOver are the metric options of a sum and of a maximum over
@@ -226,7 +272,7 @@ func maxOver(period time.Duration) *awscloudwatch.MetricOptions {
 }
 
 // jobMetric is one of the poller's metrics for job j.
-func (s *changesStack) jobMetric(name string, j *config.Job, stat string, period time.Duration) awscloudwatch.Metric {
+func jobMetric(name string, j *config.Job, stat string, period time.Duration) awscloudwatch.Metric {
 	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 		Namespace:     jsii.String(metrics.Namespace),
 		MetricName:    jsii.String(name),
@@ -237,7 +283,7 @@ func (s *changesStack) jobMetric(name string, j *config.Job, stat string, period
 }
 
 // outputMetric is one of the writer's metrics for output o of job j.
-func (s *changesStack) outputMetric(name string, j *config.Job, o *config.Output, stat string, period time.Duration) awscloudwatch.Metric {
+func outputMetric(name string, j *config.Job, o *config.Output, stat string, period time.Duration) awscloudwatch.Metric {
 	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 		Namespace:     jsii.String(metrics.Namespace),
 		MetricName:    jsii.String(name),

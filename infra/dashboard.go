@@ -18,25 +18,22 @@ const (
 	widgetHeight    = 6
 )
 
-// addDashboard creates one dashboard for the stack: a row for the functions,
-// then two rows per job following its pipeline from source to outputs.
-func (s *changesStack) addDashboard() {
-	rows := [][]awscloudwatch.IWidget{s.functionsRow()}
-	for _, j := range s.cfg.Jobs {
-		rows = append(rows, s.jobRows(j)...)
-	}
+// addDashboard creates the job's dashboard <prefix>-<job>: a row for its
+// functions, then rows following its pipeline from source to outputs.
+func (js *jobStack) addDashboard() {
+	rows := append([][]awscloudwatch.IWidget{js.functionsRow()}, js.jobRows(js.job)...)
 	widgets := make([]*[]awscloudwatch.IWidget, len(rows))
 	for i := range rows {
 		widgets[i] = &rows[i]
 	}
-	awscloudwatch.NewDashboard(s.stack, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
-		DashboardName:   jsii.String(s.cfg.Stack.Prefix),
+	awscloudwatch.NewDashboard(js.stack, jsii.String("Dashboard-"+js.job.ID), &awscloudwatch.DashboardProps{
+		DashboardName:   js.name(js.job.ID),
 		DefaultInterval: awscdk.Duration_Hours(jsii.Number(3)),
 		Widgets:         &widgets,
 	})
 }
 
-func (s *changesStack) functionsRow() []awscloudwatch.IWidget {
+func (js *jobStack) functionsRow() []awscloudwatch.IWidget {
 	opts := &awscloudwatch.MetricOptions{Period: seconds(dashboardPeriod), Statistic: jsii.String("Sum")}
 	fnGraph := func(title string, f *function) awscloudwatch.IWidget {
 		return graph(title, 8,
@@ -45,32 +42,32 @@ func (s *changesStack) functionsRow() []awscloudwatch.IWidget {
 	}
 	return []awscloudwatch.IWidget{
 		awscloudwatch.NewTextWidget(&awscloudwatch.TextWidgetProps{
-			Markdown: jsii.String(fmt.Sprintf("# changes-worker %s\nAlarms go to SNS topic `%s-alarms`. Per job below: source lag → enqueue → queues → delivery.",
-				s.cfg.Stack.Prefix, s.cfg.Stack.Prefix)),
+			Markdown: jsii.String(fmt.Sprintf("# changes-worker %s: job %s\nAlarms go to SNS topic `%s-alarms`. Below: source lag → enqueue → queues → delivery.",
+				js.cfg.Stack.Prefix, js.job.ID, js.cfg.Stack.Prefix)),
 			Width: jsii.Number(8), Height: jsii.Number(widgetHeight),
 		}),
-		fnGraph("poller: invocations, errors, throttles / duration", s.poller),
-		fnGraph("writer: invocations, errors, throttles / duration", s.writer),
+		fnGraph("poller: invocations, errors, throttles / duration", js.poller),
+		fnGraph("writer: invocations, errors, throttles / duration", js.writer),
 	}
 }
 
 // jobRows shows one job: source lag, rates, latency and queue depth on the
 // first row; lease holder, generation and checkpoint age on the second.
-func (s *changesStack) jobRows(j *config.Job) [][]awscloudwatch.IWidget {
-	m := func(name, stat string) awscloudwatch.IMetric { return s.jobMetric(name, j, stat, dashboardPeriod) }
+func (js *jobStack) jobRows(j *config.Job) [][]awscloudwatch.IWidget {
+	m := func(name, stat string) awscloudwatch.IMetric { return jobMetric(name, j, stat, dashboardPeriod) }
 	var delivered, latency, depth []awscloudwatch.IMetric
 	var failed []awscloudwatch.IMetric
-	for _, r := range s.routes {
+	for _, r := range js.routes {
 		if r.job != j {
 			continue
 		}
-		delivered = append(delivered, s.outputMetric(metrics.Delivered, j, r.out, "Sum", dashboardPeriod))
+		delivered = append(delivered, outputMetric(metrics.Delivered, j, r.out, "Sum", dashboardPeriod))
 		failed = append(failed,
-			s.outputMetric(metrics.FailedTransient, j, r.out, "Sum", dashboardPeriod),
-			s.outputMetric(metrics.FailedPermanent, j, r.out, "Sum", dashboardPeriod))
+			outputMetric(metrics.FailedTransient, j, r.out, "Sum", dashboardPeriod),
+			outputMetric(metrics.FailedPermanent, j, r.out, "Sum", dashboardPeriod))
 		latency = append(latency,
-			s.outputMetric(metrics.EndToEndLatencyMs, j, r.out, "p50", dashboardPeriod).With(&awscloudwatch.MetricOptions{Label: jsii.String(r.out.ID + " p50")}),
-			s.outputMetric(metrics.EndToEndLatencyMs, j, r.out, "p99", dashboardPeriod).With(&awscloudwatch.MetricOptions{Label: jsii.String(r.out.ID + " p99")}))
+			outputMetric(metrics.EndToEndLatencyMs, j, r.out, "p50", dashboardPeriod).With(&awscloudwatch.MetricOptions{Label: jsii.String(r.out.ID + " p50")}),
+			outputMetric(metrics.EndToEndLatencyMs, j, r.out, "p99", dashboardPeriod).With(&awscloudwatch.MetricOptions{Label: jsii.String(r.out.ID + " p99")}))
 		depth = append(depth,
 			r.queue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: seconds(dashboardPeriod), Statistic: jsii.String("Maximum"), Label: jsii.String(r.out.ID + " queue")}),
 			r.dlq.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: seconds(dashboardPeriod), Statistic: jsii.String("Maximum"), Label: jsii.String(r.out.ID + " DLQ")}))
@@ -92,7 +89,7 @@ func (s *changesStack) jobRows(j *config.Job) [][]awscloudwatch.IWidget {
 	}
 	second := []awscloudwatch.IWidget{
 		graph("lease: role (1 active) / heartbeat age (s)", 6,
-			[]awscloudwatch.IMetric{s.jobMetric(metrics.Role, j, "Maximum", 10*time.Second)},
+			[]awscloudwatch.IMetric{jobMetric(metrics.Role, j, "Maximum", 10*time.Second)},
 			[]awscloudwatch.IMetric{m(metrics.HeartbeatAgeSeconds, "Maximum")}),
 		graph("lease events", 6,
 			[]awscloudwatch.IMetric{m(metrics.LeaseAcquired, "Sum"), m(metrics.LeaseLost, "Sum"), m(metrics.Failovers, "Sum"), m(metrics.Handoffs, "Sum")},
@@ -102,7 +99,7 @@ func (s *changesStack) jobRows(j *config.Job) [][]awscloudwatch.IWidget {
 			[]awscloudwatch.IMetric{m(metrics.Checkpoints, "Sum")}),
 		awscloudwatch.NewLogQueryWidget(&awscloudwatch.LogQueryWidgetProps{
 			Title:         jsii.String("lease holders and generations (poller log)"),
-			LogGroupNames: &[]*string{s.poller.logs.LogGroupName()},
+			LogGroupNames: &[]*string{js.poller.logs.LogGroupName()},
 			QueryLines: jsii.Strings(
 				"fields @timestamp, generation, owner",
 				"filter msg like /lease acquired/ and job = "+strconv.Quote(j.ID),
@@ -113,23 +110,23 @@ func (s *changesStack) jobRows(j *config.Job) [][]awscloudwatch.IWidget {
 			Width: jsii.Number(6), Height: jsii.Number(widgetHeight),
 		}),
 	}
-	return [][]awscloudwatch.IWidget{{header}, first, second, s.healthRow(j)}
+	return [][]awscloudwatch.IWidget{{header}, first, second, js.healthRow(j)}
 }
 
 // healthRow shows whose credentials fail (the source's: ours; an output's:
 // theirs), request times, floods and output backpressure.
-func (s *changesStack) healthRow(j *config.Job) []awscloudwatch.IWidget {
-	m := func(name, stat string) awscloudwatch.Metric { return s.jobMetric(name, j, stat, dashboardPeriod) }
+func (js *jobStack) healthRow(j *config.Job) []awscloudwatch.IWidget {
+	m := func(name, stat string) awscloudwatch.Metric { return jobMetric(name, j, stat, dashboardPeriod) }
 	auth := []awscloudwatch.IMetric{m(metrics.SourceAuthFailures, "Sum").With(&awscloudwatch.MetricOptions{Label: jsii.String("source auth failures")})}
 	requests := []awscloudwatch.IMetric{m(metrics.SourceRequests, "Sum").With(&awscloudwatch.MetricOptions{Label: jsii.String("source requests")})}
 	times := []awscloudwatch.IMetric{m(metrics.SourceRequestTime, "p90").With(&awscloudwatch.MetricOptions{Label: jsii.String("source p90")})}
 	var active, delays []awscloudwatch.IMetric
-	for _, r := range s.routes {
+	for _, r := range js.routes {
 		if r.job != j {
 			continue
 		}
 		o := func(name, stat string) awscloudwatch.Metric {
-			return s.outputMetric(name, j, r.out, stat, dashboardPeriod)
+			return outputMetric(name, j, r.out, stat, dashboardPeriod)
 		}
 		auth = append(auth, o(metrics.OutputAuthFailures, "Sum"))
 		requests = append(requests, o(metrics.OutputRequests, "Sum"))

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -18,6 +17,10 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/halt"
+	"github.com/changes-worker/changes-worker/shared/outage"
+	"github.com/changes-worker/changes-worker/shared/quarantine"
 )
 
 // Environment the functions read.
@@ -39,38 +42,38 @@ const (
 	minMaxConcurrency = 2
 )
 
-// addFunctions creates the poller and the writer, the poller's schedules, the
-// writer's event sources, and grants each exactly what it calls. The local
-// variant gets the functions' roles and log groups only (see variant).
-func (s *changesStack) addFunctions() {
-	secrets := s.newSecretGrants()
-
-	s.poller = s.newFunction("Poller", fnPoller, functionOptions{
-		description: "changes-worker poller: reads each job's _changes feed under a lease and queues the changes",
-		timeout:     s.cfg.Stack.PollerTimeout.D().Seconds(),
+// addFunctions creates the job's poller and writer, the poller's schedule,
+// the writer's event sources, and grants each exactly what it calls for this
+// job. The local variant gets the functions' roles and log groups only (see
+// variant).
+func (js *jobStack) addFunctions() {
+	js.poller = js.newFunction("Poller", fnPoller, functionOptions{
+		description: "changes-worker poller of job " + js.job.ID + ": reads its _changes feed under a lease and queues the changes",
+		timeout:     js.cfg.Stack.PollerTimeout.D().Seconds(),
 		memoryMB:    pollerMemoryMB,
-		reserved:    jsii.Number(float64(pollersPerJob * len(s.cfg.Jobs))),
+		reserved:    jsii.Number(pollersPerJob),
 	})
-	s.writer = s.newFunction("Writer", fnWriter, functionOptions{
-		description: "changes-worker writer: delivers queued changes to PostgreSQL, HTTP and S3 outputs",
-		timeout:     s.cfg.Stack.WriterTimeout.D().Seconds(),
+	js.writer = js.newFunction("Writer", fnWriter, functionOptions{
+		description: "changes-worker writer of job " + js.job.ID + ": delivers its queued changes to the outputs",
+		timeout:     js.cfg.Stack.WriterTimeout.D().Seconds(),
 		memoryMB:    writerMemoryMB,
 	})
 
-	s.grantPoller()
-	s.grantWriter()
-	secrets.grant(s.poller.role, s.in.sourceSecrets)
-	secrets.grant(s.writer.role, s.in.outputSecrets)
-	if !s.in.variant.functions() {
+	js.grantPoller()
+	js.grantWriter()
+	sources, outputs := jobSecretRefs(js.job)
+	js.grantSecrets(js.poller.role, sources)
+	js.grantSecrets(js.writer.role, outputs)
+	if !js.app.in.variant.functions() {
 		// The event sources grant the writer its work queues; without them,
 		// the role gets the same grant directly.
-		for _, r := range s.routes {
-			r.queue.GrantConsumeMessages(s.writer.role)
+		for _, r := range js.routes {
+			r.queue.GrantConsumeMessages(js.writer.role)
 		}
 		return
 	}
-	s.addSchedules()
-	s.addEventSources()
+	js.addSchedule()
+	js.addEventSources()
 }
 
 type functionOptions struct {
@@ -80,17 +83,40 @@ type functionOptions struct {
 	reserved    *float64
 }
 
-// newFunction creates a function named <prefix>-<name> with its own role and
-// log group. The role starts empty: every permission is added explicitly. In
-// the local variant only the role and the log group are created.
-func (s *changesStack) newFunction(id, name string, o functionOptions) *function {
-	fnName := s.cfg.Stack.Prefix + "-" + name
-	logs := awslogs.NewLogGroup(s.stack, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
+// function is a Lambda function with the role and log group made for it. In
+// the local variant fn is nil: only the role and the log group exist.
+type function struct {
+	name string // <prefix>-<job>-<poller|writer>
+	fn   awslambda.Function
+	role awsiam.Role
+	logs awslogs.LogGroup
+}
+
+// functionName is the name of job j's function fn (fnPoller or fnWriter).
+func functionName(cfg *config.File, j *config.Job, fn string) string {
+	return cfg.Stack.Prefix + "-" + j.ID + "-" + fn
+}
+
+// scheduleName is the name of the rule that starts job j's poller.
+func scheduleName(cfg *config.File, j *config.Job) string {
+	return cfg.Stack.Prefix + "-" + j.ID + "-schedule"
+}
+
+// newFunction creates the job's function <prefix>-<job>-<name> with its own
+// role and log group. The role starts empty: every permission is added
+// explicitly. In the local variant only the role and the log group are
+// created. Construct ids carry the job's id, so that ids are unique across
+// the whole app.
+func (js *jobStack) newFunction(kind, name string, o functionOptions) *function {
+	s := js.app
+	id := kind + "-" + js.job.ID
+	fnName := functionName(js.cfg, js.job, name)
+	logs := awslogs.NewLogGroup(js.stack, jsii.String(kind+"Logs-"+js.job.ID), &awslogs.LogGroupProps{
 		LogGroupName:  jsii.String("/aws/lambda/" + fnName),
 		Retention:     retention(s.cfg.Stack.LogRetentionDays),
 		RemovalPolicy: s.removalPolicy(),
 	})
-	role := awsiam.NewRole(s.stack, jsii.String(id+"Role"), &awsiam.RoleProps{
+	role := awsiam.NewRole(js.stack, jsii.String(kind+"Role-"+js.job.ID), &awsiam.RoleProps{
 		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
 		Description: jsii.String("Execution role of " + fnName),
 	})
@@ -105,7 +131,7 @@ func (s *changesStack) newFunction(id, name string, o functionOptions) *function
 		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
 		Architecture: s.in.architecture(),
 		Handler:      jsii.String("bootstrap"),
-		Code:         awslambda.Code_FromAsset(jsii.String(s.in.code[name]), nil),
+		Code:         awslambda.Code_FromAsset(jsii.String(s.in.code[js.job.ID][name]), nil),
 		MemorySize:   jsii.Number(o.memoryMB),
 		Timeout:      awscdk.Duration_Seconds(jsii.Number(o.timeout)),
 		Role:         role,
@@ -117,7 +143,7 @@ func (s *changesStack) newFunction(id, name string, o functionOptions) *function
 			// Relative: the functions take it from LAMBDA_TASK_ROOT, where
 			// their code is unpacked (/var/task on AWS).
 			envConfigFile:   jsii.String(bundledConfigName),
-			envBucket:       s.bucket.BucketName(),
+			envBucket:       js.bucket().BucketName(),
 			envSecretPrefix: jsii.String(s.cfg.Stack.Prefix + "/"),
 		},
 		ReservedConcurrentExecutions: o.reserved,
@@ -128,8 +154,8 @@ func (s *changesStack) newFunction(id, name string, o functionOptions) *function
 		props.RetryAttempts = jsii.Number(0)
 		props.MaxEventAge = awscdk.Duration_Seconds(jsii.Number(60))
 	}
-	s.placeInVPC(props, role)
-	fn := awslambda.NewFunction(s.stack, jsii.String(id), props)
+	js.placeInVPC(props, role)
+	fn := awslambda.NewFunction(js.stack, jsii.String(id), props)
 	// The function depends on its role construct, so that the role's policy
 	// exists before Lambda checks it; the CDK renders that as DependsOn on the
 	// role too, which the Role GetAtt already implies (cfn-lint W3005).
@@ -172,15 +198,15 @@ func (f *function) metric(name string, opts *awscloudwatch.MetricOptions) awsclo
 }
 
 // placeInVPC puts the function into the VPC named by stack.vpc, if any.
-func (s *changesStack) placeInVPC(props *awslambda.FunctionProps, role awsiam.Role) {
-	v := s.cfg.Stack.VPC
+func (js *jobStack) placeInVPC(props *awslambda.FunctionProps, role awsiam.Role) {
+	v := js.cfg.Stack.VPC
 	if v == nil {
 		return
 	}
 	var subnets []awsec2.ISubnet
 	for _, id := range v.SubnetIDs {
-		subnets = append(subnets, s.importOnce("Subnet-"+id, func(cid string) any {
-			subnet := awsec2.Subnet_FromSubnetId(s.stack, jsii.String(cid), jsii.String(id))
+		subnets = append(subnets, js.importOnce("Subnet-"+id, func(cid string) any {
+			subnet := awsec2.Subnet_FromSubnetId(js.stack, jsii.String(cid), jsii.String(id))
 			// Lambda needs only the subnet id; nothing here reads a route table.
 			awscdk.Annotations_Of(subnet).AcknowledgeWarning(jsii.String("@aws-cdk/aws-ec2:noSubnetRouteTableId"),
 				jsii.String("the function placement uses the subnet id only"))
@@ -189,15 +215,15 @@ func (s *changesStack) placeInVPC(props *awslambda.FunctionProps, role awsiam.Ro
 	}
 	var groups []awsec2.ISecurityGroup
 	for _, id := range v.SecurityGroupIDs {
-		groups = append(groups, s.importOnce("SecurityGroup-"+id, func(cid string) any {
-			return awsec2.SecurityGroup_FromSecurityGroupId(s.stack, jsii.String(cid), jsii.String(id),
+		groups = append(groups, js.importOnce("SecurityGroup-"+id, func(cid string) any {
+			return awsec2.SecurityGroup_FromSecurityGroupId(js.stack, jsii.String(cid), jsii.String(id),
 				&awsec2.SecurityGroupImportOptions{Mutable: jsii.Bool(false)})
 		}).(awsec2.ISecurityGroup))
 	}
-	props.Vpc = s.importOnce("Vpc", func(cid string) any {
-		return awsec2.Vpc_FromVpcAttributes(s.stack, jsii.String(cid), &awsec2.VpcAttributes{
+	props.Vpc = js.importOnce("Vpc", func(cid string) any {
+		return awsec2.Vpc_FromVpcAttributes(js.stack, jsii.String(cid), &awsec2.VpcAttributes{
 			VpcId:             jsii.String(v.ID),
-			AvailabilityZones: s.stack.AvailabilityZones(),
+			AvailabilityZones: js.stack.AvailabilityZones(),
 		})
 	}).(awsec2.IVpc)
 	props.VpcSubnets = &awsec2.SubnetSelection{Subnets: &subnets}
@@ -217,34 +243,24 @@ func (s *changesStack) placeInVPC(props *awslambda.FunctionProps, role awsiam.Ro
 		),
 		Resources: jsii.Strings("*"),
 	}))
-	s.suppressWildcards(role, "Lambda creates and deletes the function's network interfaces in the configured subnets with the execution role; ec2:DescribeNetworkInterfaces and ec2:DescribeSubnets support no resource-level permissions.",
-		`^Resource::\*$`)
+	js.allowWildcards(nagVPCReason, `^Resource::\*$`)
 }
 
-// importOnce returns the construct made by mk under id, making it on first use.
-func (s *changesStack) importOnce(id string, mk func(id string) any) any {
-	if s.imported == nil {
-		s.imported = map[string]any{}
-	}
-	if c, ok := s.imported[id]; ok {
-		return c
-	}
-	c := mk(id)
-	s.imported[id] = c
-	return c
-}
-
-// grantPoller lets the poller hold leases and checkpoints in the table, send
-// to the work queues and write claim checks.
-func (s *changesStack) grantPoller() {
-	role := s.poller.role
+// grantPoller lets the job's poller hold the job's lease and checkpoint and
+// record its quarantine entries in the table, send to the job's work queues,
+// write the job's claim checks and copy its attachments.
+func (js *jobStack) grantPoller() {
+	j, role := js.job, js.poller.role
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("LeaseAndCheckpoint"),
 		Actions:   jsii.Strings("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"),
-		Resources: &[]*string{s.table.TableArn()},
+		Resources: &[]*string{js.table.TableArn()},
+		Conditions: &map[string]any{
+			"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []string{j.ID, quarantine.Prefix(j.ID) + "*"}},
+		},
 	}))
 	var queues []*string
-	for _, r := range s.routes {
+	for _, r := range js.routes {
 		queues = append(queues, r.queue.QueueArn())
 	}
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
@@ -255,71 +271,53 @@ func (s *changesStack) grantPoller() {
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("WriteClaimChecks"),
 		Actions:   jsii.Strings("s3:PutObject"),
-		Resources: s.claimCheckObjects(),
+		Resources: &[]*string{js.claimCheckObjects()},
 	}))
-	patterns := s.claimCheckPatterns()
-	for _, j := range s.cfg.Jobs {
-		a := j.Attachments
-		if a == nil || !a.Enabled {
-			continue
-		}
-		b := s.bucketNamed(a.Bucket)
-		// HEAD (s3:GetObject) finds an attachment already copied; ListBucket,
-		// limited to the prefix, makes a missing one answer 404 rather than
-		// 403. PutObject covers the multipart upload's calls but its abort.
-		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Sid:       jsii.String("CopyAttachments" + sidSuffix(j.ID)),
-			Actions:   jsii.Strings("s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"),
-			Resources: &[]*string{b.ArnForObjects(jsii.String(a.Prefix + "*"))},
-		}))
-		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Sid:        jsii.String("ListAttachments" + sidSuffix(j.ID)),
-			Actions:    jsii.Strings("s3:ListBucket"),
-			Resources:  &[]*string{b.BucketArn()},
-			Conditions: &map[string]any{"StringLike": map[string]any{"s3:prefix": []string{a.Prefix + "*"}}},
-		}))
-		patterns = append(patterns, `^Resource::.*/`+regexp.QuoteMeta(a.Prefix)+`\*$`)
+	js.allowWildcards(nagObjectsReason, js.claimCheckPattern())
+	a := j.Attachments
+	if a == nil || !a.Enabled {
+		return
 	}
-	s.suppressWildcards(role, "The poller writes claim-check payloads under generated keys, limited to the claim-check prefix of each configured job in the stack bucket, and copies attachments under each job's attachments prefix.",
-		patterns...)
+	b := js.bucketNamed(a.Bucket)
+	// HEAD (s3:GetObject) finds an attachment already copied; ListBucket,
+	// limited to the prefix, makes a missing one answer 404 rather than
+	// 403. PutObject covers the multipart upload's calls but its abort.
+	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:       jsii.String("CopyAttachments"),
+		Actions:   jsii.Strings("s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"),
+		Resources: &[]*string{b.ArnForObjects(jsii.String(a.Prefix + "*"))},
+	}))
+	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("ListAttachments"),
+		Actions:    jsii.Strings("s3:ListBucket"),
+		Resources:  &[]*string{b.BucketArn()},
+		Conditions: &map[string]any{"StringLike": map[string]any{"s3:prefix": []string{a.Prefix + "*"}}},
+	}))
+	js.allowWildcards(nagObjectsReason, prefixPattern(a.Prefix))
 }
 
-// sidSuffix turns a job id into characters a statement id allows.
-func sidSuffix(id string) string {
-	return strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
-			return r
-		}
-		return -1
-	}, id)
+// claimCheckObjects are the job's claim checks: claim-check/<job>/* in the
+// stack bucket.
+func (js *jobStack) claimCheckObjects() *string {
+	return js.bucket().ArnForObjects(jsii.String(claimcheck.Prefix(js.job.ID) + "*"))
 }
 
-// claimCheckObjects are the claim checks of the configured jobs: one object
-// ARN pattern per job, claim-check/<job>/*, in the stack bucket.
-func (s *changesStack) claimCheckObjects() *[]*string {
-	var arns []*string
-	for _, j := range s.cfg.Jobs {
-		arns = append(arns, s.bucket.ArnForObjects(jsii.String(claimcheck.Prefix(j.ID)+"*")))
-	}
-	return &arns
+// claimCheckPattern matches the cdk-nag finding of claimCheckObjects.
+func (js *jobStack) claimCheckPattern() string { return prefixPattern(claimcheck.Prefix(js.job.ID)) }
+
+// prefixPattern matches the cdk-nag finding of an object grant on prefix*.
+func prefixPattern(prefix string) string {
+	return `^Resource::.*/` + regexp.QuoteMeta(prefix) + `\*$`
 }
 
-// claimCheckPatterns match the cdk-nag findings of claimCheckObjects.
-func (s *changesStack) claimCheckPatterns() []string {
-	var patterns []string
-	for _, j := range s.cfg.Jobs {
-		patterns = append(patterns, `^Resource::.*/`+regexp.QuoteMeta(claimcheck.Prefix(j.ID))+`\*$`)
-	}
-	return patterns
-}
-
-// grantWriter lets the writer move failures to the DLQs, read claim checks
-// and write its S3 outputs. Consuming the work queues is granted by the
-// event sources.
-func (s *changesStack) grantWriter() {
-	role := s.writer.role
+// grantWriter lets the job's writer move failures to the job's DLQs, keep
+// the halt records of the job's outputs, read the job's claim checks and
+// write its S3 outputs. Consuming the work queues is granted by the event
+// sources.
+func (js *jobStack) grantWriter() {
+	j, role := js.job, js.writer.role
 	var dlqs []*string
-	for _, r := range s.routes {
+	for _, r := range js.routes {
 		dlqs = append(dlqs, r.dlq.QueueArn())
 	}
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
@@ -327,89 +325,86 @@ func (s *changesStack) grantWriter() {
 		Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueUrl"),
 		Resources: &dlqs,
 	}))
-	halting := false
-	for _, r := range s.routes {
-		halting = halting || r.out.Halts()
+	// The writer records, reads and clears the outage items of this job's
+	// outputs (an output that is down) and, for outputs with on_failure
+	// halt, their halt items; no other item of the table.
+	keys := []string{outage.JobPrefix(j.ID) + "*"}
+	for _, r := range js.routes {
+		if r.out.Halts() {
+			keys = append(keys, halt.JobPrefix(j.ID)+"*")
+			break
+		}
 	}
-	if halting {
-		// Outputs with on_failure halt: the writer records, reads and clears
-		// the halt items of the state table, and only those.
-		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Sid:       jsii.String("HaltRecords"),
-			Actions:   jsii.Strings("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"),
-			Resources: &[]*string{s.table.TableArn()},
-			Conditions: &map[string]any{
-				"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []string{"halt/*"}},
-			},
-		}))
-	}
+	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:       jsii.String("OutputRecords"),
+		Actions:   jsii.Strings("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"),
+		Resources: &[]*string{js.table.TableArn()},
+		Conditions: &map[string]any{
+			"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": keys},
+		},
+	}))
 	// Without s3:ListBucket, S3 answers a GetObject of a missing claim check
 	// with 403 instead of 404; the writer counts both as permanent.
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("ReadClaimChecks"),
 		Actions:   jsii.Strings("s3:GetObject"),
-		Resources: s.claimCheckObjects(),
+		Resources: &[]*string{js.claimCheckObjects()},
 	}))
-	patterns := s.claimCheckPatterns()
-	n := 0
-	for _, r := range s.routes {
+	js.allowWildcards(nagObjectsReason, js.claimCheckPattern())
+	for n, r := range js.routes {
 		o := r.out
 		if o.S3 == nil {
 			continue
 		}
-		n++
-		b := s.outputBucket(o)
+		b := js.bucketNamed(o.S3.Bucket)
 		if o.S3.Prefix == "" {
-			awscdk.Annotations_Of(s.stack).AddWarningV2(jsii.String("changes-worker:s3-output-without-prefix"),
-				jsii.String(fmt.Sprintf("output %s of job %s has no s3.prefix: the writer may write anywhere in bucket %s", o.ID, r.job.ID, o.S3.Bucket)))
+			awscdk.Annotations_Of(js.stack).AddWarningV2(jsii.String("changes-worker:s3-output-without-prefix"),
+				jsii.String(fmt.Sprintf("output %s of job %s has no s3.prefix: the writer may write anywhere in bucket %s", o.ID, j.ID, o.S3.Bucket)))
 		}
 		// HeadObject is authorised by s3:GetObject. ListBucket, limited to the
 		// prefix, makes a missing object answer 404 rather than 403.
 		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Sid:       jsii.String(fmt.Sprintf("WriteS3Output%d", n)),
+			Sid:       jsii.String(fmt.Sprintf("WriteS3Output%d", n+1)),
 			Actions:   jsii.Strings("s3:GetObject", "s3:PutObject", "s3:DeleteObject"),
 			Resources: &[]*string{b.ArnForObjects(jsii.String(o.S3.Prefix + "*"))},
 		}))
 		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Sid:        jsii.String(fmt.Sprintf("ListS3Output%d", n)),
+			Sid:        jsii.String(fmt.Sprintf("ListS3Output%d", n+1)),
 			Actions:    jsii.Strings("s3:ListBucket"),
 			Resources:  &[]*string{b.BucketArn()},
 			Conditions: &map[string]any{"StringLike": map[string]any{"s3:prefix": []string{o.S3.Prefix + "*"}}},
 		}))
-		patterns = append(patterns, `^Resource::.*/`+regexp.QuoteMeta(o.S3.Prefix)+`\*$`)
+		js.allowWildcards(nagObjectsReason, prefixPattern(o.S3.Prefix))
 	}
-	s.suppressWildcards(role, "The writer reads claim-check payloads under each configured job's claim-check prefix and writes one object per document under each S3 output's prefix; every object grant is limited to those prefixes.",
-		patterns...)
 }
 
-// addSchedules creates one EventBridge rule per job that invokes the poller
+// addSchedule creates the EventBridge rule that invokes the job's poller
 // with {"job": "<id>"}.
-func (s *changesStack) addSchedules() {
-	for _, j := range s.cfg.Jobs {
-		if s.cfg.Stack.PollerTimeout.D() < j.Schedule.D()+15*time.Second {
-			// Not an error, but the pipeline pauses every cycle: the next
-			// invocation starts only after this one has released the lease.
-			awscdk.Annotations_Of(s.stack).AddWarningV2(jsii.String("changes-worker:no-standby-"+j.ID), jsii.String(fmt.Sprintf(
-				"stack.poller_timeout (%s) should exceed job %s's schedule (%s) by at least 15s so that a standby is always waiting",
-				s.cfg.Stack.PollerTimeout.D(), j.ID, j.Schedule.D())))
-		}
-		awsevents.NewRule(s.stack, jsii.String("Schedule-"+j.ID), &awsevents.RuleProps{
-			RuleName:    s.name(j.ID + "-schedule"),
-			Description: jsii.String("Starts the changes-worker poller for job " + j.ID),
-			Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(j.Schedule.D().Minutes()))),
-			Enabled:     jsii.Bool(!s.in.schedulesDisabled),
-			Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(s.poller.fn, &awseventstargets.LambdaFunctionProps{
-				Event:         awsevents.RuleTargetInput_FromObject(map[string]any{"job": j.ID}),
-				MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(60)),
-				RetryAttempts: jsii.Number(2),
-			})},
-		})
+func (js *jobStack) addSchedule() {
+	j := js.job
+	if js.cfg.Stack.PollerTimeout.D() < j.Schedule.D()+15*time.Second {
+		// Not an error, but the pipeline pauses every cycle: the next
+		// invocation starts only after this one has released the lease.
+		awscdk.Annotations_Of(js.stack).AddWarningV2(jsii.String("changes-worker:no-standby-"+j.ID), jsii.String(fmt.Sprintf(
+			"stack.poller_timeout (%s) should exceed job %s's schedule (%s) by at least 15s so that a standby is always waiting",
+			js.cfg.Stack.PollerTimeout.D(), j.ID, j.Schedule.D())))
 	}
+	awsevents.NewRule(js.stack, jsii.String("Schedule-"+j.ID), &awsevents.RuleProps{
+		RuleName:    jsii.String(scheduleName(js.cfg, j)),
+		Description: jsii.String("Starts the changes-worker poller for job " + j.ID),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(j.Schedule.D().Minutes()))),
+		Enabled:     jsii.Bool(!js.app.in.schedulesDisabled),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(js.poller.fn, &awseventstargets.LambdaFunctionProps{
+			Event:         awsevents.RuleTargetInput_FromObject(map[string]any{"job": j.ID}),
+			MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(60)),
+			RetryAttempts: jsii.Number(2),
+		})},
+	})
 }
 
-// addEventSources subscribes the writer to every work queue.
-func (s *changesStack) addEventSources() {
-	for _, r := range s.routes {
+// addEventSources subscribes the job's writer to each of its work queues.
+func (js *jobStack) addEventSources() {
+	for _, r := range js.routes {
 		props := &awslambdaeventsources.SqsEventSourceProps{
 			BatchSize:               jsii.Number(float64(r.out.BatchSize)),
 			ReportBatchItemFailures: jsii.Bool(true),
@@ -418,7 +413,7 @@ func (s *changesStack) addEventSources() {
 		if !r.out.FIFO() {
 			props.MaxBatchingWindow = awscdk.Duration_Seconds(jsii.Number(batchingWindowSeconds))
 		}
-		s.writer.fn.AddEventSource(awslambdaeventsources.NewSqsEventSource(r.queue, props))
+		js.writer.fn.AddEventSource(awslambdaeventsources.NewSqsEventSource(r.queue, props))
 	}
 }
 

@@ -34,12 +34,19 @@ var shared, sharedLocal struct {
 // synthesis is the outcome of synthesizing testConfig.
 type synthesis struct {
 	cfg          *config.File
-	raw          []byte         // the configuration file as it is
-	templatePath string         // the CloudFormation template in the cloud assembly
-	outdir       string         // the cloud assembly directory
-	tmpl         map[string]any // the template, decoded
-	template     assertions.Template
-	messages     []synthMessage
+	raw          []byte // the configuration file as it is
+	templatePath string // the shared stack's CloudFormation template in the cloud assembly
+	outdir       string // the cloud assembly directory
+	// templates are every template of the app, the shared stack's and each
+	// job's nested stack's, by path in the cloud assembly.
+	templates map[string]map[string]any
+	// jobTemplates are the paths of the nested stacks' templates, by job id.
+	jobTemplates map[string]string
+	// tmpl is one template holding the resources of every template (logical
+	// ids are unique across the app), for checks that span the stacks.
+	tmpl     map[string]any
+	template assertions.Template
+	messages []synthMessage
 }
 
 type synthMessage struct {
@@ -90,6 +97,18 @@ func synthesizeShared(v variant, rootOut *string) (*synthesis, error) {
 	return synthesize(testConfig, v, root)
 }
 
+// synthesizeDoc writes doc as a job configuration into a new temporary
+// directory and synthesizes its stacks in the full variant there.
+func synthesizeDoc(t *testing.T, doc string) (*synthesis, error) {
+	t.Helper()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "jobs.json")
+	if err := os.WriteFile(cfgPath, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return synthesize(cfgPath, variantFull, dir)
+}
+
 // synthesize synthesizes the stack of the configuration at configPath in
 // variant v, with stand-ins for the functions' code, into directory root.
 func synthesize(configPath string, v variant, root string) (*synthesis, error) {
@@ -121,18 +140,41 @@ func synthesize(configPath string, v variant, root string) (*synthesis, error) {
 	if err != nil {
 		return nil, err
 	}
-	art := app.Synth(nil).GetStackArtifact(stack.stack.ArtifactId())
-	syn := &synthesis{cfg: stack.cfg, templatePath: *art.TemplateFullPath(), outdir: outdir}
-	if syn.raw, err = os.ReadFile(configPath); err != nil {
-		return nil, err
-	}
-	b, err := os.ReadFile(syn.templatePath)
+	asm, err := synth(app)
 	if err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal(b, &syn.tmpl); err != nil {
+	art := asm.GetStackArtifact(stack.stack.ArtifactId())
+	syn := &synthesis{cfg: stack.cfg, templatePath: *art.TemplateFullPath(), outdir: outdir,
+		templates: map[string]map[string]any{}, jobTemplates: map[string]string{}}
+	if syn.raw, err = os.ReadFile(configPath); err != nil {
 		return nil, err
 	}
+	paths := []string{syn.templatePath}
+	for _, js := range stack.jobs {
+		p := filepath.Join(outdir, *js.stack.TemplateFile())
+		syn.jobTemplates[js.job.ID] = p
+		paths = append(paths, p)
+	}
+	merged := map[string]any{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		var tmpl map[string]any
+		if err := json.Unmarshal(b, &tmpl); err != nil {
+			return nil, err
+		}
+		syn.templates[p] = tmpl
+		for id, r := range tmpl["Resources"].(map[string]any) {
+			if _, dup := merged[id]; dup {
+				return nil, fmt.Errorf("logical id %s is in two templates", id)
+			}
+			merged[id] = r
+		}
+	}
+	syn.tmpl = map[string]any{"Resources": merged, "Outputs": syn.templates[syn.templatePath]["Outputs"]}
 	syn.template = assertions.Template_FromJSON(&syn.tmpl, nil)
 	for _, m := range *art.Messages() {
 		text := fmt.Sprint(m.Entry.Data)

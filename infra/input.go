@@ -36,9 +36,10 @@ type input struct {
 	// bucketGiven reports whether stack.bucket was set in the file (an existing
 	// bucket to import) rather than defaulted (a bucket the stack creates).
 	bucketGiven bool
-	// code maps a function name to the directory holding its Lambda code: the
-	// built bootstrap plus the configuration file as jobs.json.
-	code map[string]string
+	// code maps a job id and a function name to the directory holding that
+	// function's Lambda code: the built bootstrap plus the job's
+	// configuration (jobConfig) as jobs.json.
+	code map[string]map[string]string
 	// sourceSecrets and outputSecrets are the secret references the poller
 	// (sources) and the writer (outputs) resolve.
 	sourceSecrets, outputSecrets []config.SecretRef
@@ -72,7 +73,10 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 	if err := checkRetention(cfg.Stack.LogRetentionDays); err != nil {
 		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
 	}
-	in := &input{cfg: cfg, bucketGiven: given, code: map[string]string{}, variant: v}
+	if err := checkNameLengths(cfg); err != nil {
+		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
+	}
+	in := &input{cfg: cfg, bucketGiven: given, code: map[string]map[string]string{}, variant: v}
 	in.sourceSecrets, in.outputSecrets = secretRefs(cfg)
 	var errs []error
 	for _, r := range append(append([]config.SecretRef{}, in.sourceSecrets...), in.outputSecrets...) {
@@ -89,20 +93,27 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 	if !v.functions() {
 		return in, nil
 	}
-	for _, fn := range []string{fnPoller, fnWriter} {
-		dir, err := stageCode(filepath.Join(buildDir, fn), raw, filepath.Join(stageDir, fn))
+	for _, j := range cfg.Jobs {
+		jobRaw, err := jobConfig(raw, j.ID)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
 		}
-		in.code[fn] = dir
-		arch, err := bootstrapArch(filepath.Join(dir, "bootstrap"))
-		if err != nil {
-			return nil, err
+		in.code[j.ID] = map[string]string{}
+		for _, fn := range []string{fnPoller, fnWriter} {
+			dir, err := stageCode(filepath.Join(buildDir, fn), jobRaw, filepath.Join(stageDir, j.ID, fn))
+			if err != nil {
+				return nil, err
+			}
+			in.code[j.ID][fn] = dir
+			arch, err := bootstrapArch(filepath.Join(dir, "bootstrap"))
+			if err != nil {
+				return nil, err
+			}
+			if in.arch != "" && arch != in.arch {
+				return nil, fmt.Errorf("stage code: the bootstraps are built for %s and %s; build both for one architecture", in.arch, arch)
+			}
+			in.arch = arch
 		}
-		if in.arch != "" && arch != in.arch {
-			return nil, fmt.Errorf("stage code: the bootstraps are built for %s and %s; build both for one architecture", in.arch, arch)
-		}
-		in.arch = arch
 	}
 	return in, nil
 }
@@ -148,6 +159,43 @@ func bootstrapArch(path string) (string, error) {
 	}
 }
 
+// jobConfig returns the configuration a job's functions get: the file
+// without its comments and with that job alone in "jobs", every other
+// top-level key as it is. A change to another job leaves it unchanged, and
+// with it the function code of this job.
+func jobConfig(raw []byte, jobID string) ([]byte, error) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(config.StripComments(raw), &doc); err != nil {
+		return nil, fmt.Errorf("decode configuration: %w", err)
+	}
+	var jobs []json.RawMessage
+	if err := json.Unmarshal(doc["jobs"], &jobs); err != nil {
+		return nil, fmt.Errorf("decode jobs: %w", err)
+	}
+	for _, j := range jobs {
+		var id struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(j, &id); err != nil {
+			return nil, fmt.Errorf("decode jobs: %w", err)
+		}
+		if id.ID != jobID {
+			continue
+		}
+		one, err := json.Marshal([]json.RawMessage{j})
+		if err != nil {
+			return nil, fmt.Errorf("encode job %s: %w", jobID, err)
+		}
+		doc["jobs"] = one
+		out, err := json.MarshalIndent(doc, "", "  ")
+		if err != nil {
+			return nil, fmt.Errorf("encode job %s: %w", jobID, err)
+		}
+		return append(out, '\n'), nil
+	}
+	return nil, fmt.Errorf("no job %q", jobID)
+}
+
 // bucketGiven reports whether the raw file sets stack.bucket. Defaults fill the
 // field in, so the loaded File cannot tell.
 func bucketGiven(raw []byte) (bool, error) {
@@ -183,7 +231,7 @@ func stageCode(src string, rawConfig []byte, dst string) (string, error) {
 		if !e.Type().IsRegular() || e.Name() == bundledConfigName {
 			continue
 		}
-		if err := copyFile(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
+		if err := linkOrCopy(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
 			return "", fmt.Errorf("stage %s code: %w", filepath.Base(src), err)
 		}
 	}
@@ -191,6 +239,15 @@ func stageCode(src string, rawConfig []byte, dst string) (string, error) {
 		return "", fmt.Errorf("stage %s code: %w", filepath.Base(src), err)
 	}
 	return dst, nil
+}
+
+// linkOrCopy links dst to src or, where a link cannot be made (another file
+// system), copies src: every job's functions stage the same bootstrap.
+func linkOrCopy(src, dst string) error {
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	return copyFile(src, dst)
 }
 
 func copyFile(src, dst string) error {
@@ -215,25 +272,41 @@ func copyFile(src, dst string) error {
 }
 
 // secretRefs collects the distinct secret references of the sources (read by
-// the poller) and of the outputs (read by the writer), in a stable order.
+// the pollers) and of the outputs (read by the writers) of every job, in a
+// stable order.
 func secretRefs(cfg *config.File) (sources, outputs []config.SecretRef) {
 	var src, out refSet
 	for _, j := range cfg.Jobs {
-		src.addAuth(j.Source.Auth)
-		for _, o := range j.Outputs {
-			switch {
-			case o.Postgres != nil:
-				out.add(&o.Postgres.DSN)
-			case o.HTTP != nil:
-				out.addAuth(o.HTTP.Auth)
-				out.add(o.HTTP.URLSecret)
-				for _, h := range o.HTTP.Headers {
-					out.add(h.Ref)
-				}
+		src.addJobSources(j)
+		out.addJobOutputs(j)
+	}
+	return src.sorted(), out.sorted()
+}
+
+// jobSecretRefs are the distinct secret references of job j: its source's
+// (read by its poller) and its outputs' (read by its writer).
+func jobSecretRefs(j *config.Job) (sources, outputs []config.SecretRef) {
+	var src, out refSet
+	src.addJobSources(j)
+	out.addJobOutputs(j)
+	return src.sorted(), out.sorted()
+}
+
+func (s *refSet) addJobSources(j *config.Job) { s.addAuth(j.Source.Auth) }
+
+func (s *refSet) addJobOutputs(j *config.Job) {
+	for _, o := range j.Outputs {
+		switch {
+		case o.Postgres != nil:
+			s.add(&o.Postgres.DSN)
+		case o.HTTP != nil:
+			s.addAuth(o.HTTP.Auth)
+			s.add(o.HTTP.URLSecret)
+			for _, h := range o.HTTP.Headers {
+				s.add(h.Ref)
 			}
 		}
 	}
-	return src.sorted(), out.sorted()
 }
 
 type refSet map[config.SecretRef]bool
@@ -312,6 +385,26 @@ func classifySecret(ref string) (secretKind, error) {
 		return secretByPartialARN, nil
 	}
 	return 0, errors.New("not a Secrets Manager secret ARN (arn:PARTITION:secretsmanager:REGION:ACCOUNT:secret:NAME)")
+}
+
+// maxNameLength is the longest name Lambda allows a function and
+// EventBridge a rule.
+const maxNameLength = 64
+
+// checkNameLengths reports every job whose function or schedule name, made
+// of stack.prefix and the job's id, is longer than AWS allows.
+func checkNameLengths(cfg *config.File) error {
+	var errs []error
+	for _, j := range cfg.Jobs {
+		for _, name := range []string{functionName(cfg, j, fnPoller), functionName(cfg, j, fnWriter), scheduleName(cfg, j)} {
+			if len(name) > maxNameLength {
+				errs = append(errs, fmt.Errorf("jobs[%s].id: the name %s is %d characters, AWS allows %d: shorten the job's id or stack.prefix",
+					j.ID, name, len(name), maxNameLength))
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // retentionDays are the values CloudWatch Logs accepts for a log group's retention.

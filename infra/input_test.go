@@ -3,6 +3,7 @@ package main
 //lint:file-ignore SA1019 the Go CDK reads synthesis messages (errors, warnings, cdk-nag findings) only through cxapi.SynthesisMessage; its replacement is not published for Go.
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,6 +89,8 @@ func TestLoadInputErrors(t *testing.T) {
 		{name: "bad retention", configPath: write("retention.json", strings.Replace(string(valid), `"log_retention_days": 14`, `"log_retention_days": 15`, 1)), buildDir: dir, want: "stack.log_retention_days: 15"},
 		{name: "bad secret ARN", configPath: write("arn.json", strings.Replace(string(valid), `"orders/sgw-password"`, `"arn:aws:ssm:us-east-1:123456789012:parameter/x"`, 1)), buildDir: dir, want: "not a Secrets Manager secret ARN"},
 		{name: "invalid config", configPath: write("invalid.json", `{"jobs": []}`), buildDir: dir, want: "at least one job"},
+		{name: "names too long", configPath: write("long.json", strings.Replace(strings.Replace(string(valid), `"prefix": "cwtest"`, `"prefix": "changes-worker-production-eu"`, 1), `"id": "catalog"`, `"id": "catalog-of-every-product-we-sell"`, 1)),
+			buildDir: dir, want: "jobs[catalog-of-every-product-we-sell].id: the name changes-worker-production-eu-catalog-of-every-product-we-sell-poller is 68 characters, AWS allows 64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,14 +121,31 @@ func TestBucketGiven(t *testing.T) {
 	}
 }
 
+// TestSynthTooManyResources: a job whose stack would exceed CloudFormation's
+// 500 resources fails the synth with an error that says so, not a panic.
+func TestSynthTooManyResources(t *testing.T) {
+	synthesized(t) // one synthesis at a time through the jsii runtime
+	var outputs []string
+	for i := range 60 {
+		outputs = append(outputs, fmt.Sprintf(`{"id": "pg%02d", "type": "postgres", "postgres": {"dsn": {"env": "PG_DSN"}, "table": "t%02d"}}`, i, i))
+	}
+	_, err := synthesizeDoc(t, fmt.Sprintf(`{"stack": {"prefix": "cwbig"}, "jobs": [{"id": "wide", "source": {"type": "couchdb", "url": "http://couch.internal:5984/db"}, "outputs": [%s]}]}`,
+		strings.Join(outputs, ",")))
+	if err == nil || !strings.Contains(err.Error(), "is greater than allowed maximum of 500") || !strings.Contains(err.Error(), "cwbig/Job-wide") {
+		t.Fatalf("synthesize a job of 60 outputs: error %v, want one naming the job's stack and its resources over 500", err)
+	}
+	t.Logf("synth error: %s", firstLine(err.Error()))
+}
+
 // TestExistingBucketNoRetain synthesizes a second configuration: an existing
-// bucket named in stack.bucket, retain off, no VPC and no alarm e-mail.
+// bucket named in stack.bucket, retain off, no dashboards, no VPC and no alarm
+// e-mail.
 func TestExistingBucketNoRetain(t *testing.T) {
 	synthesized(t) // share the jsii runtime; make sure the main synthesis works first
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "jobs.json")
 	if err := os.WriteFile(cfgPath, []byte(`{
-  "stack": {"prefix": "cwalt", "bucket": "existing-data", "retain": false},
+  "stack": {"prefix": "cwalt", "bucket": "existing-data", "retain": false, "dashboards": false},
   "jobs": [{
     "id": "one",
     "source": {"type": "couchdb", "url": "http://couch.internal:5984/db"},
@@ -156,12 +176,15 @@ func TestExistingBucketNoRetain(t *testing.T) {
 	if n := len(syn.resources("AWS::S3::Bucket")); n != 0 {
 		t.Errorf("%d buckets created, want none: stack.bucket names an existing one", n)
 	}
+	if n := len(syn.resources("AWS::CloudWatch::Dashboard")); n != 0 {
+		t.Errorf("%d dashboards created, want none: stack.dashboards is false", n)
+	}
 	_, table := syn.resource(t, "AWS::DynamoDB::Table", "TableName", "cwalt-state")
 	if table["DeletionPolicy"] != "Delete" || props(table)["DeletionProtectionEnabled"] != false {
 		t.Errorf("table DeletionPolicy %v, DeletionProtectionEnabled %v; want Delete, false", table["DeletionPolicy"], props(table)["DeletionProtectionEnabled"])
 	}
 	for _, fn := range []string{fnPoller, fnWriter} {
-		_, f := syn.resource(t, "AWS::Lambda::Function", "FunctionName", "cwalt-"+fn)
+		_, f := syn.resource(t, "AWS::Lambda::Function", "FunctionName", "cwalt-one-"+fn)
 		vars := props(f)["Environment"].(map[string]any)["Variables"].(map[string]any)
 		if vars[envBucket] != "existing-data" {
 			t.Errorf("%s %s = %v, want existing-data", fn, envBucket, vars[envBucket])
@@ -170,7 +193,7 @@ func TestExistingBucketNoRetain(t *testing.T) {
 			t.Errorf("%s is in a VPC without stack.vpc", fn)
 		}
 	}
-	writer := rolePolicy(t, syn, "cwalt-writer")
+	writer := rolePolicy(t, syn, "cwalt-one-writer")
 	for _, want := range []string{":s3:::existing-data/claim-check/one/*", ":s3:::existing-data/docs/*"} {
 		if !strings.Contains(writer, want) {
 			t.Errorf("writer policy lacks %s: %s", want, writer)

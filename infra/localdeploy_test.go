@@ -111,8 +111,9 @@ func TestDeployLocalVariant(t *testing.T) {
 	if st := out.Stacks[0].StackStatus; st != cfntypes.StackStatusCreateComplete {
 		t.Fatalf("stack %s: %s, want CREATE_COMPLETE\n%s", prefix, st, stackEvents(ctx, cfn, prefix))
 	}
-	tmpl := readTemplate(t, filepath.Join(outdir, prefix+".template.json"))
-	checkStackResources(ctx, t, cfn, prefix, tmpl)
+	tmpl, nested := readTemplates(t, outdir, prefix)
+	checkStackResources(ctx, t, cfn, prefix, tmpl, nested)
+	all := mergedTemplate(tmpl, nested)
 
 	bucket, err := deployed.Bucket(ctx, cfn, prefix)
 	if err != nil {
@@ -122,30 +123,17 @@ func TestDeployLocalVariant(t *testing.T) {
 	checkDeployedTable(ctx, t, dynamodb.NewFromConfig(awsCfg), cfg)
 	checkDeployedBucket(ctx, t, cfnS3(awsCfg), bucket)
 	checkDeployedSecrets(ctx, t, secretsmanager.NewFromConfig(awsCfg), prefix, tmpl)
-	checkDeployedAlarms(ctx, t, cloudwatch.NewFromConfig(awsCfg), sns.NewFromConfig(awsCfg), prefix, tmpl)
-	checkNoFunctions(ctx, t, lambda.NewFromConfig(awsCfg), prefix)
+	checkDeployedAlarms(ctx, t, cloudwatch.NewFromConfig(awsCfg), sns.NewFromConfig(awsCfg), prefix, all)
+	checkNoFunctions(ctx, t, lambda.NewFromConfig(awsCfg), cfg)
 
 	// The hosted handlers on the deployed queues and table: changesctl with
 	// nothing but the standard environment.
 	const docs = 25
 	putDocs(ctx, t, db, docs)
-	ctl := filepath.Join(dir, "changesctl")
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", ctl, "../cmd/changesctl").CombinedOutput(); err != nil {
-		t.Fatalf("build changesctl: %v\n%s", err, b)
-	}
-	run := exec.CommandContext(ctx, ctl, "run", "--config", cfgPath, "--until-idle", "--tick", "2s", "--timeout", "4m")
-	run.Env = os.Environ()
-	if os.Getenv("PG_DSN") == "" {
-		run.Env = append(run.Env, "PG_DSN="+testenv.PostgresDSN(t))
-	}
-	var stdout, stderr bytes.Buffer
-	run.Stdout, run.Stderr = &stdout, &stderr
-	if err := run.Run(); err != nil {
-		t.Fatalf("changesctl run --until-idle: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	t.Logf("changesctl run: %s", strings.TrimSpace(stdout.String()))
-	if want := "bucket=" + bucket; !strings.Contains(stderr.String(), "using the deployed stack's bucket") || !strings.Contains(stderr.String(), want) {
-		t.Errorf("changesctl did not use the stack's bucket %s:\n%s", bucket, stderr.String())
+	stdout, stderr := changesctl(ctx, t, "run", "--config", cfgPath, "--until-idle", "--tick", "2s", "--timeout", "4m")
+	t.Logf("changesctl run: %s", strings.TrimSpace(stdout))
+	if want := "bucket=" + bucket; !strings.Contains(stderr, "using the deployed stack's bucket") || !strings.Contains(stderr, want) {
+		t.Errorf("changesctl did not use the stack's bucket %s:\n%s", bucket, stderr)
 	}
 	pool := testenv.Postgres(t)
 	for _, tbl := range []string{pgTable, pgTable + "_fifo"} {
@@ -182,6 +170,28 @@ func TestBareDeployRefuses(t *testing.T) {
 	if !strings.Contains(string(out), errNoConfig.Error()) {
 		t.Errorf("bare cdk deploy failed without saying a configuration must be named:\n%s", out)
 	}
+}
+
+// changesctl builds changesctl and runs it with args, in this process's
+// environment (with the test PostgreSQL's PG_DSN where none is set), and
+// returns what it printed; it fails the test when changesctl fails.
+func changesctl(ctx context.Context, t *testing.T, args ...string) (stdout, stderr string) {
+	t.Helper()
+	ctl := filepath.Join(t.TempDir(), "changesctl")
+	if b, err := exec.CommandContext(ctx, "go", "build", "-o", ctl, "../cmd/changesctl").CombinedOutput(); err != nil {
+		t.Fatalf("build changesctl: %v\n%s", err, b)
+	}
+	run := exec.CommandContext(ctx, ctl, args...)
+	run.Env = os.Environ()
+	if os.Getenv("PG_DSN") == "" {
+		run.Env = append(run.Env, "PG_DSN="+testenv.PostgresDSN(t))
+	}
+	var out, errOut bytes.Buffer
+	run.Stdout, run.Stderr = &out, &errOut
+	if err := run.Run(); err != nil {
+		t.Fatalf("changesctl %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), tail(errOut.String(), 60))
+	}
+	return out.String(), errOut.String()
 }
 
 // pinnedCLI returns the path of a binary of the CDK CLI pinned in
@@ -315,6 +325,62 @@ func readTemplate(t *testing.T, path string) map[string]any {
 	return tmpl
 }
 
+// readTemplates reads, from the cloud assembly in outdir, the template of
+// the stack named prefix and those of its nested stacks, by the logical id
+// of their AWS::CloudFormation::Stack resource (whose aws:asset:path
+// metadata names the file).
+func readTemplates(t *testing.T, outdir, prefix string) (map[string]any, map[string]map[string]any) {
+	t.Helper()
+	tmpl := readTemplate(t, filepath.Join(outdir, prefix+".template.json"))
+	nested := map[string]map[string]any{}
+	for id, r := range templateResources(tmpl, "AWS::CloudFormation::Stack") {
+		md, _ := r["Metadata"].(map[string]any)
+		file, _ := md["aws:asset:path"].(string)
+		if file == "" {
+			t.Fatalf("nested stack %s names no template file: %s", id, compact(md))
+		}
+		nested[id] = readTemplate(t, filepath.Join(outdir, file))
+	}
+	return tmpl, nested
+}
+
+// mergedTemplate is one template holding the resources of tmpl and of its
+// nested stacks.
+func mergedTemplate(tmpl map[string]any, nested map[string]map[string]any) map[string]any {
+	res := map[string]any{}
+	for _, m := range append([]map[string]any{tmpl}, mapValues(nested)...) {
+		for id, r := range m["Resources"].(map[string]any) {
+			res[id] = r
+		}
+	}
+	return map[string]any{"Resources": res}
+}
+
+func mapValues[V any](m map[string]V) []V {
+	out := make([]V, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		out = append(out, m[k])
+	}
+	return out
+}
+
+// stackResources returns the resources of the deployed stack by logical id.
+func stackResources(ctx context.Context, t *testing.T, cfn *cloudformation.Client, stack string) map[string]cfntypes.StackResourceSummary {
+	t.Helper()
+	out := map[string]cfntypes.StackResourceSummary{}
+	p := cloudformation.NewListStackResourcesPaginator(cfn, &cloudformation.ListStackResourcesInput{StackName: &stack})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			t.Fatalf("list resources of stack %s: %v", stack, err)
+		}
+		for _, r := range page.StackResourceSummaries {
+			out[aws.ToString(r.LogicalResourceId)] = r
+		}
+	}
+	return out
+}
+
 // templateResources returns the template's resources of type typ by logical id.
 func templateResources(tmpl map[string]any, typ string) map[string]map[string]any {
 	out := map[string]map[string]any{}
@@ -326,38 +392,40 @@ func templateResources(tmpl map[string]any, typ string) map[string]map[string]an
 	return out
 }
 
-// checkStackResources requires every resource of the template to be
-// CREATE_COMPLETE in the stack, and none of the compute the variant leaves out.
-func checkStackResources(ctx context.Context, t *testing.T, cfn *cloudformation.Client, name string, tmpl map[string]any) {
+// checkStackResources requires every resource of the template and of its
+// nested stacks' templates to be CREATE_COMPLETE in the deployed stack and
+// its nested stacks, and none of the compute the variant leaves out.
+func checkStackResources(ctx context.Context, t *testing.T, cfn *cloudformation.Client, name string, tmpl map[string]any, nested map[string]map[string]any) {
 	t.Helper()
-	status := map[string]cfntypes.ResourceStatus{}
-	p := cloudformation.NewListStackResourcesPaginator(cfn, &cloudformation.ListStackResourcesInput{StackName: &name})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			t.Fatalf("list stack resources: %v", err)
-		}
-		for _, r := range page.StackResourceSummaries {
-			status[aws.ToString(r.LogicalResourceId)] = r.ResourceStatus
+	deployed := stackResources(ctx, t, cfn, name)
+	types := map[string]int{}
+	check := func(stack string, tmpl map[string]any, deployed map[string]cfntypes.StackResourceSummary) {
+		for id, r := range tmpl["Resources"].(map[string]any) {
+			typ := r.(map[string]any)["Type"].(string)
+			types[typ]++
+			if st := deployed[id].ResourceStatus; st != cfntypes.ResourceStatusCreateComplete {
+				t.Errorf("%s: %s (%s): %q, want CREATE_COMPLETE", stack, id, typ, st)
+			}
+			switch typ {
+			case "AWS::Lambda::Function", "AWS::Lambda::EventSourceMapping", "AWS::Events::Rule", "AWS::Lambda::Permission", "AWS::Lambda::EventInvokeConfig":
+				t.Errorf("the local variant has %s %s", typ, id)
+			}
 		}
 	}
-	types := map[string]int{}
-	for id, r := range tmpl["Resources"].(map[string]any) {
-		typ := r.(map[string]any)["Type"].(string)
-		types[typ]++
-		if status[id] != cfntypes.ResourceStatusCreateComplete {
-			t.Errorf("%s (%s): %q, want CREATE_COMPLETE", id, typ, status[id])
+	check(name, tmpl, deployed)
+	for id, nt := range nested {
+		physical := aws.ToString(deployed[id].PhysicalResourceId)
+		if physical == "" {
+			t.Errorf("nested stack %s was not created", id)
+			continue
 		}
-		switch typ {
-		case "AWS::Lambda::Function", "AWS::Lambda::EventSourceMapping", "AWS::Events::Rule", "AWS::Lambda::Permission", "AWS::Lambda::EventInvokeConfig":
-			t.Errorf("the local variant has %s %s", typ, id)
-		}
+		check(id, nt, stackResources(ctx, t, cfn, physical))
 	}
 	for _, typ := range []string{"AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::SQS::QueuePolicy", "AWS::S3::Bucket", "AWS::S3::BucketPolicy",
 		"AWS::SecretsManager::Secret", "AWS::CloudWatch::Alarm", "AWS::SNS::Topic", "AWS::SNS::TopicPolicy", "AWS::KMS::Key",
-		"AWS::IAM::Role", "AWS::IAM::Policy", "AWS::Logs::LogGroup", "AWS::CloudWatch::Dashboard"} {
+		"AWS::IAM::Role", "AWS::IAM::Policy", "AWS::Logs::LogGroup", "AWS::CloudWatch::Dashboard", "AWS::CloudFormation::Stack"} {
 		if types[typ] == 0 {
-			t.Errorf("the local variant's template has no %s", typ)
+			t.Errorf("the local variant's templates have no %s", typ)
 		}
 	}
 	var list []string
@@ -531,14 +599,16 @@ func checkDeployedAlarms(ctx context.Context, t *testing.T, cw *cloudwatch.Clien
 	}
 }
 
-func checkNoFunctions(ctx context.Context, t *testing.T, c *lambda.Client, prefix string) {
+func checkNoFunctions(ctx context.Context, t *testing.T, c *lambda.Client, cfg *config.File) {
 	t.Helper()
-	for _, fn := range []string{fnPoller, fnWriter} {
-		name := prefix + "-" + fn
-		_, err := c.GetFunction(ctx, &lambda.GetFunctionInput{FunctionName: &name})
-		var nf *lambdatypes.ResourceNotFoundException
-		if !errors.As(err, &nf) {
-			t.Errorf("get function %s: %v, want ResourceNotFoundException (the local variant has no functions)", name, err)
+	for _, j := range cfg.Jobs {
+		for _, fn := range []string{fnPoller, fnWriter} {
+			name := functionName(cfg, j, fn)
+			_, err := c.GetFunction(ctx, &lambda.GetFunctionInput{FunctionName: &name})
+			var nf *lambdatypes.ResourceNotFoundException
+			if !errors.As(err, &nf) {
+				t.Errorf("get function %s: %v, want ResourceNotFoundException (the local variant has no functions)", name, err)
+			}
 		}
 	}
 }

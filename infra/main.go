@@ -1,7 +1,8 @@
-// Command infra is the CDK app that deploys changes-worker: the state table,
-// the bucket, one work queue and DLQ per (job, output), the poller and writer
-// functions with their schedules and event sources, alarms and a dashboard,
-// all built from the job configuration file.
+// Command infra is the CDK app that deploys changes-worker: a stack of what
+// the jobs share (the state table, the bucket, the alarm topic) and, nested
+// in it, a stack per job with its work queues and DLQs, its own poller and
+// writer functions with their schedule and event sources, its alarms and its
+// dashboard, all built from the job configuration file.
 //
 // Run it through the CDK CLI from the repository root (cdk.json names it):
 //
@@ -26,6 +27,7 @@ import (
 	"path/filepath"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/cxapi"
 	"github.com/aws/jsii-runtime-go"
 )
 
@@ -87,8 +89,20 @@ func realMain() error {
 	}); err != nil {
 		return err
 	}
-	app.Synth(nil)
-	return nil
+	_, err = synth(app)
+	return err
+}
+
+// synth synthesizes app into its cloud assembly. The CDK reports what fails
+// at synth (a stack over CloudFormation's limits, an invalid construct) by
+// throwing, which jsii turns into a panic: synth returns it as an error.
+func synth(app awscdk.App) (asm cxapi.CloudAssembly, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("synthesize: %v", r)
+		}
+	}()
+	return app.Synth(nil), nil
 }
 
 // resolveConfigPath returns the job configuration named by the context value

@@ -20,34 +20,32 @@ const (
 	visibilityFactor = 6
 )
 
-// addQueues creates the work queue and DLQ of every (job, output), named as
-// the functions expect.
-func (s *changesStack) addQueues() {
-	visibility := seconds(visibilityFactor * s.cfg.Stack.WriterTimeout.D())
-	for _, j := range s.cfg.Jobs {
-		for _, o := range j.Outputs {
-			s.routes = append(s.routes, s.addRoute(j, o, visibility))
-		}
+// addQueues creates the work queue and DLQ of every output of the job, named
+// as the functions expect.
+func (js *jobStack) addQueues() {
+	visibility := seconds(visibilityFactor * js.cfg.Stack.WriterTimeout.D())
+	for _, o := range js.job.Outputs {
+		js.routes = append(js.routes, js.addRoute(js.job, o, visibility))
 	}
 }
 
-func (s *changesStack) addRoute(j *config.Job, o *config.Output, visibility awscdk.Duration) *route {
+func (js *jobStack) addRoute(j *config.Job, o *config.Output, visibility awscdk.Duration) *route {
 	id := j.ID + "-" + o.ID
-	queueName := s.cfg.QueueName(j, o)
+	queueName := js.cfg.QueueName(j, o)
 
 	// The DLQ's redrive-allow policy names its source queue, which itself
 	// refers to the DLQ: built from the queue's known name, the ARN breaks
 	// that cycle.
-	queueARN := s.stack.FormatArn(&awscdk.ArnComponents{Service: jsii.String("sqs"), Resource: jsii.String(queueName)})
+	queueARN := js.stack.FormatArn(&awscdk.ArnComponents{Service: jsii.String("sqs"), Resource: jsii.String(queueName)})
 	dlqProps := &awssqs.QueueProps{
-		QueueName:           jsii.String(s.cfg.DLQName(j, o)),
+		QueueName:           jsii.String(js.cfg.DLQName(j, o)),
 		RetentionPeriod:     awscdk.Duration_Days(jsii.Number(queueRetentionDays)),
 		MaxMessageSizeBytes: jsii.Number(maxMessageBytes),
 		Encryption:          awssqs.QueueEncryption_SQS_MANAGED,
 		EnforceSSL:          jsii.Bool(true),
 		RedriveAllowPolicy: &awssqs.RedriveAllowPolicy{
 			RedrivePermission: awssqs.RedrivePermission_BY_QUEUE,
-			SourceQueues:      &[]awssqs.IQueue{awssqs.Queue_FromQueueArn(s.stack, jsii.String("SourceOf-"+id), queueARN)},
+			SourceQueues:      &[]awssqs.IQueue{awssqs.Queue_FromQueueArn(js.stack, jsii.String("SourceOf-"+id), queueARN)},
 		},
 	}
 	queueProps := &awssqs.QueueProps{
@@ -79,8 +77,8 @@ func (s *changesStack) addRoute(j *config.Job, o *config.Output, visibility awsc
 		dlqProps.DeduplicationScope = awssqs.DeduplicationScope_MESSAGE_GROUP
 		dlqProps.FifoThroughputLimit = awssqs.FifoThroughputLimit_PER_MESSAGE_GROUP_ID
 	}
-	dlq := awssqs.NewQueue(s.stack, jsii.String("DLQ-"+id), dlqProps)
+	dlq := awssqs.NewQueue(js.stack, jsii.String("DLQ-"+id), dlqProps)
 	queueProps.DeadLetterQueue = &awssqs.DeadLetterQueue{Queue: dlq, MaxReceiveCount: jsii.Number(float64(o.QueueMaxReceiveCount()))}
-	queue := awssqs.NewQueue(s.stack, jsii.String("Queue-"+id), queueProps)
+	queue := awssqs.NewQueue(js.stack, jsii.String("Queue-"+id), queueProps)
 	return &route{job: j, out: o, queue: queue, dlq: dlq}
 }

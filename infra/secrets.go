@@ -11,23 +11,15 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 )
 
-// secretGrants resolves the secret references of the configuration to
-// secrets the functions may read: {"env": "NAME"} to a secret named
-// <prefix>/NAME that the stack creates with a placeholder value, and
-// {"secret": "name-or-ARN"} to the existing secret, imported by name or ARN.
-// No secret value ever appears in the template.
-type secretGrants struct {
-	s        *changesStack
-	env      map[string]awssecretsmanager.Secret
-	existing map[string]awssecretsmanager.ISecret
-}
-
-// newSecretGrants creates one placeholder secret per distinct env reference.
-func (s *changesStack) newSecretGrants() *secretGrants {
-	g := &secretGrants{s: s, env: map[string]awssecretsmanager.Secret{}, existing: map[string]awssecretsmanager.ISecret{}}
+// addEnvSecrets creates, in the shared stack, one secret per distinct
+// {"env": "NAME"} reference of any job: <prefix>/NAME, with a random
+// placeholder value. Jobs share a secret they both name. No secret value
+// ever appears in the template.
+func (s *changesStack) addEnvSecrets() {
+	s.envSecrets = map[string]awssecretsmanager.Secret{}
 	for _, name := range envSecretNames(s.in.sourceSecrets, s.in.outputSecrets) {
 		secret := awssecretsmanager.NewSecret(s.stack, jsii.String("EnvSecret-"+name), &awssecretsmanager.SecretProps{
-			SecretName: jsii.String(s.cfg.Stack.Prefix + "/" + name),
+			SecretName: jsii.String(envSecretName(s.cfg, name)),
 			Description: jsii.String(fmt.Sprintf(
 				"changes-worker %s: the value of %s. Created with a random placeholder: put the real value here after deploy.",
 				s.cfg.Stack.Prefix, name)),
@@ -37,41 +29,41 @@ func (s *changesStack) newSecretGrants() *secretGrants {
 			},
 			RemovalPolicy: s.removalPolicy(),
 		})
-		s.suppress(secret, "AwsSolutions-SMG4",
+		suppress(secret, "AwsSolutions-SMG4",
 			"The secret holds a credential issued by an external system (source database, output endpoint or database); its owner rotates it and updates this secret, there is no rotation Lambda to run.")
-		g.env[name] = secret
+		s.envSecrets[name] = secret
 	}
-	return g
 }
 
-// grant lets role read the secrets refs point at.
-func (g *secretGrants) grant(role awsiam.IRole, refs []config.SecretRef) {
+// envSecretName is the name of the secret of {"env": "NAME"}.
+func envSecretName(cfg *config.File, name string) string { return cfg.Stack.Prefix + "/" + name }
+
+// grantSecrets lets role read the secrets refs point at: a secret of an env
+// reference by its name in the shared stack, an existing secret by its name
+// or ARN. Each secret is imported into the job's stack once.
+func (js *jobStack) grantSecrets(role awsiam.IRole, refs []config.SecretRef) {
 	for _, r := range refs {
-		if r.Env != "" {
-			g.env[r.Env].GrantRead(role, nil)
-			continue
-		}
-		g.lookup(r.Secret).GrantRead(role, nil)
+		js.secret(r).GrantRead(role, nil)
 	}
 }
 
-// lookup imports an existing secret once. Its name or ARN was checked by
-// loadInput.
-func (g *secretGrants) lookup(ref string) awssecretsmanager.ISecret {
-	if s, ok := g.existing[ref]; ok {
-		return s
+// secret imports the secret ref names. An existing secret's name or ARN was
+// checked by loadInput.
+func (js *jobStack) secret(r config.SecretRef) awssecretsmanager.ISecret {
+	if r.Env != "" {
+		return js.importOnce("EnvSecret-"+r.Env, func(id string) any {
+			return awssecretsmanager.Secret_FromSecretNameV2(js.stack, jsii.String(id), jsii.String(envSecretName(js.cfg, r.Env)))
+		}).(awssecretsmanager.ISecret)
 	}
-	id := jsii.String(fmt.Sprintf("Secret-%08x", crc32.ChecksumIEEE([]byte(ref))))
-	kind, _ := classifySecret(ref)
-	var secret awssecretsmanager.ISecret
-	switch kind {
-	case secretByCompleteARN:
-		secret = awssecretsmanager.Secret_FromSecretCompleteArn(g.s.stack, id, jsii.String(ref))
-	case secretByPartialARN:
-		secret = awssecretsmanager.Secret_FromSecretPartialArn(g.s.stack, id, jsii.String(ref))
-	default:
-		secret = awssecretsmanager.Secret_FromSecretNameV2(g.s.stack, id, jsii.String(ref))
-	}
-	g.existing[ref] = secret
-	return secret
+	id := fmt.Sprintf("Secret-%08x", crc32.ChecksumIEEE([]byte(r.Secret)))
+	return js.importOnce(id, func(id string) any {
+		kind, _ := classifySecret(r.Secret)
+		switch kind {
+		case secretByCompleteARN:
+			return awssecretsmanager.Secret_FromSecretCompleteArn(js.stack, jsii.String(id), jsii.String(r.Secret))
+		case secretByPartialARN:
+			return awssecretsmanager.Secret_FromSecretPartialArn(js.stack, jsii.String(id), jsii.String(r.Secret))
+		}
+		return awssecretsmanager.Secret_FromSecretNameV2(js.stack, jsii.String(id), jsii.String(r.Secret))
+	}).(awssecretsmanager.ISecret)
 }

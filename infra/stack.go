@@ -5,12 +5,9 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
@@ -18,10 +15,13 @@ import (
 	"github.com/changes-worker/changes-worker/shared/deployed"
 )
 
-// changesStack is the whole deployment of one job configuration: the state
-// table, the bucket, a work queue and a DLQ per (job, output), the poller and
-// writer functions, their schedules and event sources, alarms and a dashboard.
-// The local variant leaves the functions, schedules and event sources out.
+// changesStack is the deployment of one job configuration: the stack named
+// after stack.prefix holds what every job shares (the state table, the
+// bucket, the alarm topic and its key, the secrets of {"env": NAME}
+// references) and one nested stack per job (jobStack) with everything that
+// job alone uses. A change to one job changes its nested stack and, in this
+// stack, only the nested stack's template location; adding or removing a job
+// adds or deletes its nested stack.
 type changesStack struct {
 	stack awscdk.Stack
 
@@ -30,31 +30,10 @@ type changesStack struct {
 
 	table  awsdynamodb.Table
 	bucket awss3.IBucket
-	// outputBuckets are the other buckets S3 outputs name, by bucket name.
-	outputBuckets map[string]awss3.IBucket
-	// imported holds constructs that refer to existing resources, by construct id.
-	imported   map[string]any
-	routes     []*route
-	poller     *function
-	writer     *function
+	// envSecrets are the secrets of {"env": NAME} references, by NAME.
+	envSecrets map[string]awssecretsmanager.Secret
 	alarmTopic awssns.Topic
-}
-
-// route is one (job, output) with its queues.
-type route struct {
-	job   *config.Job
-	out   *config.Output
-	queue awssqs.Queue
-	dlq   awssqs.Queue
-}
-
-// function is a Lambda function with the role and log group made for it. In
-// the local variant fn is nil: only the role and the log group exist.
-type function struct {
-	name string // <prefix>-<poller|writer>
-	fn   awslambda.Function
-	role awsiam.Role
-	logs awslogs.LogGroup
+	jobs       []*jobStack
 }
 
 // newStack builds the stack for in. The stack is named after stack.prefix, so
@@ -71,10 +50,11 @@ func newStack(scope constructs.Construct, in *input, props *awscdk.StackProps) *
 	s := &changesStack{stack: awscdk.NewStack(scope, jsii.String(name), props), in: in, cfg: in.cfg}
 	s.addState()
 	s.addStorage()
-	s.addQueues()
-	s.addFunctions()
-	s.addAlarms()
-	s.addDashboard()
+	s.addAlarmTopic()
+	s.addEnvSecrets()
+	for _, j := range s.cfg.Jobs {
+		s.jobs = append(s.jobs, s.newJobStack(j))
+	}
 	s.addOutputs()
 	return s
 }

@@ -134,22 +134,22 @@ func TestTLSOnly(t *testing.T) {
 
 func TestEventSourceMappings(t *testing.T) {
 	syn := synthesized(t)
-	writerID, _ := syn.resource(t, "AWS::Lambda::Function", "FunctionName", "cwtest-writer")
 	byQueue := map[string]map[string]any{}
 	for _, r := range syn.resources("AWS::Lambda::EventSourceMapping") {
 		p := props(r)
-		if refID(p["FunctionName"]) != writerID {
-			t.Errorf("event source mapping for %s, want the writer", compact(p["FunctionName"]))
-		}
 		byQueue[refID(p["EventSourceArn"])] = p
 	}
 	for _, j := range syn.cfg.Jobs {
+		writerID, _ := syn.resource(t, "AWS::Lambda::Function", "FunctionName", functionName(syn.cfg, j, fnWriter))
 		for _, o := range j.Outputs {
 			queueID, _ := syn.resource(t, "AWS::SQS::Queue", "QueueName", syn.cfg.QueueName(j, o))
 			p, ok := byQueue[queueID]
 			if !ok {
 				t.Errorf("%s/%s: no event source mapping on its queue", j.ID, o.ID)
 				continue
+			}
+			if refID(p["FunctionName"]) != writerID {
+				t.Errorf("%s/%s: event source mapping for %s, want the job's writer", j.ID, o.ID, compact(p["FunctionName"]))
 			}
 			if got := strs(p["FunctionResponseTypes"]); !contains(got, "ReportBatchItemFailures") {
 				t.Errorf("%s/%s: FunctionResponseTypes = %v", j.ID, o.ID, got)
@@ -174,9 +174,9 @@ func TestEventSourceMappings(t *testing.T) {
 
 func TestSchedules(t *testing.T) {
 	syn := synthesized(t)
-	pollerID, _ := syn.resource(t, "AWS::Lambda::Function", "FunctionName", "cwtest-poller")
 	want := map[string]string{"orders": "rate(1 minute)", "catalog": "rate(2 minutes)"}
 	for _, j := range syn.cfg.Jobs {
+		pollerID, _ := syn.resource(t, "AWS::Lambda::Function", "FunctionName", functionName(syn.cfg, j, fnPoller))
 		_, rule := syn.resource(t, "AWS::Events::Rule", "Name", "cwtest-"+j.ID+"-schedule")
 		p := props(rule)
 		if p["ScheduleExpression"] != want[j.ID] {
@@ -191,7 +191,7 @@ func TestSchedules(t *testing.T) {
 		}
 		target := targets[0].(map[string]any)
 		if refID(target["Arn"]) != pollerID {
-			t.Errorf("%s: target %s, want the poller", j.ID, compact(target["Arn"]))
+			t.Errorf("%s: target %s, want the job's poller", j.ID, compact(target["Arn"]))
 		}
 		if target["Input"] != fmt.Sprintf(`{"job":"%s"}`, j.ID) {
 			t.Errorf("%s: Input = %v", j.ID, target["Input"])
@@ -208,85 +208,102 @@ func TestSchedules(t *testing.T) {
 func TestFunctions(t *testing.T) {
 	syn := synthesized(t)
 	cfg := syn.cfg
-	for _, c := range []struct {
-		name     string
-		timeout  float64
-		reserved any
-	}{
-		{"poller", cfg.Stack.PollerTimeout.D().Seconds(), float64(2 * len(cfg.Jobs))},
-		{"writer", cfg.Stack.WriterTimeout.D().Seconds(), nil},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			_, fn := syn.resource(t, "AWS::Lambda::Function", "FunctionName", "cwtest-"+c.name)
-			p := props(fn)
-			if p["Runtime"] != "provided.al2023" || p["Handler"] != "bootstrap" || compact(p["Architectures"]) != `["arm64"]` {
-				t.Errorf("runtime %v handler %v architectures %v", p["Runtime"], p["Handler"], p["Architectures"])
-			}
-			if p["Timeout"] != c.timeout {
-				t.Errorf("Timeout = %v, want %v", p["Timeout"], c.timeout)
-			}
-			if p["ReservedConcurrentExecutions"] != c.reserved {
-				t.Errorf("ReservedConcurrentExecutions = %v, want %v", p["ReservedConcurrentExecutions"], c.reserved)
-			}
-			env, _ := p["Environment"].(map[string]any)
-			vars, _ := env["Variables"].(map[string]any)
-			if vars[envConfigFile] != "jobs.json" || vars[envSecretPrefix] != "cwtest/" {
-				t.Errorf("environment = %s", compact(vars))
-			}
-			if _, ok := syn.resources("AWS::S3::Bucket")[refID(vars[envBucket])]; !ok {
-				t.Errorf("%s = %s, want the stack bucket", envBucket, compact(vars[envBucket]))
-			}
-			logging, _ := p["LoggingConfig"].(map[string]any)
-			group, ok := syn.resources("AWS::Logs::LogGroup")[refID(logging["LogGroup"])]
-			if !ok {
-				t.Fatalf("LoggingConfig = %s, want the function's log group", compact(logging))
-			}
-			if logging["LogFormat"] != "JSON" {
-				t.Errorf("LoggingConfig.LogFormat = %v, want JSON", logging["LogFormat"])
-			}
-			if lp := props(group); lp["RetentionInDays"] != float64(cfg.Stack.LogRetentionDays) || lp["LogGroupName"] != "/aws/lambda/cwtest-"+c.name {
-				t.Errorf("log group = %s", compact(lp))
-			}
-			vpc, _ := p["VpcConfig"].(map[string]any)
-			if compact(vpc["SubnetIds"]) != compact(cfg.Stack.VPC.SubnetIDs) || compact(vpc["SecurityGroupIds"]) != compact(cfg.Stack.VPC.SecurityGroupIDs) {
-				t.Errorf("VpcConfig = %s", compact(vpc))
-			}
-		})
+	for _, j := range cfg.Jobs {
+		for _, c := range []struct {
+			name     string
+			timeout  float64
+			reserved any
+		}{
+			{fnPoller, cfg.Stack.PollerTimeout.D().Seconds(), float64(2)},
+			{fnWriter, cfg.Stack.WriterTimeout.D().Seconds(), nil},
+		} {
+			t.Run(j.ID+"/"+c.name, func(t *testing.T) {
+				name := functionName(cfg, j, c.name)
+				_, fn := syn.resource(t, "AWS::Lambda::Function", "FunctionName", name)
+				p := props(fn)
+				if p["Runtime"] != "provided.al2023" || p["Handler"] != "bootstrap" || compact(p["Architectures"]) != `["arm64"]` {
+					t.Errorf("runtime %v handler %v architectures %v", p["Runtime"], p["Handler"], p["Architectures"])
+				}
+				if p["Timeout"] != c.timeout {
+					t.Errorf("Timeout = %v, want %v", p["Timeout"], c.timeout)
+				}
+				if p["ReservedConcurrentExecutions"] != c.reserved {
+					t.Errorf("ReservedConcurrentExecutions = %v, want %v", p["ReservedConcurrentExecutions"], c.reserved)
+				}
+				env, _ := p["Environment"].(map[string]any)
+				vars, _ := env["Variables"].(map[string]any)
+				if vars[envConfigFile] != "jobs.json" || vars[envSecretPrefix] != "cwtest/" {
+					t.Errorf("environment = %s", compact(vars))
+				}
+				// The stack bucket's generated name comes from the shared
+				// stack, as a parameter of the job's nested stack.
+				if b := compact(vars[envBucket]); !strings.Contains(b, `{"Ref":"`) || !strings.Contains(b, "DataBucket") {
+					t.Errorf("%s = %s, want the stack bucket", envBucket, b)
+				}
+				logging, _ := p["LoggingConfig"].(map[string]any)
+				group, ok := syn.resources("AWS::Logs::LogGroup")[refID(logging["LogGroup"])]
+				if !ok {
+					t.Fatalf("LoggingConfig = %s, want the function's log group", compact(logging))
+				}
+				if logging["LogFormat"] != "JSON" {
+					t.Errorf("LoggingConfig.LogFormat = %v, want JSON", logging["LogFormat"])
+				}
+				if lp := props(group); lp["RetentionInDays"] != float64(cfg.Stack.LogRetentionDays) || lp["LogGroupName"] != "/aws/lambda/"+name {
+					t.Errorf("log group = %s", compact(lp))
+				}
+				vpc, _ := p["VpcConfig"].(map[string]any)
+				if compact(vpc["SubnetIds"]) != compact(cfg.Stack.VPC.SubnetIDs) || compact(vpc["SecurityGroupIds"]) != compact(cfg.Stack.VPC.SecurityGroupIDs) {
+					t.Errorf("VpcConfig = %s", compact(vpc))
+				}
+			})
+		}
 	}
 	assert(t, "log groups", func() {
-		syn.template.ResourceCountIs(jsii.String("AWS::Logs::LogGroup"), jsii.Number(2))
+		syn.template.ResourceCountIs(jsii.String("AWS::Logs::LogGroup"), jsii.Number(float64(2*len(cfg.Jobs))))
 	})
 }
 
 // TestFunctionCode checks the staged code of each function: the built
-// bootstrap plus the configuration file, byte for byte, as jobs.json.
+// bootstrap plus, as jobs.json, the configuration of the function's job
+// alone (jobConfig), so that a change to another job leaves it unchanged.
 func TestFunctionCode(t *testing.T) {
 	syn := synthesized(t)
 	entries, err := os.ReadDir(syn.outdir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	perJob := map[string]int{}
 	for _, e := range entries {
 		if !e.IsDir() || !strings.HasPrefix(e.Name(), "asset.") {
 			continue
 		}
-		n++
 		dir := filepath.Join(syn.outdir, e.Name())
 		got, err := os.ReadFile(filepath.Join(dir, bundledConfigName))
 		if err != nil {
 			t.Fatalf("asset %s: %v", e.Name(), err)
 		}
-		if string(got) != string(syn.raw) {
-			t.Errorf("asset %s: jobs.json differs from %s", e.Name(), testConfig)
+		f, err := config.Parse(got)
+		if err != nil || len(f.Jobs) != 1 {
+			t.Fatalf("asset %s: jobs.json: %v, want a valid configuration of one job", e.Name(), err)
 		}
+		id := f.Jobs[0].ID
+		want, err := jobConfig(syn.raw, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("asset %s: jobs.json differs from job %s of %s:\n%s", e.Name(), id, testConfig, got)
+		}
+		perJob[id]++
 		st, err := os.Stat(filepath.Join(dir, "bootstrap"))
 		if err != nil || st.Mode().Perm()&0o111 == 0 {
 			t.Errorf("asset %s: bootstrap missing or not executable: %v", e.Name(), err)
 		}
 	}
-	if n != 2 {
-		t.Errorf("%d function assets, want 2 (poller, writer)", n)
+	for _, j := range syn.cfg.Jobs {
+		if perJob[j.ID] != 2 {
+			t.Errorf("job %s: %d function assets, want 2 (poller, writer)", j.ID, perJob[j.ID])
+		}
 	}
 }
 
@@ -361,7 +378,8 @@ func TestSecrets(t *testing.T) {
 		syn.template.ResourceCountIs(jsii.String("AWS::SecretsManager::Secret"), jsii.Number(2))
 	})
 
-	poller, writer := rolePolicy(t, syn, "cwtest-poller"), rolePolicy(t, syn, "cwtest-writer")
+	// Each job's functions read their own job's secrets only; a secret of
+	// an env reference is named, in the shared stack.
 	read := func(doc string, secret string) bool {
 		for _, st := range statementsOf(doc) {
 			if contains(strs(st["Action"]), "secretsmanager:GetSecretValue") && strings.Contains(compact(st["Resource"]), secret) {
@@ -370,130 +388,183 @@ func TestSecrets(t *testing.T) {
 		}
 		return false
 	}
+	const (
+		catalogToken = ":secret:cwtest/CATALOG_SOURCE_TOKEN-??????"
+		crmToken     = ":secret:cwtest/CRM_TOKEN-??????"
+		sgwPassword  = ":secret:orders/sgw-password-??????"
+		pgDSN        = "arn:aws:secretsmanager:us-east-1:123456789012:secret:orders/pg-dsn-AbCdEf"
+	)
+	all := []string{catalogToken, crmToken, sgwPassword, pgDSN}
 	for _, c := range []struct {
-		who, doc, secret string
-		want             bool
+		fn   string
+		want []string
 	}{
-		{"poller", poller, "EnvSecretCATALOGSOURCETOKEN", true},
-		{"poller", poller, ":secret:orders/sgw-password-??????", true},
-		{"poller", poller, "EnvSecretCRMTOKEN", false},
-		{"poller", poller, "orders/pg-dsn", false},
-		{"writer", writer, "EnvSecretCRMTOKEN", true},
-		{"writer", writer, "arn:aws:secretsmanager:us-east-1:123456789012:secret:orders/pg-dsn-AbCdEf", true},
-		{"writer", writer, "EnvSecretCATALOGSOURCETOKEN", false},
-		{"writer", writer, "sgw-password", false},
+		{"cwtest-orders-poller", []string{sgwPassword}},
+		{"cwtest-orders-writer", []string{crmToken, pgDSN}},
+		{"cwtest-catalog-poller", []string{catalogToken}},
+		{"cwtest-catalog-writer", []string{crmToken}},
 	} {
-		if got := read(c.doc, c.secret); got != c.want {
-			t.Errorf("%s reads %s = %v, want %v", c.who, c.secret, got, c.want)
+		doc := rolePolicy(t, syn, c.fn)
+		for _, secret := range all {
+			if got, want := read(doc, secret), contains(c.want, secret); got != want {
+				t.Errorf("%s reads %s = %v, want %v", c.fn, secret, got, want)
+			}
 		}
 	}
 }
 
 // TestGrants checks each function's policy statement by statement: exactly
-// these actions, on these resources.
+// these actions, on these resources, all of them the function's own job's.
 func TestGrants(t *testing.T) {
 	syn := synthesized(t)
-	tableID, _ := syn.resource(t, "AWS::DynamoDB::Table", "TableName", "cwtest-state")
-
-	poller := statementsOf(rolePolicy(t, syn, "cwtest-poller"))
-	wantActions(t, "poller", poller, "dynamodb:", []string{"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"})
-	for _, st := range poller {
-		if hasPrefixAny(strs(st["Action"])[0], "dynamodb:") && compact(st["Resource"]) != compact(map[string]any{"Fn::GetAtt": []any{tableID, "Arn"}}) {
-			t.Errorf("poller dynamodb resource = %s, want the table only", compact(st["Resource"]))
-		}
+	const table = ":table/cwtest-state"
+	leading := func(keys ...string) string {
+		return compact(map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": keys}})
 	}
-	wantActions(t, "poller", poller, "sqs:", []string{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"})
-	wantActions(t, "poller", poller, "s3:", []string{"s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject"})
-	wantResources(t, syn, "poller", poller, "sqs:SendMessage", func(q map[string]any) bool { return !strings.Contains(q["QueueName"].(string), "-dlq") })
+	for _, j := range syn.cfg.Jobs {
+		ownQueue := func(q map[string]any) bool {
+			return strings.HasPrefix(q["QueueName"].(string), "cwtest-"+j.ID+"-")
+		}
+		poller := statementsOf(rolePolicy(t, syn, functionName(syn.cfg, j, fnPoller)))
+		wantActions(t, j.ID+" poller", poller, "dynamodb:", []string{"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"})
+		for _, st := range poller {
+			if !hasPrefixAny(strs(st["Action"])[0], "dynamodb:") {
+				continue
+			}
+			if !strings.Contains(compact(st["Resource"]), table) {
+				t.Errorf("%s poller dynamodb resource = %s, want the table only", j.ID, compact(st["Resource"]))
+			}
+			// The job's item (lease and checkpoint) and its quarantine entries.
+			if want := leading(j.ID, "quarantine/"+j.ID+"/*"); compact(st["Condition"]) != want {
+				t.Errorf("%s poller dynamodb condition = %s, want %s", j.ID, compact(st["Condition"]), want)
+			}
+		}
+		wantActions(t, j.ID+" poller", poller, "sqs:", []string{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"})
+		wantResources(t, syn, j.ID+" poller", poller, "sqs:SendMessage", func(q map[string]any) bool {
+			return ownQueue(q) && !strings.Contains(q["QueueName"].(string), "-dlq")
+		})
 
-	writer := statementsOf(rolePolicy(t, syn, "cwtest-writer"))
-	// The test configuration has a halting output (orders/crm): the writer
-	// reads and writes the halt items, and no other item of the table.
-	wantActions(t, "writer", writer, "dynamodb:", []string{"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:UpdateItem"})
-	for _, st := range writer {
-		if !hasPrefixAny(strs(st["Action"])[0], "dynamodb:") {
-			continue
+		writer := statementsOf(rolePolicy(t, syn, functionName(syn.cfg, j, fnWriter)))
+		halting := false
+		for _, o := range j.Outputs {
+			halting = halting || o.Halts()
 		}
-		if compact(st["Resource"]) != compact(map[string]any{"Fn::GetAtt": []any{tableID, "Arn"}}) {
-			t.Errorf("writer dynamodb resource = %s, want the table only", compact(st["Resource"]))
+		// Every writer records, reads and clears its job's outage items
+		// (an output that is down); a job with a halting output (orders/crm)
+		// its halt items too; no other item of the table.
+		keys := []string{"outage/" + j.ID + "/*"}
+		if halting {
+			keys = append(keys, "halt/"+j.ID+"/*")
 		}
-		if want := `{"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["halt/*"]}}`; compact(st["Condition"]) != want {
-			t.Errorf("writer dynamodb condition = %s, want %s", compact(st["Condition"]), want)
+		wantActions(t, j.ID+" writer", writer, "dynamodb:", []string{"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:UpdateItem"})
+		for _, st := range writer {
+			if !hasPrefixAny(strs(st["Action"])[0], "dynamodb:") {
+				continue
+			}
+			if !strings.Contains(compact(st["Resource"]), table) {
+				t.Errorf("%s writer dynamodb resource = %s, want the table only", j.ID, compact(st["Resource"]))
+			}
+			if want := leading(keys...); compact(st["Condition"]) != want {
+				t.Errorf("%s writer dynamodb condition = %s, want %s", j.ID, compact(st["Condition"]), want)
+			}
 		}
+		wantActions(t, j.ID+" writer", writer, "sqs:", []string{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"})
+		wantResources(t, syn, j.ID+" writer", writer, "sqs:SendMessage", func(q map[string]any) bool {
+			return ownQueue(q) && strings.Contains(q["QueueName"].(string), "-dlq")
+		})
+		wantResources(t, syn, j.ID+" writer", writer, "sqs:ReceiveMessage", func(q map[string]any) bool {
+			return ownQueue(q) && !strings.Contains(q["QueueName"].(string), "-dlq")
+		})
 	}
-	wantActions(t, "writer", writer, "sqs:", []string{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"})
-	wantActions(t, "writer", writer, "s3:", []string{"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"})
-	wantResources(t, syn, "writer", writer, "sqs:SendMessage", func(q map[string]any) bool { return strings.Contains(q["QueueName"].(string), "-dlq") })
-	wantResources(t, syn, "writer", writer, "sqs:ReceiveMessage", func(q map[string]any) bool { return !strings.Contains(q["QueueName"].(string), "-dlq") })
 
-	// Object grants are confined to the claim-check prefix and the outputs' prefixes.
-	objects := map[string][]string{}
-	for who, sts := range map[string][]map[string]any{"poller": poller, "writer": writer} {
+	// Object grants are confined to the job's claim-check prefix, its
+	// attachments prefix and its outputs' prefixes.
+	for _, c := range []struct {
+		fn      string
+		actions []string
+		allowed []string
+		want    []string
+		list    string
+	}{
+		{"cwtest-orders-poller", []string{"s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
+			[]string{"/claim-check/orders/*", "/attachments/orders/*"}, []string{"/attachments/orders/*"}, `"s3:prefix":["attachments/orders/*"]`},
+		{"cwtest-catalog-poller", []string{"s3:PutObject"}, []string{"/claim-check/catalog/*"}, nil, ""},
+		{"cwtest-orders-writer", []string{"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
+			[]string{"/claim-check/orders/*", "/archive/orders/*"}, []string{"/archive/orders/*"}, `"s3:prefix":["archive/orders/*"]`},
+		{"cwtest-catalog-writer", []string{"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
+			[]string{"/claim-check/catalog/*", "partner-exports/catalog/*"}, []string{"arn:\",{\"Ref\":\"AWS::Partition\"},\":s3:::partner-exports/catalog/*"}, `"s3:prefix":["catalog/*"]`},
+	} {
+		sts := statementsOf(rolePolicy(t, syn, c.fn))
+		wantActions(t, c.fn, sts, "s3:", c.actions)
+		var objects []string
 		for _, st := range sts {
 			for _, a := range strs(st["Action"]) {
 				if a == "s3:GetObject" || a == "s3:PutObject" || a == "s3:DeleteObject" || a == "s3:AbortMultipartUpload" {
-					objects[who] = append(objects[who], compact(st["Resource"]))
+					objects = append(objects, compact(st["Resource"]))
 				}
 			}
+			if contains(strs(st["Action"]), "s3:ListBucket") && !strings.Contains(compact(st["Condition"]), c.list) {
+				t.Errorf("%s lists the bucket beyond its prefix: %s", c.fn, compact(st))
+			}
 		}
-	}
-	for _, res := range objects["poller"] {
-		if !strings.Contains(res, "/claim-check/") && !strings.Contains(res, "/attachments/orders/*") {
-			t.Errorf("poller object grant on %s", res)
+		for _, res := range objects {
+			if !hasAny(res, c.allowed...) {
+				t.Errorf("%s object grant on %s", c.fn, res)
+			}
 		}
-	}
-	if !strings.Contains(strings.Join(objects["poller"], " "), "/attachments/orders/*") {
-		t.Errorf("poller has no grant on the orders job's attachments prefix: %v", objects["poller"])
-	}
-	for _, st := range poller {
-		if contains(strs(st["Action"]), "s3:ListBucket") && !strings.Contains(compact(st["Condition"]), `"s3:prefix":["attachments/orders/*"]`) {
-			t.Errorf("poller lists the bucket beyond the attachments prefix: %s", compact(st))
+		for _, w := range c.want {
+			if !strings.Contains(strings.Join(objects, " "), w) {
+				t.Errorf("%s has no object grant on %s: %v", c.fn, w, objects)
+			}
 		}
-	}
-	for _, res := range objects["writer"] {
-		if !strings.Contains(res, "/claim-check/") && !strings.Contains(res, "/archive/orders/*") && !strings.Contains(res, "partner-exports/catalog/*") {
-			t.Errorf("writer object grant on %s", res)
-		}
-	}
-	if !strings.Contains(strings.Join(objects["writer"], " "), "arn:\",{\"Ref\":\"AWS::Partition\"},\":s3:::partner-exports/catalog/*") {
-		t.Errorf("writer has no grant on the other bucket's prefix: %v", objects["writer"])
 	}
 }
 
+func hasAny(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
 // TestClaimCheckGrants: the poller may write and the writer may read claim
-// checks only under the claim-check prefix of each configured job, in the
-// stack bucket: never every job's prefix, so a message naming another
-// stack's or an unconfigured job's claim check is refused by IAM too.
+// checks only under the claim-check prefix of its own job, in the stack
+// bucket: never another job's, so a message naming another job's or
+// stack's claim check is refused by IAM too.
 func TestClaimCheckGrants(t *testing.T) {
 	syn := synthesized(t)
 	claimRes := regexp.MustCompile(`/claim-check/[^"]*`)
-	for _, c := range []struct{ fn, action string }{
-		{"cwtest-poller", "s3:PutObject"},
-		{"cwtest-writer", "s3:GetObject"},
-	} {
-		got := map[string]bool{}
-		for _, st := range statementsOf(rolePolicy(t, syn, c.fn)) {
-			if !contains(strs(st["Action"]), c.action) {
-				continue
-			}
-			res := st["Resource"]
-			list, ok := res.([]any)
-			if !ok {
-				list = []any{res}
-			}
-			for _, r := range list {
-				js := compact(r)
-				for _, m := range claimRes.FindAllString(js, -1) {
-					got[m] = true
-					if !strings.Contains(js, `"DataBucket`) {
-						t.Errorf("%s %s on %s: not the stack bucket", c.fn, c.action, js)
+	for _, j := range syn.cfg.Jobs {
+		for _, c := range []struct{ fn, action string }{
+			{functionName(syn.cfg, j, fnPoller), "s3:PutObject"},
+			{functionName(syn.cfg, j, fnWriter), "s3:GetObject"},
+		} {
+			got := map[string]bool{}
+			for _, st := range statementsOf(rolePolicy(t, syn, c.fn)) {
+				if !contains(strs(st["Action"]), c.action) {
+					continue
+				}
+				res := st["Resource"]
+				list, ok := res.([]any)
+				if !ok {
+					list = []any{res}
+				}
+				for _, r := range list {
+					js := compact(r)
+					for _, m := range claimRes.FindAllString(js, -1) {
+						got[m] = true
+						if !strings.Contains(js, `DataBucket`) {
+							t.Errorf("%s %s on %s: not the stack bucket", c.fn, c.action, js)
+						}
 					}
 				}
 			}
-		}
-		want := []string{"/claim-check/catalog/*", "/claim-check/orders/*"}
-		if d := cmp.Diff(want, sortedKeys(got)); d != "" {
-			t.Errorf("%s %s claim-check resources (-want +got):\n%s", c.fn, c.action, d)
+			want := []string{"/claim-check/" + j.ID + "/*"}
+			if d := cmp.Diff(want, sortedKeys(got)); d != "" {
+				t.Errorf("%s %s claim-check resources (-want +got):\n%s", c.fn, c.action, d)
+			}
 		}
 	}
 }
@@ -501,6 +572,9 @@ func TestClaimCheckGrants(t *testing.T) {
 func TestAlarms(t *testing.T) {
 	syn := synthesized(t)
 	topicID, topic := syn.resource(t, "AWS::SNS::Topic", "TopicName", "cwtest-alarms")
+	// The jobs' stacks name the topic: its ARN, built from the name.
+	topicARN := compact([]any{"arn:", map[string]any{"Ref": "AWS::Partition"}, ":sns:", map[string]any{"Ref": "AWS::Region"}, ":",
+		map[string]any{"Ref": "AWS::AccountId"}, ":cwtest-alarms"})
 	if props(topic)["KmsMasterKeyId"] == nil {
 		t.Errorf("alarm topic is not encrypted")
 	}
@@ -514,22 +588,22 @@ func TestAlarms(t *testing.T) {
 		p := props(r)
 		name, _ := p["AlarmName"].(string)
 		alarms[name] = p
-		if actions := p["AlarmActions"].([]any); len(actions) != 1 || refID(actions[0]) != topicID {
+		if actions := p["AlarmActions"].([]any); len(actions) != 1 || !strings.Contains(compact(actions[0]), topicARN) {
 			t.Errorf("alarm %s (%s) actions = %s, want the topic", name, id, compact(actions))
 		}
 	}
 	var want []string
 	for _, j := range syn.cfg.Jobs {
-		want = append(want, j.ID+"-poller-errors", j.ID+"-no-progress", j.ID+"-no-lease-holder", j.ID+"-source-auth-failures", j.ID+"-flood",
+		want = append(want, j.ID+"-functions", j.ID+"-poller-errors", j.ID+"-no-progress", j.ID+"-no-lease-holder", j.ID+"-source-auth-failures", j.ID+"-flood",
 			j.ID+"-malformed-rows", j.ID+"-blocked-page")
 		for _, o := range j.Outputs {
-			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-latency", j.ID+"-"+o.ID+"-output-auth-failures", j.ID+"-"+o.ID+"-backpressure")
+			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-latency", j.ID+"-"+o.ID+"-output-auth-failures", j.ID+"-"+o.ID+"-backpressure",
+				j.ID+"-"+o.ID+"-output-down")
 			if o.Halts() {
 				want = append(want, j.ID+"-"+o.ID+"-halted")
 			}
 		}
 	}
-	want = append(want, "poller-errors", "writer-errors", "writer-throttles")
 	for _, w := range want {
 		if _, ok := alarms["cwtest-"+w]; !ok {
 			t.Errorf("no alarm cwtest-%s", w)
@@ -540,11 +614,22 @@ func TestAlarms(t *testing.T) {
 	}
 
 	for _, j := range syn.cfg.Jobs {
+		fns := compact(alarms["cwtest-"+j.ID+"-functions"]["Metrics"])
+		for _, m := range []string{"FILL(pollerErrors, 0) + FILL(writerErrors, 0) + FILL(writerThrottles, 0)", `"MetricName":"Errors"`, `"MetricName":"Throttles"`} {
+			if !strings.Contains(fns, m) {
+				t.Errorf("%s functions alarm lacks %q: %s", j.ID, m, fns)
+			}
+		}
+		// Idle watch: an active poller reports Role every few seconds.
+		// Idle sleep: each invocation reports it, one a schedule period.
 		lease := alarms["cwtest-"+j.ID+"-no-lease-holder"]
-		wantPeriods := math.Ceil(2 * j.Lease.TTL.D().Seconds() / 10)
-		if lease["Period"] != float64(10) || lease["EvaluationPeriods"] != wantPeriods || lease["TreatMissingData"] != "breaching" ||
+		wantPeriod, wantPeriods := float64(10), math.Ceil(2*j.Lease.TTL.D().Seconds()/10)
+		if j.Idle == config.IdleSleep {
+			wantPeriod, wantPeriods = j.Schedule.D().Seconds(), 2
+		}
+		if lease["Period"] != wantPeriod || lease["EvaluationPeriods"] != wantPeriods || lease["TreatMissingData"] != "breaching" ||
 			lease["MetricName"] != metrics.Role || lease["Statistic"] != "Maximum" || lease["ComparisonOperator"] != "LessThanThreshold" || lease["Threshold"] != float64(1) {
-			t.Errorf("%s no-lease-holder alarm = %s, want Role max < 1 over %v x 10 s, missing data breaching", j.ID, compact(lease), wantPeriods)
+			t.Errorf("%s (idle %s) no-lease-holder alarm = %s, want Role max < 1 over %v x %v s, missing data breaching", j.ID, j.Idle, compact(lease), wantPeriods, wantPeriod)
 		}
 		for suffix, metric := range map[string]string{"-malformed-rows": metrics.MalformedRows, "-blocked-page": metrics.MalformedPages} {
 			a := alarms["cwtest-"+j.ID+suffix]
@@ -586,6 +671,11 @@ func TestAlarms(t *testing.T) {
 				bp["Threshold"] != float64(1) || bp["EvaluationPeriods"] != float64(3) || bp["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" {
 				t.Errorf("%s/%s backpressure alarm = %s", j.ID, o.ID, compact(bp))
 			}
+			down := alarms["cwtest-"+j.ID+"-"+o.ID+"-output-down"]
+			if q := compact(down["Metrics"]); !strings.Contains(q, stat(metrics.OutputDown)) || !strings.Contains(q, `"Stat":"Maximum"`) ||
+				down["Threshold"] != float64(1) || down["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" || down["TreatMissingData"] != "ignore" {
+				t.Errorf("%s/%s output-down alarm = %s, want OutputDown max >= 1, missing data ignored", j.ID, o.ID, compact(down))
+			}
 			age := alarms["cwtest-"+j.ID+"-"+o.ID+"-latency"]
 			if age["MetricName"] != "ApproximateAgeOfOldestMessage" || age["Threshold"] != j.LatencyObjective.D().Seconds() {
 				t.Errorf("%s/%s latency alarm = %s", j.ID, o.ID, compact(age))
@@ -611,22 +701,29 @@ func TestAlarms(t *testing.T) {
 
 func TestDashboard(t *testing.T) {
 	syn := synthesized(t)
-	_, d := syn.resource(t, "AWS::CloudWatch::Dashboard", "DashboardName", "cwtest")
-	body := compact(props(d)["DashboardBody"])
-	for _, want := range []string{
-		"## job orders", "## job catalog",
-		metrics.PendingChanges, metrics.LagSeconds, metrics.DocumentsEnqueued, metrics.Delivered,
-		metrics.EndToEndLatencyMs, "ApproximateNumberOfMessagesVisible", metrics.Role,
-		metrics.CheckpointAgeSeconds, "lease acquired",
-		metrics.SourceAuthFailures, metrics.OutputAuthFailures, metrics.SourceRequestTime, metrics.OutputRequestTime,
-		metrics.LargestBatch, metrics.FloodBatches, metrics.BackpressureActive, metrics.BackpressureDelays, metrics.BackpressureDelaySeconds,
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("dashboard lacks %q", want)
+	for _, j := range syn.cfg.Jobs {
+		_, d := syn.resource(t, "AWS::CloudWatch::Dashboard", "DashboardName", "cwtest-"+j.ID)
+		body := compact(props(d)["DashboardBody"])
+		for _, want := range []string{
+			"## job " + j.ID,
+			metrics.PendingChanges, metrics.LagSeconds, metrics.DocumentsEnqueued, metrics.Delivered,
+			metrics.EndToEndLatencyMs, "ApproximateNumberOfMessagesVisible", metrics.Role,
+			metrics.CheckpointAgeSeconds, "lease acquired",
+			metrics.SourceAuthFailures, metrics.OutputAuthFailures, metrics.SourceRequestTime, metrics.OutputRequestTime,
+			metrics.LargestBatch, metrics.FloodBatches, metrics.BackpressureActive, metrics.BackpressureDelays, metrics.BackpressureDelaySeconds,
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("dashboard of %s lacks %q", j.ID, want)
+			}
+		}
+		for _, other := range syn.cfg.Jobs {
+			if other != j && strings.Contains(body, "## job "+other.ID) {
+				t.Errorf("dashboard of %s shows job %s", j.ID, other.ID)
+			}
 		}
 	}
-	assert(t, "one dashboard", func() {
-		syn.template.ResourceCountIs(jsii.String("AWS::CloudWatch::Dashboard"), jsii.Number(1))
+	assert(t, "a dashboard per job", func() {
+		syn.template.ResourceCountIs(jsii.String("AWS::CloudWatch::Dashboard"), jsii.Number(float64(len(syn.cfg.Jobs))))
 	})
 }
 

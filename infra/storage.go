@@ -72,27 +72,3 @@ func (s *changesStack) addStorage() {
 		RemovalPolicy: s.removalPolicy(),
 	})
 }
-
-// outputBucket returns the bucket an S3 output writes to: the stack bucket
-// when the output names none (or names the stack bucket), otherwise the named
-// bucket, imported by name.
-func (s *changesStack) outputBucket(o *config.Output) awss3.IBucket {
-	return s.bucketNamed(o.S3.Bucket)
-}
-
-// bucketNamed returns the stack bucket for "" or its own name, otherwise the
-// named bucket, imported once by name.
-func (s *changesStack) bucketNamed(name string) awss3.IBucket {
-	if name == "" || name == s.cfg.Stack.Bucket {
-		return s.bucket
-	}
-	if b, ok := s.outputBuckets[name]; ok {
-		return b
-	}
-	if s.outputBuckets == nil {
-		s.outputBuckets = map[string]awss3.IBucket{}
-	}
-	b := awss3.Bucket_FromBucketName(s.stack, jsii.String("OutputBucket-"+name), jsii.String(name))
-	s.outputBuckets[name] = b
-	return b
-}

@@ -15,11 +15,12 @@ config=$2
 db="$COUCH_URL/demo-orders"
 out=.local/http-out
 prefix=changes-worker
+job=orders
 AWSCLI=(.local/localstack/venv/bin/python -m awscli)
 export AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-$AWS_REGION}"
 
-"${AWSCLI[@]}" lambda get-function --function-name "$prefix-poller" >/dev/null 2>&1 ||
-	{ echo "no deployed function $prefix-poller: run make localstack-deploy first" >&2; exit 1; }
+"${AWSCLI[@]}" lambda get-function --function-name "$prefix-$job-poller" >/dev/null 2>&1 ||
+	{ echo "no deployed function $prefix-$job-poller: run make localstack-deploy first" >&2; exit 1; }
 start_ms=$(($(date +%s) * 1000))
 started=$SECONDS
 
@@ -44,8 +45,8 @@ demo_receiver "$ctl" "$out"
 # Invoked asynchronously, as the schedule invokes it: it runs for its whole
 # budget (stack.poller_timeout), standing by when the schedule's poller holds
 # the lease, which then delivers instead.
-echo "== invoking $prefix-poller through the Lambda API"
-"${AWSCLI[@]}" lambda invoke --invocation-type Event --function-name "$prefix-poller" \
+echo "== invoking $prefix-$job-poller through the Lambda API"
+"${AWSCLI[@]}" lambda invoke --invocation-type Event --function-name "$prefix-$job-poller" \
 	--payload '{"job":"orders"}' /dev/null >/dev/null
 want="$(curl -s "$db" | python3 -c 'import json, sys; print(json.load(sys.stdin)["update_seq"])')"
 echo "== waiting for the poller to checkpoint the source's last change ($want)"
@@ -78,7 +79,7 @@ demo_result "$ctl" "$config" "$out"
 echo
 echo "== the deployed functions, from the REPORT lines of their log groups"
 for f in poller writer; do
-	"${AWSCLI[@]}" logs filter-log-events --log-group-name "/aws/lambda/$prefix-$f" \
+	"${AWSCLI[@]}" logs filter-log-events --log-group-name "/aws/lambda/$prefix-$job-$f" \
 		--filter-pattern REPORT --query 'events[].[timestamp, message]' --output json |
-		python3 "$(dirname "${BASH_SOURCE[0]}")/reports.py" "$prefix-$f" "$start_ms"
+		python3 "$(dirname "${BASH_SOURCE[0]}")/reports.py" "$prefix-$job-$f" "$start_ms"
 done

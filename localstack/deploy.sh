@@ -86,8 +86,11 @@ if [[ "$s3_functions" != "$AWS_ENDPOINT_URL" ]]; then
 	say "bucket $bucket also on $s3_functions, the S3 the functions use"
 fi
 
-for f in poller writer; do
-	fn="$prefix-$f"
+# One poller and one writer per job, each named <prefix>-<job>-<function>.
+functions="$("${AWSCLI[@]}" lambda list-functions \
+	--query "Functions[?starts_with(FunctionName, \`$prefix-\`)].FunctionName" --output text)"
+[[ -n "$functions" ]] || die "the stack $prefix deployed no functions"
+for fn in $functions; do
 	for _ in $(seq 60); do
 		state="$("${AWSCLI[@]}" lambda get-function --function-name "$fn" --query Configuration.State --output text)"
 		[[ "$state" == Active ]] && break
@@ -109,4 +112,4 @@ for rule in $rules; do
 	targets="$("${AWSCLI[@]}" events list-targets-by-rule --rule "$rule" --query Targets --output json)"
 	"${AWSCLI[@]}" events put-targets --rule "$rule" --targets "$targets" >/dev/null
 done
-say "stack $prefix deployed; rules $rules now start $prefix-poller on their schedule"
+say "stack $prefix deployed; rules $rules now start their jobs' pollers on their schedule"

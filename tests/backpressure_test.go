@@ -55,6 +55,27 @@ func sum(vs []float64) float64 {
 	return s
 }
 
+// tooManyRequestsFor wraps the HTTP receiver: it answers 429 with
+// Retry-After: 1 for d from the first request, counting the refusals in
+// refused, then passes requests on.
+func tooManyRequestsFor(d time.Duration, refused *atomic.Int32) func(http.Handler) http.Handler {
+	var refusing atomic.Bool
+	refusing.Store(true)
+	var once sync.Once
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			once.Do(func() { time.AfterFunc(d, func() { refusing.Store(false) }) })
+			if refusing.Load() {
+				refused.Add(1)
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusTooManyRequests)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
 // An output that answers 429 with Retry-After for longer than its messages'
 // receives would last without backpressure: the writer holds them back
 // (visibility, then a resend with a fresh receive count), nothing is
@@ -62,27 +83,12 @@ func sum(vs []float64) float64 {
 func TestBackpressureRetryAfterNothingDeadLettered(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	var refusing atomic.Bool
-	refusing.Store(true)
 	var refused atomic.Int32
-	var once sync.Once
 	s := newStack(t, stackOptions{
 		outputs: []string{"rest"}, maxReceive: 3, rest: func(o *config.Output) { o.Ordering = config.OrderingNone },
-		wrapRest: func(next http.Handler) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				// 429 for 8 s from the first request: with a receive count
-				// of 3 and the plain transient backoff (2 s, 4 s), every
-				// message would reach the DLQ before that.
-				once.Do(func() { time.AfterFunc(8*time.Second, func() { refusing.Store(false) }) })
-				if refusing.Load() {
-					refused.Add(1)
-					w.Header().Set("Retry-After", "1")
-					w.WriteHeader(http.StatusTooManyRequests)
-					return
-				}
-				next.ServeHTTP(w, r)
-			})
-		},
+		// With a receive count of 3 and the plain transient backoff (2 s,
+		// 4 s), every message would reach the DLQ within 8 s.
+		wrapRest: tooManyRequestsFor(8*time.Second, &refused),
 	})
 	s.load(ctx, sample.Options{Docs: 40, Seed: 11})
 	sum0 := s.runUntilIdle(ctx, localrun.Options{})

@@ -179,7 +179,8 @@ func deployStack(t *testing.T) *deployedStack {
 	return d
 }
 
-func (d *deployedStack) function(name string) string { return d.prefix + "-" + name }
+// function is the deployed name of the orders job's function (poller or writer).
+func (d *deployedStack) function(name string) string { return d.prefix + "-orders-" + name }
 
 // invokePoller invokes the poller through the Lambda API, as the schedule
 // would, and fails the test on a function error.

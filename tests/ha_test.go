@@ -8,19 +8,26 @@ package tests
 // failover takes seconds; every bound below is derived from the TTL with
 // room for a loaded machine. Each poller reaches SQS through a proxy of its
 // own that adds AWS-like latency, so faults land while a batch is in flight.
-// The last two tests are regression tests of bugs these tests found: a lost
-// answer to the acquiring write, and a chunk started over at every renewal
-// when SQS is slow. Tools: tests/faults.
+// The last three tests are regression tests of bugs: a lost answer to the
+// acquiring write, a chunk started over at every renewal when SQS is slow,
+// and a _bulk_get slower than the TTL, during which the lease was not
+// renewed and the standby took over. Tools: tests/faults.
 
 import (
 	"context"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 	"github.com/changes-worker/changes-worker/tests/faults"
 )
@@ -621,4 +628,66 @@ func TestFaultSlowSQSStillProgresses(t *testing.T) {
 	if dup > 0 {
 		t.Errorf("%d changes were queued more than once by a single poller: chunks were started over", dup)
 	}
+}
+
+// A _bulk_get slower than the lease TTL (the source answers each one 5 s
+// late; the TTL is 3 s), with a standby waiting: the holder renews its
+// lease while it waits for the bodies, so the standby never takes over
+// (generation stays 1 for the whole first invocation) and nothing is lost.
+func TestFaultSlowBulkGetKeepsLease(t *testing.T) {
+	t.Parallel()
+	const ttl = 3 * time.Second
+	const delay = 5 * time.Second
+	src := newSlowBulkGet(t, testenv.CouchBaseURL(), delay)
+	sc := newHAScenario(t, faults.StackOptions{Name: "slowbulk", TTL: ttl, Limit: 100, FeedTimeout: 2 * time.Second,
+		Fetch: config.FetchBulkGet, SourceBase: src.url}, 250)
+	for _, name := range []string{"a", "b"} {
+		sc.start(faults.ProcOptions{Name: name, Tick: 20 * time.Second, PollerTimeout: time.Minute})
+	}
+	load := sc.stack.StartLoad(sc.ctx, faults.LoadOptions{Rate: 10, Max: 50, For: 10 * time.Second, Seed: 7})
+	start := time.Now()
+	if err := sc.stack.WaitCaughtUp(sc.ctx, 45*time.Second); err != nil {
+		t.Fatalf("slow _bulk_get: %v", err)
+	}
+	t.Logf("caught up in %s through %d _bulk_get requests answered %s late", time.Since(start).Round(time.Millisecond), src.slowed.Load(), delay)
+	if n := src.slowed.Load(); n < 2 {
+		t.Errorf("%d _bulk_get requests slowed: the test no longer exercises a slow fetch", n)
+	}
+	for _, e := range sc.cl.Events() {
+		if e.Msg == "lease acquired" && e.Generation > 1 {
+			t.Errorf("%s acquired generation %d (%s from %s) while the first holder was fetching: want no takeover", e.Proc, e.Generation, e.Takeover, e.Previous)
+		}
+	}
+	sc.finish(load)
+}
+
+// slowBulkGet is a proxy to a CouchDB-compatible source that answers every
+// POST .../_bulk_get delay late.
+type slowBulkGet struct {
+	url    string
+	slowed atomic.Int64
+}
+
+func newSlowBulkGet(t *testing.T, base string, delay time.Duration) *slowBulkGet {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	s := &slowBulkGet{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/_bulk_get") {
+			s.slowed.Add(1)
+			select {
+			case <-time.After(delay):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	s.url = srv.URL
+	return s
 }

@@ -48,8 +48,12 @@ type stackOptions struct {
 	httpClient func(aws.HTTPClient) aws.HTTPClient
 	// wrapRest, when set, wraps the HTTP receiver (a slow or refusing output).
 	wrapRest func(http.Handler) http.Handler
-	// rest, when set, adjusts the rest output's settings.
-	rest func(*config.Output)
+	// rest, pg and archive, when set, adjust their output's settings.
+	rest, pg, archive func(*config.Output)
+	// secrets are environment variables only this stack's pipeline sees.
+	secrets map[string]string
+	// idle is the job's idle setting; default watch.
+	idle string
 }
 
 // parallelStack marks t parallel and returns its context and a new stack
@@ -94,11 +98,14 @@ func newStack(t *testing.T, o stackOptions) *testStack {
 		Source: config.Source{Type: config.SourceCouchDB, URL: o.sourceURL},
 		Feed:   config.Feed{Limit: o.limit, Timeout: config.Duration(2 * time.Second), Fetch: o.fetch},
 		Lease:  config.Lease{TTL: config.Duration(o.ttl)},
+		Idle:   o.idle,
 
 		Attachments: o.attachments,
 	}
-	if o.rest != nil {
-		o.rest(outs["rest"])
+	for id, adjust := range map[string]func(*config.Output){"rest": o.rest, "pg": o.pg, "archive": o.archive} {
+		if adjust != nil {
+			adjust(outs[id])
+		}
 	}
 	for _, id := range o.outputs {
 		out := outs[id]
@@ -109,7 +116,7 @@ func newStack(t *testing.T, o stackOptions) *testStack {
 		Stack: config.Stack{PollerTimeout: config.Duration(20 * time.Second), WriterTimeout: config.Duration(10 * time.Second)},
 		Jobs:  []*config.Job{job},
 	}
-	return &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg, HTTPClient: o.httpClient}), t: t, recv: recv}
+	return &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg, HTTPClient: o.httpClient, Secrets: o.secrets}), t: t, recv: recv}
 }
 
 // load writes the sample documents o describes into the stack's source

@@ -1,7 +1,9 @@
 package tests
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -114,6 +116,50 @@ func waitEqual(t *testing.T, want map[string]string, got func() map[string]strin
 		}
 	}
 	t.Fatalf("output differs from the source after a minute (-source +output):\n%s", cmp.Diff(want, last))
+}
+
+// TestStreamPipelineCutByPageBytes: with fetch bulk_get and a small
+// page_bytes, bursts written while the stream is open arrive in stream
+// batches whose bodies exceed the budget, so each is cut after a few
+// documents; the rows after each cut still reach PostgreSQL (read again
+// with pages), and the output ends equal to the source.
+func TestStreamPipelineCutByPageBytes(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg := stack.PostgresJob("orders", config.Source{Type: config.SourceCouchDB},
+		config.Feed{Limit: 50, Timeout: config.Duration(2 * time.Second), Mode: config.ModeContinuous,
+			Fetch: config.FetchBulkGet, PageBytes: 64 << 10})
+	s := &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg}), t: t}
+	if _, err := s.PutDoc(ctx, "before", map[string]any{"v": 0}); err != nil {
+		t.Fatal(err)
+	}
+	stop := runOneInvocation(t, s.Deps)
+	defer stop()
+	s.Logs().WaitFor(t, `msg="stream opened" job=orders`, 60*time.Second)
+	pad := strings.Repeat("x", 16<<10)
+	for burst := range 3 {
+		docs := make([]map[string]any, 0, 30)
+		for i := range 30 {
+			docs = append(docs, map[string]any{"_id": fmt.Sprintf("b%d-%02d", burst, i), "pad": pad})
+		}
+		body, err := json.Marshal(map[string]any{"docs": docs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Post(s.SourceURL+"/_bulk_docs", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("_bulk_docs: status %d", resp.StatusCode)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	waitEqual(t, s.sourceState(ctx), func() map[string]string { return s.pgState(ctx) })
+	if logs := s.Logs().String(); !strings.Contains(logs, `msg="page cut short" job=orders`) || !strings.Contains(logs, "reason=\"page_bytes: the bodies fetched") {
+		t.Errorf("no batch was cut by page_bytes: the test did not test the cut")
+	}
 }
 
 // TestStreamPipelineEventSourceRefused: pouchdb-server answers

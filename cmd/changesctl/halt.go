@@ -5,16 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/halt"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
@@ -180,7 +179,7 @@ func haltShow(ctx context.Context, env *cliEnv, deps *pipeline.Deps, j *config.J
 		out[i] = shown(st)
 		if e, err := change.Decode([]byte(st.Body)); err == nil {
 			if body {
-				doc, err := envelopeDoc(ctx, deps, e)
+				doc, err := envelopeDoc(ctx, deps, j, e)
 				if err != nil {
 					return fmt.Errorf("halt show: %w", err)
 				}
@@ -236,21 +235,14 @@ func haltShow(ctx context.Context, env *cliEnv, deps *pipeline.Deps, j *config.J
 	return nil
 }
 
-// envelopeDoc returns a change's document, reading a claim check from S3.
-func envelopeDoc(ctx context.Context, deps *pipeline.Deps, e *change.Envelope) (json.RawMessage, error) {
+// envelopeDoc returns a change's document, reading a claim check from S3
+// as the writer does (claimcheck.Fetch: only the job's own references, at
+// most the size the message declares).
+func envelopeDoc(ctx context.Context, deps *pipeline.Deps, j *config.Job, e *change.Envelope) (json.RawMessage, error) {
 	if e.DocRef == nil {
 		return e.Doc, nil
 	}
-	out, err := deps.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: &e.DocRef.Bucket, Key: &e.DocRef.Key})
-	if err != nil {
-		return nil, fmt.Errorf("get claim check %s: %w", e.DocRef.Key, err)
-	}
-	defer out.Body.Close()
-	b, err := io.ReadAll(out.Body)
-	if err != nil {
-		return nil, fmt.Errorf("read claim check %s: %w", e.DocRef.Key, err)
-	}
-	return b, nil
+	return claimcheck.Fetch(ctx, deps.S3, e.DocRef, deps.Config.Stack.Bucket, j.ID)
 }
 
 // haltResume records the operator's request, makes the blocked change

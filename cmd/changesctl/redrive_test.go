@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/failure"
+	"github.com/changes-worker/changes-worker/shared/fanout"
 )
 
 // eachDLQKind runs fn as a parallel subtest on a fresh stack, once for an
@@ -356,4 +358,36 @@ func buildCLI(t *testing.T) string {
 		t.Fatalf("go build changesctl: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// TestRedriveTotalOrderGroup: on LocalStack, messages redriven to the work
+// queue of an ordering: total output go back to the output's single message
+// group, whatever group they had on the DLQ, so the writer sees them in the
+// output's order and a failure halts the whole output.
+func TestRedriveTotalOrderGroup(t *testing.T) {
+	t.Parallel()
+	s := newTestStack(t, outPGTotal)
+	q := s.queues(outPGTotal)
+	s.fillDLQ(q, 5) // each in its document's group
+	s.mustCLI(t.Context(), "dlq", "redrive", "--output", outPGTotal, "--mode", "copy")
+	groups := map[string]int{}
+	for empty := 0; empty < 2; {
+		res, err := s.Deps.SQS.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{
+			QueueUrl: &q.WorkURL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 120,
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameMessageGroupId},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Messages) == 0 {
+			empty++
+			continue
+		}
+		for _, m := range res.Messages {
+			groups[m.Attributes[string(sqstypes.MessageSystemAttributeNameMessageGroupId)]]++
+		}
+	}
+	if want := map[string]int{fanout.GroupID(outPGTotal): 5}; !maps.Equal(groups, want) {
+		t.Errorf("work queue message groups %v, want %v", groups, want)
+	}
 }

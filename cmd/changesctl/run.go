@@ -35,11 +35,11 @@ func load(ctx context.Context, env *cliEnv, path string, logOut io.Writer, verbo
 	if err != nil {
 		return nil, err
 	}
-	awsCfg, err := awsconf.Load(ctx)
+	log := newLogger(logOut, verbose)
+	awsCfg, err := awsconf.Load(ctx, log)
 	if err != nil {
 		return nil, err
 	}
-	log := newLogger(logOut, verbose)
 	if b, ok := env.lookup(pipeline.EnvBucket); (!ok || b == "") && cfg.Stack.Bucket == cfg.Stack.Prefix+"-data" {
 		useDeployedBucket(ctx, cfg, cloudformation.NewFromConfig(awsCfg), log)
 	}

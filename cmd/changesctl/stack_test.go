@@ -41,20 +41,22 @@ type testStack struct {
 
 // Outputs a test stack can have.
 const (
-	outPG     = "pg"     // postgres, standard queue
-	outPGFIFO = "pgfifo" // postgres, FIFO queue (ordering per_document)
-	outS3     = "s3"     // s3, standard queue
-	outPGMap  = "pgmap"  // postgres in mapping mode: tables <table>_orders and <table>_items
-	outHTTP   = "rest"   // http (FIFO queue) to a closed port
+	outPG      = "pg"      // postgres, standard queue
+	outPGFIFO  = "pgfifo"  // postgres, FIFO queue (ordering per_document)
+	outPGTotal = "pgtotal" // postgres, FIFO queue (ordering total)
+	outS3      = "s3"      // s3, standard queue
+	outPGMap   = "pgmap"   // postgres in mapping mode: tables <table>_orders and <table>_items
+	outHTTP    = "rest"    // http (FIFO queue) to a closed port
 )
 
 func newTestStack(t *testing.T, outputs ...string) *testStack {
 	t.Helper()
 	defs := map[string]*config.Output{
-		outPG:     {ID: outPG, Type: config.OutputPostgres, Postgres: &config.PostgresOutput{CreateTables: true}},
-		outPGFIFO: {ID: outPGFIFO, Type: config.OutputPostgres, Ordering: config.OrderingPerDocument, Postgres: &config.PostgresOutput{CreateTables: true}},
-		outS3:     {ID: outS3, Type: config.OutputS3, S3: &config.S3Output{Prefix: "docs/"}},
-		outHTTP:   {ID: outHTTP, Type: config.OutputHTTP, HTTP: &config.HTTPOutput{URL: "http://127.0.0.1:9/docs/{doc_id}"}},
+		outPG:      {ID: outPG, Type: config.OutputPostgres, Postgres: &config.PostgresOutput{CreateTables: true}},
+		outPGFIFO:  {ID: outPGFIFO, Type: config.OutputPostgres, Ordering: config.OrderingPerDocument, Postgres: &config.PostgresOutput{CreateTables: true}},
+		outPGTotal: {ID: outPGTotal, Type: config.OutputPostgres, Ordering: config.OrderingTotal, Postgres: &config.PostgresOutput{CreateTables: true}},
+		outS3:      {ID: outS3, Type: config.OutputS3, S3: &config.S3Output{Prefix: "docs/"}},
+		outHTTP:    {ID: outHTTP, Type: config.OutputHTTP, HTTP: &config.HTTPOutput{URL: "http://127.0.0.1:9/docs/{doc_id}"}},
 	}
 	// The mapped tables are named by the mapping, not by the stack: give
 	// them a name of this test's own.

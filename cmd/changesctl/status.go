@@ -19,6 +19,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/halt"
 	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/outage"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 	"github.com/changes-worker/changes-worker/shared/quarantine"
 )
@@ -48,16 +49,17 @@ type jobStatus struct {
 	// SourceAuthFailedAt is when the source last refused our credentials.
 	SourceAuthFailedAt *time.Time     `json:"source_auth_failed_at,omitempty"`
 	Outputs            []outputStatus `json:"outputs"`
-	// Quarantine lists the feed rows the poller skipped and the pages it
-	// was (or is) blocked on.
+	// Quarantine lists the feed rows the poller skipped, the pages it was
+	// (or is) blocked on and the attachments it delivered without a copy.
 	Quarantine []quarantineStatus `json:"quarantine"`
 }
 
 // quarantineStatus is one entry of a job's quarantine.
 type quarantineStatus struct {
-	Kind string `json:"kind"` // row or page
-	// State: "skipped" (a row), "blocked" (a page at the current
-	// checkpoint), "passed" (a page the checkpoint has moved from since).
+	Kind string `json:"kind"` // row, page or attachment
+	// State: "skipped" (a row, an attachment), "blocked" (a page at the
+	// current checkpoint), "passed" (a page the checkpoint has moved from
+	// since).
 	State     string          `json:"state"`
 	Seq       json.RawMessage `json:"seq"`
 	After     json.RawMessage `json:"after,omitempty"`
@@ -85,7 +87,24 @@ type outputStatus struct {
 	// groups it stopped at (on_failure halt), oldest first.
 	OnFailure string      `json:"on_failure"`
 	Halted    []haltShown `json:"halted,omitempty"`
-	Error     string      `json:"error,omitempty"`
+	// Down is the output's outage record: a writer found it down and has
+	// not seen it take changes since.
+	Down  *outageShown `json:"down,omitempty"`
+	Error string       `json:"error,omitempty"`
+}
+
+// outageShown is an output's outage record as status shows it.
+type outageShown struct {
+	Since     time.Time `json:"since"`
+	LastAt    time.Time `json:"last_at"`
+	LastError string    `json:"last_error"`
+	// Held counts the messages the writers held back since, at each hold.
+	Held int64 `json:"messages_held"`
+	// Current: a writer found the output down recently enough (within two
+	// outage.max_retry and a minute) that the outage is still going on; a
+	// record older than that was left by a writer instance that ended
+	// before it saw the output back.
+	Current bool `json:"current"`
 }
 
 // cmdStatus shows each job's lease, checkpoint and queues.
@@ -167,7 +186,7 @@ func cmdStatus(ctx context.Context, env *cliEnv, args []string) error {
 }
 
 func printStatus(w io.Writer, rows []jobStatus) error {
-	var problems, halts []string
+	var problems, halts, downs []string
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tROLE\tHOLDER\tGEN\tHEARTBEAT\tCHECKPOINT\tCP AGE\tPENDING\tOUTPUT\tQUEUE\tOLDEST\tDLQ")
 	for _, r := range rows {
@@ -207,6 +226,12 @@ func printStatus(w io.Writer, rows []jobStatus) error {
 			if len(o.Halted) > 0 {
 				output += " HALTED"
 			}
+			if d := o.Down; d != nil {
+				downs = append(downs, downLine(r.Job, o.Output, d, o.Depth))
+				if d.Current {
+					output += " DOWN"
+				}
+			}
 			for _, h := range o.Halted {
 				status := inParens(failureStatus(h.HTTPStatus, h.SQLState))
 				halts = append(halts, fmt.Sprintf("%s/%s HALTED since %s at document %q seq %s: %s %s%s; changesctl halt show --job %s --output %s",
@@ -220,6 +245,9 @@ func printStatus(w io.Writer, rows []jobStatus) error {
 	}
 	for _, h := range halts {
 		fmt.Fprintln(w, h)
+	}
+	for _, d := range downs {
+		fmt.Fprintln(w, d)
 	}
 	for _, r := range rows {
 		if r.SourceAuthFailedAt != nil {
@@ -244,6 +272,20 @@ func printStatus(w io.Writer, rows []jobStatus) error {
 	return nil
 }
 
+// downLine describes an output's outage record on one line.
+func downLine(job, output string, d *outageShown, depth int) string {
+	queue := "?"
+	if depth >= 0 {
+		queue = strconv.Itoa(depth)
+	}
+	if !d.Current {
+		return fmt.Sprintf("%s/%s was DOWN from %s, last found down %s (no writer has reported it since): %s",
+			job, output, d.Since.Format(time.RFC3339), when(time.Now(), d.LastAt), d.LastError)
+	}
+	return fmt.Sprintf("%s/%s DOWN since %s: %s; messages held %d times, %s in the queue; nothing is dead-lettered while it lasts",
+		job, output, when(time.Now(), d.Since), d.LastError, d.Held, queue)
+}
+
 // quarantineLine describes one quarantine entry on one line.
 func quarantineLine(job string, q quarantineStatus) string {
 	seen := fmt.Sprintf("%d reads, first %s, last %s", q.Attempts, q.FirstSeen.Format(time.RFC3339), q.LastSeen.Format(time.RFC3339))
@@ -256,6 +298,8 @@ func quarantineLine(job string, q quarantineStatus) string {
 		return fmt.Sprintf("%s: BLOCKED at %s, the poller cannot read the page from there (%s): %s", job, pos, seen, q.Reason)
 	case q.Kind == string(quarantine.Page):
 		return fmt.Sprintf("%s: was blocked at %s, passed since (%s): %s", job, pos, seen, q.Reason)
+	case q.Kind == string(quarantine.Attachment):
+		return fmt.Sprintf("%s: attachment not copied, row %s (%s): %s: %s", job, pos, seen, q.Reason, truncate(q.Raw, 200))
 	}
 	if q.Seq == nil {
 		pos = "without seq"
@@ -333,6 +377,15 @@ func outputState(ctx context.Context, deps *pipeline.Deps, j *config.Job, o *con
 		for _, st := range list {
 			s.Halted = append(s.Halted, shown(st))
 		}
+	}
+	down, err := (&outage.Store{DB: deps.DynamoDB, Table: deps.Config.TableName()}).Get(ctx, j.ID, o.ID)
+	if err != nil {
+		s.Error = err.Error()
+		return s
+	}
+	if down != nil {
+		s.Down = &outageShown{Since: down.Since, LastAt: down.LastAt, LastError: down.LastError, Held: down.Held,
+			Current: now.Sub(down.LastAt) <= 2*o.Outage.MaxRetry.D()+time.Minute}
 	}
 	q, err := dlq.Resolve(ctx, deps.SQS, deps.Config, j, o)
 	if err != nil {

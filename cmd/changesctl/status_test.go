@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/outage"
 	"github.com/changes-worker/changes-worker/shared/quarantine"
 )
 
@@ -143,5 +144,46 @@ func TestStatusShowsQuarantine(t *testing.T) {
 		if !strings.Contains(text, w) {
 			t.Errorf("status text lacks %q:\n%s", w, text)
 		}
+	}
+}
+
+// TestStatusShowsOutputDown shows an output a writer found down: since
+// when, the last error and the messages held; a record no writer has
+// refreshed for long is shown as a past outage.
+func TestStatusShowsOutputDown(t *testing.T) {
+	ctx, s := parallelStack(t, outPG, outS3)
+	store := &outage.Store{DB: s.Deps.DynamoDB, Table: s.Config.TableName()}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	for _, st := range []outage.State{
+		{Job: "orders", Output: "pg", Since: now.Add(-3 * time.Minute), LastAt: now, LastError: "transient connection: connect: connection refused", Held: 42},
+		{Job: "orders", Output: "s3", Since: now.Add(-3 * time.Hour), LastAt: now.Add(-2 * time.Hour), LastError: "transient s3_status (http 503): slow down", Held: 7},
+	} {
+		if err := store.Mark(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rows []jobStatus
+	if err := json.Unmarshal([]byte(s.mustCLI(ctx, "status", "--json")), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || len(rows[0].Outputs) != 2 {
+		t.Fatalf("status --json: %+v", rows)
+	}
+	if d := rows[0].Outputs[0].Down; d == nil || !d.Current || d.Held != 42 || !d.Since.Equal(now.Add(-3*time.Minute)) || !strings.Contains(d.LastError, "connection refused") {
+		t.Errorf("pg down: %+v", d)
+	}
+	if d := rows[0].Outputs[1].Down; d == nil || d.Current {
+		t.Errorf("s3 down: %+v, want a past outage", d)
+	}
+	table := squeeze(s.mustCLI(ctx, "status"))
+	for _, w := range []string{" pg DOWN 0 ", "orders/pg DOWN since " + now.Add(-3*time.Minute).Format(time.RFC3339),
+		"transient connection: connect: connection refused; messages held 42 times, 0 in the queue",
+		"orders/s3 was DOWN from " + now.Add(-3*time.Hour).Format(time.RFC3339)} {
+		if !strings.Contains(table, w) {
+			t.Errorf("status table lacks %q:\n%s", w, table)
+		}
+	}
+	if strings.Contains(table, " s3 DOWN") {
+		t.Errorf("a past outage is shown as current:\n%s", table)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/docid"
 	"github.com/changes-worker/changes-worker/shared/feed"
+	"github.com/changes-worker/changes-worker/shared/quarantine"
 )
 
 // Source opens one attachment of one revision; a missing one is an error
@@ -44,11 +45,23 @@ var _ Source = (*feed.Client)(nil)
 const (
 	SkippedTooLarge = "too_large"
 	SkippedMissing  = "missing"
+	// SkippedMismatch: the source's content does not match the entry
+	// (length or digest). The document is delivered without the copy and
+	// the attachment is recorded in the job's quarantine.
+	SkippedMismatch = "mismatch"
 )
 
 // ErrContent is wrapped by the error of an attachment whose content does not
 // match its entry (length or digest); retrying does not help.
 var ErrContent = errors.New("content does not match the attachment's entry")
+
+// Quarantine records an attachment whose content does not match its entry
+// (*quarantine.Store).
+type Quarantine interface {
+	Record(ctx context.Context, e quarantine.Entry) error
+}
+
+var _ Quarantine = (*quarantine.Store)(nil)
 
 // DefaultPartSize is the multipart part size, and the most one upload holds
 // in memory.
@@ -57,6 +70,9 @@ const DefaultPartSize = 8 << 20
 // DefaultConcurrency bounds the attachments copied at a time.
 const DefaultConcurrency = 4
 
+// DefaultTimeout bounds the transfer of one attachment from the source.
+const DefaultTimeout = time.Minute
+
 // Stage copies attachments. Its fields are set once; Process is safe for
 // concurrent use on distinct rows.
 type Stage struct {
@@ -64,6 +80,15 @@ type Stage struct {
 	Source Source
 	S3     S3
 	Log    *slog.Logger
+	// Job names the job in quarantine entries.
+	Job string
+	// Quarantine records the attachments whose content does not match
+	// their entry. Nil: they are only logged.
+	Quarantine Quarantine
+	// Timeout bounds the transfer of one attachment from the source, from
+	// the request to the last byte (its upload to S3 runs meanwhile).
+	// Default DefaultTimeout.
+	Timeout time.Duration
 	// Concurrency bounds the attachments fetched and uploaded at a time.
 	// Default DefaultConcurrency.
 	Concurrency int
@@ -85,20 +110,17 @@ type Stats struct {
 // Process rewrites the _attachments of every row that has a body: each
 // entry loses data, stub, follows, encoding and encoded_length, keeps the
 // rest (content_type, digest, length, revpos) and gains s3_bucket and
-// s3_key, once the object is in S3. Rows are changed only when every
-// attachment of the call succeeded, so a failed call can be repeated. An
-// error from S3 or the source's transport is transient (feed.Transient); a
-// missing attachment with on_missing "fail", or content that does not match
-// its digest or length, is not.
+// s3_key, once the object is in S3, or s3_skipped. Rows are changed only
+// when every attachment of the call succeeded, so a failed call can be
+// repeated. An error from S3 or the source's transport, or a quarantine
+// record that could not be written, is transient (feed.Transient); a
+// missing attachment with on_missing "fail" is not. Content that does not
+// match its entry's length or digest fails no call: at most the entry's
+// length (or max_bytes) and one byte more is read, the entry is marked
+// SkippedMismatch and recorded in the quarantine, and the document goes on.
 func (s *Stage) Process(ctx context.Context, rows []feed.Row) (Stats, error) {
 	start := time.Now()
 	var st Stats
-	type docAtts struct {
-		row     int
-		doc     map[string]json.RawMessage
-		entries map[string]map[string]json.RawMessage
-		refs    map[string]*object
-	}
 	var docs []*docAtts
 	objects := map[string]*object{}
 	for i := range rows {
@@ -114,14 +136,25 @@ func (s *Stage) Process(ctx context.Context, rows []feed.Row) (Stats, error) {
 		if !ok || string(raw) == "null" {
 			continue
 		}
-		var entries map[string]map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &entries); err != nil {
+		var rawEntries map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &rawEntries); err != nil {
 			return st, fmt.Errorf("read attachments of %q: _attachments: %w", r.ID, err)
 		}
-		if len(entries) == 0 {
+		if len(rawEntries) == 0 {
 			continue
 		}
-		d := &docAtts{row: i, doc: doc, entries: entries, refs: map[string]*object{}}
+		entries := make(map[string]map[string]json.RawMessage, len(rawEntries))
+		for name, e := range rawEntries {
+			var fields map[string]json.RawMessage
+			if err := json.Unmarshal(e, &fields); err != nil {
+				return st, fmt.Errorf("read attachments of %q: _attachments: %q: %w", r.ID, name, err)
+			}
+			if fields == nil {
+				fields = map[string]json.RawMessage{}
+			}
+			entries[name] = fields
+		}
+		d := &docAtts{row: i, doc: doc, raw: rawEntries, entries: entries, refs: map[string]*object{}}
 		for name, e := range entries {
 			a, err := parseEntry(r.ID, r.Rev, name, e)
 			if err != nil {
@@ -158,6 +191,8 @@ func (s *Stage) Process(ctx context.Context, rows []feed.Row) (Stats, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
+			case errors.Is(err, ErrContent):
+				o.skipped, o.err = SkippedMismatch, err
 			case err != nil:
 				return err
 			case o.uploaded:
@@ -172,6 +207,9 @@ func (s *Stage) Process(ctx context.Context, rows []feed.Row) (Stats, error) {
 	if err := g.Wait(); err != nil {
 		return st, err
 	}
+	if err := s.quarantine(ctx, rows, docs); err != nil {
+		return st, err
+	}
 
 	for _, d := range docs {
 		r := &rows[d.row]
@@ -184,7 +222,9 @@ func (s *Stage) Process(ctx context.Context, rows []feed.Row) (Stats, error) {
 			if o.skipped != "" {
 				e["s3_skipped"], _ = json.Marshal(o.skipped)
 				st.Skipped++
-				s.logger().Warn("attachment not copied", "doc_id", r.ID, "rev", r.Rev, "name", name, "reason", o.skipped)
+				if o.err == nil { // a mismatch was logged by quarantine
+					s.logger().Warn("attachment not copied", "doc_id", r.ID, "rev", r.Rev, "name", name, "reason", o.skipped)
+				}
 				continue
 			}
 			e["s3_bucket"], _ = json.Marshal(s.Config.Bucket)
@@ -205,11 +245,46 @@ func (s *Stage) Process(ctx context.Context, rows []feed.Row) (Stats, error) {
 	return st, nil
 }
 
+// quarantine logs and records every attachment of docs whose content did
+// not match its entry. It runs before any row is changed: an attachment that
+// cannot be recorded fails the call (transiently), so that none is skipped
+// unrecorded.
+func (s *Stage) quarantine(ctx context.Context, rows []feed.Row, docs []*docAtts) error {
+	for _, d := range docs {
+		r := &rows[d.row]
+		for name, o := range d.refs {
+			if o.err == nil {
+				continue
+			}
+			raw, _ := json.Marshal(map[string]json.RawMessage{name: d.raw[name]})
+			e := quarantine.Entry{Job: s.Job, Kind: quarantine.Attachment, Seq: r.Seq, Reason: o.err.Error(), Raw: raw}
+			s.logger().Error("attachment content does not match its entry; delivered without it",
+				"doc_id", r.ID, "rev", r.Rev, "seq", string(r.Seq), "name", name, "error", o.err, "quarantine_key", e.Key())
+			if s.Quarantine == nil {
+				continue
+			}
+			if err := s.Quarantine.Record(ctx, e); err != nil {
+				return feed.MarkTransient(fmt.Errorf("record attachment %q of %q: %w", name, r.ID, err))
+			}
+		}
+	}
+	return nil
+}
+
 func (s *Stage) logger() *slog.Logger {
 	if s.Log != nil {
 		return s.Log
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// docAtts is a row's document with its _attachments entries.
+type docAtts struct {
+	row     int
+	doc     map[string]json.RawMessage
+	raw     map[string]json.RawMessage // the entries as the source sent them
+	entries map[string]map[string]json.RawMessage
+	refs    map[string]*object
 }
 
 // attachment is one _attachments entry of one revision.
@@ -230,6 +305,7 @@ type object struct {
 	key      string
 	att      *attachment
 	skipped  string
+	err      error // the content did not match (SkippedMismatch)
 	uploaded bool
 	bytes    int64
 }
@@ -312,7 +388,13 @@ func (s *Stage) copy(ctx context.Context, o *object) error {
 	if a.data != nil {
 		body = io.NopCloser(strings.NewReader(string(a.data)))
 	} else {
-		body, err = s.Source.Attachment(ctx, a.docID, a.rev, a.name)
+		timeout := s.Timeout
+		if timeout <= 0 {
+			timeout = DefaultTimeout
+		}
+		sctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		body, err = s.Source.Attachment(sctx, a.docID, a.rev, a.name)
 		if errors.Is(err, feed.ErrNotFound) && s.Config.OnMissing == config.OnMissingSkip {
 			o.skipped = SkippedMissing
 			return nil
@@ -322,14 +404,20 @@ func (s *Stage) copy(ctx context.Context, o *object) error {
 		}
 	}
 	defer body.Close()
+	limit := s.Config.MaxBytes
+	// One byte past what the entry allows tells that the content is longer;
+	// the rest is never read.
+	bound := limit
+	if a.length >= 0 {
+		bound = a.length
+	}
+	var r io.Reader = io.LimitReader(body, bound+1)
 	var h hash.Hash
-	var r io.Reader = body
 	if a.newHash != nil && !a.encoded {
 		h = a.newHash()
-		r = io.TeeReader(body, h)
+		r = io.TeeReader(r, h)
 	}
 	counted := &countingReader{r: r}
-	limit := s.Config.MaxBytes
 	check := func() error {
 		if a.length >= 0 && counted.n != a.length {
 			return fmt.Errorf("copy attachment %q of %q rev %s: %w: %d bytes read, the entry says %d", a.name, a.docID, a.rev, ErrContent, counted.n, a.length)

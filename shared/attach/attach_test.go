@@ -322,7 +322,8 @@ func TestMissingAttachment(t *testing.T) {
 }
 
 // TestContentMismatch: content whose digest is not the entry's is refused
-// and no object is left, for a single put and for a multipart upload.
+// and no object is left, for a single put and for a multipart upload; the
+// document goes on with the entry marked "s3_skipped": "mismatch".
 func TestContentMismatch(t *testing.T) {
 	t.Parallel()
 	s3c, bkt := testbucket.New(t)
@@ -332,9 +333,12 @@ func TestContentMismatch(t *testing.T) {
 		doc := json.RawMessage(fmt.Sprintf(`{"_attachments":{"f":{"content_type":"x/y","digest":%q,"data":%q}}}`, digest, data))
 		st := &attach.Stage{Config: &config.Attachments{Enabled: true, Bucket: bkt, Prefix: "m/", KeyTemplate: "{digest}", MaxBytes: 64 << 20, OnMissing: "fail"},
 			S3: s3c, PartSize: 5 << 20}
-		_, err := st.Process(t.Context(), []feed.Row{{ID: "x", Rev: "1-a", Doc: doc}})
-		if !errors.Is(err, attach.ErrContent) || feed.Transient(err) {
-			t.Errorf("%d bytes: error %v, want ErrContent, permanent", size, err)
+		rows := []feed.Row{{ID: "x", Rev: "1-a", Doc: doc}}
+		if _, err := st.Process(t.Context(), rows); err != nil {
+			t.Errorf("%d bytes: %v", size, err)
+		}
+		if e := entries(t, rows, "x")["f"]; e.Skipped != attach.SkippedMismatch || e.Key != "" {
+			t.Errorf("%d bytes: entry = %+v, want s3_skipped %q and no key", size, e, attach.SkippedMismatch)
 		}
 		out, lerr := s3c.ListObjectsV2(t.Context(), &s3.ListObjectsV2Input{Bucket: &bkt})
 		if lerr != nil {

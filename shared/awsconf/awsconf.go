@@ -6,6 +6,7 @@ package awsconf
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/middleware"
 )
 
 // MaxIdleConnsPerHost is how many idle connections the clients keep per
@@ -23,13 +25,16 @@ import (
 const MaxIdleConnsPerHost = 128
 
 // Load returns the default SDK configuration, with an HTTP client that keeps
-// MaxIdleConnsPerHost idle connections per endpoint.
-func Load(ctx context.Context) (aws.Config, error) {
+// MaxIdleConnsPerHost idle connections per endpoint, the SDK's own log lines
+// sent to log (see Logger), and DynamoDB answers checked against their CRC32
+// only when they carry one (see checkCRC32).
+func Load(ctx context.Context, log *slog.Logger) (aws.Config, error) {
 	hc := awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 		t.MaxIdleConns = 4 * MaxIdleConnsPerHost
 		t.MaxIdleConnsPerHost = MaxIdleConnsPerHost
 	})
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithHTTPClient(hc))
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithHTTPClient(hc), config.WithLogger(Logger(log)),
+		config.WithAPIOptions([]func(*middleware.Stack) error{checkCRC32}))
 	if err != nil {
 		return aws.Config{}, fmt.Errorf("load aws config: %w", err)
 	}

@@ -39,3 +39,21 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Every calls fn every interval (real time), the first time one interval
+// from now, until ctx ends or fn returns false. fn is never called once
+// ctx has ended.
+func Every(ctx context.Context, interval time.Duration, fn func() bool) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if ctx.Err() != nil || !fn() {
+			return
+		}
+	}
+}

@@ -55,3 +55,35 @@ func TestSleep(t *testing.T) {
 		})
 	}
 }
+
+func TestEvery(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		stopAfter int // fn returns false on this call; 0: never
+		cancelAt  int // fn ends the context on this call; 0: never
+		wantCalls int
+	}{
+		{name: "until fn returns false", stopAfter: 3, wantCalls: 3},
+		{name: "until ctx ends, never after", cancelAt: 2, wantCalls: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			calls := 0
+			Every(ctx, time.Millisecond, func() bool {
+				calls++
+				if calls == tt.cancelAt {
+					cancel()
+					time.Sleep(5 * time.Millisecond) // the next tick is due too
+				}
+				return calls != tt.stopAfter
+			})
+			if calls != tt.wantCalls {
+				t.Errorf("%d calls, want %d", calls, tt.wantCalls)
+			}
+		})
+	}
+}

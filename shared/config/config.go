@@ -76,6 +76,11 @@ const (
 	ModeWebSocket   = "websocket"   // Sync Gateway and App Services
 	ModeSSE         = "sse"         // Edge Server: server-sent events
 	ModeEventSource = "eventsource" // CouchDB: server-sent events
+
+	// Idle modes: what a poller invocation does while the feed has
+	// nothing new (see Job.Idle).
+	IdleWatch = "watch" // read the feed for the whole budget, a standby beside it
+	IdleSleep = "sleep" // end the invocation; the next schedule tick reads on
 )
 
 // Defaults.
@@ -95,6 +100,13 @@ const (
 	DefaultWriterTimeout    = 30 * time.Second
 	DefaultHTTPTimeout      = 10 * time.Second
 	DefaultFloodThreshold   = 10000
+	DefaultIdle             = IdleWatch
+	// SleepAllowance is what a job with idle sleep leaves, within its
+	// latency objective, for the tick after a change to deliver it: the
+	// invocation's start (a cold one included), the lease, the read, the
+	// send, the writer's batching window (1 s) and the write. See
+	// Job.IdleStay.
+	SleepAllowance = 5 * time.Second
 	// The defaults of an output's backpressure settings, which package
 	// backpressure uses too. DefaultBackpressureMinIncrease keeps jitter
 	// from counting as slow: in local runs a PostgreSQL with a 1 ms
@@ -105,6 +117,10 @@ const (
 	DefaultBackpressureBaseline    = 50
 	DefaultBackpressureWindow      = 20
 	DefaultBackpressureMinIncrease = 10 * time.Millisecond
+	// The defaults of an output's outage settings: a corrected secret or
+	// a recovered output is tried within DefaultOutageMaxRetry.
+	DefaultOutageRetry    = 2 * time.Second
+	DefaultOutageMaxRetry = 30 * time.Second
 	// DefaultBatchSize is the writer's batch for PostgreSQL outputs on a
 	// standard queue: one transaction per batch, so its fixed cost (the
 	// round trip, the statements, the commit) is shared by a hundred
@@ -163,6 +179,12 @@ type Stack struct {
 	// Retain keeps the table and bucket when the stack is deleted, and turns
 	// on the table's deletion protection. Default true.
 	Retain *bool `json:"retain,omitempty"`
+	// Dashboards gives each job a CloudWatch dashboard <prefix>-<job>.
+	// Default true. An account's first three dashboards are free, each
+	// further one costs $3 a month: more than the rest of an idle job with
+	// idle sleep, which may want it off (changesctl status shows the same
+	// state).
+	Dashboards *bool `json:"dashboards,omitempty"`
 	// VPC places the functions in a VPC (to reach a private database).
 	VPC *VPC `json:"vpc,omitempty"`
 }
@@ -183,8 +205,22 @@ type Job struct {
 	Lease      Lease      `json:"lease"`
 	// Schedule is how often the poller is invoked. Default 1m.
 	Schedule Duration `json:"schedule,omitempty"`
-	// LatencyObjective is how old a queued change may get before an alarm fires.
+	// LatencyObjective is how old a queued change may get before an alarm
+	// fires, and, with idle sleep, how late a change made while the job is
+	// idle may reach its outputs. Default 60s.
 	LatencyObjective Duration `json:"latency_objective,omitempty"`
+	// Idle is what the poller does while the feed has nothing new: watch
+	// (the default) reads it for the whole budget of every invocation,
+	// with the next tick's invocation standing by, so a change reaches
+	// the outputs within a second and a crashed poller is replaced within
+	// the lease TTL; sleep ends an invocation once the feed has been idle
+	// for IdleStay, releasing the lease, and the next tick reads on, so a
+	// change made while idle reaches the outputs within the latency
+	// objective and an idle job costs a few seconds of a function a tick.
+	// A busy feed is read the same way in both. The default keeps the
+	// latency of existing jobs: a job that becomes slower by a minute
+	// does so silently, while its bill shows what it costs.
+	Idle string `json:"idle,omitempty"`
 	// SendConcurrency bounds the SQS requests (and claim-check puts) the
 	// poller has in flight, across the outputs. Default DefaultSendConcurrency.
 	SendConcurrency int `json:"send_concurrency,omitempty"`
@@ -313,6 +349,9 @@ type Output struct {
 	// Backpressure tunes how the writer detects that this output is
 	// struggling.
 	Backpressure Backpressure `json:"backpressure"`
+	// Outage tunes how the writer holds the messages of this output while
+	// it is down.
+	Outage Outage `json:"outage"`
 
 	Postgres *PostgresOutput `json:"postgres,omitempty"`
 	HTTP     *HTTPOutput     `json:"http,omitempty"`
@@ -335,6 +374,23 @@ type Backpressure struct {
 	// MinIncrease is how far above the baseline the rolling average must
 	// also be: a 1 ms output at 2.5 ms is not struggling. Default 10ms.
 	MinIncrease Duration `json:"min_increase,omitempty"`
+}
+
+// Outage tunes how the writer holds an output's messages while the output
+// is down (it cannot be reached, refuses our credentials, cannot be opened,
+// or fails every request of a batch): held messages do not count toward
+// the DLQ. While the output stays down the writer tries it again after
+// Retry, then twice as long each time (with jitter), up to MaxRetry.
+type Outage struct {
+	// Retry is the first wait before the output is tried again. Default 2s.
+	Retry Duration `json:"retry,omitempty"`
+	// MaxRetry bounds the wait. Default 30s.
+	MaxRetry Duration `json:"max_retry,omitempty"`
+	// MaxHold, when set, bounds how long after the poller queued it a change
+	// is held for an output that is down; an older change's failures count
+	// toward the DLQ again. Default: no bound (the queue's retention,
+	// renewed by every resend).
+	MaxHold Duration `json:"max_hold,omitempty"`
 }
 
 // PostgresOutput writes documents to PostgreSQL.
@@ -541,6 +597,10 @@ func (f *File) SetDefaults() {
 		t := true
 		f.Stack.Retain = &t
 	}
+	if f.Stack.Dashboards == nil {
+		t := true
+		f.Stack.Dashboards = &t
+	}
 	for _, j := range f.Jobs {
 		if j == nil {
 			continue
@@ -577,6 +637,9 @@ func (f *File) SetDefaults() {
 		}
 		if j.LatencyObjective == 0 {
 			j.LatencyObjective = Duration(DefaultLatencyObjective)
+		}
+		if j.Idle == "" {
+			j.Idle = DefaultIdle
 		}
 		if j.SendConcurrency == 0 {
 			j.SendConcurrency = DefaultSendConcurrency
@@ -623,6 +686,12 @@ func (f *File) SetDefaults() {
 			}
 			if o.Backpressure.MinIncrease == 0 {
 				o.Backpressure.MinIncrease = Duration(DefaultBackpressureMinIncrease)
+			}
+			if o.Outage.Retry == 0 {
+				o.Outage.Retry = Duration(DefaultOutageRetry)
+			}
+			if o.Outage.MaxRetry == 0 {
+				o.Outage.MaxRetry = Duration(max(DefaultOutageMaxRetry, o.Outage.Retry.D()))
 			}
 			switch {
 			case o.Postgres != nil:
@@ -786,8 +855,8 @@ func (j *Job) validate(p string) []error {
 	}
 	if ttl := j.Lease.TTL; ttl == zeroGiven {
 		bad("lease.ttl", zeroRefused, DefaultLeaseTTL)
-	} else if ttl.D() < 2*time.Second || ttl.D() > 10*time.Minute {
-		bad("lease.ttl", "%s must be between 2s and 10m", ttl.D())
+	} else if ttl.D() < time.Second || ttl.D() > 10*time.Minute {
+		bad("lease.ttl", "%s must be between 1s and 10m", ttl.D())
 	}
 	if d := j.Schedule; d == zeroGiven {
 		bad("schedule", zeroRefused, DefaultSchedule)
@@ -798,6 +867,9 @@ func (j *Job) validate(p string) []error {
 		bad("latency_objective", zeroRefused, DefaultLatencyObjective)
 	} else if d.D() < time.Second {
 		bad("latency_objective", "%s must be at least 1s", d.D())
+	}
+	if j.Idle != IdleWatch && j.Idle != IdleSleep {
+		bad("idle", "%q is not watch or sleep", j.Idle)
 	}
 	if j.SendConcurrency < 1 || j.SendConcurrency > MaxSendConcurrency {
 		bad("send_concurrency", "%d must be between 1 and %d", j.SendConcurrency, MaxSendConcurrency)
@@ -911,6 +983,35 @@ func (o *Output) validate(p string) []error {
 		bad("backpressure.min_increase", zeroRefused, DefaultBackpressureMinIncrease)
 	} else if d.D() <= 0 || d.D() > time.Minute {
 		bad("backpressure.min_increase", "%s must be more than 0 and at most 1m", d.D())
+	}
+	errs = append(errs, o.Outage.validate(p+".outage")...)
+	return errs
+}
+
+// maxOutageRetry bounds outage.max_retry: a message held for a down output
+// is made visible again (or sent back, delayed) after at most that long, and
+// SQS delays a message at most 15 minutes.
+const maxOutageRetry = 15 * time.Minute
+
+func (u Outage) validate(p string) []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: %s", p, field, fmt.Sprintf(format, args...)))
+	}
+	if u.Retry == zeroGiven {
+		bad("retry", zeroRefused, DefaultOutageRetry)
+	} else if u.Retry.D() < time.Second || u.Retry.D() > maxOutageRetry {
+		bad("retry", "%s must be between 1s and %s", u.Retry.D(), maxOutageRetry)
+	}
+	if u.MaxRetry == zeroGiven {
+		bad("max_retry", zeroRefused, DefaultOutageMaxRetry)
+	} else if u.MaxRetry.D() < u.Retry.D() || u.MaxRetry.D() > maxOutageRetry {
+		bad("max_retry", "%s must be at least retry (%s) and at most %s", u.MaxRetry.D(), u.Retry.D(), maxOutageRetry)
+	}
+	if u.MaxHold == zeroGiven {
+		bad("max_hold", "0 is not allowed: leave the key out to hold changes for as long as the output is down")
+	} else if u.MaxHold.D() < 0 {
+		bad("max_hold", "%s must not be negative", u.MaxHold.D())
 	}
 	return errs
 }
@@ -1158,6 +1259,16 @@ func (j *Job) Output(id string) *Output {
 		}
 	}
 	return nil
+}
+
+// IdleStay is how long, from its start, a poller invocation of a job with
+// idle sleep reads an idle feed before it ends: a change made just after it
+// ends waits for the next tick (a schedule after the start) and is
+// delivered within SleepAllowance of it, so within the latency objective.
+// Where the schedule is no longer than the objective, that is
+// SleepAllowance.
+func (j *Job) IdleStay() time.Duration {
+	return max(j.Schedule.D()-j.LatencyObjective.D(), 0) + SleepAllowance
 }
 
 // ModeFits reports whether a source type offers a feed mode.

@@ -71,6 +71,31 @@ func TestDefaults(t *testing.T) {
 	if got := f.Jobs[0].SendDepth; got != DefaultSendDepth {
 		t.Errorf("send_depth = %d, want %d", got, DefaultSendDepth)
 	}
+	if got := f.Jobs[0].Idle; got != IdleWatch {
+		t.Errorf("idle = %q, want %q", got, IdleWatch)
+	}
+}
+
+func TestIdleStay(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name                string
+		schedule, objective time.Duration
+		want                time.Duration
+	}{
+		{name: "the defaults", schedule: time.Minute, objective: time.Minute, want: SleepAllowance},
+		{name: "an objective longer than the schedule", schedule: time.Minute, objective: 5 * time.Minute, want: SleepAllowance},
+		{name: "an objective shorter than the schedule", schedule: 5 * time.Minute, objective: time.Minute, want: 4*time.Minute + SleepAllowance},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			j := &Job{Schedule: Duration(tt.schedule), LatencyObjective: Duration(tt.objective)}
+			if got := j.IdleStay(); got != tt.want {
+				t.Errorf("IdleStay() = %s, want %s", got, tt.want)
+			}
+		})
+	}
 }
 
 func TestAttachmentDefaults(t *testing.T) {
@@ -101,10 +126,10 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		{
 			name: "many problems at once",
 			in: `{"jobs":[{"id":"Bad_ID","source":{"type":"mysql","url":"ftp://x"},"feed":{"limit":0,"fetch":"all"},
-				"lease":{"ttl":"1s"},"outputs":[{"id":"o","type":"kafka"},{"id":"o","type":"http","http":{"url":"http://x/{doc_id}","method":"GET"}}]}]}`,
+				"lease":{"ttl":"500ms"},"idle":"nap","outputs":[{"id":"o","type":"kafka"},{"id":"o","type":"http","http":{"url":"http://x/{doc_id}","method":"GET"}}]}]}`,
 			want: []string{
 				`jobs[Bad_ID].id:`, `jobs[Bad_ID].source.type: "mysql"`, `jobs[Bad_ID].source.url:`,
-				`jobs[Bad_ID].feed.fetch: "all"`, `jobs[Bad_ID].lease.ttl: 1s`,
+				`jobs[Bad_ID].feed.fetch: "all"`, `jobs[Bad_ID].lease.ttl: 500ms`, `jobs[Bad_ID].idle: "nap" is not watch or sleep`,
 				`jobs[Bad_ID].outputs[o].type: "kafka"`, `jobs[Bad_ID].outputs[o].id: "o" is used by another output`,
 				`jobs[Bad_ID].outputs[o].http.method: "GET"`,
 			},
@@ -442,5 +467,45 @@ func wantErrorWith(t *testing.T, err error, ifNil string, wants ...string) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error lacks %q:\n%v", w, err)
 		}
+	}
+}
+
+// The outage settings: defaults, and every problem named by its field.
+func TestOutageSettings(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		outage string
+		want   Outage
+		errs   []string
+	}{
+		{name: "defaults", outage: `{}`, want: Outage{Retry: Duration(DefaultOutageRetry), MaxRetry: Duration(DefaultOutageMaxRetry)}},
+		{name: "short", outage: `{"retry":"1s","max_retry":"3s","max_hold":"1h"}`, want: Outage{Retry: Duration(time.Second), MaxRetry: Duration(3 * time.Second), MaxHold: Duration(time.Hour)}},
+		{name: "long first retry raises the default bound", outage: `{"retry":"1m"}`, want: Outage{Retry: Duration(time.Minute), MaxRetry: Duration(time.Minute)}},
+		{name: "bad", outage: `{"retry":"100ms","max_retry":"1h","max_hold":0}`, errs: []string{
+			"outputs[o].outage.retry: 100ms must be between 1s and 15m0s",
+			"outputs[o].outage.max_retry: 1h0m0s must be at least retry (100ms) and at most 15m0s",
+			"outputs[o].outage.max_hold: 0 is not allowed: leave the key out to hold changes for as long as the output is down"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f, err := Parse([]byte(`{"jobs":[{"id":"j","source":{"type":"couchdb","url":"http://h/db"},
+				"outputs":[{"id":"o","type":"http","outage":` + tt.outage + `,"http":{"url":"http://x/{doc_id}"}}]}]}`))
+			if tt.errs != nil {
+				for _, want := range tt.errs {
+					if err == nil || !strings.Contains(err.Error(), want) {
+						t.Errorf("error %v, want it to contain %q", err, want)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tt.want, f.Jobs[0].Outputs[0].Outage); d != "" {
+				t.Errorf("outage (-want +got):\n%s", d)
+			}
+		})
 	}
 }

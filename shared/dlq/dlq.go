@@ -46,6 +46,9 @@ type SQS interface {
 type Queues struct {
 	Job, Output string
 	FIFO        bool
+	// Total: the output orders its whole feed in one message group
+	// (ordering total).
+	Total bool
 
 	WorkName, WorkURL, WorkARN string
 	DLQName, DLQURL, DLQARN    string
@@ -54,7 +57,7 @@ type Queues struct {
 // Resolve finds the URLs and ARNs of the queues of (j, o), named as
 // config.File.QueueName and DLQName name them.
 func Resolve(ctx context.Context, c SQS, f *config.File, j *config.Job, o *config.Output) (Queues, error) {
-	q := Queues{Job: j.ID, Output: o.ID, FIFO: o.FIFO(), WorkName: f.QueueName(j, o), DLQName: f.DLQName(j, o)}
+	q := Queues{Job: j.ID, Output: o.ID, FIFO: o.FIFO(), Total: o.Ordering == config.OrderingTotal, WorkName: f.QueueName(j, o), DLQName: f.DLQName(j, o)}
 	var err error
 	if q.WorkURL, q.WorkARN, err = queue(ctx, c, q.WorkName); err != nil {
 		return q, err

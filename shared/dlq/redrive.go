@@ -93,8 +93,10 @@ const (
 // nothing. (An SDK retry of a send whose answer was lost can duplicate the
 // same way.)
 //
-// On a FIFO work queue a message keeps its group: the envelope's document
-// (fanout.GroupID), else the group it had on the DLQ.
+// On a FIFO work queue a message goes back to the group the poller gives
+// its route (fanout.Target.Group): the output's single group on a
+// total-order output, else the envelope's document, else (no envelope) the
+// group it had on the DLQ.
 //
 // Messages keep their body (the envelope, with its version) and message
 // attributes (the failure reason) in both modes.
@@ -532,14 +534,7 @@ func (c *copyRun) send(ctx context.Context, msgs []Message) ([]Message, map[stri
 			MessageAttributes: m.attributes,
 		}
 		if r.Queues.FIFO {
-			group := m.GroupID
-			if m.Envelope != nil && m.Envelope.DocID != "" {
-				group = fanout.GroupID(m.Envelope.DocID)
-			}
-			if group == "" {
-				group = "unknown"
-			}
-			e.MessageGroupId = aws.String(group)
+			e.MessageGroupId = aws.String(r.Queues.group(&m))
 			e.MessageDeduplicationId = aws.String(DeduplicationID(m.ID))
 		}
 		entries[i] = e
@@ -575,6 +570,20 @@ func (c *copyRun) send(ctx context.Context, msgs []Message) ([]Message, map[stri
 		}
 	}
 	return accepted, workIDs, nil
+}
+
+// group is the FIFO message group m is redriven to (see Redriver).
+func (q Queues) group(m *Message) string {
+	t := fanout.Target{Output: q.Output, FIFO: q.FIFO, Total: q.Total}
+	switch {
+	case q.Total:
+		return t.Group("")
+	case m.Envelope != nil && m.Envelope.DocID != "":
+		return t.Group(m.Envelope.DocID)
+	case m.GroupID != "":
+		return m.GroupID
+	}
+	return "unknown"
 }
 
 // delete removes messages from the DLQ and returns the ids deleted.

@@ -64,12 +64,13 @@ func NewTarget(o *config.Output, url string) Target {
 	return Target{Output: o.ID, QueueURL: url, FIFO: o.FIFO(), Total: o.Ordering == config.OrderingTotal}
 }
 
-// group is the FIFO message group of change c on t.
-func (t Target) group(c *change.Envelope) string {
+// Group is the FIFO message group of a change of document docID on t: the
+// output's single group when t.Total, else the document's.
+func (t Target) Group(docID string) string {
 	if t.Total {
 		return GroupID(t.Output)
 	}
-	return GroupID(c.DocID)
+	return GroupID(docID)
 }
 
 // DefaultConcurrency is how many requests a Sender keeps in flight when
@@ -394,7 +395,7 @@ func (s *Sender) chunks(t Target, changes []*change.Envelope, enc []encoded, out
 		}
 		if t.FIFO {
 			c := changes[i]
-			e.MessageGroupId = aws.String(t.group(c))
+			e.MessageGroupId = aws.String(t.Group(c.DocID))
 			e.MessageDeduplicationId = aws.String(DeduplicationID(c.Job, t.Output, c.DocID, c.Seq, t.Epoch))
 		}
 		cur.t = t

@@ -12,8 +12,10 @@ import (
 
 // Attachment opens the content of one attachment of a revision:
 // GET {url}/{id}/{name}?rev=REV. The answer is streamed: the caller reads it
-// and must close it. The content comes decoded (a source that stores it
-// compressed sends it with a Content-Encoding the HTTP client undoes).
+// and must close it. The content is asked for without a Content-Encoding (a
+// source that stores it compressed sends it decoded), so that the bytes read
+// are the bytes sent and the caller's bound on them holds: no small
+// compressed answer inflates past it in the HTTP client.
 //
 // A missing document, revision or attachment is a *StatusError matching
 // ErrNotFound. No timeout of its own: the body can be large, so the caller's
@@ -30,6 +32,8 @@ func (c *Client) Attachment(ctx context.Context, id, rev, name string) (io.ReadC
 		return nil, fmt.Errorf("%s: build request: %w", op, err)
 	}
 	req.Header.Set("Accept", "*/*")
+	// Setting the header also turns off the HTTP client's own gzip.
+	req.Header.Set("Accept-Encoding", "identity")
 	c.identify(req.Header)
 	resp, err := c.hc.Do(req)
 	if err != nil {

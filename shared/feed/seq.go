@@ -11,13 +11,13 @@ const (
 	seqOpaque   = iota // nothing: compared with nothing
 	seqInteger         // CouchDB 1.x, pouchdb-server, Sync Gateway's plain form
 	seqCompound        // Sync Gateway "T:S", "L::S", "L:T:S"
-	seqPrefixed        // CouchDB 2+ "N-g1AAAA...": N, a sum over the shards
+	seqPrefixed        // CouchDB 2+ "N-g1AAAA...": opaque, see SeqBefore
 )
 
 // seqPos is a sequence read for comparing.
 type seqPos struct {
 	kind   int
-	digits string // seqInteger: the number without leading zeros; seqPrefixed: N
+	digits string // seqInteger: the number without leading zeros
 	sg     sgSeq  // seqInteger (when it fits) and seqCompound
 	sgOK   bool
 }
@@ -45,7 +45,7 @@ func readSeq(raw json.RawMessage) seqPos {
 		p.kind = seqCompound
 	default:
 		if n, rest, ok := strings.Cut(s, "-"); ok && n != "" && rest != "" && allDigits(n) {
-			p.kind, p.digits = seqPrefixed, strings.TrimLeft(n, "0")
+			p.kind = seqPrefixed
 		}
 	}
 	return p
@@ -71,9 +71,12 @@ func lessDigits(a, b string) bool {
 // SeqBefore reports whether sequence a comes before sequence b, where their
 // format allows telling: two integers (numbers or numeric strings, of any
 // size); Sync Gateway's forms ("S", "T:S", "L::S", "L:T:S") by Sync
-// Gateway's own order; two CouchDB 2+ sequences ("N-...") by N. ok is false
-// when the order cannot be told: other forms, forms that differ, or CouchDB
-// 2+ sequences with the same N. Nil (the beginning) is before everything.
+// Gateway's own order. ok is false when the order cannot be told: other
+// forms, forms that differ, and CouchDB 2+ sequences ("N-..."), which are
+// opaque: N is the sum of the sequences of whichever shard copies answered,
+// so another node of the cluster, or the same one after a shard moved or
+// split, writes a lower N for a later position. Nil (the beginning) is
+// before everything.
 func SeqBefore(a, b json.RawMessage) (before, ok bool) {
 	switch {
 	case isNull(a) && isNull(b):
@@ -89,8 +92,6 @@ func SeqBefore(a, b json.RawMessage) (before, ok bool) {
 		return lessDigits(pa.digits, pb.digits), true
 	case (pa.kind == seqInteger || pa.kind == seqCompound) && (pb.kind == seqInteger || pb.kind == seqCompound) && pa.sgOK && pb.sgOK:
 		return pa.sg.before(pb.sg), true
-	case pa.kind == seqPrefixed && pb.kind == seqPrefixed && pa.digits != pb.digits:
-		return lessDigits(pa.digits, pb.digits), true
 	}
 	return false, false
 }

@@ -29,8 +29,8 @@ func TestSeqBefore(t *testing.T) {
 		{a: `"5"`, b: `"3:9"`, before: false, ok: true},    // 5 is after the grant at 3
 		{a: `"10::12"`, b: `"11"`, before: true, ok: true}, // low 10
 		{a: `"12"`, b: `"10::12"`, before: false, ok: true},
-		{a: `"3-g1AAAA"`, b: `"12-g1BBBB"`, before: true, ok: true},
-		{a: `"12-g1BBBB"`, b: `"3-g1AAAA"`, before: false, ok: true},
+		{a: `"3-g1AAAA"`, b: `"12-g1BBBB"`, ok: false},
+		{a: `"12-g1BBBB"`, b: `"3-g1AAAA"`, ok: false},
 		{a: `"12-g1AAAA"`, b: `"12-g1BBBB"`, ok: false},
 		{a: `"12-g1AAAA"`, b: `12`, ok: false},
 		{a: `"now"`, b: `3`, ok: false},
@@ -65,9 +65,9 @@ func TestChangesLastSeqNeverGoesBack(t *testing.T) {
 		{name: "numeric strings", since: raw(`"9"`), body: `{"results":[],"last_seq":"3"}`, want: `"9"`},
 		{name: "sync gateway compound rows", source: config.SourceSyncGateway, since: raw(`"3"`),
 			body: `{"results":[{"seq":"4:9","id":"a","changes":[{"rev":"1-a"}]}],"last_seq":"2"}`, want: `"4:9"`},
-		{name: "couchdb 2 prefix, nothing new", since: raw(`"12-g1BBBB"`), body: `{"results":[],"last_seq":"3-g1AAAA"}`, want: `"12-g1BBBB"`},
-		{name: "couchdb 2 prefix within the answer", since: raw(`"10-g1CCCC"`),
-			body: `{"results":[{"seq":"12-g1BBBB","id":"a","changes":[{"rev":"1-a"}]}],"last_seq":"11-g1AAAA"}`, want: `"12-g1BBBB"`},
+		{name: "couchdb 2 lower prefix, nothing new, is the source's position", since: raw(`"12-g1BBBB"`), body: `{"results":[],"last_seq":"3-g1AAAA"}`, want: `"3-g1AAAA"`},
+		{name: "couchdb 2 lower prefix within the answer is the source's position", since: raw(`"10-g1CCCC"`),
+			body: `{"results":[{"seq":"12-g1BBBB","id":"a","changes":[{"rev":"1-a"}]}],"last_seq":"11-g1AAAA"}`, want: `"11-g1AAAA"`},
 		{name: "couchdb 2 rewinding with rows is the source's position", since: raw(`"12-g1BBBB"`),
 			body: `{"results":[{"seq":"2-g1AAAA","id":"a","changes":[{"rev":"1-a"}]}],"last_seq":"3-g1AAAA"}`, want: `"3-g1AAAA"`},
 		{name: "forward is kept", since: raw(`3`), body: `{"results":[],"last_seq":9}`, want: `9`},
@@ -141,4 +141,47 @@ func queryOf(t *testing.T, requestURI string) url.Values {
 		t.Fatalf("parse request URI %q: %v", requestURI, err)
 	}
 	return u.Query()
+}
+
+// TestCouchDBOtherReplica: CouchDB 2+ sequences are opaque; their numeric
+// prefix is a sum over whichever shard copies answered, so another node of
+// the cluster can answer with a lower one for changes that are new. Read
+// as a poller reads (the next position is NotBefore the answer's last_seq
+// and the current one), the position must move on to what the answer says,
+// or every read asks for the same changes again.
+func TestCouchDBOtherReplica(t *testing.T) {
+	t.Parallel()
+	// Node B's copies have counted fewer updates than node A's: it answers
+	// the checkpoint node A gave with new rows whose prefix is lower.
+	answers := map[string]string{
+		`120-g1AAAA`: `{"results":[{"seq":"95-g1BBBB","id":"a","changes":[{"rev":"3-a"}]},{"seq":"96-g1BBBB","id":"b","changes":[{"rev":"2-b"}]}],"last_seq":"96-g1BBBB"}`,
+		`96-g1BBBB`:  `{"results":[{"seq":"97-g1BBBB","id":"c","changes":[{"rev":"1-c"}]}],"last_seq":"97-g1BBBB"}`,
+		`97-g1BBBB`:  `{"results":[],"last_seq":"97-g1BBBB"}`,
+	}
+	f := newFakeSource(t, func(w http.ResponseWriter, r *http.Request) {
+		body, ok := answers[r.URL.Query().Get("since")]
+		if !ok {
+			body = `{"results":[],"last_seq":"0-g1AAAA"}`
+		}
+		reply(http.StatusOK, body)(w, r)
+	})
+	c := f.client(nil)
+	pos := raw(`"120-g1AAAA"`)
+	var got []string
+	for range 4 {
+		b, err := c.Changes(t.Context(), pos, time.Second)
+		if err != nil {
+			t.Fatalf("Changes from %s: %v", pos, err)
+		}
+		for _, r := range b.Rows {
+			got = append(got, r.ID)
+		}
+		pos = NotBefore(b.LastSeq, pos)
+	}
+	if diff := cmp.Diff([]string{"a", "b", "c"}, got); diff != "" {
+		t.Errorf("changes read in four reads (-want +got):\n%s", diff)
+	}
+	if string(pos) != `"97-g1BBBB"` {
+		t.Errorf("position after four reads = %s, want \"97-g1BBBB\"", pos)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/changes-worker/changes-worker/shared/config"
 )
@@ -27,15 +28,14 @@ import (
 var ErrModeUnsupported = errors.New("feed mode not supported by the source")
 
 // ErrStreamEnded is returned by Stream.Next once the source closed the
-// stream or it fell silent for longer than its heartbeat allows. It is
-// transient: read from the last batch's LastSeq again.
+// stream or nothing whole (a row, an event, a heartbeat) arrived for longer
+// than its heartbeat allows. It is transient: read from the last batch's
+// LastSeq again.
 var ErrStreamEnded = errors.New("change stream ended")
 
 // Defaults for StreamOptions.
 const (
 	DefaultHeartbeat = 30 * time.Second
-	// maxLine bounds one change (a row with its document) on a stream.
-	maxLine = 64 << 20
 	// sgMinHeartbeat is the shortest heartbeat Sync Gateway grants.
 	sgMinHeartbeat = 25 * time.Second
 )
@@ -56,15 +56,24 @@ type StreamOptions struct {
 // into a buffer and Next hands them out in batches. Next and Close must not
 // be called concurrently with each other.
 //
+// A stream holds what a page holds (see Changes): one message of the source
+// (a line, an event, a WebSocket message) is at most Options.MaxAnswerBytes,
+// the rows received and not yet taken hold at most Options.PageBytes (and
+// twice Options.Limit rows), and a batch from Next ends at the row that
+// reaches PageBytes.
+//
 // How a poller uses it, inside the same lease and checkpoint rules as with
 // Changes: catch up with Changes until a batch is CaughtUp; open a Stream
-// from that batch's LastSeq; then loop on Next, FetchDocs, queue and
+// from that batch's LastSeq; then loop on Next, FetchBatch, queue and
 // checkpoint each batch as if Changes had returned it; on any error Close the
 // stream and go back to catching up with Changes (with backoff) from the last
-// checkpointed LastSeq. Close before the invocation ends.
+// checkpointed LastSeq. A batch cut after Next (Batch.Cut, by FetchBatch or
+// the caller) ends before rows the stream has already handed out: Close the
+// stream too, and read on with Changes from the batch's LastSeq. Close
+// before the invocation ends.
 type Stream struct {
 	c      *Client
-	items  chan json.RawMessage // rows, in order
+	buf    *rowBuffer
 	cancel context.CancelFunc
 	done   chan struct{}
 	pos    json.RawMessage // the seq of the last row handed out
@@ -104,15 +113,15 @@ func (c *Client) Stream(ctx context.Context, since json.RawMessage, o StreamOpti
 		o.Heartbeat = max(o.Heartbeat, sgMinHeartbeat)
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	s := &Stream{c: c, items: make(chan json.RawMessage, 2*c.o.Limit), cancel: cancel, done: make(chan struct{}), pos: since}
-	s.dog = newWatchdog(o.Heartbeat, cancel)
+	dog := newWatchdog(o.Heartbeat, cancel)
+	s := &Stream{c: c, buf: newRowBuffer(2*c.o.Limit, c.o.PageBytes, dog), cancel: cancel, done: make(chan struct{}), pos: since, dog: dog}
 	var read func(context.Context) error
 	var err error
 	switch o.Mode {
 	case config.ModeWebSocket:
-		read, err = c.openWebSocket(sctx, since, o.Heartbeat, s.dog, s.items)
+		read, err = c.openWebSocket(sctx, since, o.Heartbeat, s.dog, s.buf)
 	default:
-		read, err = c.openHTTPStream(sctx, since, o, s.dog, s.items)
+		read, err = c.openHTTPStream(sctx, since, o, s.dog, s.buf)
 	}
 	if err != nil {
 		s.dog.stop()
@@ -121,7 +130,7 @@ func (c *Client) Stream(ctx context.Context, since json.RawMessage, o StreamOpti
 	}
 	go func() {
 		defer close(s.done)
-		defer close(s.items)
+		defer close(s.buf.rows)
 		defer s.dog.stop()
 		err := read(sctx)
 		s.mu.Lock()
@@ -131,43 +140,47 @@ func (c *Client) Stream(ctx context.Context, since json.RawMessage, o StreamOpti
 	return s, nil
 }
 
-// Next waits up to wait for a change, then takes every change already
-// received, up to Options.Limit, and returns them as a batch, like Changes
-// would (LastSeq is the last row's seq; Full when Limit rows were taken).
+// Next waits up to wait for a change, then takes the changes already
+// received, as a page would hold them: up to Options.Limit rows, ending at
+// the row whose bytes reach Options.PageBytes. It returns them as a batch,
+// like Changes would (LastSeq is the last row's seq; Full when either bound
+// ended the batch); the rows after it stay in the stream for the next call.
 // When nothing arrives within wait, the batch is empty at the previous
 // position, which reads as caught up. Once the stream has ended, Next returns
 // the rows still buffered and then a transient error wrapping
 // ErrStreamEnded (or the reason the source gave).
 func (s *Stream) Next(ctx context.Context, wait time.Duration) (*Batch, error) {
 	var raws []json.RawMessage
+	var size int64
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
-	case r, ok := <-s.items:
+	case r, ok := <-s.buf.rows:
 		if !ok {
 			return nil, s.failure()
 		}
-		raws = append(raws, r)
+		raws, size = append(raws, s.buf.taken(r)), int64(len(r))
 	case <-timer.C:
 		return &Batch{Rows: []Row{}, LastSeq: s.pos, Pending: -1}, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("stream: %w", ctx.Err())
 	}
+	full := func() bool { return len(raws) >= s.c.o.Limit || size >= s.c.o.PageBytes }
 drain:
-	for len(raws) < s.c.o.Limit {
+	for !full() {
 		select {
-		case r, ok := <-s.items:
+		case r, ok := <-s.buf.rows:
 			if !ok {
 				break drain
 			}
-			raws = append(raws, r)
+			raws, size = append(raws, s.buf.taken(r)), size+int64(len(r))
 		default:
 			break drain
 		}
 	}
 	// Rows are read as Changes reads them: one that names a document is
 	// kept whatever else it lacks, one that names none is in Malformed.
-	b := &Batch{Rows: make([]Row, 0, len(raws)), Pending: -1, Full: len(raws) >= s.c.o.Limit}
+	b := &Batch{Rows: make([]Row, 0, len(raws)), Pending: -1, Full: full()}
 	p := &pageReader{activeOnly: s.c.o.ActiveOnly, b: b}
 	for _, raw := range raws {
 		p.row(raw)
@@ -194,7 +207,7 @@ func (s *Stream) failure() error {
 		return &transportError{op: "stream", err: ErrStreamEnded}
 	}
 	if s.dog.fired.Load() {
-		return &transportError{op: "stream", err: fmt.Errorf("%w: silent for %s", ErrStreamEnded, s.dog.d)}
+		return &transportError{op: "stream", err: fmt.Errorf("%w: no change or heartbeat within %s", ErrStreamEnded, s.dog.d)}
 	}
 	var se *StatusError
 	if errors.As(s.err, &se) || errors.Is(s.err, ErrMalformed) || errors.Is(s.err, ErrModeUnsupported) {
@@ -210,8 +223,50 @@ func (s *Stream) Close() error {
 	return nil
 }
 
-// watchdog cancels a stream that stays silent for three heartbeats; alive
-// resets it.
+// rowBuffer holds the rows a stream's reader received and Next has not
+// taken yet: at most its rows' capacity, and at most budget bytes (a row
+// larger than budget waits until the buffer is empty). Safe for one reader
+// and one taker at a time.
+type rowBuffer struct {
+	rows   chan json.RawMessage
+	room   *semaphore.Weighted // budget bytes
+	budget int64
+	dog    *watchdog // the stream's, paused while put waits
+}
+
+func newRowBuffer(rows int, budget int64, dog *watchdog) *rowBuffer {
+	return &rowBuffer{rows: make(chan json.RawMessage, rows), room: semaphore.NewWeighted(budget), budget: budget, dog: dog}
+}
+
+// put adds a row once there is room for it, or fails when ctx ends first.
+// The watchdog does not run meanwhile: while the reader waits for room the
+// source is not silent, the taker is slow.
+func (b *rowBuffer) put(ctx context.Context, r json.RawMessage) error {
+	b.dog.stop()
+	defer b.dog.alive()
+	w := b.weight(r)
+	if err := b.room.Acquire(ctx, w); err != nil {
+		return err
+	}
+	select {
+	case b.rows <- r:
+		return nil
+	case <-ctx.Done():
+		b.room.Release(w)
+		return ctx.Err()
+	}
+}
+
+// taken records that r left the buffer, and returns it.
+func (b *rowBuffer) taken(r json.RawMessage) json.RawMessage {
+	b.room.Release(b.weight(r))
+	return r
+}
+
+func (b *rowBuffer) weight(r json.RawMessage) int64 { return min(int64(len(r)), b.budget) }
+
+// watchdog cancels a stream in which nothing whole (a row, an event, a
+// heartbeat) arrives for three heartbeats; alive resets it.
 type watchdog struct {
 	t     *time.Timer
 	d     time.Duration
@@ -232,7 +287,7 @@ func (w *watchdog) stop()  { w.t.Stop() }
 
 // openHTTPStream sends the request of continuous, eventsource or sse and
 // returns the function that reads its rows.
-func (c *Client) openHTTPStream(ctx context.Context, since json.RawMessage, o StreamOptions, dog *watchdog, out chan<- json.RawMessage) (func(context.Context) error, error) {
+func (c *Client) openHTTPStream(ctx context.Context, since json.RawMessage, o StreamOptions, dog *watchdog, out *rowBuffer) (func(context.Context) error, error) {
 	q, err := c.feedQuery(since)
 	if err != nil {
 		return nil, err
@@ -265,7 +320,7 @@ func (c *Client) openHTTPStream(ctx context.Context, since json.RawMessage, o St
 		if err != nil {
 			return nil, err
 		}
-		return func(ctx context.Context) error { return readStream(ctx, resp, o.Mode, dog, out) }, nil
+		return func(ctx context.Context) error { return readStream(ctx, resp, o.Mode, c.o.MaxAnswerBytes, dog, out) }, nil
 	case <-timer.C:
 		// Some sources (pouchdb-server) send the headers only with the
 		// first change or heartbeat: the answer is awaited by the reader,
@@ -275,7 +330,7 @@ func (c *Client) openHTTPStream(ctx context.Context, since json.RawMessage, o St
 			if err != nil {
 				return err
 			}
-			return readStream(ctx, resp, o.Mode, dog, out)
+			return readStream(ctx, resp, o.Mode, c.o.MaxAnswerBytes, dog, out)
 		}, nil
 	}
 }
@@ -311,24 +366,24 @@ func accepted(a answered, mode string) (*http.Response, error) {
 }
 
 // readStream reads the rows of an accepted continuous, eventsource or sse
-// answer.
-func readStream(ctx context.Context, resp *http.Response, mode string, dog *watchdog, out chan<- json.RawMessage) error {
+// answer; limit bounds one line, and one event's data.
+func readStream(ctx context.Context, resp *http.Response, mode string, limit int64, dog *watchdog, out *rowBuffer) error {
 	defer resp.Body.Close()
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	if mode == config.ModeContinuous {
-		return readLines(ctx, br, dog, out)
+		return readLines(ctx, br, limit, dog, out)
 	}
-	return readEvents(ctx, br, dog, out)
+	return readEvents(ctx, br, limit, dog, out)
 }
 
-// readLine reads one line, without its end, bounded by maxLine.
-func readLine(br *bufio.Reader) ([]byte, error) {
+// readLine reads one line, without its end, of at most limit bytes.
+func readLine(br *bufio.Reader, limit int64) ([]byte, error) {
 	var line []byte
 	for {
 		chunk, err := br.ReadSlice('\n')
 		line = append(line, chunk...)
-		if len(line) > maxLine {
-			return nil, malformed("stream", "a line longer than %d bytes", maxLine)
+		if int64(len(line)) > limit {
+			return nil, malformed("stream", "a line longer than %d bytes (%s)", limit, BoundAnswerBytes)
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
@@ -342,9 +397,9 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 
 // readLines reads a continuous feed: one JSON row per line, empty lines as
 // heartbeats, and {"last_seq":...} when the source ends the feed.
-func readLines(ctx context.Context, br *bufio.Reader, dog *watchdog, out chan<- json.RawMessage) error {
+func readLines(ctx context.Context, br *bufio.Reader, limit int64, dog *watchdog, out *rowBuffer) error {
 	for {
-		line, err := readLine(br)
+		line, err := readLine(br, limit)
 		if len(bytes.TrimSpace(line)) > 0 {
 			if stop, serr := emit(ctx, bytes.TrimSpace(line), out); stop || serr != nil {
 				return serr
@@ -358,11 +413,15 @@ func readLines(ctx context.Context, br *bufio.Reader, dog *watchdog, out chan<- 
 }
 
 // readEvents reads server-sent events whose data is one JSON row; events
-// without data (heartbeats, comments) only show the stream is alive.
-func readEvents(ctx context.Context, br *bufio.Reader, dog *watchdog, out chan<- json.RawMessage) error {
+// without data (heartbeats) and comments only show the stream is alive. An
+// event's data is at most limit bytes, and only a whole event (or a comment
+// between events) shows the stream is alive: an event that never ends
+// fails, at limit bytes or when the watchdog fires, whichever comes first.
+func readEvents(ctx context.Context, br *bufio.Reader, limit int64, dog *watchdog, out *rowBuffer) error {
 	var data []byte
 	for {
-		line, err := readLine(br)
+		line, err := readLine(br, limit)
+		alive := false
 		switch {
 		case len(line) == 0:
 			if d := bytes.TrimSpace(data); len(d) > 0 {
@@ -370,24 +429,31 @@ func readEvents(ctx context.Context, br *bufio.Reader, dog *watchdog, out chan<-
 					return serr
 				}
 			}
-			data = data[:0]
+			data, alive = data[:0], true
 		case bytes.HasPrefix(line, []byte("data:")):
 			v := bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))
+			if int64(len(data)+1+len(v)) > limit {
+				return malformed("stream", "an event's data longer than %d bytes (%s)", limit, BoundAnswerBytes)
+			}
 			if len(data) > 0 {
 				data = append(data, '\n')
 			}
 			data = append(data, v...)
+		case line[0] == ':':
+			alive = len(data) == 0
 		}
 		if err != nil {
 			return err
 		}
-		dog.alive()
+		if alive {
+			dog.alive()
+		}
 	}
 }
 
 // emit sends one message of a stream on: a row, or the end of the feed
 // ({"last_seq":...} with no id), or an error object. stop reports the end.
-func emit(ctx context.Context, msg []byte, out chan<- json.RawMessage) (stop bool, err error) {
+func emit(ctx context.Context, msg []byte, out *rowBuffer) (stop bool, err error) {
 	var probe struct {
 		ID      string          `json:"id"`
 		LastSeq json.RawMessage `json:"last_seq"`
@@ -403,17 +469,15 @@ func emit(ctx context.Context, msg []byte, out chan<- json.RawMessage) (stop boo
 	case probe.ID == "" && !isNull(probe.LastSeq):
 		return true, nil
 	}
-	select {
-	case out <- json.RawMessage(bytes.Clone(msg)):
-		return false, nil
-	case <-ctx.Done():
-		return true, ctx.Err()
+	if err := out.put(ctx, json.RawMessage(bytes.Clone(msg))); err != nil {
+		return true, err
 	}
+	return false, nil
 }
 
 // openWebSocket connects Sync Gateway's WebSocket feed and returns the
 // function that reads its rows.
-func (c *Client) openWebSocket(ctx context.Context, since json.RawMessage, heartbeat time.Duration, dog *watchdog, out chan<- json.RawMessage) (func(context.Context) error, error) {
+func (c *Client) openWebSocket(ctx context.Context, since json.RawMessage, heartbeat time.Duration, dog *watchdog, out *rowBuffer) (func(context.Context) error, error) {
 	u := c.endpoint("_changes", nil) + "?feed=websocket"
 	u = "ws" + strings.TrimPrefix(u, "http")
 	h := http.Header{}
@@ -426,7 +490,7 @@ func (c *Client) openWebSocket(ctx context.Context, since json.RawMessage, heart
 		}
 		return nil, &transportError{op: "stream", err: err}
 	}
-	conn.SetReadLimit(maxLine)
+	conn.SetReadLimit(c.o.MaxAnswerBytes)
 	opts := map[string]any{
 		"include_docs": c.o.Fetch == config.FetchIncludeDocs,
 		"active_only":  c.o.ActiveOnly,

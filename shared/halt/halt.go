@@ -109,7 +109,10 @@ const (
 // Key is the state-table key of a group's record.
 func Key(job, output, group string) string { return "halt/" + job + "/" + output + "/" + group }
 
-func prefix(job, output string) string { return "halt/" + job + "/" + output + "/" }
+func prefix(job, output string) string { return JobPrefix(job) + output + "/" }
+
+// JobPrefix is the key prefix of every record of job's outputs.
+func JobPrefix(job string) string { return "halt/" + job + "/" }
 
 // Get returns the group's record, or nil when the group is not halted.
 // The read is strongly consistent.

@@ -156,10 +156,11 @@ func (s *Session) watch(ctx context.Context, holder *State, until time.Time) err
 			s.Watching(holder)
 		}
 		s.announce(ctx)
-		if !s.Clock.Now().Add(s.Interval).Before(until) {
+		wait := s.nextLook(holder)
+		if !s.Clock.Now().Add(wait).Before(until) {
 			return &HeldError{Holder: holder}
 		}
-		if err := clock.Sleep(ctx, s.Interval); err != nil {
+		if err := clock.Sleep(ctx, wait); err != nil {
 			return err
 		}
 		st, err := s.store.Get(ctx, s.job)
@@ -172,6 +173,17 @@ func (s *Session) watch(ctx context.Context, holder *State, until time.Time) err
 			return nil
 		}
 	}
+}
+
+// nextLook is how long the watch waits before it reads the job item again:
+// Interval, or less when the holder's lease, as last read, expires sooner,
+// so that a crashed holder is replaced as its lease expires rather than up
+// to an Interval later.
+func (s *Session) nextLook(holder *State) time.Duration {
+	if holder == nil || !holder.Held(s.Clock.Now()) {
+		return s.Interval
+	}
+	return min(s.Interval, max(holder.ExpiresAt.Sub(s.Clock.Now()), time.Millisecond))
 }
 
 // announce records that this owner stands by, every third of a TTL.

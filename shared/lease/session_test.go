@@ -281,6 +281,40 @@ func TestSessionWait(t *testing.T) {
 	}
 }
 
+// TestSessionWaitTakesOverAtExpiry: a standby whose next look would come
+// after the holder's lease expires looks as it expires, so a crashed holder
+// is replaced within its TTL, not within its TTL plus the interval.
+func TestSessionWaitTakesOverAtExpiry(t *testing.T) {
+	t.Parallel()
+	expires := time.Now().Add(150 * time.Millisecond)
+	var mu sync.Mutex
+	k := &fakeKeeper{
+		get: func() (*lease.State, error) {
+			return &lease.State{Exists: true, Owner: "poller-1", Generation: 4, ExpiresAt: expires}, nil
+		},
+		acquire: func() (*lease.Lease, *lease.State, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if time.Now().Before(expires) {
+				return nil, &lease.State{Exists: true, Owner: "poller-1", Generation: 4, ExpiresAt: expires}, lease.ErrLeaseHeld
+			}
+			return &lease.Lease{JobID: "job", Owner: "me", Generation: 5, Kind: lease.Failover, RenewedAt: time.Now(), TTL: ttl}, nil, nil
+		},
+	}
+	s := lease.NewSession(k, "job", "me", "host", ttl)
+	s.Interval = 10 * time.Second
+	start := time.Now()
+	if err := s.Wait(t.Context(), start.Add(time.Minute)); err != nil {
+		t.Fatalf("Wait = %v", err)
+	}
+	if elapsed := time.Since(start); elapsed > time.Second {
+		t.Errorf("took over %s after the start, want at the expiry (150ms), well before the interval (10s)", elapsed)
+	}
+	if l := s.Lease(); l == nil || l.Generation != 5 {
+		t.Errorf("lease %+v, want generation 5", l)
+	}
+}
+
 func TestSessionForce(t *testing.T) {
 	t.Parallel()
 	k := &fakeKeeper{force: func() (*lease.Lease, error) {

@@ -64,6 +64,8 @@ type Runtime struct {
 	enqueued    atomic.Int64
 	invoked     atomic.Int64 // writer invocations
 	handling    atomic.Int64 // time.Duration the writer spent in them
+	polled      atomic.Int64 // poller invocations that ended
+	polling     atomic.Int64 // time.Duration they ran
 	writer      *writer.Handler
 	mu          sync.Mutex
 	caughtUp    map[string]bool
@@ -144,12 +146,17 @@ type Summary struct {
 	// WriterTime the time it spent on them: what Lambda would bill.
 	WriterInvocations int64
 	WriterTime        time.Duration
+	// PollerInvocations is the number of poller invocations that ended,
+	// and PollerTime how long they ran: what Lambda would bill.
+	PollerInvocations int64
+	PollerTime        time.Duration
 }
 
 // Summary returns the counters of the run so far.
 func (r *Runtime) Summary() Summary {
 	s := Summary{Read: r.read.Load(), Enqueued: r.enqueued.Load(),
-		WriterInvocations: r.invoked.Load(), WriterTime: time.Duration(r.handling.Load())}
+		WriterInvocations: r.invoked.Load(), WriterTime: time.Duration(r.handling.Load()),
+		PollerInvocations: r.polled.Load(), PollerTime: time.Duration(r.polling.Load())}
 	if r.writer != nil {
 		s.Outputs = r.writer.Stats()
 	}
@@ -197,7 +204,10 @@ func (r *Runtime) poll(ctx context.Context, j *config.Job, owner string, errc ch
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ictx = lambdacontext.NewContext(ictx, &lambdacontext.LambdaContext{AwsRequestID: owner})
+	start := time.Now()
 	res, err := r.Deps.HandleSchedule(ictx, pipeline.ScheduleEvent{Job: j.ID})
+	r.polled.Add(1)
+	r.polling.Add(int64(time.Since(start)))
 	r.read.Add(int64(res.Read))
 	r.enqueued.Add(int64(res.Enqueued))
 	if err != nil && ctx.Err() == nil {

@@ -57,6 +57,13 @@ const (
 	// with on_failure halt (or tried its halted change again and failed), 0
 	// when the halted change was delivered or skipped.
 	OutputHalted = "OutputHalted"
+	// OutputDown is 1 for every batch a writer found its output down (it
+	// cannot be reached, refuses our credentials, cannot be opened, or
+	// failed every change of the batch), 0 when it took changes again.
+	OutputDown = "OutputDown"
+	// MessagesHeld counts the messages held back for an output that is
+	// down, at each hold; they do not count toward the DLQ.
+	MessagesHeld = "MessagesHeld"
 
 	// Backpressure, writer, dimensions Job and Output.
 	BackpressureActive       = "BackpressureActive"       // 1 while the output is struggling, 0 otherwise (one value per batch)
@@ -147,6 +154,19 @@ func (r *Recorder) update(name string, unit Unit, highRes bool, f func(*value)) 
 		r.values[name] = m
 	}
 	f(m)
+}
+
+// Discard drops the values of the named metrics recorded since the last
+// flush, by whoever recorded them.
+func (r *Recorder) Discard(names ...string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range names {
+		delete(r.values, n)
+	}
 }
 
 // maxValues is how many values of one metric an EMF record may carry.

@@ -3,6 +3,7 @@ package metrics
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,5 +87,51 @@ func TestSumAndRecordsOfAtMostHundredValues(t *testing.T) {
 	}
 	if times != 250 || requests != 250 || failures != 2 {
 		t.Errorf("times %v requests %v failures %v, want 250 250 2", times, requests, failures)
+	}
+}
+
+func TestDiscard(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		discard []string
+		want    string // the metrics of the record, "" for none
+	}{
+		{name: "some", discard: []string{ChangesRead, LagSeconds}, want: "PollerErrors Role"},
+		{name: "none", want: "ChangesRead PollerErrors Role"},
+		{name: "all", discard: []string{ChangesRead, PollerErrors, Role}, want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			r := New(&buf, map[string]string{"Job": "orders"})
+			r.Add(ChangesRead, 5, Count)
+			r.Add(PollerErrors, 1, Count)
+			r.AddHighRes(Role, 1, None)
+			r.Discard(tt.discard...)
+			if err := r.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			if buf.Len() > 0 {
+				var rec struct {
+					AWS struct {
+						CloudWatchMetrics []struct {
+							Metrics []struct{ Name string }
+						}
+					} `json:"_aws"`
+				}
+				if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+					t.Fatalf("record is not JSON: %v", err)
+				}
+				for _, m := range rec.AWS.CloudWatchMetrics[0].Metrics {
+					got = append(got, m.Name)
+				}
+			}
+			if d := cmp.Diff(tt.want, strings.Join(got, " ")); d != "" {
+				t.Errorf("metrics written (-want +got):\n%s", d)
+			}
+		})
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
+	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/poll"
 )
 
@@ -39,9 +41,32 @@ func (d *Deps) HandleSchedule(ctx context.Context, ev ScheduleEvent) (poll.Resul
 	}
 	res, err := p.Run(ctx, poll.Invocation{Owner: owner, Host: Hostname(), Deadline: deadline})
 	if err != nil {
+		if sourceRefused(err) {
+			d.forgetPoller(ev.Job, p)
+		}
 		return res, fmt.Errorf("poll %s: %w", ev.Job, err)
 	}
 	return res, nil
+}
+
+// sourceRefused reports whether err is the source refusing our credentials
+// (401 or 403, a refused session sign-in included).
+func sourceRefused(err error) bool {
+	var se *feed.StatusError
+	return errors.As(err, &se) && (se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden)
+}
+
+// forgetPoller drops the job's cached poller p, whose source refused its
+// credentials, and has the secrets read again: the next invocation builds
+// the poller anew, so a rotated or corrected source secret takes effect on
+// this warm instance (after the secrets' floor, secret.Resolver).
+func (d *Deps) forgetPoller(job string, p *poll.Poller) {
+	d.mu.Lock()
+	if d.pollers[job] == p {
+		delete(d.pollers, job)
+	}
+	d.mu.Unlock()
+	d.Secrets.Refresh()
 }
 
 // PreparePoller builds the poller of a job for HandleSchedule, as a cold

@@ -16,7 +16,7 @@ func Load(ctx context.Context, lookup Lookup, log *slog.Logger, metricsOut io.Wr
 	if err != nil {
 		return nil, err
 	}
-	awsCfg, err := awsconf.Load(ctx)
+	awsCfg, err := awsconf.Load(ctx, log)
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/halt"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/metrics"
+	"github.com/changes-worker/changes-worker/shared/outage"
 	"github.com/changes-worker/changes-worker/shared/poll"
 	"github.com/changes-worker/changes-worker/shared/quarantine"
 	"github.com/changes-worker/changes-worker/shared/secret"
@@ -146,11 +147,12 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		}
 		targets = append(targets, fanout.NewTarget(o, aws.ToString(out.QueueUrl)))
 	}
+	quarantined := &quarantine.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now}
 	var source poll.Feed = fc
 	if a := j.Attachments; a != nil && a.Enabled {
 		source = &attach.Feed{
 			Inner: fc,
-			Stage: &attach.Stage{Config: a, Source: fc, S3: d.S3, Log: d.Log.With("job", j.ID)},
+			Stage: &attach.Stage{Config: a, Source: fc, S3: d.S3, Log: d.Log.With("job", j.ID), Job: j.ID, Quarantine: quarantined},
 			OnStats: func(s attach.Stats) {
 				rec.Add(metrics.AttachmentsUploaded, float64(s.Uploaded), metrics.Count)
 				rec.Add(metrics.AttachmentsPresent, float64(s.Present), metrics.Count)
@@ -167,7 +169,7 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency},
 		Targets:    targets,
 		SendDepth:  j.SendDepth,
-		Quarantine: &quarantine.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
+		Quarantine: quarantined,
 		Log:        d.Log,
 		Metrics:    rec,
 		Clock:      d.Now,
@@ -194,16 +196,16 @@ func (d *Deps) Feed(ctx context.Context, j *config.Job) (*feed.Client, error) {
 	return d.feed(ctx, j, nil)
 }
 
-// sourceMeter records every request to the source: "our credentials" when
-// it answers 401 or 403.
+// sourceMeter records every request to the source, and "our credentials"
+// when it answers 401 or 403. The failures are recorded only when one
+// happens: a metric is billed for every month it receives data, and its
+// alarm takes no data as none.
 func sourceMeter(rec *metrics.Recorder) func(op string, status int, d time.Duration) {
 	return func(op string, status int, d time.Duration) {
 		rec.Sum(metrics.SourceRequests, 1, metrics.Count)
-		auth := 0.0
 		if status == http.StatusUnauthorized || status == http.StatusForbidden {
-			auth = 1
+			rec.Sum(metrics.SourceAuthFailures, 1, metrics.Count)
 		}
-		rec.Sum(metrics.SourceAuthFailures, auth, metrics.Count)
 		rec.Add(metrics.SourceRequestTime, float64(d.Microseconds())/1000, metrics.Milliseconds)
 	}
 }
@@ -248,6 +250,8 @@ func (d *Deps) Writer() *writer.Handler {
 		Log:     d.Log,
 		Metrics: d.Metrics,
 		Halts:   &halt.Store{DB: d.DynamoDB, Table: d.Config.TableName()},
+		Outages: &outage.Store{DB: d.DynamoDB, Table: d.Config.TableName()},
+		Secrets: d.Secrets,
 	}
 }
 

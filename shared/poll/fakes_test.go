@@ -183,6 +183,13 @@ func (f *fakeLeases) MarkStandby(context.Context, string, string) error {
 	return nil
 }
 
+// standbys is how many times a standby marked the job item.
+func (f *fakeLeases) standbys() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.marks
+}
+
 // takeOver makes another poller take the lease: every later write of the
 // current holder is refused.
 func (f *fakeLeases) takeOver() {
@@ -211,7 +218,7 @@ type fakeFeed struct {
 	perRead time.Duration
 	batch   func(call int, since string) (*feed.Batch, error)
 	// fetch, when set, answers FetchBatch.
-	fetch func(b *feed.Batch) error
+	fetch func(ctx context.Context, b *feed.Batch) error
 
 	mu     sync.Mutex
 	sinces []string
@@ -230,11 +237,11 @@ func (f *fakeFeed) Changes(_ context.Context, since json.RawMessage, _ time.Dura
 }
 
 // FetchBatch answers with fetch(b) when set.
-func (f *fakeFeed) FetchBatch(_ context.Context, b *feed.Batch) error {
+func (f *fakeFeed) FetchBatch(ctx context.Context, b *feed.Batch) error {
 	if f.fetch == nil {
 		return nil
 	}
-	if err := f.fetch(b); err != nil {
+	if err := f.fetch(ctx, b); err != nil {
 		f.w.record("failed fetch %s-%s", b.Rows[0].ID, b.Rows[len(b.Rows)-1].ID)
 		return err
 	}

@@ -18,13 +18,15 @@ import (
 )
 
 // invocation is the state of one Run. Its methods run on Run's goroutine,
-// with two exceptions: the checkpoint write left in flight while the next
+// with three exceptions: the checkpoint write left in flight while the next
 // batch is read (see checkpoint), which every other lease write and every
-// send waits for first (settle); and the fences of the chunks queued in
-// the background (see startSend), which run under mu. Run's goroutine
-// holds mu from the first batch to the last, and lets go of it only while
-// it waits for a read or for a chunk in flight, so that a fence never runs
-// beside its own work, as when it waited inside every send.
+// send waits for first (settle); the fences of the chunks queued in the
+// background (see startSend), which run under mu; and the heartbeat, which
+// renews the lease under mu (see heartbeat). Run's goroutine holds mu from
+// the first batch to the last, and lets go of it only while it waits (for a
+// read with its bodies and attachments, for a chunk in flight, for a
+// backoff), so that a fence or a renewal never runs beside its own work,
+// as when it waited inside every send.
 type invocation struct {
 	mu sync.Mutex
 
@@ -42,7 +44,10 @@ type invocation struct {
 	slowest      time.Duration   // the longest chunk so far, to plan the budget
 	checkpointAt time.Time
 	caughtUpAt   time.Time
-	standby      bool // "standing by" was logged
+	started      time.Time // when the invocation began, for its idle stay
+	changedAt    time.Time // when the last batch with changes was read
+	standby      bool      // "standing by" was logged
+	stopped      error     // the renewal that failed while Run's goroutine waited (see heartbeat)
 
 	str streaming // the streaming feed, when the job reads one
 
@@ -168,21 +173,32 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 // is still asked before every request. In a streaming mode, once caught up,
 // batches come from one stream instead of pages (see streaming), with
 // nothing read ahead.
-func (v *invocation) loop(ctx context.Context) (err error) {
+func (v *invocation) loop(parent context.Context) (err error) {
+	ctx, stop := context.WithCancel(parent)
+	beating := v.heartbeat(ctx, stop)
 	defer func() {
-		if errors.Is(err, errEnded) {
+		<-beating
+		switch {
+		case v.stopped != nil:
+			err = v.stopped
+		case errors.Is(err, errEnded):
 			err = nil
 		}
 	}()
 	// Deferred calls run last first: the chunks still in flight are
 	// abandoned, the checkpoint write in flight is settled, then the
-	// reader stopped, then the stream closed.
+	// reader stopped, the stream closed, and the heartbeat stopped
+	// before it may renew again.
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	defer stop()
 	defer v.closeStream(ctx)
 	defer func() { v.ahead.stop() }()
 	defer func() { _ = v.settle() }()
-	v.sendCtx, v.cancelSends = context.WithCancel(ctx)
+	// A request already on its way to SQS cannot be called back: the
+	// heartbeat's stop leaves the sends in flight alone, and their next
+	// fence refuses.
+	v.sendCtx, v.cancelSends = context.WithCancel(parent)
 	defer v.cancelSends()
 	defer v.abandonSends()
 	v.depth = v.p.SendDepth
@@ -238,7 +254,7 @@ func (v *invocation) loop(ctx context.Context) (err error) {
 			continue
 		}
 		if streamed {
-			v.cutStream(ctx)
+			v.cutStream(ctx, batch)
 		} else {
 			v.paged(batch)
 		}
@@ -251,6 +267,10 @@ func (v *invocation) loop(ctx context.Context) (err error) {
 			return err
 		}
 		v.report(ctx, batch)
+		if v.rests(batch) {
+			v.log.InfoContext(ctx, "feed idle; the next tick reads on", "checkpoint", string(v.since))
+			return v.saveQueued(ctx)
+		}
 		if v.held != nil {
 			if stop, err := v.holdBack(ctx); stop {
 				return err
@@ -324,15 +344,61 @@ func (v *invocation) holdBack(ctx context.Context) (stop bool, _ error) {
 	v.lastErr = v.held
 	v.backoff = nextBackoff(v.backoff)
 	v.log.WarnContext(ctx, "malformed feed row; reading it again", "error", v.held, "backoff", v.backoff.String(), "checkpoint", string(v.since))
-	if v.now().Add(v.backoff).After(v.end) || clock.Sleep(ctx, v.backoff) != nil {
+	if v.now().Add(v.backoff).After(v.end) || v.sleep(ctx, v.backoff) != nil {
 		return true, v.saveQueued(ctx)
 	}
 	return false, nil
 }
 
+// sleep waits for d, or until ctx ends, with the invocation unlocked so
+// that the heartbeat runs meanwhile.
+func (v *invocation) sleep(ctx context.Context, d time.Duration) (err error) {
+	v.unlocked(func() { err = clock.Sleep(ctx, d) })
+	return err
+}
+
+// heartbeat keeps the lease alive while Run's goroutine waits with the
+// invocation unlocked (a read with its bodies and attachments, a chunk in
+// flight, a backoff), however long the wait: every HeartbeatInterval it
+// takes mu and renews the lease when due (keepAlive), as the loop does
+// between batches. A renewal that fails (refused: the lease is lost)
+// stops the invocation: the error is kept in v.stopped, which every later
+// fence and renewal returns, so no request starts after it, and stop
+// cancels what Run's goroutine waits for (a read, a backoff; the requests
+// of a chunk in flight finish, see loop). The channel returned is closed
+// once ctx has ended and the heartbeat with it.
+func (v *invocation) heartbeat(ctx context.Context, stop context.CancelFunc) <-chan struct{} {
+	done := make(chan struct{})
+	every := v.p.HeartbeatInterval
+	if every <= 0 {
+		every = v.p.Job.Lease.TTL.D() / 10
+	}
+	go func() {
+		defer close(done)
+		clock.Every(ctx, every, func() bool {
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			if ctx.Err() != nil || v.stopped != nil {
+				return false
+			}
+			if err := v.keepAlive(ctx); err != nil && ctx.Err() == nil {
+				v.log.WarnContext(ctx, "lease renewal failed while waiting; stopping", "error", err)
+				v.stopped = err
+				stop()
+			}
+			return true
+		})
+	}()
+	return done
+}
+
 // keepAlive renews the lease when its heartbeat is due. A checkpoint write
-// in flight renews it too: wait for that one first.
+// in flight renews it too: wait for that one first. After the heartbeat
+// stopped the invocation, it returns that renewal's error.
 func (v *invocation) keepAlive(ctx context.Context) error {
+	if v.stopped != nil {
+		return v.stopped
+	}
 	if v.inflight != nil && v.now().Sub(v.lease.RenewedAt) >= v.p.Job.Lease.TTL.D()/3 {
 		if err := v.settle(); err != nil {
 			return err
@@ -348,8 +414,11 @@ func (v *invocation) keepAlive(ctx context.Context) error {
 // a time, while Run's goroutine waits in Send). The lease it reads is not
 // written meanwhile: a checkpoint write in flight works on a copy. When the
 // lease needs renewing, that write is waited for first, so lease writes stay
-// in order.
+// in order. Once the heartbeat stopped the invocation, it refuses.
 func (v *invocation) fence(ctx context.Context) error {
+	if v.stopped != nil {
+		return fmt.Errorf("%w: %w", lease.ErrFenced, v.stopped)
+	}
 	if v.inflight != nil {
 		// A write that has returned is taken at once: a refused one
 		// stops the sends as soon as it is known.
@@ -362,8 +431,10 @@ func (v *invocation) fence(ctx context.Context) error {
 }
 
 // more reports whether the page after b is worth reading ahead: b was full
-// or the source says more is pending. A page that ends the feed is followed
-// by a long poll, read in its turn.
+// (Batch.Full: as many rows as asked for, or cut short) or the source says
+// more is pending. A page that ends the feed is followed by a long poll,
+// read in its turn; a cut page is not the end of the feed, so it neither
+// stops the reader nor opens a stream.
 func (v *invocation) more(b *feed.Batch) bool {
 	if len(b.Rows) == 0 {
 		return false
@@ -371,7 +442,7 @@ func (v *invocation) more(b *feed.Batch) bool {
 	if b.Pending >= 0 {
 		return b.Pending > 0
 	}
-	return len(b.Rows) >= v.p.Job.Feed.Limit
+	return b.Full || len(b.Rows) >= v.p.Job.Feed.Limit
 }
 
 // nextSince is where the page after b starts.
@@ -405,13 +476,14 @@ func (v *invocation) readTimeout() time.Duration {
 
 // waitTimeout is how long a read (a long poll, or a wait on the stream)
 // waits for a change: the long-poll timeout, or less when a checkpoint held
-// back falls due sooner.
+// back falls due sooner, or when a sleeping job's idle stay ends sooner
+// (untilStay).
 func (v *invocation) waitTimeout() time.Duration {
 	w := v.readTimeout()
 	if v.unsaved != nil {
 		w = min(w, max(v.checkpointAt.Add(checkpointEvery).Sub(v.now()), 10*time.Millisecond))
 	}
-	return w
+	return v.untilStay(w)
 }
 
 // screen decides on the batch's rows that name no document (see
@@ -464,7 +536,7 @@ func (v *invocation) sourceFailed(ctx context.Context, err error) (stop bool, _ 
 	if v.now().Add(v.backoff).After(v.end) {
 		return true, err
 	}
-	if clock.Sleep(ctx, v.backoff) != nil {
+	if v.sleep(ctx, v.backoff) != nil {
 		return true, nil
 	}
 	return false, nil
@@ -731,7 +803,9 @@ func (v *invocation) saveQueued(ctx context.Context) error {
 	return v.settle()
 }
 
-// report publishes where the job stands after a batch.
+// report publishes where the job stands after a batch. An invocation
+// that sleeps while idle and has read nothing publishes only that it holds
+// the lease (see quiet).
 func (v *invocation) report(ctx context.Context, b *feed.Batch) {
 	caughtUp := b.CaughtUp()
 	v.res.CaughtUp = caughtUp
@@ -740,6 +814,9 @@ func (v *invocation) report(ctx context.Context, b *feed.Batch) {
 	}
 	if caughtUp {
 		v.caughtUpAt = v.now()
+	}
+	if v.quiet() {
+		return
 	}
 	// Lag: how long since the poller last saw the end of the feed.
 	v.p.Metrics.Add(metrics.LagSeconds, v.now().Sub(v.caughtUpAt).Seconds(), metrics.Seconds)

@@ -75,6 +75,10 @@ type Poller struct {
 
 	// StandbyInterval is how often a standby reads the job item. Default 1s.
 	StandbyInterval time.Duration
+	// HeartbeatInterval is how often, in real time, the holder looks
+	// whether its lease is due for renewal while it waits on the source
+	// (see invocation.heartbeat). Default a tenth of the lease TTL.
+	HeartbeatInterval time.Duration
 	// ChunkRows is how many feed rows are queued at a time (one Send); the
 	// checkpoint can move after each chunk, so a slow output or the end of
 	// the budget costs at most one chunk. Default DefaultChunkRows.
@@ -142,11 +146,7 @@ func (p *Poller) Run(ctx context.Context, in Invocation) (Result, error) {
 	v := p.invocation(ctx, in)
 	// What an invocation that ends on errors counted (PollerErrors,
 	// MalformedPages) is written too, not left for a later batch.
-	defer func() {
-		if err := p.Metrics.Flush(); err != nil {
-			v.log.WarnContext(ctx, "flush metrics", "error", err)
-		}
-	}()
+	defer v.flush(ctx)
 	if err := v.acquire(ctx); err != nil || v.lease == nil {
 		return Result{Role: "standby"}, err
 	}
@@ -157,10 +157,13 @@ func (p *Poller) Run(ctx context.Context, in Invocation) (Result, error) {
 // invocation prepares the state of one run; ctx is the run's, for the
 // records the standby's watch logs.
 func (p *Poller) invocation(ctx context.Context, in Invocation) *invocation {
+	now := p.Clock.Now()
 	v := &invocation{
-		p:   p,
-		end: in.Deadline.Add(-budgetMargin(in.Deadline.Sub(p.Clock.Now()))),
-		log: p.Log.With("job", p.Job.ID, "owner", in.Owner),
+		p:         p,
+		started:   now,
+		changedAt: now,
+		end:       in.Deadline.Add(-budgetMargin(in.Deadline.Sub(now))),
+		log:       p.Log.With("job", p.Job.ID, "owner", in.Owner),
 	}
 	s := lease.NewSession(p.Leases, p.Job.ID, in.Owner, in.Host, p.Job.Lease.TTL.D())
 	s.Clock = p.Clock

@@ -99,11 +99,12 @@ func (v *invocation) paged(b *feed.Batch) {
 	v.str.caughtUp = v.held == nil && !v.more(b)
 }
 
-// cutStream closes the stream when the batch taken from it was cut (a row
-// held back): the rows after the cut were taken from the stream and are
-// read again from the checkpoint with pages.
-func (v *invocation) cutStream(ctx context.Context) {
-	if v.str.open != nil && v.held != nil {
+// cutStream closes the stream when the batch taken from it was cut
+// (Batch.Cut): by its byte budget (FetchBatch) or before a row held back
+// (screen). The stream has moved past the rows after the cut, so they are
+// read again from where the batch ends, with pages.
+func (v *invocation) cutStream(ctx context.Context, b *feed.Batch) {
+	if v.str.open != nil && b.Cut != "" {
 		v.closeStream(ctx)
 		v.str.caughtUp = false
 	}

@@ -1,6 +1,7 @@
 package poll_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -114,7 +115,7 @@ func TestRunStreaming(t *testing.T) {
 					"40": idleAt(r, "40"),
 				})
 				failed := false
-				r.feed.fetch = func(b *feed.Batch) error {
+				r.feed.fetch = func(_ context.Context, b *feed.Batch) error {
 					if b.Rows[0].ID == "d031" && !failed {
 						failed = true
 						return &feed.StatusError{Op: "bulk_get", Status: 503, Reason: "Service Unavailable"}
@@ -218,11 +219,78 @@ func TestRunStreaming(t *testing.T) {
 			},
 			deadline: 8 * time.Second,
 			wantSent: docIDs(1, 20),
-			// The cut batch's checkpoint (15) is held back: the pages read
-			// from it, and 20 is written once due.
-			wantCheckpoints: []string{"checkpoint 10", "checkpoint 20"},
+			// A cut batch is not the end of the feed: its checkpoint (15)
+			// is written at once, as a full batch's is.
+			wantCheckpoints: []string{"checkpoint 10", "checkpoint 15", "checkpoint 20"},
 			check: func(t *testing.T, r *rig) {
 				orderOf(t, r.w.log(), "stream 1 closed", "send d011-d015", "read 15", "send d016-d020", "stream 2 from 20")
+			},
+		},
+		{
+			name: "a stream batch cut by its byte budget: the stream is closed and the rest read again with pages",
+			setup: func(r *rig) {
+				r.feed.batch = pages(map[string]func() *feed.Batch{
+					"":   func() *feed.Batch { return batchOf(1, 10) },
+					"15": func() *feed.Batch { return batchOf(16, 20) },
+					"30": idleAt(r, "30"),
+				})
+				cut := false
+				r.feed.fetch = func(_ context.Context, b *feed.Batch) error {
+					if b.Rows[0].ID == "d011" && !cut {
+						cut = true
+						b.CutBefore(5, nil, "page_bytes: the bodies fetched reached 1024 bytes")
+					}
+					return nil
+				}
+				r.streaming(func(stream, call int) (*feed.Batch, error) {
+					switch {
+					case stream == 1 && call == 1:
+						return streamed(11, 20), nil // cut after d015
+					case stream == 1 && call == 2:
+						return streamed(21, 30), nil // read only by a stream left open
+					case stream == 2 && call == 1:
+						return streamed(21, 30), nil
+					}
+					return nil, nil
+				})
+			},
+			deadline:        8 * time.Second,
+			wantSent:        docIDs(1, 30),
+			wantCheckpoints: []string{"checkpoint 10", "checkpoint 15", "checkpoint 30"},
+			check: func(t *testing.T, r *rig) {
+				orderOf(t, r.w.log(), "stream 1 closed", "send d011-d015", "read 15", "send d016-d020", "stream 2 from 20", "send d021-d030")
+				if diff := cmp.Diff([]string{"10", "20"}, r.streams.froms()); diff != "" {
+					t.Errorf("streams opened from (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			name: "a page cut by its byte budget is not the end of the feed: pages go on from the cut, the stream opens after",
+			setup: func(r *rig) {
+				r.feed.batch = pages(map[string]func() *feed.Batch{
+					"":    func() *feed.Batch { return &feed.Batch{Rows: rows(1, 100), LastSeq: []byte("100"), Pending: 50} },
+					"100": func() *feed.Batch { return batchOf(101, 150) },
+					"120": func() *feed.Batch { return batchOf(121, 150) },
+					"150": idleAt(r, "150"),
+				})
+				r.feed.fetch = func(_ context.Context, b *feed.Batch) error {
+					if b.Rows[0].ID == "d101" {
+						b.CutBefore(20, nil, "page_bytes: the bodies fetched reached 1024 bytes")
+					}
+					return nil
+				}
+				r.streaming(batches())
+			},
+			deadline:        8 * time.Second,
+			wantSent:        docIDs(1, 150),
+			wantCheckpoints: []string{"checkpoint 100", "checkpoint 120", "checkpoint 150"},
+			check: func(t *testing.T, r *rig) {
+				if diff := cmp.Diff([]string{"", "100", "120"}, r.feed.sinces); diff != "" {
+					t.Errorf("pages read from (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff([]string{"150"}, r.streams.froms()); diff != "" {
+					t.Errorf("streams opened from (-want +got):\n%s", diff)
+				}
 			},
 		},
 		{

@@ -1,10 +1,12 @@
 // Package quarantine records, per job, what the poller met in the source's
 // feed and could not deliver: a row that names no document, which the
-// poller skips once it has read it the same way often enough, and a page it
-// cannot read as sent, which it keeps retrying. Entries live in the stack's
-// state table beside the job's item (keyed "quarantine/<job>/<position>";
-// job ids cannot contain '/', so these keys never meet a job item), where
-// `changesctl status` lists them and an alarm counts them.
+// poller skips once it has read it the same way often enough, a page it
+// cannot read as sent, which it keeps retrying, and an attachment whose
+// content does not match its entry, which the poller delivers without its
+// copy. Entries live in the stack's state table beside the job's item
+// (keyed "quarantine/<job>/<position>"; job ids cannot contain '/', so these
+// keys never meet a job item), where `changesctl status` lists them and an
+// alarm counts the rows and pages.
 package quarantine
 
 import (
@@ -36,6 +38,10 @@ const (
 	// in it before it breaks, or an answer over a limit. The poller does
 	// not move past it; the entry says it is blocked there.
 	Page Kind = "page"
+	// Attachment is an attachment whose content does not match its entry
+	// (length or digest). The document was delivered with the entry marked
+	// "s3_skipped": "mismatch".
+	Attachment Kind = "attachment"
 )
 
 // Entry is one quarantined row or blocked page.
@@ -43,14 +49,16 @@ type Entry struct {
 	Job  string
 	Kind Kind
 	// Seq is the row's seq (nil when it had none), or the position the
-	// page is read from (nil: the beginning).
+	// page is read from (nil: the beginning), or for an attachment the seq
+	// of its document's row.
 	Seq json.RawMessage
 	// After is the position a row without seq followed.
 	After json.RawMessage
 	// Reason says what is wrong.
 	Reason string
 	// Raw is the row as the source sent it (at most RawMax bytes); for a
-	// page, the start of the answer when known.
+	// page, the start of the answer when known; for an attachment, its
+	// _attachments member as the source sent it ({"<name>": {...}}).
 	Raw []byte
 	// Attempts is how many times it was read and failed the same way.
 	Attempts  int64
@@ -82,12 +90,16 @@ func Prefix(job string) string { return "quarantine/" + job + "/" }
 
 // Key is the entry's item key: the row's seq as JSON text, or for a row
 // without one "after <position> <digest of the row>", or for a page
-// "page <position>". The same row or page read again has the same key.
+// "page <position>", or for an attachment "attachment <seq> <digest of
+// Raw>". The same row, page or attachment met again has the same key.
 func (e *Entry) Key() string {
 	var pos string
 	switch {
 	case e.Kind == Page:
 		pos = "page " + text(e.Seq)
+	case e.Kind == Attachment:
+		sum := sha256.Sum256(e.Raw)
+		pos = "attachment " + text(e.Seq) + " " + hex.EncodeToString(sum[:8])
 	case e.Seq != nil:
 		pos = text(e.Seq)
 	default:

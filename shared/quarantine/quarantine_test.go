@@ -61,6 +61,7 @@ func TestKey(t *testing.T) {
 		{quarantine.Entry{Job: "j", Kind: quarantine.Page}, `quarantine/j/page beginning`},
 		{quarantine.Entry{Job: "j", Kind: quarantine.Row, After: json.RawMessage(`5`), Raw: []byte(`[1]`)}, "quarantine/j/after 5 "},
 		{quarantine.Entry{Job: "j", Kind: quarantine.Row, Seq: long}, "quarantine/j/sha256:"},
+		{quarantine.Entry{Job: "j", Kind: quarantine.Attachment, Seq: json.RawMessage(`17`), Raw: []byte(`{"f":{}}`)}, "quarantine/j/attachment 17 "},
 	}
 	for _, tt := range tests {
 		if got := tt.e.Key(); !strings.HasPrefix(got, tt.want) || len(got) > 600 {

@@ -5,6 +5,7 @@
 package receiver
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,11 +17,21 @@ import (
 	"sync"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/config"
 )
+
+// DefaultMaxBody is the largest body a Server takes: the most the poller
+// reads of one source answer (config.DefaultMaxAnswerBytes), so no document
+// body is larger.
+const DefaultMaxBody = config.DefaultMaxAnswerBytes
 
 // Server stores documents under Dir. Safe for concurrent use.
 type Server struct {
 	Dir string
+	// MaxBody bounds the body of a request: a longer one is answered 413
+	// once MaxBody bytes were read, and nothing is stored. Default
+	// DefaultMaxBody.
+	MaxBody int64
 
 	mu       sync.Mutex
 	versions map[string]change.Version
@@ -67,6 +78,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad X-Changes-Version", http.StatusBadRequest)
 		return
 	}
+	var body []byte
+	switch r.Method {
+	case http.MethodPut, http.MethodPost, http.MethodPatch:
+		// Read before taking the lock: a slow sender holds up no other.
+		limit := s.MaxBody
+		if limit <= 0 {
+			limit = DefaultMaxBody
+		}
+		if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+				return
+			}
+			http.Error(w, "read body", http.StatusBadRequest)
+			return
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
@@ -83,11 +112,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := filepath.Join(s.Dir, FileName(id))
 	switch r.Method {
 	case http.MethodPut, http.MethodPost, http.MethodPatch:
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, "read body", http.StatusBadRequest)
-			return
-		}
 		if err := os.WriteFile(path, body, 0o644); err != nil {
 			http.Error(w, "store", http.StatusInternalServerError)
 			return

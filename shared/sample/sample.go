@@ -111,6 +111,10 @@ func bulkChunks(ctx context.Context, client *http.Client, db string, docs []map[
 	return nil
 }
 
+// bulkAnswerMax bounds the answer to one _bulk_docs request of at most 500
+// documents, about a hundred bytes each.
+const bulkAnswerMax = 4 << 20
+
 func bulk(ctx context.Context, client *http.Client, db string, docs []map[string]any, final map[string]Doc) error {
 	body, err := json.Marshal(map[string]any{"docs": docs})
 	if err != nil {
@@ -126,7 +130,8 @@ func bulk(ctx context.Context, client *http.Client, db string, docs []map[string
 		return fmt.Errorf("bulk docs: %w", err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	// An answer cut at the bound does not decode, and says so below.
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, bulkAnswerMax))
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("bulk docs: status %d: %.200s", resp.StatusCode, b)
 	}

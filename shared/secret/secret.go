@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 )
 
@@ -22,8 +24,14 @@ type SecretsManager interface {
 // ErrNotSet is returned when a referenced environment variable or secret is empty.
 var ErrNotSet = errors.New("secret not set")
 
+// DefaultFloor is the least time between two reads of one secret from
+// Secrets Manager after a Refresh, when Resolver.Floor is zero.
+const DefaultFloor = 10 * time.Second
+
 // Resolver resolves references. It caches Secrets Manager values for the life
-// of the process (one Lambda instance). Safe for concurrent use.
+// of the process (one Lambda instance) until Refresh: after it, each value is
+// read again on its next use, though never sooner than Floor after its
+// previous read. Safe for concurrent use.
 type Resolver struct {
 	Lookup func(string) (string, bool) // environment lookup, os.LookupEnv in production
 	SM     SecretsManager              // may be nil when no reference names a secret
@@ -31,9 +39,31 @@ type Resolver struct {
 	// unset from the secret named prefix+NAME. A deployed stack sets it, so
 	// the same configuration file serves local runs and AWS.
 	EnvSecretPrefix string
+	// Floor is the least time between two reads of one secret; zero:
+	// DefaultFloor.
+	Floor time.Duration
+	// Now is the clock of Floor; zero: the system clock.
+	Now clock.Clock
 
-	mu    sync.Mutex
-	cache map[string]string
+	mu        sync.Mutex
+	cache     map[string]cached
+	refreshed time.Time // the last Refresh
+}
+
+// cached is a secret's value and when it was read.
+type cached struct {
+	value string
+	at    time.Time
+}
+
+// Refresh marks every cached value to be read again on its next use, no
+// sooner than Floor after it was read: a caller that failed with a secret
+// (an output or source refused it, or it could not be parsed) calls it, so
+// that a corrected or rotated secret takes effect without a cold start.
+func (r *Resolver) Refresh() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refreshed = r.Now.Now()
 }
 
 // Resolve returns the value a reference points at.
@@ -70,11 +100,17 @@ func (r *Resolver) Resolve(ctx context.Context, ref config.SecretRef) (string, e
 }
 
 func (r *Resolver) secret(ctx context.Context, id string) (string, error) {
+	now := r.Now.Now()
+	floor := r.Floor
+	if floor == 0 {
+		floor = DefaultFloor
+	}
 	r.mu.Lock()
-	v, ok := r.cache[id]
+	c, ok := r.cache[id]
+	fresh := ok && (c.at.After(r.refreshed) || now.Sub(c.at) < floor)
 	r.mu.Unlock()
-	if ok {
-		return v, nil
+	if fresh {
+		return c.value, nil
 	}
 	if r.SM == nil {
 		return "", fmt.Errorf("resolve secret %s: no Secrets Manager client", id)
@@ -88,9 +124,9 @@ func (r *Resolver) secret(ctx context.Context, id string) (string, error) {
 	}
 	r.mu.Lock()
 	if r.cache == nil {
-		r.cache = map[string]string{}
+		r.cache = map[string]cached{}
 	}
-	r.cache[id] = *out.SecretString
+	r.cache[id] = cached{value: *out.SecretString, at: now}
 	r.mu.Unlock()
 	return *out.SecretString, nil
 }

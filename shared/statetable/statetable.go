@@ -1,8 +1,8 @@
 // Package statetable holds what the users of the stack's state table share:
 // its key attribute, its creation, and the reads of the items under a key
 // prefix. The table is one DynamoDB table keyed by job_id (a string). Besides
-// the job items (package lease) it holds halt records, quarantine entries
-// and redrive journal entries, whose keys contain a '/' that job ids cannot
+// the job items (package lease) it holds halt records, outage records,
+// quarantine entries and redrive journal entries, whose keys contain a '/' that job ids cannot
 // contain.
 package statetable
 

@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -120,7 +121,8 @@ func AWS(t testing.TB) aws.Config {
 	for _, e := range awsEndpoints() {
 		mustDial(t, e, "the AWS emulator")
 	}
-	cfg, err := awsconf.Load(t.Context())
+	// The SDK's warnings go to stderr; its debug lines nowhere.
+	cfg, err := awsconf.Load(t.Context(), slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		t.Fatalf("load aws config: %v", err)
 	}

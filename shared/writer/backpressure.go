@@ -132,6 +132,27 @@ func (h *Handler) deferMessage(ctx context.Context, r config.Route, it *item, at
 	return false, nil
 }
 
+// holdBack holds a message back for it.delay without counting it toward
+// the DLQ (deferMessage), counting it in n and the metrics by why it is
+// held. It returns whether the message is to be reported failed.
+func (h *Handler) holdBack(ctx context.Context, r config.Route, lg *slog.Logger, rec *metrics.Recorder, it *item, attempts int, n *Stats) bool {
+	retry, err := h.deferMessage(ctx, r, it, attempts, it.delay)
+	if err != nil {
+		lg.WarnContext(ctx, "hold back", "error", err)
+	}
+	switch it.hold {
+	case heldForBackpressure:
+		n.Deferred++
+		rec.Add(metrics.BackpressureDelays, 1, metrics.Count)
+		rec.Add(metrics.BackpressureDelaySeconds, it.delay.Seconds(), metrics.Seconds)
+		lg.InfoContext(ctx, "output asked to slow down; message held back", "delay_s", it.delay.Seconds(), "sent_back", !retry)
+	case heldForOutage:
+		n.Held++
+		lg.DebugContext(ctx, "output is down; message held back", "delay_s", it.delay.Seconds(), "sent_back", !retry)
+	}
+	return retry
+}
+
 // holdFor rounds a hold-back delay up to whole seconds, the unit SQS takes:
 // at least 1 s, at most the 12 h a visibility timeout can last.
 func holdFor(d time.Duration) time.Duration {

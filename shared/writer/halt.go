@@ -8,7 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/changes-worker/changes-worker/shared/backpressure"
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/halt"
@@ -25,6 +25,9 @@ import (
 // moves on. The operator shortens the wait (changesctl halt retry makes the
 // change visible at once) or skips the change (changesctl halt skip: the next
 // receive moves it to the DLQ with its reason, and the group moves on).
+// A halt record stands until its change was delivered or skipped and the
+// record deleted: the change leaves the queue only after that. An output
+// that asks to slow down does not halt it (see settleHalting).
 
 const (
 	haltFirstDelay = 30 * time.Second
@@ -45,6 +48,13 @@ const (
 	// requestDelay: an operator's request (retry or skip) arrived while the
 	// change was being tried; it is served on the next receive, soon.
 	requestDelay = time.Second
+	// clearTries is how many times the writer tries to clear a halt record
+	// within a batch, clearBackoff the wait before the second try (doubled
+	// for each later one), and unclearedDelay how long a change whose record
+	// could not be cleared stays in flight before it is tried again.
+	clearTries     = 3
+	clearBackoff   = 200 * time.Millisecond
+	unclearedDelay = 5 * time.Second
 )
 
 // haltDelay is the visibility of a halted change after its n-th failed
@@ -112,10 +122,12 @@ func (h *Handler) holdHalted(ctx context.Context, route config.Route, items []*i
 
 // settleHalting turns the outcome of a halting output's batch into the
 // messages to retry, recording and clearing halts.
-func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *slog.Logger, rec *metrics.Recorder, states map[string]*halt.State, items []*item, tr *backpressure.Tracker, active bool) []string {
+func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *slog.Logger, rec *metrics.Recorder, states map[string]*halt.State, items []*item) []string {
 	var failed []string
-	delivered, dead, deferred := 0, 0, 0
-	haltedNow := false
+	var n Stats
+	// haltedNow: this batch recorded a halt; standing: a record it read or
+	// could not clear still stands; cleared: it cleared one.
+	haltedNow, standing, cleared := false, false, false
 	for _, it := range items {
 		docID := ""
 		if it.env != nil {
@@ -123,17 +135,20 @@ func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *sl
 		}
 		lg := log.With("doc_id", docID, "message_id", it.rec.MessageId, "group", it.group)
 		switch {
+		case it.uncleared:
+			// Delivered, but the record still names it: it stays at the
+			// head of its group and is applied again (a no-op) and
+			// cleared on its next receive.
+			failed = append(failed, it.rec.MessageId)
+			standing = true
+			h.setVisibility(ctx, route, it, unclearedDelay)
 		case it.err == nil:
 			if it.done {
-				delivered++
-				rec.Add(metrics.Delivered, 1, metrics.Count)
-				if it.env != nil && !it.env.EnqueuedAt.IsZero() {
-					rec.Add(metrics.EndToEndLatencyMs, float64(h.Now.Since(it.env.EnqueuedAt).Milliseconds()), metrics.Milliseconds)
-				}
+				n.Delivered++
+				h.delivered(rec, it)
 			}
 			if it.halted != nil {
-				h.clearHalt(ctx, route, lg, it, "delivered")
-				rec.Add(metrics.OutputHalted, 0, metrics.Count)
+				cleared = true
 			}
 		case it.skip:
 			attempts := receiveCount(it.rec)
@@ -144,28 +159,36 @@ func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *sl
 			}
 			rec.Add(metrics.FailedPermanent, 1, metrics.Count)
 			lg.WarnContext(ctx, "halted change skipped into the dlq", "reason", it.err.Reason)
-			dead++
-			h.clearHalt(ctx, route, lg, it, "skipped")
-			rec.Add(metrics.OutputHalted, 0, metrics.Count)
+			if err := h.clearHalt(ctx, route, lg, it, "skipped"); err != nil {
+				// The DLQ holds it; its next receive sends it there again
+				// (deduplicated by its message id) and clears the record.
+				failed = append(failed, it.rec.MessageId)
+				standing = true
+				h.setVisibility(ctx, route, it, unclearedDelay)
+				continue
+			}
+			n.DeadLettered++
+			cleared = true
 		case it.held:
 			failed = append(failed, it.rec.MessageId)
 			delay := time.Duration(0)
 			if it.err.Reason == "halted" || it.err.Reason == "halt_state" {
 				delay = heldDelay
 			}
+			if it.err.Reason == "halted" {
+				standing = true
+			}
 			h.setVisibility(ctx, route, it, delay)
-		case isBackpressure(it.err, active):
-			// Not the change's fault: it waits in flight, at the head of its
-			// group, without counting toward the halt (the queue allows
-			// 1000 receives to a halting output).
-			attempts := receiveCount(it.rec)
-			delay := holdFor(max(it.err.RetryAfter, tr.Delay(attempts)))
-			failed = append(failed, it.rec.MessageId)
-			h.setVisibility(ctx, route, it, delay)
-			deferred++
-			rec.Add(metrics.BackpressureDelays, 1, metrics.Count)
-			rec.Add(metrics.BackpressureDelaySeconds, delay.Seconds(), metrics.Seconds)
-			lg.InfoContext(ctx, "output asked to slow down; message held back", "delay_s", delay.Seconds())
+		case it.hold != notHeld && it.halted == nil && receiveCount(it.rec) < config.MaxHaltReceiveCount:
+			// Not the change's fault (blame): it is held back without
+			// counting toward the halt, as on any output. Under ordering
+			// total, where a resend would pass later changes, it waits in
+			// flight at the head of the output's group until
+			// config.MaxHaltReceiveCount receives and then halts below,
+			// far from the 1000 at which SQS dead-letters it.
+			if h.holdBack(ctx, route, lg, rec, it, receiveCount(it.rec), &n) {
+				failed = append(failed, it.rec.MessageId)
+			}
 		default:
 			attempts := receiveCount(it.rec)
 			failed = append(failed, it.rec.MessageId)
@@ -198,10 +221,16 @@ func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *sl
 			h.setVisibility(ctx, route, it, delay)
 		}
 	}
-	if haltedNow {
+	// OutputHalted follows the records: 1 while one stands, 0 only once
+	// the batch cleared one and none of its own is left.
+	switch {
+	case haltedNow || standing:
 		rec.Add(metrics.OutputHalted, 1, metrics.Count)
+	case cleared:
+		rec.Add(metrics.OutputHalted, 0, metrics.Count)
 	}
-	h.count(route, delivered, dead, len(failed), deferred)
+	n.Retried = int64(len(failed))
+	h.count(route, n)
 	if len(failed) > 0 {
 		rec.Add(metrics.WriterBatchFailures, float64(len(failed)), metrics.Count)
 	}
@@ -224,14 +253,37 @@ func (h *Handler) recordHalt(ctx context.Context, route config.Route, it *item) 
 	return h.Halts.Record(ctx, st)
 }
 
-func (h *Handler) clearHalt(ctx context.Context, route config.Route, lg *slog.Logger, it *item, how string) {
-	if err := h.Halts.Clear(ctx, route.Job.ID, route.Output.ID, it.group, it.rec.MessageId); err != nil {
-		// The group moves on anyway; the stale record names a message that
-		// is gone, and the next record of the group replaces it.
-		lg.ErrorContext(ctx, "clear halt failed", "error", err)
-		return
+// clearDelivered clears the halt of a halted change that was just applied,
+// before anything later of its group is: false (the record could not be
+// cleared) marks the change uncleared and holds the rest of its group.
+func (h *Handler) clearDelivered(ctx context.Context, route config.Route, log *slog.Logger, it *item) bool {
+	lg := log.With("doc_id", it.env.DocID, "message_id", it.rec.MessageId, "group", it.group)
+	if err := h.clearHalt(ctx, route, lg, it, "delivered"); err != nil {
+		it.uncleared = true
+		return false
 	}
-	lg.InfoContext(ctx, "halt cleared", "how", how, "halted_since", it.halted.Since)
+	return true
+}
+
+// clearHalt removes the halt record of it, trying clearTries times. On
+// failure the record stands, still naming it: the caller keeps it in the
+// queue so that nothing passes it while the record says the group stops
+// there.
+func (h *Handler) clearHalt(ctx context.Context, route config.Route, lg *slog.Logger, it *item, how string) error {
+	var err error
+	wait := clearBackoff
+	for try := 1; try <= clearTries; try++ {
+		if err = h.Halts.Clear(ctx, route.Job.ID, route.Output.ID, it.group, it.rec.MessageId); err == nil {
+			lg.InfoContext(ctx, "halt cleared", "how", how, "halted_since", it.halted.Since)
+			return nil
+		}
+		if try == clearTries || clock.Sleep(ctx, wait) != nil {
+			break
+		}
+		wait *= 2
+	}
+	lg.ErrorContext(ctx, "clear halt failed; the change stays at the head of its group", "how", how, "error", err)
+	return fmt.Errorf("clear halt: %w", err)
 }
 
 // setVisibility keeps a message in flight for d. Best effort.

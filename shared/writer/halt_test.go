@@ -25,9 +25,11 @@ import (
 // fakeHalts keeps halt records in memory, with the store's rules: a record
 // for the same message counts an attempt and keeps Since and the request.
 type fakeHalts struct {
-	mu     sync.Mutex
-	states map[string]halt.State
-	getErr error
+	mu       sync.Mutex
+	states   map[string]halt.State
+	getErr   error
+	clearErr error // every Clear fails with it when set
+	clears   int   // Clear calls
 }
 
 func (f *fakeHalts) Get(ctx context.Context, job, output, group string) (*halt.State, error) {
@@ -61,6 +63,10 @@ func (f *fakeHalts) Record(ctx context.Context, st halt.State) (*halt.State, err
 func (f *fakeHalts) Clear(ctx context.Context, job, output, group, messageID string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.clears++
+	if f.clearErr != nil {
+		return f.clearErr
+	}
 	k := halt.Key(job, output, group)
 	if st, ok := f.states[k]; ok && st.MessageID == messageID {
 		delete(f.states, k)
@@ -368,20 +374,115 @@ func TestHaltRequestDuringAttempt(t *testing.T) {
 	}
 }
 
-// An output that asks to slow down (429 with Retry-After) does not halt: the
-// change waits in flight at the head of its group, however many receives it
-// has had, and nothing after it is applied.
-func TestHaltBackpressureDoesNotHalt(t *testing.T) {
+// An output that asks to slow down (429 with Retry-After) for a long time
+// never takes a halting output's change to the DLQ: the change is not
+// counted toward the halt, and the receives it spends while it waits stay
+// well below the queue's redrive maxReceiveCount (1000). Under
+// per_document it goes back to its queue with a fresh receive count before
+// its max_receive_count-th receive; under ordering total, where a resend
+// would pass later changes, it waits in flight until
+// config.MaxHaltReceiveCount receives and then halts the output.
+func TestHaltBackpressureNeverDeadLetters(t *testing.T) {
+	t.Parallel()
+	slow := &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 429, Backpressure: true, RetryAfter: 7 * time.Second, Err: errors.New("slow down")}
+	tests := []struct {
+		name       string
+		ordering   string
+		receives   int
+		wantFailed []string
+		wantResent bool // sent back to the work queue with a fresh receive count
+		wantHalt   bool
+	}{
+		{name: "per_document early receive waits in flight", ordering: "per_document", receives: 1, wantFailed: []string{"m1", "m2"}},
+		{name: "per_document before the last receive is resent", ordering: "per_document", receives: 2, wantFailed: []string{"m2"}, wantResent: true},
+		{name: "per_document never waits past its last receive", ordering: "per_document", receives: 3, wantFailed: []string{"m2"}, wantResent: true},
+		{name: "total waits in flight past max_receive_count", ordering: "total", receives: 3, wantFailed: []string{"m1", "m2"}},
+		{name: "total halts well before the redrive limit", ordering: "total", receives: config.MaxHaltReceiveCount, wantFailed: []string{"m1", "m2"}, wantHalt: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := newHaltRun(t, tt.ordering)
+			r.setFail("x", slow)
+			// m2 is of another document: under per_document it is applied
+			// beside x but held here by its own (x-less) group; keep it in
+			// x's group so that it waits behind x in both orderings.
+			m2 := r.rec("m2", "b", 2, 1)
+			m2.Attributes["MessageGroupId"] = r.rec("m1", "x", 1, 1).Attributes["MessageGroupId"]
+			failed, _ := r.handle(r.rec("m1", "x", 1, tt.receives), m2)
+			if d := cmp.Diff(tt.wantFailed, failed); d != "" {
+				t.Errorf("failed (-want +got):\n%s", d)
+			}
+			var resent, dead int
+			for _, in := range r.sqs.sent {
+				if strings.Contains(aws.ToString(in.QueueUrl), "-dlq") {
+					dead++
+					continue
+				}
+				resent++
+				if got := aws.ToString(in.MessageAttributes[AttrDeferrals].StringValue); got != "1" {
+					t.Errorf("resent with %s=%q, want 1", AttrDeferrals, got)
+				}
+			}
+			if dead != 0 {
+				t.Errorf("%d messages sent to the DLQ, want none", dead)
+			}
+			if got := resent == 1; got != tt.wantResent {
+				t.Errorf("resent %d messages, want resent: %v", resent, tt.wantResent)
+			}
+			st, _ := r.halts.Get(t.Context(), "j", "o", m2.Attributes["MessageGroupId"])
+			if got := st != nil; got != tt.wantHalt {
+				t.Fatalf("halt record %+v, want halted: %v", st, tt.wantHalt)
+			}
+			if tt.wantHalt {
+				if d := cmp.Diff([]int32{int32(haltFirstDelay.Seconds()), 0}, r.sqs.visibility); d != "" {
+					t.Errorf("visibility (-want +got):\n%s", d)
+				}
+				return
+			}
+			if !tt.wantResent && (len(r.sqs.visibility) == 0 || r.sqs.visibility[0] < 7) {
+				t.Errorf("visibility %v, want the change held at least the 7 s the output asked for", r.sqs.visibility)
+			}
+		})
+	}
+}
+
+// A halt whose clear fails after the change was delivered stays visible:
+// the change is kept in the queue (so that nothing else of its group passes
+// a record that still names it), OutputHalted stays 1, and the next receive
+// applies it again (a no-op for a monotonic output) and clears the record.
+func TestHaltClearFailureKeepsTheHalt(t *testing.T) {
 	t.Parallel()
 	r := newHaltRun(t, "total")
-	r.setFail("x", &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 429, Backpressure: true, RetryAfter: 7 * time.Second, Err: errors.New("slow down")})
-	r.handleWant([]string{"m1", "m2"}, []string{"x"},
-		r.rec("m1", "x", 1, 3), r.rec("m2", "b", 2, 1))
-	if st, _ := r.halts.Get(t.Context(), "j", "o", "o"); st != nil || len(r.sqs.sent) != 0 {
-		t.Errorf("halt %+v, %d sent; want neither for backpressure on the last receive", st, len(r.sqs.sent))
+	r.setFail("x", errRefused)
+	r.handle(r.rec("m1", "x", 1, 1), r.rec("m2", "b", 2, 1))
+	r.setFail("x", nil)
+	r.halts.request(t, "j", "o", "o", halt.Retry)
+	r.halts.clearErr = errors.New("throttled")
+	r.emf.Reset()
+
+	r.handleWant([]string{"m1", "m2"}, []string{"x"}, r.rec("m1", "x", 1, 2), r.rec("m2", "b", 2, 2))
+	if st, _ := r.halts.Get(t.Context(), "j", "o", "o"); st == nil || st.MessageID != "m1" {
+		t.Fatalf("halt record %+v, want it kept on m1 while it cannot be cleared", st)
 	}
-	if len(r.sqs.visibility) == 0 || r.sqs.visibility[0] < 7 {
-		t.Errorf("visibility %v, want the change held at least the 7 s the output asked for", r.sqs.visibility)
+	if r.halts.clears < 2 {
+		t.Errorf("%d clear attempts, want the clear retried", r.halts.clears)
+	}
+	if got := r.emf.String(); strings.Contains(got, `"OutputHalted":0`) || !strings.Contains(got, `"OutputHalted":1`) {
+		t.Errorf("metrics %s: want OutputHalted 1 (the record stands), never 0", got)
+	}
+
+	r.halts.clearErr = nil
+	r.emf.Reset()
+	r.handleWant(nil, []string{"x", "b"}, r.rec("m1", "x", 1, 3), r.rec("m2", "b", 2, 3))
+	if st, _ := r.halts.Get(t.Context(), "j", "o", "o"); st != nil {
+		t.Errorf("halt record %+v left after delivery", st)
+	}
+	if got := r.emf.String(); !strings.Contains(got, `"OutputHalted":0`) {
+		t.Errorf("metrics %s: want OutputHalted 0 once cleared", got)
+	}
+	if len(r.sqs.sent) != 0 {
+		t.Errorf("%d messages sent, want none", len(r.sqs.sent))
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/changes-worker/changes-worker/shared/backpressure"
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/clock"
@@ -72,9 +73,15 @@ type Handler struct {
 	// Halts records halted message groups; required when an output has
 	// on_failure halt.
 	Halts Halts
+	// Outages, when set, records the outputs that are down.
+	Outages Outages
+	// Secrets, when set, is told to read secrets again when an output is
+	// down, before it is opened again.
+	Secrets Secrets
 
 	sinks    sync.Map // "job/output" -> deliver.Sink
 	trackers sync.Map // "job/output" -> *backpressure.Tracker
+	outages  sync.Map // "job/output" -> *outputState
 	slow     sync.Map // "job/output" -> bool: the output was slow at its last batch
 	urls     sync.Map // queue name -> URL
 	mu       sync.Mutex
@@ -87,6 +94,7 @@ type Stats struct {
 	DeadLettered int64 // moved to the DLQ
 	Retried      int64 // returned to the queue for another attempt
 	Deferred     int64 // held back because the output asked to slow down (also in Retried when the receive was kept)
+	Held         int64 // held back because the output was down (also in Retried when the receive was kept)
 }
 
 // outputKey is "job/output": the key of an output's sink, tracker and
@@ -104,7 +112,8 @@ func (h *Handler) Stats() map[string]Stats {
 	return out
 }
 
-func (h *Handler) count(r config.Route, delivered, dead, retried, deferred int) {
+// count adds d to the counters of r's output.
+func (h *Handler) count(r config.Route, d Stats) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stats == nil {
@@ -116,10 +125,11 @@ func (h *Handler) count(r config.Route, delivered, dead, retried, deferred int) 
 		st = &Stats{}
 		h.stats[k] = st
 	}
-	st.Delivered += int64(delivered)
-	st.DeadLettered += int64(dead)
-	st.Retried += int64(retried)
-	st.Deferred += int64(deferred)
+	st.Delivered += d.Delivered
+	st.DeadLettered += d.DeadLettered
+	st.Retried += d.Retried
+	st.Deferred += d.Deferred
+	st.Held += d.Held
 }
 
 // item is one record on its way through the handler.
@@ -133,9 +143,18 @@ type item struct {
 	// change it stopped at, and whether the operator asked to skip it.
 	halted *halt.State
 	skip   bool
+	// uncleared: the halted change was delivered but its halt record could
+	// not be cleared; it stays in the queue, at the head of its group.
+	uncleared bool
 	// held: not attempted because an earlier change of its group failed or
 	// halted it.
 	held bool
+	// tried: given to the sink.
+	tried bool
+	// hold: held back without counting toward the DLQ, for delay, and why
+	// (blame).
+	hold  holdKind
+	delay time.Duration
 }
 
 // Handle processes one batch and returns the messages to retry
@@ -205,41 +224,22 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 	}
 
 	tr := h.tracker(route)
-	sink, err := h.sink(ctx, route)
-	if err != nil {
-		// The output cannot be reached at all (bad DSN, missing secret):
-		// every message is retried and the error surfaces as a function error.
-		for _, it := range items {
-			if it.err == nil {
-				it.err = deliver.TransientError("sink_unavailable", err)
-			}
-		}
-		log.ErrorContext(ctx, "open output", "error", err)
-	} else if st := tr.State(); st.Paused > 0 {
-		// The output asked for a pause: do not knock again before it ends.
-		for _, it := range items {
-			if it.err == nil {
-				it.err = &deliver.Error{Class: deliver.Transient, Reason: "backpressure", Backpressure: true, RetryAfter: st.Paused, Err: errPaused}
-			}
-		}
-	} else {
-		h.noteSlow(ctx, log, route, st)
-		h.apply(deliver.WithPacer(ctx, meter{Tracker: tr, rec: rec}), sink, route.Output.FIFO(), route.Output.Halts(), items)
-	}
+	h.attempt(ctx, route, log, rec, tr, items)
 	for _, it := range items {
 		if it.err != nil && it.err.Backpressure {
 			tr.Pause(it.err.RetryAfter)
 		}
 	}
 	active := tr.State().Active
+	h.blame(ctx, route, log, rec, items, tr, active)
 	if route.Output.Halts() {
-		failed := h.settleHalting(ctx, route, log, rec, halts, items, tr, active)
+		failed := h.settleHalting(ctx, route, log, rec, halts, items)
 		backpressureMetrics(rec, tr.State())
 		return failed, nil
 	}
 
 	var failed []string
-	delivered, dead, deferred := 0, 0, 0
+	var n Stats
 	for _, it := range items {
 		docID := ""
 		if it.env != nil {
@@ -247,11 +247,8 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		}
 		if it.err == nil {
 			if it.done {
-				delivered++
-				rec.Add(metrics.Delivered, 1, metrics.Count)
-				if it.env != nil && !it.env.EnqueuedAt.IsZero() {
-					rec.Add(metrics.EndToEndLatencyMs, float64(h.Now.Since(it.env.EnqueuedAt).Milliseconds()), metrics.Milliseconds)
-				}
+				n.Delivered++
+				h.delivered(rec, it)
 			}
 			continue
 		}
@@ -264,19 +261,8 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		lg := log.With("doc_id", docID, "message_id", it.rec.MessageId, "attempts", attempts, "class", it.err.Class, "reason", it.err.Reason)
 		// With ordering total a change held back on its last receive goes
 		// to the DLQ with its reason rather than behind later changes.
-		if isBackpressure(it.err, active) && !(last && route.Output.Ordering == config.OrderingTotal) {
-			// Not the change's fault: hold it back without counting it
-			// toward the DLQ, however many receives it has had.
-			delay := holdFor(max(it.err.RetryAfter, tr.Delay(attempts)))
-			retry, err := h.deferMessage(ctx, route, it, attempts, delay)
-			if err != nil {
-				lg.WarnContext(ctx, "hold back for backpressure", "error", err)
-			}
-			deferred++
-			rec.Add(metrics.BackpressureDelays, 1, metrics.Count)
-			rec.Add(metrics.BackpressureDelaySeconds, delay.Seconds(), metrics.Seconds)
-			lg.InfoContext(ctx, "output asked to slow down; message held back", "delay_s", delay.Seconds(), "sent_back", !retry)
-			if retry {
+		if it.hold != notHeld && !(last && route.Output.Ordering == config.OrderingTotal) {
+			if h.holdBack(ctx, route, lg, rec, it, attempts, &n) {
 				failed = append(failed, it.rec.MessageId)
 			}
 			continue
@@ -289,7 +275,7 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 				continue
 			}
 			lg.WarnContext(ctx, "moved to dlq", "error", it.err.Error())
-			dead++
+			n.DeadLettered++
 			continue
 		}
 		rec.Add(metrics.FailedTransient, 1, metrics.Count)
@@ -297,7 +283,8 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		h.pace(ctx, route, it, attempts)
 		failed = append(failed, it.rec.MessageId)
 	}
-	h.count(route, delivered, dead, len(failed), deferred)
+	n.Retried = int64(len(failed))
+	h.count(route, n)
 	backpressureMetrics(rec, tr.State())
 	if len(failed) > 0 {
 		rec.Add(metrics.WriterBatchFailures, float64(len(failed)), metrics.Count)
@@ -305,11 +292,58 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 	return failed, nil
 }
 
+// attempt gives the batch's changes to the output, unless the output is
+// down and its next try is not due, cannot be opened, or asked for a pause:
+// then every change not failed yet fails with that.
+func (h *Handler) attempt(ctx context.Context, route config.Route, log *slog.Logger, rec *metrics.Recorder, tr *backpressure.Tracker, items []*item) {
+	fail := func(e *deliver.Error) {
+		for _, it := range items {
+			if it.err == nil {
+				it.err = e
+			}
+		}
+	}
+	if wait, cause := h.outputState(route).waiting(h.Now.Now()); wait > 0 {
+		fail(errDown(wait, cause))
+		return
+	}
+	sink, err := h.sink(ctx, route)
+	if err != nil {
+		// A DSN or secret not set or unparsable, a pool that cannot be
+		// built: the output is down (blame).
+		log.ErrorContext(ctx, "open output", "error", err)
+		fail(deliver.TransientError(reasonUnavailable, err))
+		return
+	}
+	if st := tr.State(); st.Paused > 0 {
+		// The output asked for a pause: do not knock again before it ends.
+		fail(&deliver.Error{Class: deliver.Transient, Reason: "backpressure", Backpressure: true, RetryAfter: st.Paused, Err: errPaused})
+		return
+	}
+	h.noteSlow(ctx, log, route, tr.State())
+	var delivered func(*item) bool
+	if route.Output.Halts() {
+		delivered = func(it *item) bool { return h.clearDelivered(ctx, route, log, it) }
+	}
+	h.apply(deliver.WithPacer(ctx, meter{Tracker: tr, rec: rec}), sink, route.Output.FIFO(), route.Output.Halts(), items, delivered)
+}
+
+// delivered records the metrics of an applied change.
+func (h *Handler) delivered(rec *metrics.Recorder, it *item) {
+	rec.Add(metrics.Delivered, 1, metrics.Count)
+	if it.env != nil && !it.env.EnqueuedAt.IsZero() {
+		rec.Add(metrics.EndToEndLatencyMs, float64(h.Now.Since(it.env.EnqueuedAt).Milliseconds()), metrics.Milliseconds)
+	}
+}
+
 // apply sends the decodable items to the sink. On FIFO queues it goes in
 // rounds, the k-th message of every group in round k, and drops a group from
 // later rounds once one of its messages failed transiently (on a halting
-// output: failed at all, except a change the operator skips).
-func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo, halts bool, items []*item) {
+// output: failed at all, except a change the operator skips). When
+// delivered is set, it is told of every applied change that halted its
+// group, before anything later of the group is applied; false drops the
+// group from later rounds.
+func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo, halts bool, items []*item, delivered func(*item) bool) {
 	if !fifo {
 		var batch []*item
 		for _, it := range items {
@@ -340,7 +374,7 @@ func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo, halts bool
 			more = true
 			it := its[round]
 			if first := broken[g]; first != nil {
-				it.err = deliver.TransientError("group_blocked", fmt.Errorf("an earlier message of group %s failed (%s)", g, first.rec.MessageId))
+				it.err = deliver.TransientError(reasonGroupBlocked, fmt.Errorf("an earlier message of group %s failed (%s)", g, first.rec.MessageId))
 				it.held = true
 				continue
 			}
@@ -360,6 +394,9 @@ func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo, halts bool
 			if it.err != nil && (it.err.Class == deliver.Transient || halts) {
 				broken[it.group] = it
 			}
+			if it.done && it.halted != nil && delivered != nil && !delivered(it) {
+				broken[it.group] = it
+			}
 		}
 	}
 }
@@ -374,6 +411,7 @@ func (h *Handler) applyRound(ctx context.Context, sink deliver.Sink, batch []*it
 	}
 	errs := sink.Apply(ctx, envs)
 	for i, it := range batch {
+		it.tried = true
 		var err error
 		if i < len(errs) {
 			err = errs[i]

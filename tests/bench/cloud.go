@@ -163,7 +163,7 @@ func (c *cloudAWS) restore() {
 }
 
 // config loads the SDK configuration (pointed at the proxies).
-func (c *cloudAWS) config(ctx context.Context) (aws.Config, error) { return awsconf.Load(ctx) }
+func (c *cloudAWS) config(ctx context.Context) (aws.Config, error) { return awsconf.Load(ctx, nil) }
 
 // standInSQS is an SQS client for the stand-in.
 func (c *cloudAWS) standInSQS(cfg aws.Config) *sqs.Client {

@@ -39,8 +39,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/localrun"
-	"github.com/changes-worker/changes-worker/tests/faults"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
 const (
@@ -80,16 +81,9 @@ func latencyRun(ctx context.Context, r *results, suffix string, pollerTimeout ti
 	}
 	defer pool.Close()
 
-	rctx, stop := context.WithCancel(ctx)
-	defer stop()
-	rt := &localrun.Runtime{Deps: st.Deps, Log: st.Deps.Log}
-	run := &coreRunState{done: make(chan struct{})}
 	started := time.Now()
-	go func() { run.err = rt.Run(rctx); close(run.done) }()
-	defer func() { stop(); <-run.done }()
-
-	w := &coreRowWatcher{pool: pool, table: table, source: st.SourceURL, sent: map[string]time.Time{}, seen: map[string]time.Time{}}
-	go w.run(rctx)
+	w, run, stop := coreWatchedRun(ctx, st, pool, table, st.SourceURL)
+	defer stop()
 
 	// Warm up: the writer creates the table with its first message.
 	if err := w.write(ctx, "warmup", 0); err != nil {
@@ -200,6 +194,19 @@ func logLines(log string, started time.Time, from, to time.Duration) []string {
 	return out
 }
 
+// coreWatchedRun runs st's pipeline in the local runtime, and a watcher of
+// table for the documents written to source; stop ends both and waits for
+// the runtime.
+func coreWatchedRun(ctx context.Context, st *stack.Stack, pool *pgxpool.Pool, table pgx.Identifier, source string) (*coreRowWatcher, *coreRunState, func()) {
+	rctx, cancel := context.WithCancel(ctx)
+	rt := &localrun.Runtime{Deps: st.Deps, Log: st.Deps.Log}
+	run := &coreRunState{done: make(chan struct{})}
+	go func() { run.err = rt.Run(rctx); close(run.done) }()
+	w := &coreRowWatcher{pool: pool, table: table, source: source, sent: map[string]time.Time{}, seen: map[string]time.Time{}}
+	go w.run(rctx)
+	return w, run, func() { cancel(); <-run.done }
+}
+
 // coreRunState is a runtime running in a goroutine: err is set before done
 // is closed.
 type coreRunState struct {
@@ -266,7 +273,7 @@ func (w *coreRowWatcher) write(ctx context.Context, id string, n int) error {
 // Errors (the table does not exist before the first delivery) are retried.
 func (w *coreRowWatcher) run(ctx context.Context) {
 	q := "SELECT doc_id FROM " + w.table.Sanitize() + " WHERE doc_id = ANY($1)"
-	faults.Every(ctx, latencyPoll, func() bool {
+	clock.Every(ctx, latencyPoll, func() bool {
 		w.mu.Lock()
 		var ids []string
 		for id := range w.sent {

@@ -181,7 +181,7 @@ func deployedStack(ctx context.Context, r *results) error {
 	pipeline.OverrideBucket(dep.st.Config, bucket)
 
 	// The poller runs for its whole budget; the outputs are complete before it returns.
-	fn := prefix + "-poller"
+	fn := prefix + "-orders-poller"
 	invoked := make(chan error, 1)
 	lc := lambda.NewFromConfig(dep.st.Deps.AWS)
 	start = time.Now()
@@ -233,7 +233,7 @@ var reportField = regexp.MustCompile(`(Init Duration|Duration): ([\d.]+) ms`)
 func deployedReports(ctx context.Context, r *results, st *stack.Stack, prefix string) error {
 	logs := cloudwatchlogs.NewFromConfig(st.Deps.AWS)
 	for _, fn := range []string{"poller", "writer"} {
-		group := "/aws/lambda/" + prefix + "-" + fn
+		group := "/aws/lambda/" + prefix + "-orders-" + fn
 		var durations, inits, firsts []float64
 		p := cloudwatchlogs.NewFilterLogEventsPaginator(logs, &cloudwatchlogs.FilterLogEventsInput{LogGroupName: &group, FilterPattern: aws.String("REPORT")})
 		for p.HasMorePages() {

@@ -1,8 +1,9 @@
 package main
 
-// The failover benchmark of issue 4 item 8: two pollers run as separate
-// `changesctl run --no-writer` processes (tests/faults) at the default lease
-// TTL of 10 s, in two phases on one stack:
+// The failover benchmark: two pollers run as separate `changesctl run
+// --no-writer` processes (tests/faults), at each lease TTL of
+// -failover-ttls (1 s, 3 s and 10 s, the default), in two phases on one
+// stack per TTL:
 //
 //   - failover: one invocation per poller every 20 s with a 60 s budget (so
 //     both always have one standing by); 20 times, kill -9 the active poller
@@ -26,8 +27,10 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/testenv"
@@ -38,9 +41,13 @@ func init() {
 	register("failover", failover)
 }
 
-const (
-	failoverTrials     = 20
-	failoverSQSLatency = 25 * time.Millisecond
+const failoverSQSLatency = 25 * time.Millisecond
+
+var (
+	failoverTTLsFlag = flag.String("failover-ttls", "1s,3s,10s",
+		"the lease TTLs the failover benchmark runs at, comma-separated")
+	failoverTrialsFlag = flag.Int("failover-trials", 20,
+		"kills (and handoffs) per TTL in the failover benchmark")
 )
 
 // failoverStack is one stack with its pollers, writer, watcher and proxies.
@@ -53,8 +60,8 @@ type failoverStack struct {
 	proxies []*faults.Proxy
 }
 
-func newFailoverStack(ctx context.Context, bin, name string, backlog int, procs ...faults.ProcOptions) (*failoverStack, error) {
-	s, err := faults.NewStack(ctx, faults.StackOptions{Name: name, Limit: 200})
+func newFailoverStack(ctx context.Context, bin, name string, ttl time.Duration, backlog int, procs ...faults.ProcOptions) (*failoverStack, error) {
+	s, err := faults.NewStack(ctx, faults.StackOptions{Name: name, Limit: 200, TTL: ttl})
 	if err != nil {
 		return nil, err
 	}
@@ -118,13 +125,31 @@ func (fs *failoverStack) close(ctx context.Context) {
 }
 
 func failover(ctx context.Context, r *results) error {
+	var ttls []time.Duration
+	for _, f := range strings.Split(*failoverTTLsFlag, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("-failover-ttls: %w", err)
+		}
+		ttls = append(ttls, d)
+	}
 	bin, remove, err := faults.Build(ctx)
 	if err != nil {
 		return err
 	}
 	defer remove()
-	ttl := 10 * time.Second // the default
-	fs, err := newFailoverStack(ctx, bin, "bench-failover", 8000,
+	for _, ttl := range ttls {
+		if err := failoverRun(ctx, r, bin, ttl); err != nil {
+			return fmt.Errorf("ttl %s: %w", ttl, err)
+		}
+	}
+	return nil
+}
+
+// failoverRun measures failovers and handoffs at one lease TTL.
+func failoverRun(ctx context.Context, r *results, bin string, ttl time.Duration) error {
+	failoverTrials := *failoverTrialsFlag
+	fs, err := newFailoverStack(ctx, bin, "bench-failover", ttl, 8000,
 		faults.ProcOptions{Name: "a", Tick: 20 * time.Second, PollerTimeout: time.Minute},
 		faults.ProcOptions{Name: "b", Tick: 20 * time.Second, PollerTimeout: time.Minute})
 	if err != nil {
@@ -159,7 +184,7 @@ func failover(ctx context.Context, r *results) error {
 	// about handoffWindow, and one whose new holder had nothing to
 	// checkpoint does not count: the wait allows twice the windows needed.
 	const handoffWindow = 10 * time.Second
-	handoffWait := 2 * failoverTrials * handoffWindow
+	handoffWait := time.Duration(2*failoverTrials) * handoffWindow
 	for _, p := range fs.cl.Current() {
 		if err := p.Terminate(30 * time.Second); err != nil {
 			return err
@@ -200,22 +225,23 @@ func failover(ctx context.Context, r *results) error {
 	}
 	gaps, toQueued, handReplayed := handoffs(fs, fin, handoffStart)
 
-	r.add("failover_trials", len(trials), fmt.Sprintf("kill -9 of the active poller, TTL %s; %d hit a chunk in flight", ttl, midBatch))
-	r.add("failover_kill_to_takeover_p50_s", median(toTakeover), "kill to the lease taken by another process")
-	r.add("failover_kill_to_takeover_p99_s", percentile(toTakeover, 99), "")
-	r.add("failover_kill_to_first_checkpoint_p50_s", median(toCheckpoint), "kill to the new active's first checkpoint")
-	r.add("failover_kill_to_first_checkpoint_p99_s", percentile(toCheckpoint, 99), fmt.Sprintf("goal <= TTL + 2 s = %.0f s", (ttl+2*time.Second).Seconds()))
-	r.add("handoffs", len(gaps), "graceful releases at a window end followed by a handoff")
-	r.add("handoff_gap_p50_s", median(gaps), "release by the old holder to the next one's first checkpoint")
-	r.add("handoff_gap_p99_s", percentile(gaps, 99), "goal <= 2 s")
-	r.add("handoff_to_first_queued_p50_s", median(toQueued), "release by the old holder to the first change the next one queued")
-	r.add("handoff_to_first_queued_p99_s", percentile(toQueued, 99), "")
-	r.add("replayed_per_failover_median", median(replayed), "changes (doc, seq) the killed and the new generation both queued")
-	r.add("replayed_per_failover_max", percentile(replayed, 100), fmt.Sprintf("goal <= one batch (feed limit %d rows; a chunk is %d)", fs.s.Limit, faults.ChunkRows))
-	r.add("replayed_per_handoff_max", handReplayed, "")
-	r.add("pg_docs_differing_from_source", len(fin.Drift), "documents whose row (rev, or presence) differs from the source's winner after the run; goal 0")
-	r.add("pg_docs_not_at_newest_version", len(fin.NotNewest), "documents whose stored (generation, counter) is not the newest version queued for them; goal 0")
-	r.add("pg_duplicate_effects", fin.Stale, fmt.Sprintf("writes (data row inserted/updated/deleted, or versions row updated) that did not raise the document's (generation, counter) in the same transaction, over %d changes applied; goal 0", fin.Applications))
+	add := func(name string, v any, note string) { r.add(fmt.Sprintf("ttl %s %s", ttl, name), v, note) }
+	add("failover_trials", len(trials), fmt.Sprintf("kill -9 of the active poller, TTL %s; %d hit a chunk in flight", ttl, midBatch))
+	add("failover_kill_to_takeover_p50_s", median(toTakeover), "kill to the lease taken by another process")
+	add("failover_kill_to_takeover_p99_s", percentile(toTakeover, 99), "")
+	add("failover_kill_to_first_checkpoint_p50_s", median(toCheckpoint), "kill to the new active's first checkpoint")
+	add("failover_kill_to_first_checkpoint_p99_s", percentile(toCheckpoint, 99), fmt.Sprintf("goal <= TTL + 0.5 s = %.1f s", (ttl+time.Second/2).Seconds()))
+	add("handoffs", len(gaps), "graceful releases at a window end followed by a handoff")
+	add("handoff_gap_p50_s", median(gaps), "release by the old holder to the next one's first checkpoint")
+	add("handoff_gap_p99_s", percentile(gaps, 99), "goal <= 2 s")
+	add("handoff_to_first_queued_p50_s", median(toQueued), "release by the old holder to the first change the next one queued")
+	add("handoff_to_first_queued_p99_s", percentile(toQueued, 99), "")
+	add("replayed_per_failover_median", median(replayed), "changes (doc, seq) the killed and the new generation both queued")
+	add("replayed_per_failover_max", percentile(replayed, 100), fmt.Sprintf("goal <= one batch (feed limit %d rows; a chunk is %d)", fs.s.Limit, faults.ChunkRows))
+	add("replayed_per_handoff_max", handReplayed, "")
+	add("pg_docs_differing_from_source", len(fin.Drift), "documents whose row (rev, or presence) differs from the source's winner after the run; goal 0")
+	add("pg_docs_not_at_newest_version", len(fin.NotNewest), "documents whose stored (generation, counter) is not the newest version queued for them; goal 0")
+	add("pg_duplicate_effects", fin.Stale, fmt.Sprintf("writes (data row inserted/updated/deleted, or versions row updated) that did not raise the document's (generation, counter) in the same transaction, over %d changes applied; goal 0", fin.Applications))
 	if len(fin.Regressions) > 0 {
 		return fmt.Errorf("the checkpoint moved back %d times: %v", len(fin.Regressions), fin.Regressions)
 	}

@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/changes-worker/changes-worker/shared/poll"
 )
@@ -84,21 +83,4 @@ func OwnerPID(owner string) int {
 		return 0
 	}
 	return pid
-}
-
-// Every calls fn every interval, the first time one interval from now, until
-// ctx ends or fn returns false.
-func Every(ctx context.Context, interval time.Duration, fn func() bool) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if !fn() {
-			return
-		}
-	}
 }

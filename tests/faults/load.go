@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/changes-worker/changes-worker/shared/clock"
 )
 
 // LoadOptions bound a background writer.
@@ -62,7 +64,7 @@ func (l *Load) run(ctx context.Context, s *Stack, o LoadOptions) {
 	var live []string
 	next := 0
 	per := max(1, o.Rate/10)
-	Every(ctx, 100*time.Millisecond, func() bool {
+	clock.Every(ctx, 100*time.Millisecond, func() bool {
 		l.mu.Lock()
 		left := o.Max - l.written
 		l.mu.Unlock()

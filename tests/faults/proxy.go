@@ -154,6 +154,14 @@ func (p *Proxy) Cut() {
 	p.mu.Unlock()
 }
 
+// Mend undoes Cut and Blackhole: new connections pass again.
+func (p *Proxy) Mend() {
+	p.mu.Lock()
+	p.cut = false
+	p.mu.Unlock()
+	p.holed.Store(false)
+}
+
 // Close cuts the proxy, closes its listener and waits for its goroutines.
 func (p *Proxy) Close() {
 	p.Release()

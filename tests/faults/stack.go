@@ -36,6 +36,11 @@ type StackOptions struct {
 	// SendConcurrency is the job's send_concurrency. Default
 	// SendConcurrency.
 	SendConcurrency int
+	// Fetch is the job's feed.fetch. Default include_docs.
+	Fetch string
+	// SourceBase, when set, is the base URL at which the pollers reach the
+	// source: a proxy to it (see stack.Options.SourceBase).
+	SourceBase string
 }
 
 // Stack is one isolated pipeline (testenv/stack): its own table, queues,
@@ -72,7 +77,7 @@ func NewStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		Stack: config.Stack{PollerTimeout: config.Duration(time.Minute), WriterTimeout: config.Duration(20 * time.Second)},
 		Jobs: []*config.Job{{
 			ID:    Job,
-			Feed:  config.Feed{Limit: o.Limit, Timeout: config.Duration(o.FeedTimeout)},
+			Feed:  config.Feed{Limit: o.Limit, Timeout: config.Duration(o.FeedTimeout), Fetch: o.Fetch},
 			Lease: config.Lease{TTL: config.Duration(o.TTL)},
 			// The requests in flight a fenced poller may still finish.
 			SendConcurrency: o.SendConcurrency,
@@ -80,7 +85,7 @@ func NewStack(ctx context.Context, o StackOptions) (*Stack, error) {
 				Postgres: &config.PostgresOutput{CreateTables: true}}},
 		}},
 	}
-	base, err := stack.New(ctx, stack.Options{Name: o.Name, Config: cfg})
+	base, err := stack.New(ctx, stack.Options{Name: o.Name, Config: cfg, SourceBase: o.SourceBase})
 	if err != nil {
 		return nil, err
 	}

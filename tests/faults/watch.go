@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
@@ -47,7 +48,7 @@ func (s *Stack) Watch(ctx context.Context, every time.Duration) *Watcher {
 	go func() {
 		defer close(w.done)
 		w.sample(ctx)
-		Every(ctx, every, func() bool {
+		clock.Every(ctx, every, func() bool {
 			w.sample(ctx)
 			return true
 		})

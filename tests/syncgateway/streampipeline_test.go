@@ -1,11 +1,10 @@
 package syncgateway
 
 import (
-	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +35,7 @@ func TestStreamPipeline(t *testing.T) {
 			put(fmt.Sprintf("e-%02d", i), orders(i, "eu"))
 		}
 		db.WaitCached()
-		s := newSGStreamStack(t, db.URL(), mode, fetch)
+		s := newSGStreamStack(t, db.URL(), config.Feed{Mode: mode, Fetch: fetch})
 		stop := runStreaming(t, s)
 		defer stop()
 		s.Logs().WaitFor(t, `msg="stream opened" job=sg`, time.Minute)
@@ -63,15 +62,64 @@ func TestStreamPipeline(t *testing.T) {
 	})
 }
 
-// newSGStreamStack is a stack with one job, "sg", reading url as alice in
-// the feed mode into one PostgreSQL output.
-func newSGStreamStack(t *testing.T, url, mode, fetch string) *stack.Stack {
+// newSGStreamStack is a stack with one job, "sg", reading url as alice
+// into one PostgreSQL output, with the feed settings f (limit 50 and a 2 s
+// timeout unless set).
+func newSGStreamStack(t *testing.T, url string, f config.Feed) *stack.Stack {
 	t.Helper()
+	if f.Limit == 0 {
+		f.Limit = 50
+	}
+	if f.Timeout == 0 {
+		f.Timeout = config.Duration(2 * time.Second)
+	}
 	cfg := stack.PostgresJob("sg",
 		config.Source{Type: config.SourceSyncGateway, URL: url,
 			Auth: &config.Auth{Type: "basic", Username: "alice", Password: &config.SecretRef{Env: streamPasswordEnv}}},
-		config.Feed{Limit: 50, Timeout: config.Duration(2 * time.Second), Mode: mode, Fetch: fetch})
+		f)
 	return stack.ForTest(t, stack.Options{Config: cfg})
+}
+
+// TestStreamPipelineCutByPageBytes: with fetch bulk_get and page_bytes at
+// its minimum (64 KiB), bursts of 16 KiB documents written while the stream
+// is open come in stream batches whose bodies the budget cuts after a few
+// documents; in both streaming modes, the rows after each cut still reach
+// PostgreSQL, which ends equal to what alice can read.
+func TestStreamPipelineCutByPageBytes(t *testing.T) {
+	t.Parallel()
+	os.Setenv(streamPasswordEnv, "alicepw")
+	for _, mode := range []string{config.ModeContinuous, config.ModeWebSocket} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			db := sg.CreateDB(t, "")
+			db.PutUser("alice", "alicepw", "orders")
+			db.Put("before", "", orders(0, "orders"))
+			db.WaitCached()
+			s := newSGStreamStack(t, db.URL(), config.Feed{Mode: mode, Fetch: config.FetchBulkGet, PageBytes: 64 << 10})
+			stop := runStreaming(t, s)
+			defer stop()
+			s.Logs().WaitFor(t, `msg="stream opened" job=sg`, time.Minute)
+			pad := strings.Repeat("x", 16<<10)
+			for burst := range 3 {
+				docs := make([]map[string]any, 0, 30)
+				for i := range 30 {
+					d := orders(i, "orders")
+					d["_id"], d["pad"] = fmt.Sprintf("b%d-%02d", burst, i), pad
+					docs = append(docs, d)
+				}
+				if status, body := db.Public(http.MethodPost, "/_bulk_docs", "alice", "alicepw", map[string]any{"docs": docs}); status != http.StatusCreated {
+					t.Fatalf("_bulk_docs: %d %s", status, body)
+				}
+				time.Sleep(2 * time.Second)
+			}
+			db.WaitCached()
+			got := waitOutput(t, s, db.Visible("alice", "alicepw"))
+			t.Logf("%d documents visible to alice reached PostgreSQL", len(got))
+			if logs := s.Logs().String(); !strings.Contains(logs, `reason="page_bytes: the bodies fetched`) {
+				t.Errorf("no batch was cut by page_bytes: the test did not test the cut")
+			}
+		})
+	}
 }
 
 // runStreaming runs the stack's pipeline in the background with one poller
@@ -79,15 +127,8 @@ func newSGStreamStack(t *testing.T, url, mode, fetch string) *stack.Stack {
 // it.
 func runStreaming(t *testing.T, s *stack.Stack) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
-	rt := &localrun.Runtime{Deps: s.Deps, Opts: localrun.Options{Tick: 10 * time.Minute, PollerTimeout: 3 * time.Minute}, Log: s.Deps.Log}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := rt.Run(ctx); err != nil && ctx.Err() == nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	return func() { cancel(); wg.Wait() }
+	_, stop = s.RunInBackground(t, localrun.Options{Tick: 10 * time.Minute, PollerTimeout: 3 * time.Minute})
+	return stop
 }
 
 // waitOutput waits up to a minute for the output table to hold exactly

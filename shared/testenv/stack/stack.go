@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -36,7 +35,6 @@ import (
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
-	"github.com/aws/smithy-go/logging"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/changes-worker/changes-worker/shared/awsconf"
@@ -71,6 +69,11 @@ type Options struct {
 	// HTTPClient, when set, wraps the AWS SDK's HTTP client of the
 	// pipeline (fault injection: lost answers, added latency).
 	HTTPClient func(aws.HTTPClient) aws.HTTPClient
+	// SourceBase, when set, is the base URL at which the jobs reach the
+	// source in place of testenv.CouchBaseURL(): a proxy to it (fault
+	// injection: slow answers). The stack still creates its database, and
+	// SourceURL names it, on the source itself.
+	SourceBase string
 	// Secrets are environment variables that only this stack's pipeline
 	// sees: a secret reference {"env": name} resolves here first, then with
 	// testenv.Lookup. For credentials a test makes up.
@@ -142,7 +145,7 @@ func (s *Stack) build(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := s.fill(ctx, f); err != nil {
+	if err := s.fill(ctx, f, o.SourceBase); err != nil {
 		return err
 	}
 	doc, err := json.MarshalIndent(f, "", "  ")
@@ -156,16 +159,15 @@ func (s *Stack) build(ctx context.Context, o Options) error {
 	if s.Config, err = config.Load(s.ConfigPath); err != nil {
 		return fmt.Errorf("load stack config: %w", err)
 	}
-	awsCfg, err := awsconf.Load(ctx)
+	// The SDK's own lines go to the captured log too, not to the output.
+	logger := slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: o.LogLevel}))
+	awsCfg, err := awsconf.Load(ctx, logger)
 	if err != nil {
 		return err
 	}
 	if o.HTTPClient != nil {
 		awsCfg.HTTPClient = o.HTTPClient(awsCfg.HTTPClient)
 	}
-	// The SDK's own warnings go to the captured log, not to the output.
-	awsCfg.Logger = logging.StandardLogger{Logger: log.New(s.logs, "SDK ", log.LstdFlags)}
-	logger := slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: o.LogLevel}))
 	lookup := func(k string) (string, bool) {
 		if v, ok := o.Secrets[k]; ok {
 			return v, true
@@ -196,8 +198,9 @@ func copyConfig(f *config.File) (*config.File, error) {
 }
 
 // fill names what f leaves empty after the stack (see Options.Config) and
-// creates the source database if a job needs it.
-func (s *Stack) fill(ctx context.Context, f *config.File) error {
+// creates the source database if a job needs it; the jobs reach it through
+// base when set (see Options.SourceBase).
+func (s *Stack) fill(ctx context.Context, f *config.File, base string) error {
 	if f.Stack.Prefix == "" {
 		f.Stack.Prefix = s.Name
 		s.ownPrefix, s.ownBucket = true, f.Stack.Bucket == ""
@@ -216,6 +219,9 @@ func (s *Stack) fill(ctx context.Context, f *config.File) error {
 				s.SourceURL = db
 			}
 			j.Source.URL = s.SourceURL
+			if base != "" {
+				j.Source.URL = strings.TrimRight(base, "/") + "/" + s.Name
+			}
 			if j.Source.Type == "" {
 				j.Source.Type = config.SourceCouchDB
 			}
@@ -357,6 +363,26 @@ func (s *Stack) RunUntilIdle(ctx context.Context, opts localrun.Options) (localr
 		return rt.Summary(), fmt.Errorf("run stack %s until idle: %w", s.Name, err)
 	}
 	return rt.Summary(), nil
+}
+
+// RunInBackground hosts the stack's pollers and writers in this process, as
+// `changesctl run` does with opts, until stop is called (or the test ends);
+// the test fails if the run ends with an error before that. rt gives the
+// run's counters.
+func (s *Stack) RunInBackground(t testing.TB, opts localrun.Options) (rt *localrun.Runtime, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	rt = &localrun.Runtime{Deps: s.Deps, Opts: opts, Log: s.Deps.Log}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := rt.Run(ctx); err != nil && ctx.Err() == nil {
+			t.Errorf("run stack %s: %v", s.Name, err)
+		}
+	})
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return rt, stop
 }
 
 // SourceWinners returns doc id → winning revision of every live document in

@@ -1,0 +1,72 @@
+package receiver_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/changes-worker/changes-worker/shared/receiver"
+)
+
+// endless is a body that never ends (up to 256 MiB, so that a reader
+// without a bound finishes too), counting what was read.
+type endless struct{ n atomic.Int64 }
+
+func (e *endless) Read(p []byte) (int, error) {
+	if e.n.Load() >= 256<<20 {
+		return 0, io.EOF
+	}
+	for i := range p {
+		p[i] = ' '
+	}
+	e.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// TestBodyBound: a body longer than the receiver takes is refused with 413
+// after at most that much is read, and nothing is stored.
+func TestBodyBound(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := receiver.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	body := &endless{}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL+"/docs/a", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Changes-Version", "1.1")
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	if err == nil && resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("status %d, want 413", resp.StatusCode)
+	}
+	if n := body.n.Load(); n > (32<<20)+(8<<20) {
+		t.Errorf("the client sent %d bytes, want about %d at most", n, 32<<20)
+	}
+	if _, err := os.Stat(filepath.Join(dir, receiver.FileName("a"))); !os.IsNotExist(err) {
+		t.Errorf("stat stored file: %v, want none", err)
+	}
+	// A body within the bound is stored.
+	req, _ = http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL+"/docs/a", strings.NewReader(`{"_id":"a"}`))
+	req.Header.Set("X-Changes-Version", "1.2")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Errorf("status of a small body %d, want 204", resp.StatusCode)
+	}
+}

@@ -1,0 +1,364 @@
+package writer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/clock"
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/outage"
+)
+
+type fakeOutages struct {
+	mu      sync.Mutex
+	marks   []outage.State
+	cleared int
+}
+
+func (f *fakeOutages) Mark(ctx context.Context, st outage.State) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.marks = append(f.marks, st)
+	return nil
+}
+
+func (f *fakeOutages) Clear(ctx context.Context, job, output string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cleared++
+	return nil
+}
+
+type fakeSecrets struct{ refreshed int }
+
+func (f *fakeSecrets) Refresh() { f.refreshed++ }
+
+var errRefusedConn = deliver.TransientError("connection", errors.New("dial tcp 127.0.0.1:5432: connect: connection refused"))
+
+// outageRun is a handler of one output whose sink answers with down while
+// it is set, and counts its opens.
+type outageRun struct {
+	t       *testing.T
+	f       *config.File
+	h       *Handler
+	sqs     *fakeSQS
+	outages *fakeOutages
+	secrets *fakeSecrets
+	clock   *clock.Manual
+	emf     *bytes.Buffer
+	mu      sync.Mutex
+	down    error // every change fails with it while set
+	openErr error // the sink cannot be opened while set
+	opens   int
+	applied []string
+}
+
+func newOutageRun(t *testing.T, ordering string) *outageRun {
+	t.Helper()
+	f, err := config.Parse([]byte(fmt.Sprintf(`{"jobs":[{"id":"j","source":{"type":"couchdb","url":"http://h/db"},
+		"outputs":[{"id":"o","type":"http","ordering":%q,"max_receive_count":3,"outage":{"retry":"2s","max_retry":"8s"},"http":{"url":"http://x/{doc_id}"}}]}]}`, ordering)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &outageRun{t: t, f: f, sqs: &fakeSQS{}, outages: &fakeOutages{}, secrets: &fakeSecrets{}, emf: &bytes.Buffer{},
+		clock: clock.NewManual(time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC))}
+	sink := &fakeSink{apply: func(c *change.Envelope) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.down != nil {
+			return r.down
+		}
+		r.applied = append(r.applied, c.DocID)
+		return nil
+	}}
+	r.h = newHandler(f, sink, r.sqs)
+	r.h.Sinks = func(context.Context, config.Route) (deliver.Sink, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.opens++
+		if r.openErr != nil {
+			return nil, r.openErr
+		}
+		return sink, nil
+	}
+	r.h.Outages, r.h.Secrets, r.h.Metrics, r.h.Now = r.outages, r.secrets, r.emf, r.clock.Now
+	return r
+}
+
+func (r *outageRun) set(down, openErr error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.down, r.openErr = down, openErr
+}
+
+// handle runs one batch of messages m1..mn (documents d1..dn) on their
+// receives-th receive and returns the ids reported failed.
+func (r *outageRun) handle(receives int, docs ...string) []string {
+	r.t.Helper()
+	var recs []events.SQSMessage
+	for i, d := range docs {
+		recs = append(recs, record(r.t, r.f, fmt.Sprintf("m%d", i+1), d, "1-"+d, int64(i+1), receives))
+	}
+	return r.handleRecords(recs...)
+}
+
+func (r *outageRun) handleRecords(recs ...events.SQSMessage) []string {
+	r.t.Helper()
+	resp, err := r.h.Handle(r.t.Context(), events.SQSEvent{Records: recs})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var failed []string
+	for _, f := range resp.BatchItemFailures {
+		failed = append(failed, f.ItemIdentifier)
+	}
+	return failed
+}
+
+func (r *outageRun) dead() int {
+	n := 0
+	for _, in := range r.sqs.sent {
+		if strings.Contains(aws.ToString(in.QueueUrl), "-dlq") {
+			n++
+		}
+	}
+	return n
+}
+
+// An output that refuses connections for longer than the messages' receives
+// would last: nothing is dead-lettered whatever the receive count, each
+// message goes back with a fresh receive count before its last receive, the
+// output is tried again after the retry wait (not before), doubling to
+// max_retry, its sink opened again and the secrets read again; the outage
+// is recorded and reported, and ends with the first delivery.
+func TestOutputDownHoldsTheBatch(t *testing.T) {
+	t.Parallel()
+	r := newOutageRun(t, "none")
+	r.set(errRefusedConn, nil)
+
+	// First receive: held in flight for the first retry wait (2 s plus
+	// jitter, whole seconds).
+	failed := r.handle(1, "a", "b")
+	if d := cmp.Diff([]string{"m1", "m2"}, failed); d != "" {
+		t.Errorf("failed (-want +got):\n%s", d)
+	}
+	for _, v := range r.sqs.visibility {
+		if v < 2 || v > 3 {
+			t.Errorf("held %d s, want the retry wait of 2 s (with jitter)", v)
+		}
+	}
+	if r.secrets.refreshed != 1 || len(r.outages.marks) != 1 || r.outages.marks[0].Held != 2 ||
+		!strings.Contains(r.outages.marks[0].LastError, "connection refused") {
+		t.Errorf("refreshed %d, marks %+v: want the secrets read again and the outage recorded with 2 held", r.secrets.refreshed, r.outages.marks)
+	}
+
+	// Within the wait: not tried, not opened again, held.
+	opens := r.opens
+	r.clock.Advance(time.Second)
+	r.handle(2, "a", "b")
+	if r.opens != opens {
+		t.Errorf("opened %d times within the retry wait, want none", r.opens-opens)
+	}
+
+	// The last receive: sent back with a fresh receive count, never to the
+	// DLQ; the next wait has doubled.
+	r.clock.Advance(2 * time.Second)
+	r.sqs.visibility, r.sqs.sent = nil, nil
+	failed = r.handle(3, "a", "b")
+	if len(failed) != 0 || r.dead() != 0 || len(r.sqs.sent) != 2 {
+		t.Fatalf("last receive: failed %v, %d to the DLQ, %d sent; want both sent back, none dead-lettered", failed, r.dead(), len(r.sqs.sent))
+	}
+	for _, in := range r.sqs.sent {
+		if in.DelaySeconds < 4 || in.DelaySeconds > 5 {
+			t.Errorf("sent back with a delay of %d s, want the doubled wait of 4 s", in.DelaySeconds)
+		}
+	}
+	if r.opens != opens+1 || r.secrets.refreshed != 2 {
+		t.Errorf("opens %d, refreshed %d: want the sink opened again and the secrets read again on the try", r.opens-opens, r.secrets.refreshed)
+	}
+	if st := r.h.Stats()["j/o"]; st.DeadLettered != 0 || st.Held != 6 {
+		t.Errorf("stats %+v, want 6 held, none dead-lettered", st)
+	}
+
+	// Back: delivered, the outage ends.
+	r.set(nil, nil)
+	r.clock.Advance(5 * time.Second)
+	r.emf.Reset()
+	if failed := r.handle(1, "a", "b"); len(failed) != 0 {
+		t.Errorf("failed %v after recovery", failed)
+	}
+	if d := cmp.Diff([]string{"a", "b"}, r.applied); d != "" {
+		t.Errorf("applied (-want +got):\n%s", d)
+	}
+	if r.outages.cleared != 1 || !strings.Contains(r.emf.String(), `"OutputDown":0`) {
+		t.Errorf("cleared %d, metrics %s: want the outage cleared and OutputDown 0", r.outages.cleared, r.emf.String())
+	}
+}
+
+// An output that cannot be opened (a secret not set or unparsable) is down:
+// its messages are held, and it is opened again, with the secrets read
+// again, on each try.
+func TestOutputOpenFailureHolds(t *testing.T) {
+	t.Parallel()
+	r := newOutageRun(t, "per_document")
+	r.set(nil, errors.New("parse postgres dsn: malformed connection string"))
+	for i, receives := range []int{1, 2, 3} {
+		r.clock.Advance(10 * time.Second)
+		r.handle(receives, "a")
+		if r.opens != i+1 || r.secrets.refreshed != i+1 {
+			t.Fatalf("try %d: opens %d, refreshed %d", i+1, r.opens, r.secrets.refreshed)
+		}
+	}
+	if r.dead() != 0 {
+		t.Errorf("%d dead-lettered, want none while the output cannot be opened", r.dead())
+	}
+	r.set(nil, nil)
+	r.clock.Advance(10 * time.Second)
+	if failed := r.handle(1, "a"); len(failed) != 0 || len(r.applied) != 1 {
+		t.Errorf("after the secret was fixed: failed %v, applied %v", failed, r.applied)
+	}
+}
+
+// The decision is the batch's: a change that fails while the output takes
+// others, or fails in a way that is the change's own, still counts toward
+// the DLQ; so does a change queued longer than max_hold ago.
+func TestDocumentFailureStillDeadLetters(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		fail     map[string]error // doc -> answer; others are applied
+		docs     []string
+		maxHold  bool // the changes were queued longer ago than max_hold
+		wantDead int
+	}{
+		{name: "connection reset while another change passes", fail: map[string]error{"a": errRefusedConn}, docs: []string{"a", "b"}, wantDead: 1},
+		{name: "500 from every request", fail: map[string]error{"a": &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 500, Err: errors.New("500")}}, docs: []string{"a"}, wantDead: 1},
+		{name: "permanent 422", fail: map[string]error{"a": &deliver.Error{Class: deliver.Permanent, Reason: "http_status", HTTPStatus: 422, Err: errors.New("422")}}, docs: []string{"a"}, wantDead: 1},
+		{name: "502 from every request is the output", fail: map[string]error{"a": &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 502, Err: errors.New("502")}}, docs: []string{"a"}},
+		{name: "401 is the output", fail: map[string]error{"a": &deliver.Error{Class: deliver.Permanent, Reason: "http_status", HTTPStatus: 401, Err: errors.New("401")}}, docs: []string{"a"}},
+		{name: "down past max_hold", fail: map[string]error{"a": errRefusedConn}, docs: []string{"a"}, maxHold: true, wantDead: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := newOutageRun(t, "none")
+			r.h.Sinks = func(context.Context, config.Route) (deliver.Sink, error) {
+				return &fakeSink{apply: func(c *change.Envelope) error { return tt.fail[c.DocID] }}, nil
+			}
+			var recs []events.SQSMessage
+			for i, d := range tt.docs {
+				m := record(t, r.f, fmt.Sprintf("m%d", i+1), d, "1-"+d, int64(i+1), 3)
+				if tt.maxHold {
+					r.f.Jobs[0].Outputs[0].Outage.MaxHold = config.Duration(time.Hour)
+					m.Body = enqueuedAt(t, m.Body, r.clock.Now().Add(-2*time.Hour))
+				}
+				recs = append(recs, m)
+			}
+			r.handleRecords(recs...)
+			if got := r.dead(); got != tt.wantDead {
+				t.Errorf("%d dead-lettered, want %d", got, tt.wantDead)
+			}
+		})
+	}
+}
+
+// enqueuedAt returns the envelope body with its enqueued-at time set to at.
+func enqueuedAt(t *testing.T, body string, at time.Time) string {
+	t.Helper()
+	var e change.Envelope
+	if err := json.Unmarshal([]byte(body), &e); err != nil {
+		t.Fatal(err)
+	}
+	e.EnqueuedAt = at
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// outputFailure names the failures that are the output's, not a change's.
+func TestOutputFailure(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		err  *deliver.Error
+		want bool
+	}{
+		{errRefusedConn, true},
+		{deliver.TransientError(reasonUnavailable, errors.New("secret not set")), true},
+		{&deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 503}, true},
+		{&deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 504}, true},
+		{&deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 500}, false},
+		{&deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 429}, false},
+		{&deliver.Error{Class: deliver.Permanent, Reason: "http_status", HTTPStatus: 403}, true},
+		{&deliver.Error{Class: deliver.Transient, Reason: "s3_status", HTTPStatus: 500}, true},
+		{&deliver.Error{Class: deliver.Permanent, Reason: "s3_status", HTTPStatus: 404}, false},
+		{&deliver.Error{Class: deliver.Transient, Reason: "sql_error", SQLState: "08006"}, true},
+		{&deliver.Error{Class: deliver.Transient, Reason: "sql_error", SQLState: "57P01"}, true},
+		{&deliver.Error{Class: deliver.Permanent, Reason: "sql_error", SQLState: "28P01"}, true},
+		{&deliver.Error{Class: deliver.Transient, Reason: "sql_error", SQLState: "40001"}, false},
+		{&deliver.Error{Class: deliver.Permanent, Reason: "sql_error", SQLState: "23505"}, false},
+		{deliver.TransientError("timeout", errors.New("deadline")), false},
+		{deliver.PermanentError("invalid_body", errors.New("not JSON")), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.err.Error(), func(t *testing.T) {
+			t.Parallel()
+			if got := outputFailure(tt.err); got != tt.want {
+				t.Errorf("outputFailure(%s) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+// On a halting output an outage does not halt: per_document resends the
+// held change before its last receive; total, where a resend would pass
+// later changes, holds it in flight and halts only on receive
+// config.MaxHaltReceiveCount, far from SQS's 1000.
+func TestOutageOnHaltingOutput(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		ordering   string
+		receives   int
+		wantResent bool
+		wantHalt   bool
+	}{
+		{ordering: "per_document", receives: 3, wantResent: true},
+		{ordering: "total", receives: 3},
+		{ordering: "total", receives: config.MaxHaltReceiveCount, wantHalt: true},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s receive %d", tt.ordering, tt.receives), func(t *testing.T) {
+			t.Parallel()
+			r := newHaltRun(t, tt.ordering)
+			r.setFail("x", errRefusedConn)
+			r.handle(r.rec("m1", "x", 1, tt.receives))
+			group := r.rec("m1", "x", 1, 1).Attributes["MessageGroupId"]
+			st, _ := r.halts.Get(t.Context(), "j", "o", group)
+			if got := st != nil; got != tt.wantHalt {
+				t.Errorf("halt %+v, want halted: %v", st, tt.wantHalt)
+			}
+			if got := len(r.sqs.sent) == 1; got != tt.wantResent {
+				t.Errorf("%d sent, want resent: %v", len(r.sqs.sent), tt.wantResent)
+			}
+			for _, in := range r.sqs.sent {
+				if strings.Contains(aws.ToString(in.QueueUrl), "-dlq") {
+					t.Errorf("sent to the DLQ")
+				}
+			}
+		})
+	}
+}

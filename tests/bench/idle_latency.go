@@ -1,0 +1,191 @@
+package main
+
+// idle-latency: end-to-end latency, from a write in the source to the row in
+// PostgreSQL, with each idle setting (watch, sleep) and feed mode (longpoll,
+// continuous), every AWS request 15 ms late through the proxy
+// (-aws-latency).
+//
+// Each (idle, mode) gets an isolated stack with the defaults that matter
+// here (schedule 1m, latency objective 60s, poller timeout 90s, lease TTL
+// 10s, feed timeout 10s) and the real local runtime (the poller on its
+// schedule, writers long-polling SQS). After a warm-up document:
+//
+//   - trickle: idleTrickle documents one a second, from the start of an
+//     invocation (with sleep, a tick that found the feed idle would leave a
+//     change for the next one: that is the next figure);
+//   - after idle: idleSamples documents, each written once the job has been
+//     idle: with watch, idleQuiet after the last delivery; with sleep, just
+//     as an invocation that found the feed idle ends, the worst moment, the
+//     change waiting for the next tick.
+//
+// The AWS requests of the trickle are counted, per change, for the cost
+// model in docs/scale.md.
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/testenv/stack"
+)
+
+func init() { register("idle-latency", idleLatency) }
+
+var idleSettingsFlag = flag.String("idle-settings", config.IdleWatch+","+config.IdleSleep,
+	"the idle settings idle-latency and cloud-idle measure, comma-separated")
+
+const (
+	idleTrickle  = 30
+	idleSamples  = 3
+	idleQuiet    = 30 * time.Second
+	idleEndedMsg = `msg="feed idle; the next tick reads on"`
+	idleTickMsg  = `msg="lease acquired"`
+)
+
+func idleLatency(ctx context.Context, r *results) error {
+	cw, err := newCloudAWS(*cloudLatencyFlag)
+	if err != nil {
+		return err
+	}
+	defer cw.close()
+	type row struct {
+		label                  string
+		p50, p99, idle, idleMx float64
+	}
+	var rows []row
+	for _, idle := range strings.Split(*idleSettingsFlag, ",") {
+		for _, mode := range []string{config.ModeLongpoll, config.ModeContinuous} {
+			label := idle + " " + mode
+			trickle, after, err := idleLatencyRun(ctx, r, cw, label, idle, mode)
+			if err != nil {
+				return fmt.Errorf("%s: %w", label, err)
+			}
+			rows = append(rows, row{label, percentile(trickle, 50), percentile(trickle, 99), median(after), percentile(after, 100)})
+		}
+	}
+	fmt.Printf("  %-22s %12s %12s %16s %14s\n", "idle, feed mode", "trickle p50", "trickle p99", "after idle p50", "after idle max")
+	for _, x := range rows {
+		fmt.Printf("  %-22s %9.0f ms %9.0f ms %14.1f s %12.1f s\n", x.label, x.p50, x.p99, x.idle/1000, x.idleMx/1000)
+	}
+	fmt.Printf("  (AWS requests %s late; load average %s)\n", *cloudLatencyFlag, loadAverage())
+	return nil
+}
+
+// idleLatencyRun measures one (idle, mode): the trickle's latencies and the
+// latencies of the changes made after idle, in milliseconds.
+func idleLatencyRun(ctx context.Context, r *results, cw *cloudAWS, label, idle, mode string) (trickle, after []float64, err error) {
+	st, err := newCoreStack(ctx, "il", coreStackSettings{limit: 500, pollerTimeout: config.DefaultPollerTimeout, createTables: true, logLevel: slog.LevelInfo})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer coreClose(ctx, st)
+	j := st.Deps.Config.Jobs[0]
+	j.Idle, j.Feed.Mode = idle, mode
+	table, _, err := st.PostgresTables("bench", "pg")
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := coreOpenPool(ctx, 2)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer pool.Close()
+
+	w, run, stop := coreWatchedRun(ctx, st, pool, table, st.SourceURL)
+	defer stop()
+	if err := w.write(ctx, "warmup", 0); err != nil {
+		return nil, nil, err
+	}
+	if err := w.wait(ctx, run, 2*time.Minute); err != nil {
+		return nil, nil, fmt.Errorf("warm-up document: %w", err)
+	}
+	w.reset()
+
+	// The trickle, from the start of an invocation.
+	if idle == config.IdleSleep {
+		if err := idleAwaitLog(ctx, st, run, idleTickMsg, 1, 2*time.Minute); err != nil {
+			return nil, nil, err
+		}
+	}
+	cw.resetRequests()
+	start := time.Now()
+	tick := time.NewTicker(time.Second)
+	for i := range idleTrickle {
+		if err := w.write(ctx, fmt.Sprintf("t-%03d", i), i+1); err != nil {
+			tick.Stop()
+			return nil, nil, err
+		}
+		if err := run.await(ctx, tick.C); err != nil {
+			tick.Stop()
+			return nil, nil, err
+		}
+	}
+	tick.Stop()
+	if err := w.wait(ctx, run, 2*time.Minute); err != nil {
+		return nil, nil, err
+	}
+	counts, took := cw.requests(), time.Since(start)
+	lat, _ := w.latencies(start, time.Second)
+	for _, d := range lat {
+		trickle = append(trickle, coreMillis(d))
+	}
+	w.reset()
+	r.add(label+" trickle p50 ms", percentile(trickle, 50), fmt.Sprintf("%d changes one a second", len(trickle)))
+	r.add(label+" trickle p99 ms", percentile(trickle, 99), fmt.Sprintf("max %.0f ms", percentile(trickle, 100)))
+	r.add(label+" trickle AWS requests per change", cloudPerDoc(counts, idleTrickle), fmt.Sprintf("over %s, the writers' local receives included", took.Round(time.Second)))
+
+	// After idle.
+	for i := range idleSamples {
+		if idle == config.IdleSleep {
+			// The first wait skips the end of the invocation the trickle
+			// kept busy, which started well before the end.
+			n := 1
+			if i == 0 {
+				n = 2
+			}
+			if err := idleAwaitLog(ctx, st, run, idleEndedMsg, n, 3*time.Minute); err != nil {
+				return nil, nil, err
+			}
+		} else if err := run.await(ctx, time.After(idleQuiet)); err != nil {
+			return nil, nil, err
+		}
+		if err := w.write(ctx, fmt.Sprintf("i-%d", i), i); err != nil {
+			return nil, nil, err
+		}
+		if err := w.wait(ctx, run, 2*time.Minute); err != nil {
+			return nil, nil, err
+		}
+	}
+	lat, _ = w.latencies(time.Now(), time.Second)
+	for _, d := range lat {
+		after = append(after, coreMillis(d))
+	}
+	how := fmt.Sprintf("%d changes, each %s after the last delivery", len(after), idleQuiet)
+	if idle == config.IdleSleep {
+		how = fmt.Sprintf("%d changes, each written as an idle invocation ended: the next tick reads it", len(after))
+	}
+	r.add(label+" after idle median s", median(after)/1000, how)
+	r.add(label+" after idle max s", percentile(after, 100)/1000, fmt.Sprintf("latency objective %s", j.LatencyObjective.D()))
+	return trickle, after, nil
+}
+
+// idleAwaitLog waits until msg has appeared n more times in st's log.
+func idleAwaitLog(ctx context.Context, st *stack.Stack, run *coreRunState, msg string, n int, limit time.Duration) error {
+	want := strings.Count(st.Logs().String(), msg) + n
+	end := time.Now().Add(limit)
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for strings.Count(st.Logs().String(), msg) < want {
+		if time.Now().After(end) {
+			return fmt.Errorf("%s did not appear %d more times within %s", msg, n, limit)
+		}
+		if err := run.await(ctx, t.C); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -39,22 +40,99 @@ without --force they wait up to --wait for a running poller to hand it over;
 // checkpoint is written under that lease, which is then released: the next
 // poller starts from it.
 func cmdCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
-	verb, err := action(env, "checkpoint", checkpointUsage, args, "get", "set", "reset")
-	if err != nil {
-		return err
-	}
-	fs := newFlags(env, "checkpoint "+verb)
+	return runAction(ctx, env, "checkpoint", checkpointUsage, args,
+		command{"get", cmdCheckpointGet}, command{"set", cmdCheckpointSet}, command{"reset", cmdCheckpointReset})
+}
+
+// cmdCheckpointGet prints the job's checkpoint, lease holder and generation.
+func cmdCheckpointGet(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "checkpoint get")
 	sc := scopeFlags(fs, helpOneJob, "")
-	seq := fs.String("seq", "", "set: sequence to store, as JSON (a number, or a quoted string)")
-	from := fs.String("from", "beginning", "reset: beginning or now")
-	wait := fs.Duration("wait", 0, "wait this long for a running poller to hand the lease over (0: do not wait)")
-	force := fs.Bool("force", false, "take the lease even while a poller holds it (fences the poller out)")
-	yes := fs.Bool("yes", false, "do not ask for confirmation")
-	asJSON := fs.Bool("json", false, "get: print JSON")
-	if err := fs.Parse(args[1:]); err != nil {
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	deps, j, err := sc.openJob(ctx, env, "checkpoint")
+	if err != nil {
+		return err
+	}
+	defer deps.Close()
+	st, err := lease.New(deps.DynamoDB, deps.Config.TableName()).Get(ctx, j.ID)
+	if err != nil {
+		return err
+	}
+	return checkpointGet(env, j, st, *asJSON)
+}
+
+// cmdCheckpointSet stores --seq as the checkpoint.
+func cmdCheckpointSet(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "checkpoint set")
+	mf := moveFlags(fs)
+	seq := fs.String("seq", "", "sequence to store, as JSON (a number, or a quoted string)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *seq == "" {
+		return errors.New("checkpoint set: --seq is required")
+	}
+	if !json.Valid([]byte(*seq)) {
+		return fmt.Errorf("checkpoint set: --seq %q is not JSON (quote a string seq: '\"12-abc\"')", *seq)
+	}
+	return mf.move(ctx, env, checkpointMove{verb: "set", target: json.RawMessage(*seq), desc: *seq})
+}
+
+// cmdCheckpointReset moves the checkpoint to the beginning of the feed or
+// to the source's current position.
+func cmdCheckpointReset(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "checkpoint reset")
+	mf := moveFlags(fs)
+	from := fs.String("from", "beginning", "beginning or now")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	m := checkpointMove{verb: "reset", desc: "the beginning of the feed (every document is sent again; outputs ignore what they already hold)"}
+	switch *from {
+	case "beginning":
+	case "now":
+		m.fromNow = true
+		m.desc = "the source's current position (changes made before it are never sent; use verify --repair to catch up)"
+	default:
+		return fmt.Errorf("checkpoint reset: --from %q (want beginning or now)", *from)
+	}
+	return mf.move(ctx, env, m)
+}
+
+// checkpointMove is where set or reset moves a checkpoint: a literal seq,
+// the beginning (nil), or the source's current position (fromNow), read
+// once the lease is ours; desc says which for the confirmation.
+type checkpointMove struct {
+	verb    string
+	target  json.RawMessage
+	fromNow bool
+	desc    string
+}
+
+// leaseScope is what the flags of set and reset name: the configuration
+// and the job, and how to take the job's lease.
+type leaseScope struct {
+	*scope
+	wait       *time.Duration
+	force, yes *bool
+}
+
+func moveFlags(fs *flag.FlagSet) *leaseScope {
+	return &leaseScope{
+		scope: scopeFlags(fs, helpOneJob, ""),
+		wait:  fs.Duration("wait", 0, "wait this long for a running poller to hand the lease over (0: do not wait)"),
+		force: fs.Bool("force", false, "take the lease even while a poller holds it (fences the poller out)"),
+		yes:   fs.Bool("yes", false, "do not ask for confirmation"),
+	}
+}
+
+// move takes the job's lease, writes the checkpoint m names under it, and
+// releases the lease.
+func (s *leaseScope) move(ctx context.Context, env *cliEnv, m checkpointMove) error {
+	deps, j, err := s.openJob(ctx, env, "checkpoint")
 	if err != nil {
 		return err
 	}
@@ -64,64 +142,39 @@ func cmdCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	if verb == "get" {
-		return checkpointGet(env, j, st, *asJSON)
-	}
-
-	// What to store: a literal seq, the beginning (nil), or the source's
-	// current position, read once the lease is ours.
-	var target json.RawMessage
-	fromNow := false
-	desc := "the beginning of the feed (every document is sent again; outputs ignore what they already hold)"
-	switch {
-	case verb == "set":
-		if *seq == "" {
-			return errors.New("checkpoint set: --seq is required")
-		}
-		if !json.Valid([]byte(*seq)) {
-			return fmt.Errorf("checkpoint set: --seq %q is not JSON (quote a string seq: '\"12-abc\"')", *seq)
-		}
-		target = json.RawMessage(*seq)
-		desc = string(target)
-	case *from == "now":
-		fromNow = true
-		desc = "the source's current position (changes made before it are never sent; use verify --repair to catch up)"
-	case *from != "beginning":
-		return fmt.Errorf("checkpoint reset: --from %q (want beginning or now)", *from)
-	}
-	if st.Held(time.Now()) && !*force && *wait == 0 {
+	if st.Held(time.Now()) && !*s.force && *s.wait == 0 {
 		return fmt.Errorf("checkpoint %s: a poller holds the lease (%s, generation %d); stop the pipeline, pass --wait 2m to take it at the next handoff, or --force",
-			verb, st.Owner, st.Generation)
+			m.verb, st.Owner, st.Generation)
 	}
-	if !*yes && !confirm(env, fmt.Sprintf("move job %s's checkpoint from %s to %s?", j.ID, orBeginning(st.Checkpoint), desc)) {
+	if !*s.yes && !confirm(env, fmt.Sprintf("move job %s's checkpoint from %s to %s?", j.ID, orBeginning(st.Checkpoint), m.desc)) {
 		return errors.New("checkpoint: not confirmed")
 	}
 	owner := fmt.Sprintf("changesctl-%s-%d", pipeline.Hostname(), time.Now().UnixNano())
 	sess := lease.NewSession(store, j.ID, owner, pipeline.Hostname(), j.Lease.TTL.D())
-	if err := takeLease(ctx, sess, *wait, *force); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", verb, err)
+	if err := takeLease(ctx, sess, *s.wait, *s.force); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", m.verb, err)
 	}
 	l := sess.Lease()
 	err = func() error {
-		if fromNow {
+		if m.fromNow {
 			src, err := deps.Feed(ctx, j)
 			if err != nil {
 				return err
 			}
-			if target, err = src.Now(ctx); err != nil {
+			if m.target, err = src.Now(ctx); err != nil {
 				return fmt.Errorf("read the source's position: %w", err)
 			}
 		}
-		return store.SetCheckpoint(ctx, l, target)
+		return store.SetCheckpoint(ctx, l, m.target)
 	}()
 	if rerr := sess.Release(ctx); rerr != nil && err == nil {
 		err = rerr
 	}
 	if err != nil {
-		return fmt.Errorf("checkpoint %s: %w", verb, err)
+		return fmt.Errorf("checkpoint %s: %w", m.verb, err)
 	}
 	fmt.Fprintf(env.stdout, "%s checkpoint set to %s (lease generation %d, taken as %s); the next poller starts there\n",
-		j.ID, orBeginning(target), l.Generation, l.Kind)
+		j.ID, orBeginning(m.target), l.Generation, l.Kind)
 	return nil
 }
 

@@ -27,91 +27,137 @@ const dlqUsage = `usage: changesctl dlq list|show|redrive|purge --config FILE [-
 
 // cmdDLQ inspects and empties the dead-letter queue of one (job, output).
 func cmdDLQ(ctx context.Context, env *cliEnv, args []string) error {
-	verb, err := action(env, "dlq", dlqUsage, args, "list", "show", "redrive", "purge")
+	return runAction(ctx, env, "dlq", dlqUsage, args,
+		command{"list", cmdDLQList}, command{"show", cmdDLQShow}, command{"redrive", cmdDLQRedrive}, command{"purge", cmdDLQPurge})
+}
+
+// openedDLQ is the DLQ of one (job, output), with the dependencies that
+// reach it.
+type openedDLQ struct {
+	deps *pipeline.Deps
+	q    dlq.Queues
+}
+
+// openDLQ loads the dependencies and resolves the queues of the job and
+// output sc names. The caller closes the dependencies.
+func openDLQ(ctx context.Context, env *cliEnv, sc *scope) (*openedDLQ, error) {
+	deps, j, o, err := sc.openOutput(ctx, env, "dlq")
+	if err != nil {
+		return nil, err
+	}
+	q, err := dlq.Resolve(ctx, deps.SQS, deps.Config, j, o)
+	if err != nil {
+		deps.Close()
+		return nil, fmt.Errorf("dlq: %w (run changesctl bootstrap first?)", err)
+	}
+	return &openedDLQ{deps: deps, q: q}, nil
+}
+
+// name is "job/output".
+func (d *openedDLQ) name() string { return d.q.Job + "/" + d.q.Output }
+
+// cmdDLQList counts the failed changes by reason.
+func cmdDLQList(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "dlq list")
+	sc := scopeFlags(fs, helpOneJob, helpOneOutput)
+	asJSON := fs.Bool("json", false, "print JSON")
+	samples := fs.Int("samples", 5, "sample document ids per reason")
+	maxMsgs := fs.Int("max", dlq.DefaultScanMax, "read at most this many messages")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	d, err := openDLQ(ctx, env, sc)
 	if err != nil {
 		return err
 	}
-	fs := newFlags(env, "dlq "+verb)
+	defer d.deps.Close()
+	return d.list(ctx, env, *samples, *maxMsgs, *asJSON)
+}
+
+// cmdDLQShow decodes messages: one by id, or the first few.
+func cmdDLQShow(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "dlq show")
 	sc := scopeFlags(fs, helpOneJob, helpOneOutput)
 	asJSON := fs.Bool("json", false, "print JSON")
-	var (
-		samples, maxMsgs, limit *int
-		id                      *string
-		body, yes               *bool
-		rate, workers           *int
-		mode                    *string
-		visibility              *time.Duration
-	)
-	switch verb {
-	case "list":
-		samples = fs.Int("samples", 5, "sample document ids per reason")
-		maxMsgs = fs.Int("max", dlq.DefaultScanMax, "read at most this many messages")
-	case "show":
-		id = fs.String("id", "", "the message id to show")
-		limit = fs.Int("limit", 1, "show the first N messages (without --id)")
-		body = fs.Bool("body", false, "print the document body too")
-	case "redrive":
-		rate = fs.Int("rate", 0, "at most this many messages per second (0: as fast as possible; a move task caps it at 500)")
-		mode = fs.String("mode", string(dlq.ModeAuto), "auto (a move task for a standard dlq where the endpoint supports it, else copy), task (standard dlqs only) or copy")
-		limit = fs.Int("limit", 0, "copy at most this many messages (0: all)")
-		visibility = fs.Duration("visibility", dlq.DefaultVisibility, "copy: how long a received DLQ message stays hidden")
-		workers = fs.Int("workers", dlq.DefaultWorkers, "copy: concurrent copy loops")
-	default: // purge
-		yes = fs.Bool("yes", false, "do not ask for confirmation")
+	id := fs.String("id", "", "the message id to show")
+	limit := fs.Int("limit", 1, "show the first N messages (without --id)")
+	body := fs.Bool("body", false, "print the document body too")
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
-	if err := fs.Parse(args[1:]); err != nil {
+	if *limit < 1 {
+		return fmt.Errorf("dlq show: --limit %d must be at least 1", *limit)
+	}
+	d, err := openDLQ(ctx, env, sc)
+	if err != nil {
+		return err
+	}
+	defer d.deps.Close()
+	return d.show(ctx, env, *id, *limit, *body, *asJSON)
+}
+
+// cmdDLQRedrive moves the messages back to the work queue.
+func cmdDLQRedrive(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "dlq redrive")
+	sc := scopeFlags(fs, helpOneJob, helpOneOutput)
+	asJSON := fs.Bool("json", false, "print JSON")
+	rate := fs.Int("rate", 0, "at most this many messages per second (0: as fast as possible; a move task caps it at 500)")
+	mode := fs.String("mode", string(dlq.ModeAuto), "auto (a move task for a standard dlq where the endpoint supports it, else copy), task (standard dlqs only) or copy")
+	limit := fs.Int("limit", 0, "copy at most this many messages (0: all)")
+	visibility := fs.Duration("visibility", dlq.DefaultVisibility, "copy: how long a received DLQ message stays hidden")
+	workers := fs.Int("workers", dlq.DefaultWorkers, "copy: concurrent copy loops")
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	var bad []error
-	switch {
-	case verb == "show" && *limit < 1:
-		bad = append(bad, fmt.Errorf("--limit %d must be at least 1", *limit))
-	case limit != nil && *limit < 0:
+	if *limit < 0 {
 		bad = append(bad, fmt.Errorf("--limit %d is negative", *limit))
 	}
-	if rate != nil && *rate < 0 {
+	if *rate < 0 {
 		bad = append(bad, fmt.Errorf("--rate %d is negative", *rate))
 	}
-	if visibility != nil && (*visibility < time.Second || *visibility > 12*time.Hour) {
+	if *visibility < time.Second || *visibility > 12*time.Hour {
 		bad = append(bad, fmt.Errorf("--visibility %s must be between 1s and 12h", *visibility))
 	}
-	if workers != nil && *workers < 1 {
+	if *workers < 1 {
 		bad = append(bad, fmt.Errorf("--workers %d must be at least 1", *workers))
 	}
 	if err := errors.Join(bad...); err != nil {
-		return fmt.Errorf("dlq %s: %w", verb, err)
+		return fmt.Errorf("dlq redrive: %w", err)
 	}
-	deps, j, o, err := sc.openOutput(ctx, env, "dlq")
+	d, err := openDLQ(ctx, env, sc)
 	if err != nil {
 		return err
 	}
-	defer deps.Close()
-	q, err := dlq.Resolve(ctx, deps.SQS, deps.Config, j, o)
+	defer d.deps.Close()
+	r := &dlq.Redriver{
+		SQS:        d.deps.SQS,
+		Journal:    &dlq.Journal{DB: d.deps.DynamoDB, Table: d.deps.Config.TableName(), Job: d.q.Job, Output: d.q.Output},
+		Queues:     d.q,
+		Mode:       dlq.Mode(*mode),
+		Rate:       *rate,
+		Limit:      *limit,
+		Visibility: *visibility,
+		Workers:    *workers,
+		Log:        d.deps.Log,
+	}
+	return dlqRedrive(ctx, env, r, d.name(), *asJSON)
+}
+
+// cmdDLQPurge deletes every message of the DLQ.
+func cmdDLQPurge(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "dlq purge")
+	sc := scopeFlags(fs, helpOneJob, helpOneOutput)
+	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	d, err := openDLQ(ctx, env, sc)
 	if err != nil {
-		return fmt.Errorf("dlq: %w (run changesctl bootstrap first?)", err)
+		return err
 	}
-	name := j.ID + "/" + o.ID
-	switch verb {
-	case "list":
-		return dlqList(ctx, env, deps, q, name, *samples, *maxMsgs, *asJSON)
-	case "show":
-		return dlqShow(ctx, env, deps, q, *id, *limit, *body, *asJSON)
-	case "redrive":
-		r := &dlq.Redriver{
-			SQS:        deps.SQS,
-			Journal:    &dlq.Journal{DB: deps.DynamoDB, Table: deps.Config.TableName(), Job: j.ID, Output: o.ID},
-			Queues:     q,
-			Mode:       dlq.Mode(*mode),
-			Rate:       *rate,
-			Limit:      *limit,
-			Visibility: *visibility,
-			Workers:    *workers,
-			Log:        deps.Log,
-		}
-		return dlqRedrive(ctx, env, r, name, *asJSON)
-	default: // purge
-		return dlqPurge(ctx, env, deps, q, name, *yes)
-	}
+	defer d.deps.Close()
+	return d.purge(ctx, env, *yes)
 }
 
 // route finds the job and output, defaulting to the only one of each.
@@ -143,7 +189,8 @@ type dlqListing struct {
 	Groups  []dlq.Group `json:"groups"`
 }
 
-func dlqList(ctx context.Context, env *cliEnv, deps *pipeline.Deps, q dlq.Queues, name string, samples, maxMsgs int, asJSON bool) error {
+func (d *openedDLQ) list(ctx context.Context, env *cliEnv, samples, maxMsgs int, asJSON bool) error {
+	deps, q, name := d.deps, d.q, d.name()
 	depth, err := dlq.QueueDepth(ctx, deps.SQS, q.DLQURL)
 	if err != nil {
 		return err
@@ -201,7 +248,8 @@ type dlqShown struct {
 	Doc json.RawMessage `json:"doc,omitempty"`
 }
 
-func dlqShow(ctx context.Context, env *cliEnv, deps *pipeline.Deps, q dlq.Queues, id string, limit int, body, asJSON bool) error {
+func (d *openedDLQ) show(ctx context.Context, env *cliEnv, id string, limit int, body, asJSON bool) error {
+	deps, q := d.deps, d.q
 	var found []dlq.Message
 	maxMsgs := limit
 	if id != "" {
@@ -339,7 +387,8 @@ func dlqRedrive(ctx context.Context, env *cliEnv, r *dlq.Redriver, name string, 
 	return nil
 }
 
-func dlqPurge(ctx context.Context, env *cliEnv, deps *pipeline.Deps, q dlq.Queues, name string, yes bool) error {
+func (d *openedDLQ) purge(ctx context.Context, env *cliEnv, yes bool) error {
+	deps, q, name := d.deps, d.q, d.name()
 	depth, err := dlq.QueueDepth(ctx, deps.SQS, q.DLQURL)
 	if err != nil {
 		return err

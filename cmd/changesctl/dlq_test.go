@@ -146,29 +146,5 @@ func TestDLQRoundTrip(t *testing.T) {
 	})
 }
 
-// TestDLQUsage covers the argument errors that need no services.
-func TestDLQUsage(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"no action", []string{"dlq"}, "want list, show, redrive or purge"},
-		{"unknown action", []string{"dlq", "drain"}, `unknown action "drain"`},
-		{"no config", []string{"dlq", "list"}, "--config is required"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			var out, errb strings.Builder
-			err := realMain(t.Context(), &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, lookup: testenv.Lookup}, tt.args)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("%v: error %v, want %q", tt.args, err, tt.want)
-			}
-		})
-	}
-}
-
 // squeeze collapses runs of white space, so tests need not know column widths.
 func squeeze(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -25,20 +24,28 @@ func newFlags(env *cliEnv, name string) *flag.FlagSet {
 	return fs
 }
 
-// action reads the action that starts the arguments of a command with
-// actions (`dlq list`, `halt show`...). A missing or unknown one prints the
-// command's usage and is an error naming the actions there are.
-func action(env *cliEnv, cmd, usage string, args []string, actions ...string) (string, error) {
-	want := "want " + oneOf(actions)
+// runAction runs the action that starts the arguments of a command with
+// actions (`dlq list`, `halt show`...) on the arguments after it; each
+// action defines and parses its own flags. A missing or unknown action
+// prints the command's usage and is an error naming the actions there are.
+func runAction(ctx context.Context, env *cliEnv, cmd, usage string, args []string, actions ...command) error {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		for _, a := range actions {
+			if a.name == args[0] {
+				return a.run(ctx, env, args[1:])
+			}
+		}
+	}
+	names := make([]string, len(actions))
+	for i, a := range actions {
+		names[i] = a.name
+	}
+	want := "want " + oneOf(names)
+	fmt.Fprint(env.stderr, usage)
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprint(env.stderr, usage)
-		return "", fmt.Errorf("%s: %s", cmd, want)
+		return fmt.Errorf("%s: %s", cmd, want)
 	}
-	if !slices.Contains(actions, args[0]) {
-		fmt.Fprint(env.stderr, usage)
-		return "", fmt.Errorf("%s: unknown action %q (%s)", cmd, args[0], want)
-	}
-	return args[0], nil
+	return fmt.Errorf("%s: unknown action %q (%s)", cmd, args[0], want)
 }
 
 // oneOf lists words as "a, b or c".

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -35,80 +36,166 @@ retry and skip wait (--wait, 2m) until the writer took the change again.
 
 // cmdHalt inspects and resumes halted outputs.
 func cmdHalt(ctx context.Context, env *cliEnv, args []string) error {
-	verb, err := action(env, "halt", haltUsage, args, "show", "retry", "skip", "clear")
+	return runAction(ctx, env, "halt", haltUsage, args,
+		command{"show", cmdHaltShow}, command{"retry", cmdHaltRetry}, command{"skip", cmdHaltSkip}, command{"clear", cmdHaltClear})
+}
+
+// haltScope is what the flags every halt action takes name: the
+// configuration, the job and output, and the message group.
+type haltScope struct {
+	*scope
+	group *string
+}
+
+func haltFlags(fs *flag.FlagSet) *haltScope {
+	return &haltScope{
+		scope: scopeFlags(fs, helpOneJob, helpOneOutput),
+		group: fs.String("group", "", "the halted message group (default: the only one)"),
+	}
+}
+
+// haltedOutput is an output with on_failure halt and its halt records.
+type haltedOutput struct {
+	deps  *pipeline.Deps
+	store *halt.Store
+	j     *config.Job
+	o     *config.Output
+	list  []halt.State
+}
+
+// open loads the dependencies and reads the halt records of the output; an
+// output that never halts is an error. The caller closes the dependencies.
+func (s *haltScope) open(ctx context.Context, env *cliEnv, verb string) (*haltedOutput, error) {
+	deps, j, o, err := s.openOutput(ctx, env, "halt")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fs := newFlags(env, "halt "+verb)
-	sc := scopeFlags(fs, helpOneJob, helpOneOutput)
-	group := fs.String("group", "", "the halted message group (default: the only one)")
-	var (
-		body, asJSON, yes *bool
-		wait              *time.Duration
-	)
-	switch verb {
-	case "show":
-		body = fs.Bool("body", false, "print the blocked change's document")
-		asJSON = fs.Bool("json", false, "print JSON")
-	case "retry", "skip":
-		wait = fs.Duration("wait", 2*time.Minute, "wait this long for the writer to take the change (0: do not wait)")
-		if verb == "skip" {
-			yes = fs.Bool("yes", false, "do not ask for confirmation")
-		}
-	default: // clear
-		yes = fs.Bool("yes", false, "do not ask for confirmation")
-	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	if wait != nil && *wait < 0 {
-		return fmt.Errorf("halt %s: --wait %s is negative", verb, *wait)
-	}
-	deps, j, o, err := sc.openOutput(ctx, env, "halt")
-	if err != nil {
-		return err
-	}
-	defer deps.Close()
 	if !o.Halts() {
-		return fmt.Errorf("halt: output %s/%s has on_failure %s: it never halts (its failures go to the DLQ: changesctl dlq list)", j.ID, o.ID, o.OnFailure)
+		deps.Close()
+		return nil, fmt.Errorf("halt: output %s/%s has on_failure %s: it never halts (its failures go to the DLQ: changesctl dlq list)", j.ID, o.ID, o.OnFailure)
 	}
 	store := &halt.Store{DB: deps.DynamoDB, Table: deps.Config.TableName()}
 	list, err := store.List(ctx, j.ID, o.ID)
 	if err != nil {
-		return fmt.Errorf("halt %s: %w", verb, err)
+		deps.Close()
+		return nil, fmt.Errorf("halt %s: %w", verb, err)
 	}
-	if verb == "show" {
-		if *group != "" {
-			list = pickGroup(list, *group)
-		}
-		return haltShow(ctx, env, deps, j, o, list, *body, *asJSON)
-	}
-	st, err := oneHalt(list, j, o, *group)
+	return &haltedOutput{deps: deps, store: store, j: j, o: o, list: list}, nil
+}
+
+// one picks the record a retry, skip or clear acts on.
+func (ho *haltedOutput) one(verb, group string) (halt.State, error) {
+	st, err := oneHalt(ho.list, ho.j, ho.o, group)
 	if err != nil {
-		return fmt.Errorf("halt %s: %w", verb, err)
+		return halt.State{}, fmt.Errorf("halt %s: %w", verb, err)
 	}
-	if verb == "skip" && !*yes {
-		if !confirm(env, fmt.Sprintf("Move the change of document %q (seq %s) to %s and let %s/%s go on?",
-			st.DocID, st.Seq, deps.Config.DLQName(j, o), j.ID, o.ID)) {
-			return errors.New("halt skip: not confirmed")
-		}
+	return st, nil
+}
+
+// cmdHaltShow prints the changes an output stopped at.
+func cmdHaltShow(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "halt show")
+	hs := haltFlags(fs)
+	body := fs.Bool("body", false, "print the blocked change's document")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
-	if verb == "clear" {
-		if !*yes && !confirm(env, fmt.Sprintf("Forget the halt of %s/%s at document %q (seq %s)? Meant for a change no longer in %s; one still there is tried again first and halts the output again if it fails.",
-			j.ID, o.ID, st.DocID, st.Seq, deps.Config.QueueName(j, o))) {
-			return errors.New("halt clear: not confirmed")
-		}
-		if err := store.Clear(ctx, j.ID, o.ID, st.Group, st.MessageID); err != nil {
-			return fmt.Errorf("halt clear: %w", err)
-		}
-		fmt.Fprintf(env.stdout, "%s/%s: halt at document %q cleared; the output goes on\n", j.ID, o.ID, st.DocID)
-		return nil
+	h, err := hs.open(ctx, env, "show")
+	if err != nil {
+		return err
 	}
-	action := halt.Retry
-	if verb == "skip" {
-		action = halt.Skip
+	defer h.deps.Close()
+	if *hs.group != "" {
+		h.list = pickGroup(h.list, *hs.group)
 	}
-	return haltResume(ctx, env, deps, store, j, o, st, action, *wait)
+	return h.show(ctx, env, *body, *asJSON)
+}
+
+// waitFlag defines --wait of halt retry and skip.
+func waitFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("wait", 2*time.Minute, "wait this long for the writer to take the change (0: do not wait)")
+}
+
+// cmdHaltRetry has the writer deliver the blocked change again now.
+func cmdHaltRetry(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "halt retry")
+	hs := haltFlags(fs)
+	wait := waitFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *wait < 0 {
+		return fmt.Errorf("halt retry: --wait %s is negative", *wait)
+	}
+	h, err := hs.open(ctx, env, "retry")
+	if err != nil {
+		return err
+	}
+	defer h.deps.Close()
+	st, err := h.one("retry", *hs.group)
+	if err != nil {
+		return err
+	}
+	return h.resume(ctx, env, st, halt.Retry, *wait)
+}
+
+// cmdHaltSkip has the writer move the blocked change to the DLQ.
+func cmdHaltSkip(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "halt skip")
+	hs := haltFlags(fs)
+	wait := waitFlag(fs)
+	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *wait < 0 {
+		return fmt.Errorf("halt skip: --wait %s is negative", *wait)
+	}
+	h, err := hs.open(ctx, env, "skip")
+	if err != nil {
+		return err
+	}
+	defer h.deps.Close()
+	st, err := h.one("skip", *hs.group)
+	if err != nil {
+		return err
+	}
+	if !*yes && !confirm(env, fmt.Sprintf("Move the change of document %q (seq %s) to %s and let %s/%s go on?",
+		st.DocID, st.Seq, h.deps.Config.DLQName(h.j, h.o), h.j.ID, h.o.ID)) {
+		return errors.New("halt skip: not confirmed")
+	}
+	return h.resume(ctx, env, st, halt.Skip, *wait)
+}
+
+// cmdHaltClear removes a halt whose blocked change is no longer in the
+// queue.
+func cmdHaltClear(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "halt clear")
+	hs := haltFlags(fs)
+	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	h, err := hs.open(ctx, env, "clear")
+	if err != nil {
+		return err
+	}
+	defer h.deps.Close()
+	st, err := h.one("clear", *hs.group)
+	if err != nil {
+		return err
+	}
+	j, o := h.j, h.o
+	if !*yes && !confirm(env, fmt.Sprintf("Forget the halt of %s/%s at document %q (seq %s)? Meant for a change no longer in %s; one still there is tried again first and halts the output again if it fails.",
+		j.ID, o.ID, st.DocID, st.Seq, h.deps.Config.QueueName(j, o))) {
+		return errors.New("halt clear: not confirmed")
+	}
+	if err := h.store.Clear(ctx, j.ID, o.ID, st.Group, st.MessageID); err != nil {
+		return fmt.Errorf("halt clear: %w", err)
+	}
+	fmt.Fprintf(env.stdout, "%s/%s: halt at document %q cleared; the output goes on\n", j.ID, o.ID, st.DocID)
+	return nil
 }
 
 func pickGroup(list []halt.State, group string) []halt.State {
@@ -173,7 +260,9 @@ func shown(st halt.State) haltShown {
 	return h
 }
 
-func haltShow(ctx context.Context, env *cliEnv, deps *pipeline.Deps, j *config.Job, o *config.Output, list []halt.State, body, asJSON bool) error {
+// show prints the output's halt records.
+func (ho *haltedOutput) show(ctx context.Context, env *cliEnv, body, asJSON bool) error {
+	deps, j, o, list := ho.deps, ho.j, ho.o, ho.list
 	out := make([]haltShown, len(list))
 	for i, st := range list {
 		out[i] = shown(st)
@@ -245,9 +334,10 @@ func envelopeDoc(ctx context.Context, deps *pipeline.Deps, j *config.Job, e *cha
 	return claimcheck.Fetch(ctx, deps.S3, e.DocRef, deps.Config.Stack.Bucket, j.ID)
 }
 
-// haltResume records the operator's request, makes the blocked change
+// resume records the operator's request, makes the blocked change
 // visible so that the writer takes it at once, and waits for the outcome.
-func haltResume(ctx context.Context, env *cliEnv, deps *pipeline.Deps, store *halt.Store, j *config.Job, o *config.Output, st halt.State, a halt.Action, wait time.Duration) error {
+func (ho *haltedOutput) resume(ctx context.Context, env *cliEnv, st halt.State, a halt.Action, wait time.Duration) error {
+	deps, store, j, o := ho.deps, ho.store, ho.j, ho.o
 	name := j.ID + "/" + o.ID
 	req, err := store.Request(ctx, j.ID, o.ID, st.Group, st.MessageID, a, time.Now())
 	if errors.Is(err, halt.ErrNotHalted) {

@@ -29,8 +29,9 @@ Usage:
   changesctl schema --config FILE [--job J --output O]  print the PostgreSQL tables' DDL
   changesctl dlq list|show|redrive|purge --job J --output O
                                          inspect failed changes, send them back, or drop them
-  changesctl halt show|retry|skip --job J --output O
-                                         inspect a halted output's blocked change, retry it or skip it into the DLQ
+  changesctl halt show|retry|skip|clear --job J --output O
+                                         inspect a halted output's blocked change, retry it, skip it
+                                         into the DLQ, or clear a halt whose change left the queue
   changesctl verify --job J --output O [--repair]
                                          compare an output with the source (exit 2 on drift)
   changesctl bucket check --config FILE  check that the stack bucket expires claim checks

@@ -86,25 +86,25 @@ func isBackpressure(e *deliver.Error, active bool) bool {
 	return e.Backpressure || (active && (e.Reason == "timeout" || e.Reason == "backpressure"))
 }
 
-// defer holds a message back for delay without counting it toward the DLQ.
+// deferMessage holds a message back for delay without counting it toward the DLQ.
 // Well before its last receive it only extends the message's visibility
 // (the receive already counted); from the receive before the last on, it
 // sends the message back to its queue as a new message (a fresh receive
 // count, its deferrals counted in AttrDeferrals) and reports it handled. It
 // returns whether the message is to be reported failed.
-func (h *Handler) deferMessage(ctx context.Context, r config.Route, it *item, attempts int, delay time.Duration) (retry bool, err error) {
-	q, err := h.queueURL(ctx, h.Config.QueueName(r.Job, r.Output))
+func (b *batch) deferMessage(ctx context.Context, it *item, attempts int, delay time.Duration) (retry bool, err error) {
+	q, err := b.h.queueURL(ctx, b.h.Config.QueueName(b.route.Job, b.route.Output))
 	if err != nil {
 		return true, err
 	}
 	secs := int32(delay / time.Second)
 	// With ordering total a resend would go behind later changes of other
 	// documents: such a change only waits in flight.
-	if attempts < r.Output.MaxReceiveCount-1 || r.Output.Ordering == config.OrderingTotal {
+	if attempts < b.route.Output.MaxReceiveCount-1 || b.route.Output.Ordering == config.OrderingTotal {
 		if it.rec.ReceiptHandle == "" {
 			return true, nil
 		}
-		_, err := h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		_, err := b.h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 			QueueUrl: &q, ReceiptHandle: &it.rec.ReceiptHandle, VisibilityTimeout: secs,
 		})
 		if err != nil {
@@ -122,32 +122,32 @@ func (h *Handler) deferMessage(ctx context.Context, r config.Route, it *item, at
 	// FIFO queues take no per-message delay: the copy is available at once
 	// and is deferred again, with its visibility, while the pause lasts. It
 	// goes behind newer changes of its document, which then supersede it.
-	in := it.resend(r, q, attrs, it.rec.MessageId+"-d"+strconv.Itoa(n+1))
-	if !r.Output.FIFO() {
+	in := it.resend(b.route, q, attrs, it.rec.MessageId+"-d"+strconv.Itoa(n+1))
+	if !b.route.Output.FIFO() {
 		in.DelaySeconds = min(secs, maxDelaySeconds)
 	}
-	if _, err := h.SQS.SendMessage(ctx, in); err != nil {
+	if _, err := b.h.SQS.SendMessage(ctx, in); err != nil {
 		return true, fmt.Errorf("send back to queue: %w", err)
 	}
 	return false, nil
 }
 
 // holdBack holds a message back for it.delay without counting it toward
-// the DLQ (deferMessage), counting it in n and the metrics by why it is
-// held. It returns whether the message is to be reported failed.
-func (h *Handler) holdBack(ctx context.Context, r config.Route, lg *slog.Logger, rec *metrics.Recorder, it *item, attempts int, n *Stats) bool {
-	retry, err := h.deferMessage(ctx, r, it, attempts, it.delay)
+// the DLQ (deferMessage), counting it in the batch's counters and metrics
+// by why it is held. It returns whether the message is to be reported failed.
+func (b *batch) holdBack(ctx context.Context, lg *slog.Logger, it *item, attempts int) bool {
+	retry, err := b.deferMessage(ctx, it, attempts, it.delay)
 	if err != nil {
 		lg.WarnContext(ctx, "hold back", "error", err)
 	}
 	switch it.hold {
 	case heldForBackpressure:
-		n.Deferred++
-		rec.Add(metrics.BackpressureDelays, 1, metrics.Count)
-		rec.Add(metrics.BackpressureDelaySeconds, it.delay.Seconds(), metrics.Seconds)
+		b.n.Deferred++
+		b.rec.Add(metrics.BackpressureDelays, 1, metrics.Count)
+		b.rec.Add(metrics.BackpressureDelaySeconds, it.delay.Seconds(), metrics.Seconds)
 		lg.InfoContext(ctx, "output asked to slow down; message held back", "delay_s", it.delay.Seconds(), "sent_back", !retry)
 	case heldForOutage:
-		n.Held++
+		b.n.Held++
 		lg.DebugContext(ctx, "output is down; message held back", "delay_s", it.delay.Seconds(), "sent_back", !retry)
 	}
 	return retry

@@ -27,7 +27,7 @@ import (
 // receive moves it to the DLQ with its reason, and the group moves on).
 // A halt record stands until its change was delivered or skipped and the
 // record deleted: the change leaves the queue only after that. An output
-// that asks to slow down does not halt it (see settleHalting).
+// that asks to slow down does not halt it (see disposeHalted).
 
 const (
 	haltFirstDelay = 30 * time.Second
@@ -67,29 +67,31 @@ func haltDelay(n int) time.Duration {
 	return min(d, haltMaxDelay)
 }
 
-// holdHalted reads the halt record of every group of the batch. A group that
-// stops at a change not at the head of its part of the batch (the change is
-// in flight elsewhere, or was removed) has all its messages held back; the
-// halted change itself is marked, to be skipped when the operator asked so
-// or tried again otherwise. It returns the records by group.
-func (h *Handler) holdHalted(ctx context.Context, route config.Route, items []*item) map[string]*halt.State {
-	states := map[string]*halt.State{}
+// readHalts reads, on a halting output, the halt record of every group of
+// the batch. A group that stops at a change not at the head of its part of
+// the batch (the change is in flight elsewhere, or was removed) has all its
+// messages held back; the halted change itself is marked, to be skipped
+// when the operator asked so or tried again otherwise.
+func (b *batch) readHalts(ctx context.Context) {
+	if !b.route.Output.Halts() {
+		return
+	}
 	seen := map[string]bool{}
-	for _, it := range items {
+	for _, it := range b.items {
 		if seen[it.group] {
 			continue
 		}
 		seen[it.group] = true
 		var st *halt.State
 		var err error
-		if h.Halts == nil {
+		if b.h.Halts == nil {
 			err = fmt.Errorf("no halt store configured")
 		} else {
-			st, err = h.Halts.Get(ctx, route.Job.ID, route.Output.ID, it.group)
+			st, err = b.h.Halts.Get(ctx, b.route.Job.ID, b.route.Output.ID, it.group)
 		}
 		if err != nil {
 			// Without the halt state nothing of the group may be applied.
-			for _, other := range items {
+			for _, other := range b.items {
 				if other.group == it.group && other.err == nil {
 					other.err = deliver.TransientError("halt_state", err)
 					other.held = true
@@ -100,9 +102,8 @@ func (h *Handler) holdHalted(ctx context.Context, route config.Route, items []*i
 		if st == nil {
 			continue
 		}
-		states[it.group] = st
 		if it.rec.MessageId != st.MessageID {
-			for _, other := range items {
+			for _, other := range b.items {
 				if other.group == it.group {
 					other.err = deliver.TransientError("halted", fmt.Errorf("group %s is halted at message %s (doc %s)", it.group, st.MessageID, st.DocID))
 					other.held = true
@@ -117,148 +118,164 @@ func (h *Handler) holdHalted(ctx context.Context, route config.Route, items []*i
 				Err: fmt.Errorf("halted the output since %s, skipped by the operator: %s", st.Since.UTC().Format(time.RFC3339), st.Error)}
 		}
 	}
-	return states
 }
 
-// settleHalting turns the outcome of a halting output's batch into the
-// messages to retry, recording and clearing halts.
-func (h *Handler) settleHalting(ctx context.Context, route config.Route, log *slog.Logger, rec *metrics.Recorder, states map[string]*halt.State, items []*item) []string {
-	var failed []string
-	var n Stats
-	// haltedNow: this batch recorded a halt; standing: a record it read or
-	// could not clear still stands; cleared: it cleared one.
-	haltedNow, standing, cleared := false, false, false
-	for _, it := range items {
-		docID := ""
-		if it.env != nil {
-			docID = it.env.DocID
+// haltSeen is what disposing of one change of a halting output found of
+// its group's halt record.
+type haltSeen int
+
+const (
+	haltNone     haltSeen = iota
+	haltRecorded          // the batch recorded a halt
+	haltStanding          // a record it read or could not clear still stands
+	haltCleared           // it cleared a record
+)
+
+// disposeHalting disposes of the changes of a halting output, recording
+// and clearing halts, and sets OutputHalted: 1 while a record stands, 0 only
+// once the batch cleared one and none of its own is left.
+func (b *batch) disposeHalting(ctx context.Context) {
+	seen := map[haltSeen]bool{}
+	for _, it := range b.items {
+		retry, hs := b.disposeHalted(ctx, it)
+		if retry {
+			b.failed = append(b.failed, it.rec.MessageId)
 		}
-		lg := log.With("doc_id", docID, "message_id", it.rec.MessageId, "group", it.group)
-		switch {
-		case it.uncleared:
-			// Delivered, but the record still names it: it stays at the
-			// head of its group and is applied again (a no-op) and
-			// cleared on its next receive.
-			failed = append(failed, it.rec.MessageId)
-			standing = true
-			h.setVisibility(ctx, route, it, unclearedDelay)
-		case it.err == nil:
-			if it.done {
-				n.Delivered++
-				h.delivered(rec, it)
-			}
-			if it.halted != nil {
-				cleared = true
-			}
-		case it.skip:
-			attempts := receiveCount(it.rec)
-			if err := h.toDLQ(ctx, route, it, attempts); err != nil {
-				lg.ErrorContext(ctx, "move skipped change to dlq failed; will retry", "error", err)
-				failed = append(failed, it.rec.MessageId)
-				continue
-			}
-			rec.Add(metrics.FailedPermanent, 1, metrics.Count)
-			lg.WarnContext(ctx, "halted change skipped into the dlq", "reason", it.err.Reason)
-			if err := h.clearHalt(ctx, route, lg, it, "skipped"); err != nil {
-				// The DLQ holds it; its next receive sends it there again
-				// (deduplicated by its message id) and clears the record.
-				failed = append(failed, it.rec.MessageId)
-				standing = true
-				h.setVisibility(ctx, route, it, unclearedDelay)
-				continue
-			}
-			n.DeadLettered++
-			cleared = true
-		case it.held:
-			failed = append(failed, it.rec.MessageId)
-			delay := time.Duration(0)
-			if it.err.Reason == "halted" || it.err.Reason == "halt_state" {
-				delay = heldDelay
-			}
-			if it.err.Reason == "halted" {
-				standing = true
-			}
-			h.setVisibility(ctx, route, it, delay)
-		case it.hold != notHeld && it.halted == nil && receiveCount(it.rec) < config.MaxHaltReceiveCount:
-			// Not the change's fault (blame): it is held back without
-			// counting toward the halt, as on any output. Under ordering
-			// total, where a resend would pass later changes, it waits in
-			// flight at the head of the output's group until
-			// config.MaxHaltReceiveCount receives and then halts below,
-			// far from the 1000 at which SQS dead-letters it.
-			if h.holdBack(ctx, route, lg, rec, it, receiveCount(it.rec), &n) {
-				failed = append(failed, it.rec.MessageId)
-			}
-		default:
-			attempts := receiveCount(it.rec)
-			failed = append(failed, it.rec.MessageId)
-			lg = lg.With("attempts", attempts, "class", it.err.Class, "reason", it.err.Reason)
-			if it.err.Class == deliver.Transient && attempts < route.Output.MaxReceiveCount && it.halted == nil {
-				rec.Add(metrics.FailedTransient, 1, metrics.Count)
-				lg.WarnContext(ctx, "delivery failed; will retry", "error", it.err.Error())
-				h.pace(ctx, route, it, attempts)
-				continue
-			}
-			if it.err.Class == deliver.Transient {
-				rec.Add(metrics.FailedTransient, 1, metrics.Count)
-			} else {
-				rec.Add(metrics.FailedPermanent, 1, metrics.Count)
-			}
-			st, err := h.recordHalt(ctx, route, it)
-			if err != nil {
-				// Unrecorded, the halt still holds: the change stays in the
-				// queue and is tried again like a transient failure.
-				lg.ErrorContext(ctx, "record halt failed", "error", err)
-				h.pace(ctx, route, it, attempts)
-				continue
-			}
-			haltedNow = true
-			delay := haltDelay(st.Attempts)
-			if st.Action != halt.None && (it.halted == nil || !st.ActionAt.Equal(it.halted.ActionAt)) {
-				delay = requestDelay
-			}
-			lg.ErrorContext(ctx, "output halted", "error", it.err.Error(), "halted_since", st.Since, "halt_attempts", st.Attempts, "retry_in", delay.String())
-			h.setVisibility(ctx, route, it, delay)
-		}
+		seen[hs] = true
 	}
-	// OutputHalted follows the records: 1 while one stands, 0 only once
-	// the batch cleared one and none of its own is left.
 	switch {
-	case haltedNow || standing:
-		rec.Add(metrics.OutputHalted, 1, metrics.Count)
-	case cleared:
-		rec.Add(metrics.OutputHalted, 0, metrics.Count)
+	case seen[haltRecorded] || seen[haltStanding]:
+		b.rec.Add(metrics.OutputHalted, 1, metrics.Count)
+	case seen[haltCleared]:
+		b.rec.Add(metrics.OutputHalted, 0, metrics.Count)
 	}
-	n.Retried = int64(len(failed))
-	h.count(route, n)
-	if len(failed) > 0 {
-		rec.Add(metrics.WriterBatchFailures, float64(len(failed)), metrics.Count)
-	}
-	return failed
 }
 
-func (h *Handler) recordHalt(ctx context.Context, route config.Route, it *item) (*halt.State, error) {
-	if h.Halts == nil {
+// disposeHalted disposes of one change of a halting output: it returns
+// whether its message is to be retried, and what became of its group's
+// halt record.
+func (b *batch) disposeHalted(ctx context.Context, it *item) (retry bool, hs haltSeen) {
+	docID := ""
+	if it.env != nil {
+		docID = it.env.DocID
+	}
+	lg := b.log.With("doc_id", docID, "message_id", it.rec.MessageId, "group", it.group)
+	switch {
+	case it.uncleared:
+		// Delivered, but the record still names it: it stays at the
+		// head of its group and is applied again (a no-op) and
+		// cleared on its next receive.
+		b.setVisibility(ctx, it, unclearedDelay)
+		return true, haltStanding
+	case it.err == nil:
+		if it.done {
+			b.n.Delivered++
+			b.h.delivered(b.rec, it)
+		}
+		if it.halted != nil {
+			return false, haltCleared
+		}
+		return false, haltNone
+	case it.skip:
+		return b.skipHalted(ctx, lg, it)
+	case it.held:
+		delay := time.Duration(0)
+		if it.err.Reason == "halted" || it.err.Reason == "halt_state" {
+			delay = heldDelay
+		}
+		b.setVisibility(ctx, it, delay)
+		if it.err.Reason == "halted" {
+			return true, haltStanding
+		}
+		return true, haltNone
+	case it.hold != notHeld && it.halted == nil && receiveCount(it.rec) < config.MaxHaltReceiveCount:
+		// Not the change's fault (blame): it is held back without
+		// counting toward the halt, as on any output. Under ordering
+		// total, where a resend would pass later changes, it waits in
+		// flight at the head of the output's group until
+		// config.MaxHaltReceiveCount receives and then halts below,
+		// far from the 1000 at which SQS dead-letters it.
+		return b.holdBack(ctx, lg, it, receiveCount(it.rec)), haltNone
+	}
+	return b.haltGroup(ctx, lg, it)
+}
+
+// skipHalted moves a halted change the operator skips to the DLQ and
+// clears its halt record.
+func (b *batch) skipHalted(ctx context.Context, lg *slog.Logger, it *item) (retry bool, hs haltSeen) {
+	attempts := receiveCount(it.rec)
+	if err := b.toDLQ(ctx, it, attempts); err != nil {
+		lg.ErrorContext(ctx, "move skipped change to dlq failed; will retry", "error", err)
+		return true, haltNone
+	}
+	b.rec.Add(metrics.FailedPermanent, 1, metrics.Count)
+	lg.WarnContext(ctx, "halted change skipped into the dlq", "reason", it.err.Reason)
+	if err := b.clearHalt(ctx, lg, it, "skipped"); err != nil {
+		// The DLQ holds it; its next receive sends it there again
+		// (deduplicated by its message id) and clears the record.
+		b.setVisibility(ctx, it, unclearedDelay)
+		return true, haltStanding
+	}
+	b.n.DeadLettered++
+	return false, haltCleared
+}
+
+// haltGroup retries a failed change of a halting output while it may, and
+// halts its group (recordHalt) once it may not; the change stays in
+// flight for the halt's delay.
+func (b *batch) haltGroup(ctx context.Context, lg *slog.Logger, it *item) (retry bool, hs haltSeen) {
+	attempts := receiveCount(it.rec)
+	lg = lg.With("attempts", attempts, "class", it.err.Class, "reason", it.err.Reason)
+	if it.err.Class == deliver.Transient && attempts < b.route.Output.MaxReceiveCount && it.halted == nil {
+		b.rec.Add(metrics.FailedTransient, 1, metrics.Count)
+		lg.WarnContext(ctx, "delivery failed; will retry", "error", it.err.Error())
+		b.pace(ctx, it, attempts)
+		return true, haltNone
+	}
+	if it.err.Class == deliver.Transient {
+		b.rec.Add(metrics.FailedTransient, 1, metrics.Count)
+	} else {
+		b.rec.Add(metrics.FailedPermanent, 1, metrics.Count)
+	}
+	st, err := b.recordHalt(ctx, it)
+	if err != nil {
+		// Unrecorded, the halt still holds: the change stays in the
+		// queue and is tried again like a transient failure.
+		lg.ErrorContext(ctx, "record halt failed", "error", err)
+		b.pace(ctx, it, attempts)
+		return true, haltNone
+	}
+	delay := haltDelay(st.Attempts)
+	if st.Action != halt.None && (it.halted == nil || !st.ActionAt.Equal(it.halted.ActionAt)) {
+		delay = requestDelay
+	}
+	lg.ErrorContext(ctx, "output halted", "error", it.err.Error(), "halted_since", st.Since, "halt_attempts", st.Attempts, "retry_in", delay.String())
+	b.setVisibility(ctx, it, delay)
+	return true, haltRecorded
+}
+
+func (b *batch) recordHalt(ctx context.Context, it *item) (*halt.State, error) {
+	if b.h.Halts == nil {
 		return nil, fmt.Errorf("record halt: no halt store configured")
 	}
-	now := h.Now.Now().UTC()
+	now := b.h.Now.Now().UTC()
 	st := halt.State{
-		Job: route.Job.ID, Output: route.Output.ID, Group: it.group, MessageID: it.rec.MessageId,
+		Job: b.route.Job.ID, Output: b.route.Output.ID, Group: it.group, MessageID: it.rec.MessageId,
 		ReceiptHandle: it.rec.ReceiptHandle, Class: string(it.err.Class), Reason: it.err.Reason, Error: it.err.Error(),
 		HTTPStatus: it.err.HTTPStatus, SQLState: it.err.SQLState, Since: now, LastAt: now, Body: it.rec.Body,
 	}
 	if it.env != nil {
 		st.DocID, st.Rev, st.Seq = it.env.DocID, it.env.Rev, string(it.env.Seq)
 	}
-	return h.Halts.Record(ctx, st)
+	return b.h.Halts.Record(ctx, st)
 }
 
 // clearDelivered clears the halt of a halted change that was just applied,
 // before anything later of its group is: false (the record could not be
 // cleared) marks the change uncleared and holds the rest of its group.
-func (h *Handler) clearDelivered(ctx context.Context, route config.Route, log *slog.Logger, it *item) bool {
-	lg := log.With("doc_id", it.env.DocID, "message_id", it.rec.MessageId, "group", it.group)
-	if err := h.clearHalt(ctx, route, lg, it, "delivered"); err != nil {
+func (b *batch) clearDelivered(ctx context.Context, it *item) bool {
+	lg := b.log.With("doc_id", it.env.DocID, "message_id", it.rec.MessageId, "group", it.group)
+	if err := b.clearHalt(ctx, lg, it, "delivered"); err != nil {
 		it.uncleared = true
 		return false
 	}
@@ -269,11 +286,11 @@ func (h *Handler) clearDelivered(ctx context.Context, route config.Route, log *s
 // failure the record stands, still naming it: the caller keeps it in the
 // queue so that nothing passes it while the record says the group stops
 // there.
-func (h *Handler) clearHalt(ctx context.Context, route config.Route, lg *slog.Logger, it *item, how string) error {
+func (b *batch) clearHalt(ctx context.Context, lg *slog.Logger, it *item, how string) error {
 	var err error
 	wait := clearBackoff
 	for try := 1; try <= clearTries; try++ {
-		if err = h.Halts.Clear(ctx, route.Job.ID, route.Output.ID, it.group, it.rec.MessageId); err == nil {
+		if err = b.h.Halts.Clear(ctx, b.route.Job.ID, b.route.Output.ID, it.group, it.rec.MessageId); err == nil {
 			lg.InfoContext(ctx, "halt cleared", "how", how, "halted_since", it.halted.Since)
 			return nil
 		}
@@ -287,15 +304,15 @@ func (h *Handler) clearHalt(ctx context.Context, route config.Route, lg *slog.Lo
 }
 
 // setVisibility keeps a message in flight for d. Best effort.
-func (h *Handler) setVisibility(ctx context.Context, r config.Route, it *item, d time.Duration) {
+func (b *batch) setVisibility(ctx context.Context, it *item, d time.Duration) {
 	if it.rec.ReceiptHandle == "" {
 		return
 	}
-	q, err := h.queueURL(ctx, h.Config.QueueName(r.Job, r.Output))
+	q, err := b.h.queueURL(ctx, b.h.Config.QueueName(b.route.Job, b.route.Output))
 	if err != nil {
 		return
 	}
-	_, _ = h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+	_, _ = b.h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 		QueueUrl: &q, ReceiptHandle: &it.rec.ReceiptHandle, VisibilityTimeout: int32(d.Seconds()),
 	})
 }

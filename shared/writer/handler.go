@@ -185,6 +185,8 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	return resp, nil
 }
 
+// handleQueue handles the messages of one work queue and returns those to
+// retry. A queue that belongs to no configured output fails the whole batch.
 func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) ([]string, error) {
 	route, ok := h.Config.RouteByQueueName(queue)
 	if !ok {
@@ -192,171 +194,143 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 		// is lost; the messages reach the DLQ through the redrive policy.
 		return nil, fmt.Errorf("handle batch: queue %q belongs to no configured output", queue)
 	}
-	log := h.Log.With("job", route.Job.ID, "output", route.Output.ID)
-	rec := metrics.New(h.metricsOut(), map[string]string{"Job": route.Job.ID, "Output": route.Output.ID})
-	defer func() {
-		if err := rec.Flush(); err != nil {
-			log.Warn("flush metrics", "error", err)
-		}
-	}()
+	b := h.newBatch(route, items)
+	defer b.flush()
+	b.decode(ctx)
+	b.readHalts(ctx)
+	b.apply(ctx)
+	b.blame(ctx)
+	b.dispose(ctx)
+	return b.failed, nil
+}
 
-	for _, it := range items {
+// batch is the messages of one work queue in an SQS batch, on their way
+// through the handler's phases: decode, readHalts (halting outputs only),
+// apply, blame and dispose. Each phase works on what the earlier ones left
+// in the items. Used by one goroutine.
+type batch struct {
+	h     *Handler
+	route config.Route
+	log   *slog.Logger
+	rec   *metrics.Recorder
+	tr    *backpressure.Tracker
+	items []*item
+	// failed: the message ids to retry; n: what the batch did, added to
+	// the handler's counters at the end.
+	failed []string
+	n      Stats
+}
+
+func (h *Handler) newBatch(route config.Route, items []*item) *batch {
+	return &batch{
+		h:     h,
+		route: route,
+		log:   h.Log.With("job", route.Job.ID, "output", route.Output.ID),
+		rec:   metrics.New(h.metricsOut(), map[string]string{"Job": route.Job.ID, "Output": route.Output.ID}),
+		tr:    h.tracker(route),
+		items: items,
+	}
+}
+
+// flush writes the batch's metrics.
+func (b *batch) flush() {
+	if err := b.rec.Flush(); err != nil {
+		b.log.Warn("flush metrics", "error", err)
+	}
+}
+
+// decode turns each message into its envelope, with its claim-checked body
+// read: a message that cannot be decoded or belongs to another output
+// fails permanently.
+func (b *batch) decode(ctx context.Context) {
+	for _, it := range b.items {
 		env, err := change.Decode([]byte(it.rec.Body))
 		if err != nil {
 			it.err = deliver.PermanentError("decode", err)
 			continue
 		}
-		if env.Job != route.Job.ID || env.Output != route.Output.ID {
-			it.err = deliver.PermanentError("misrouted", fmt.Errorf("envelope for %s/%s on queue of %s/%s", env.Job, env.Output, route.Job.ID, route.Output.ID))
+		if env.Job != b.route.Job.ID || env.Output != b.route.Output.ID {
+			it.err = deliver.PermanentError("misrouted", fmt.Errorf("envelope for %s/%s on queue of %s/%s", env.Job, env.Output, b.route.Job.ID, b.route.Output.ID))
 			continue
 		}
 		it.env = env
 		if env.DocRef != nil && !env.Tombstone() {
-			if err := h.resolve(ctx, env); err != nil {
+			if err := b.h.resolve(ctx, env); err != nil {
 				it.err = err
 			}
 		}
 	}
-
-	var halts map[string]*halt.State
-	if route.Output.Halts() {
-		halts = h.holdHalted(ctx, route, items)
-	}
-
-	tr := h.tracker(route)
-	h.attempt(ctx, route, log, rec, tr, items)
-	for _, it := range items {
-		if it.err != nil && it.err.Backpressure {
-			tr.Pause(it.err.RetryAfter)
-		}
-	}
-	active := tr.State().Active
-	h.blame(ctx, route, log, rec, items, tr, active)
-	if route.Output.Halts() {
-		failed := h.settleHalting(ctx, route, log, rec, halts, items)
-		backpressureMetrics(rec, tr.State())
-		return failed, nil
-	}
-
-	var failed []string
-	var n Stats
-	for _, it := range items {
-		docID := ""
-		if it.env != nil {
-			docID = it.env.DocID
-		}
-		if it.err == nil {
-			if it.done {
-				n.Delivered++
-				h.delivered(rec, it)
-			}
-			continue
-		}
-		attempts := receiveCount(it.rec)
-		last := attempts >= route.Output.MaxReceiveCount
-		if deliver.AuthFailure(it.err) {
-			lg0 := log.With("doc_id", docID, "status", it.err.HTTPStatus, "sqlstate", it.err.SQLState)
-			lg0.ErrorContext(ctx, "output rejected our credentials")
-		}
-		lg := log.With("doc_id", docID, "message_id", it.rec.MessageId, "attempts", attempts, "class", it.err.Class, "reason", it.err.Reason)
-		// With ordering total a change held back on its last receive goes
-		// to the DLQ with its reason rather than behind later changes.
-		if it.hold != notHeld && !(last && route.Output.Ordering == config.OrderingTotal) {
-			if h.holdBack(ctx, route, lg, rec, it, attempts, &n) {
-				failed = append(failed, it.rec.MessageId)
-			}
-			continue
-		}
-		if it.err.Class == deliver.Permanent || last {
-			rec.Add(metrics.FailedPermanent, 1, metrics.Count)
-			if err := h.toDLQ(ctx, route, it, attempts); err != nil {
-				lg.ErrorContext(ctx, "move to dlq failed; message will be retried", "error", err)
-				failed = append(failed, it.rec.MessageId)
-				continue
-			}
-			lg.WarnContext(ctx, "moved to dlq", "error", it.err.Error())
-			n.DeadLettered++
-			continue
-		}
-		rec.Add(metrics.FailedTransient, 1, metrics.Count)
-		lg.WarnContext(ctx, "delivery failed; will retry", "error", it.err.Error())
-		h.pace(ctx, route, it, attempts)
-		failed = append(failed, it.rec.MessageId)
-	}
-	n.Retried = int64(len(failed))
-	h.count(route, n)
-	backpressureMetrics(rec, tr.State())
-	if len(failed) > 0 {
-		rec.Add(metrics.WriterBatchFailures, float64(len(failed)), metrics.Count)
-	}
-	return failed, nil
 }
 
-// attempt gives the batch's changes to the output, unless the output is
-// down and its next try is not due, cannot be opened, or asked for a pause:
-// then every change not failed yet fails with that.
-func (h *Handler) attempt(ctx context.Context, route config.Route, log *slog.Logger, rec *metrics.Recorder, tr *backpressure.Tracker, items []*item) {
-	fail := func(e *deliver.Error) {
-		for _, it := range items {
-			if it.err == nil {
-				it.err = e
-			}
+// apply gives the batch's changes to the output (attempt); a change the
+// output answered with backpressure pauses the output's tracker.
+func (b *batch) apply(ctx context.Context) {
+	b.attempt(ctx)
+	for _, it := range b.items {
+		if it.err != nil && it.err.Backpressure {
+			b.tr.Pause(it.err.RetryAfter)
 		}
 	}
-	if wait, cause := h.outputState(route).waiting(h.Now.Now()); wait > 0 {
-		fail(errDown(wait, cause))
+}
+
+// attempt gives the decodable changes to the sink, unless the output is
+// down and its next try is not due, cannot be opened, or asked for a pause:
+// then every change not failed yet fails with that. On a FIFO queue it goes
+// in rounds (applyGroups).
+func (b *batch) attempt(ctx context.Context) {
+	if wait, cause := b.h.outputState(b.route).waiting(b.h.Now.Now()); wait > 0 {
+		b.failRest(errDown(wait, cause))
 		return
 	}
-	sink, err := h.sink(ctx, route)
+	sink, err := b.h.sink(ctx, b.route)
 	if err != nil {
 		// A DSN or secret not set or unparsable, a pool that cannot be
 		// built: the output is down (blame).
-		log.ErrorContext(ctx, "open output", "error", err)
-		fail(deliver.TransientError(reasonUnavailable, err))
+		b.log.ErrorContext(ctx, "open output", "error", err)
+		b.failRest(deliver.TransientError(reasonUnavailable, err))
 		return
 	}
-	if st := tr.State(); st.Paused > 0 {
+	if st := b.tr.State(); st.Paused > 0 {
 		// The output asked for a pause: do not knock again before it ends.
-		fail(&deliver.Error{Class: deliver.Transient, Reason: "backpressure", Backpressure: true, RetryAfter: st.Paused, Err: errPaused})
+		b.failRest(&deliver.Error{Class: deliver.Transient, Reason: "backpressure", Backpressure: true, RetryAfter: st.Paused, Err: errPaused})
 		return
 	}
-	h.noteSlow(ctx, log, route, tr.State())
-	var delivered func(*item) bool
-	if route.Output.Halts() {
-		delivered = func(it *item) bool { return h.clearDelivered(ctx, route, log, it) }
-	}
-	h.apply(deliver.WithPacer(ctx, meter{Tracker: tr, rec: rec}), sink, route.Output.FIFO(), route.Output.Halts(), items, delivered)
-}
-
-// delivered records the metrics of an applied change.
-func (h *Handler) delivered(rec *metrics.Recorder, it *item) {
-	rec.Add(metrics.Delivered, 1, metrics.Count)
-	if it.env != nil && !it.env.EnqueuedAt.IsZero() {
-		rec.Add(metrics.EndToEndLatencyMs, float64(h.Now.Since(it.env.EnqueuedAt).Milliseconds()), metrics.Milliseconds)
-	}
-}
-
-// apply sends the decodable items to the sink. On FIFO queues it goes in
-// rounds, the k-th message of every group in round k, and drops a group from
-// later rounds once one of its messages failed transiently (on a halting
-// output: failed at all, except a change the operator skips). When
-// delivered is set, it is told of every applied change that halted its
-// group, before anything later of the group is applied; false drops the
-// group from later rounds.
-func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo, halts bool, items []*item, delivered func(*item) bool) {
-	if !fifo {
-		var batch []*item
-		for _, it := range items {
+	b.h.noteSlow(ctx, b.log, b.route, b.tr.State())
+	ctx = deliver.WithPacer(ctx, meter{Tracker: b.tr, rec: b.rec})
+	if !b.route.Output.FIFO() {
+		var round []*item
+		for _, it := range b.items {
 			if it.err == nil {
-				batch = append(batch, it)
+				round = append(round, it)
 			}
 		}
-		h.applyRound(ctx, sink, batch)
+		applyRound(ctx, sink, round)
 		return
 	}
+	b.applyGroups(ctx, sink)
+}
+
+// failRest fails with e every change not failed yet.
+func (b *batch) failRest(e *deliver.Error) {
+	for _, it := range b.items {
+		if it.err == nil {
+			it.err = e
+		}
+	}
+}
+
+// applyGroups sends the decodable changes of a FIFO queue to the sink in
+// rounds, the k-th message of every group in round k, and drops a group
+// from later rounds once one of its messages failed transiently (on a
+// halting output: failed at all, except a change the operator skips). On a
+// halting output, an applied change that halted its group has its halt
+// cleared before anything later of the group is applied; a record that
+// cannot be cleared drops the group from later rounds.
+func (b *batch) applyGroups(ctx context.Context, sink deliver.Sink) {
+	halts := b.route.Output.Halts()
 	var groups []string
 	byGroup := map[string][]*item{}
-	for _, it := range items {
+	for _, it := range b.items {
 		if _, ok := byGroup[it.group]; !ok {
 			groups = append(groups, it.group)
 		}
@@ -389,19 +363,92 @@ func (h *Handler) apply(ctx context.Context, sink deliver.Sink, fifo, halts bool
 		if !more {
 			return
 		}
-		h.applyRound(ctx, sink, batch)
+		applyRound(ctx, sink, batch)
 		for _, it := range batch {
 			if it.err != nil && (it.err.Class == deliver.Transient || halts) {
 				broken[it.group] = it
 			}
-			if it.done && it.halted != nil && delivered != nil && !delivered(it) {
+			if halts && it.done && it.halted != nil && !b.clearDelivered(ctx, it) {
 				broken[it.group] = it
 			}
 		}
 	}
 }
 
-func (h *Handler) applyRound(ctx context.Context, sink deliver.Sink, batch []*item) {
+// dispose turns the outcome of each change into what becomes of its
+// message: handled (applied, or moved to the DLQ), held back, or retried;
+// on a halting output it records and clears halts (disposeHalting).
+func (b *batch) dispose(ctx context.Context) {
+	if b.route.Output.Halts() {
+		b.disposeHalting(ctx)
+	} else {
+		for _, it := range b.items {
+			if b.disposeOne(ctx, it) {
+				b.failed = append(b.failed, it.rec.MessageId)
+			}
+		}
+	}
+	b.n.Retried = int64(len(b.failed))
+	b.h.count(b.route, b.n)
+	backpressureMetrics(b.rec, b.tr.State())
+	if len(b.failed) > 0 {
+		b.rec.Add(metrics.WriterBatchFailures, float64(len(b.failed)), metrics.Count)
+	}
+}
+
+// disposeOne disposes of one change of an output that does not halt and
+// returns whether its message is to be retried.
+func (b *batch) disposeOne(ctx context.Context, it *item) (retry bool) {
+	if it.err == nil {
+		if it.done {
+			b.n.Delivered++
+			b.h.delivered(b.rec, it)
+		}
+		return false
+	}
+	docID := ""
+	if it.env != nil {
+		docID = it.env.DocID
+	}
+	attempts := receiveCount(it.rec)
+	last := attempts >= b.route.Output.MaxReceiveCount
+	if deliver.AuthFailure(it.err) {
+		lg0 := b.log.With("doc_id", docID, "status", it.err.HTTPStatus, "sqlstate", it.err.SQLState)
+		lg0.ErrorContext(ctx, "output rejected our credentials")
+	}
+	lg := b.log.With("doc_id", docID, "message_id", it.rec.MessageId, "attempts", attempts, "class", it.err.Class, "reason", it.err.Reason)
+	// With ordering total a change held back on its last receive goes
+	// to the DLQ with its reason rather than behind later changes.
+	if it.hold != notHeld && !(last && b.route.Output.Ordering == config.OrderingTotal) {
+		return b.holdBack(ctx, lg, it, attempts)
+	}
+	if it.err.Class == deliver.Permanent || last {
+		b.rec.Add(metrics.FailedPermanent, 1, metrics.Count)
+		if err := b.toDLQ(ctx, it, attempts); err != nil {
+			lg.ErrorContext(ctx, "move to dlq failed; message will be retried", "error", err)
+			return true
+		}
+		lg.WarnContext(ctx, "moved to dlq", "error", it.err.Error())
+		b.n.DeadLettered++
+		return false
+	}
+	b.rec.Add(metrics.FailedTransient, 1, metrics.Count)
+	lg.WarnContext(ctx, "delivery failed; will retry", "error", it.err.Error())
+	b.pace(ctx, it, attempts)
+	return true
+}
+
+// delivered records the metrics of an applied change.
+func (h *Handler) delivered(rec *metrics.Recorder, it *item) {
+	rec.Add(metrics.Delivered, 1, metrics.Count)
+	if it.env != nil && !it.env.EnqueuedAt.IsZero() {
+		rec.Add(metrics.EndToEndLatencyMs, float64(h.Now.Since(it.env.EnqueuedAt).Milliseconds()), metrics.Milliseconds)
+	}
+}
+
+// applyRound gives a round of changes to the sink at once and records
+// each one's outcome.
+func applyRound(ctx context.Context, sink deliver.Sink, batch []*item) {
 	if len(batch) == 0 {
 		return
 	}
@@ -474,12 +521,12 @@ func (h *Handler) sink(ctx context.Context, r config.Route) (deliver.Sink, error
 // toDLQ sends the original body to the route's DLQ with the failure reason in
 // message attributes. The work-queue message is deleted only after this
 // succeeded (the caller reports it handled).
-func (h *Handler) toDLQ(ctx context.Context, r config.Route, it *item, attempts int) error {
-	url, err := h.queueURL(ctx, h.Config.DLQName(r.Job, r.Output))
+func (b *batch) toDLQ(ctx context.Context, it *item, attempts int) error {
+	url, err := b.h.queueURL(ctx, b.h.Config.DLQName(b.route.Job, b.route.Output))
 	if err != nil {
 		return err
 	}
-	now := h.Now.Now().UTC()
+	now := b.h.Now.Now().UTC()
 	first := now
 	if ms, err := strconv.ParseInt(it.rec.Attributes["ApproximateFirstReceiveTimestamp"], 10, 64); err == nil {
 		first = time.UnixMilli(ms).UTC()
@@ -487,7 +534,7 @@ func (h *Handler) toDLQ(ctx context.Context, r config.Route, it *item, attempts 
 	rec := failure.Record{
 		Class: string(it.err.Class), Reason: it.err.Reason, Error: it.err.Error(),
 		HTTPStatus: it.err.HTTPStatus, SQLState: it.err.SQLState,
-		Attempts: attempts, FirstAt: first, LastAt: now, Job: r.Job.ID, Output: r.Output.ID,
+		Attempts: attempts, FirstAt: first, LastAt: now, Job: b.route.Job.ID, Output: b.route.Output.ID,
 	}
 	if it.env != nil {
 		rec.DocID = it.env.DocID
@@ -495,7 +542,7 @@ func (h *Handler) toDLQ(ctx context.Context, r config.Route, it *item, attempts 
 	// A message redriven from the DLQ carries its earlier failure history.
 	rec = rec.After(failure.Parse(failure.Values(it.rec.MessageAttributes, eventStringValue)))
 	attrs := rec.Attributes()
-	if _, err := h.SQS.SendMessage(ctx, it.resend(r, url, attrs, it.rec.MessageId)); err != nil {
+	if _, err := b.h.SQS.SendMessage(ctx, it.resend(b.route, url, attrs, it.rec.MessageId)); err != nil {
 		return fmt.Errorf("send to dlq: %w", err)
 	}
 	return nil
@@ -534,16 +581,16 @@ func (h *Handler) queueURL(ctx context.Context, name string) (string, error) {
 // pace sets the visibility of a transiently failed message to an exponential
 // backoff of its receive count, so retries neither hammer a struggling output
 // nor wait a whole visibility timeout. Best effort.
-func (h *Handler) pace(ctx context.Context, r config.Route, it *item, attempts int) {
+func (b *batch) pace(ctx context.Context, it *item, attempts int) {
 	if it.rec.ReceiptHandle == "" {
 		return
 	}
-	q, err := h.queueURL(ctx, h.Config.QueueName(r.Job, r.Output))
+	q, err := b.h.queueURL(ctx, b.h.Config.QueueName(b.route.Job, b.route.Output))
 	if err != nil {
 		return
 	}
 	delay := int32(math.Min(math.Pow(2, float64(attempts)), 300))
-	_, _ = h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+	_, _ = b.h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 		QueueUrl: &q, ReceiptHandle: &it.rec.ReceiptHandle, VisibilityTimeout: delay,
 	})
 }

@@ -3,13 +3,11 @@ package writer
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/changes-worker/changes-worker/shared/backpressure"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/metrics"
@@ -75,12 +73,13 @@ const (
 // logs, records and reports an outage when it begins and when it ends,
 // drops the output's sink so that the next batch opens it again, and has
 // the secrets read again.
-func (h *Handler) blame(ctx context.Context, route config.Route, log *slog.Logger, rec *metrics.Recorder, items []*item, tr *backpressure.Tracker, active bool) {
-	now := h.Now.Now()
-	st := h.outputState(route)
+func (b *batch) blame(ctx context.Context) {
+	active := b.tr.State().Active
+	now := b.h.Now.Now()
+	st := b.h.outputState(b.route)
 	applied, failed, outputFailed := false, 0, 0
 	var cause *deliver.Error
-	for _, it := range items {
+	for _, it := range b.items {
 		switch {
 		case it.done:
 			applied = true
@@ -97,14 +96,14 @@ func (h *Handler) blame(ctx context.Context, route config.Route, log *slog.Logge
 	down := !applied && failed > 0 && outputFailed == failed
 	switch {
 	case down:
-		h.outputDown(ctx, route, log, rec, items, st, cause, now)
+		b.outputDown(ctx, st, cause, now)
 	case applied:
-		h.outputUp(ctx, route, log, rec, st)
+		b.outputUp(ctx, st)
 	}
-	for _, it := range items {
+	for _, it := range b.items {
 		if it.hold == notHeld && isBackpressure(it.err, active) {
 			it.hold = heldForBackpressure
-			it.delay = holdFor(max(it.err.RetryAfter, tr.Delay(receiveCount(it.rec))))
+			it.delay = holdFor(max(it.err.RetryAfter, b.tr.Delay(receiveCount(it.rec))))
 		}
 	}
 }
@@ -140,8 +139,8 @@ func outputFailure(e *deliver.Error) bool {
 
 // outputDown holds back every message the batch could not deliver because
 // the output is down.
-func (h *Handler) outputDown(ctx context.Context, route config.Route, log *slog.Logger, rec *metrics.Recorder, items []*item, st *outputState, cause *deliver.Error, now time.Time) {
-	o := route.Output.Outage
+func (b *batch) outputDown(ctx context.Context, st *outputState, cause *deliver.Error, now time.Time) {
+	o := b.route.Output.Outage
 	var wait time.Duration
 	if cause.Reason == reasonDown {
 		wait = st.untilNext(now)
@@ -149,19 +148,19 @@ func (h *Handler) outputDown(ctx context.Context, route config.Route, log *slog.
 		var first bool
 		wait, first = st.failed(now, cause, o.Retry.D(), o.MaxRetry.D())
 		if first {
-			log.ErrorContext(ctx, "output is down; holding its messages", "error", cause.Error(), "retry_in", wait.String())
+			b.log.ErrorContext(ctx, "output is down; holding its messages", "error", cause.Error(), "retry_in", wait.String())
 		} else {
-			log.WarnContext(ctx, "output still down", "error", cause.Error(), "down_for", now.Sub(st.sinceTime()).Round(time.Second).String(), "retry_in", wait.String())
+			b.log.WarnContext(ctx, "output still down", "error", cause.Error(), "down_for", now.Sub(st.sinceTime()).Round(time.Second).String(), "retry_in", wait.String())
 		}
 		// Opened again on the next try, with its secrets read again: a
 		// corrected DSN or password takes effect on this warm instance.
-		h.sinks.Delete(outputKey(route.Job.ID, route.Output.ID))
-		if h.Secrets != nil {
-			h.Secrets.Refresh()
+		b.h.sinks.Delete(outputKey(b.route.Job.ID, b.route.Output.ID))
+		if b.h.Secrets != nil {
+			b.h.Secrets.Refresh()
 		}
 	}
 	held := 0
-	for _, it := range items {
+	for _, it := range b.items {
 		if it.err == nil || it.done || !(outputFailure(it.err) || it.err.Reason == reasonGroupBlocked) {
 			continue
 		}
@@ -172,33 +171,33 @@ func (h *Handler) outputDown(ctx context.Context, route config.Route, log *slog.
 		it.delay = holdFor(max(it.err.RetryAfter, jitter(wait)))
 		held++
 	}
-	rec.Add(metrics.OutputDown, 1, metrics.None)
-	rec.Add(metrics.MessagesHeld, float64(held), metrics.Count)
-	if mark, ok := st.hold(now, held); ok && h.Outages != nil {
-		mark.Job, mark.Output = route.Job.ID, route.Output.ID
-		if err := h.Outages.Mark(ctx, mark); err != nil {
+	b.rec.Add(metrics.OutputDown, 1, metrics.None)
+	b.rec.Add(metrics.MessagesHeld, float64(held), metrics.Count)
+	if mark, ok := st.hold(now, held); ok && b.h.Outages != nil {
+		mark.Job, mark.Output = b.route.Job.ID, b.route.Output.ID
+		if err := b.h.Outages.Mark(ctx, mark); err != nil {
 			st.unmark(mark.Held)
-			log.WarnContext(ctx, "record outage", "error", err)
+			b.log.WarnContext(ctx, "record outage", "error", err)
 		}
 	}
 }
 
 // outputUp ends the output's outage, if it had one.
-func (h *Handler) outputUp(ctx context.Context, route config.Route, log *slog.Logger, rec *metrics.Recorder, st *outputState) {
-	since, held, marked, ok := st.recovered(h.Now.Now())
+func (b *batch) outputUp(ctx context.Context, st *outputState) {
+	since, held, marked, ok := st.recovered(b.h.Now.Now())
 	if !ok {
-		if h.Outages != nil && st.sweepDue(h.Now.Now()) {
-			if err := h.Outages.Clear(ctx, route.Job.ID, route.Output.ID); err != nil {
-				log.WarnContext(ctx, "clear outage record", "error", err)
+		if b.h.Outages != nil && st.sweepDue(b.h.Now.Now()) {
+			if err := b.h.Outages.Clear(ctx, b.route.Job.ID, b.route.Output.ID); err != nil {
+				b.log.WarnContext(ctx, "clear outage record", "error", err)
 			}
 		}
 		return
 	}
-	rec.Add(metrics.OutputDown, 0, metrics.None)
-	log.InfoContext(ctx, "output is up again", "down_for", h.Now.Since(since).Round(time.Second).String(), "messages_held", held)
-	if marked && h.Outages != nil {
-		if err := h.Outages.Clear(ctx, route.Job.ID, route.Output.ID); err != nil {
-			log.WarnContext(ctx, "clear outage record", "error", err)
+	b.rec.Add(metrics.OutputDown, 0, metrics.None)
+	b.log.InfoContext(ctx, "output is up again", "down_for", b.h.Now.Since(since).Round(time.Second).String(), "messages_held", held)
+	if marked && b.h.Outages != nil {
+		if err := b.h.Outages.Clear(ctx, b.route.Job.ID, b.route.Output.ID); err != nil {
+			b.log.WarnContext(ctx, "clear outage record", "error", err)
 		}
 	}
 }

@@ -44,10 +44,41 @@ type Server struct {
 
 // New returns a server storing into dir, which is created.
 func New(dir string) (*Server, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create receiver dir: %w", err)
+	for _, d := range []string{dir, partialDir(dir)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("create receiver dir: %w", err)
+		}
 	}
 	return &Server{Dir: dir, versions: map[string]change.Version{}}, nil
+}
+
+// partialDir holds the documents being written, beside dir on the same file
+// system, so that a document appears in dir whole, by a rename.
+func partialDir(dir string) string {
+	return filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+".partial")
+}
+
+// store writes body as the file name in s.Dir, replacing it at once: a
+// reader finds the old document or the new one, never part of one.
+func (s *Server) store(name string, body []byte) error {
+	f, err := os.CreateTemp(partialDir(s.Dir), name+".*")
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(body); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return os.Rename(f.Name(), filepath.Join(s.Dir, name))
 }
 
 // FailWith makes the server answer status (when f returns non-zero) instead
@@ -112,7 +143,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := filepath.Join(s.Dir, FileName(id))
 	switch r.Method {
 	case http.MethodPut, http.MethodPost, http.MethodPatch:
-		if err := os.WriteFile(path, body, 0o644); err != nil {
+		if err := s.store(FileName(id), body); err != nil {
 			http.Error(w, "store", http.StatusInternalServerError)
 			return
 		}

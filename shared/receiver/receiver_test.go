@@ -1,6 +1,7 @@
 package receiver_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -68,5 +69,61 @@ func TestBodyBound(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
 		t.Errorf("status of a small body %d, want 204", resp.StatusCode)
+	}
+}
+
+// TestReadersSeeWholeDocuments: a reader of the directory (the tests, the
+// demo's summary) never finds a document half written while a newer
+// version replaces it, nor a file that is not a document.
+func TestReadersSeeWholeDocuments(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := receiver.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	body := `{"_id":"a","pad":"` + strings.Repeat("x", 1<<20) + `"}`
+	done := make(chan struct{})
+	var torn atomic.Int64
+	go func() {
+		defer close(done)
+		for i := 1; i <= 200; i++ {
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL+"/docs/a", strings.NewReader(body))
+			req.Header.Set("X-Changes-Version", fmt.Sprintf("1.%d", i))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+		}
+	}()
+	for reading := true; reading; {
+		select {
+		case <-done:
+			reading = false
+		default:
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.Name() != receiver.FileName("a") {
+				t.Fatalf("file %s in the receiver's directory, want documents only", e.Name())
+			}
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+			if err == nil && len(b) != len(body) {
+				torn.Add(1)
+			}
+		}
+	}
+	if n := torn.Load(); n > 0 {
+		t.Errorf("%d reads found a document of another length than the %d bytes written", n, len(body))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -53,6 +55,7 @@ import (
 type deployedStack struct {
 	*testStack
 	prefix string
+	dsn    string // the PostgreSQL output's DSN; the stack is deployed with a wrong one
 	lambda *lambda.Client
 	sqs    *sqs.Client
 }
@@ -74,12 +77,16 @@ const (
 // S3; the schedule rule starting the poller; a poison document retried,
 // dead-lettered with its failure record, alarmed on and redriven as the
 // console does it; a poller killed mid-invocation and taken over; and what
-// the functions write to their log groups.
+// the functions write to their log groups. It is deployed with a wrong
+// PostgreSQL DSN in its secret, corrected by the first subtest.
 func TestDeployedStack(t *testing.T) {
 	t.Parallel()
 	d := deployStack(t)
 	ctx := t.Context()
 
+	t.Run("a wrong DSN secret corrected while the writer is warm", func(t *testing.T) {
+		d.checkSecretCorrected(ctx, t)
+	})
 	t.Run("exact through the event source mappings", func(t *testing.T) {
 		d.load(ctx, sample.Options{Docs: 300, UpdateEvery: 4, DeleteEvery: 10})
 		d.invokePoller(ctx, t)
@@ -148,8 +155,14 @@ func deployStack(t *testing.T) *deployedStack {
 	})
 	cmd := exec.CommandContext(t.Context(), "bash", "localstack/deploy.sh", ctl, s.ConfigPath)
 	cmd.Dir = ".."
+	d.dsn = testenv.PostgresDSN(t)
+	wrong, err := url.Parse(d.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong.User = url.UserPassword(wrong.User.Username(), "not-the-password")
 	cmd.Env = append(os.Environ(), "SCHEDULES=disabled", "BUILD_DIR="+t.TempDir(),
-		testenv.DSNEnv+"="+testenv.PostgresDSN(t))
+		testenv.DSNEnv+"="+wrong.String())
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -202,6 +215,64 @@ func (d *deployedStack) invoke(ctx context.Context) (*lambda.InvokeOutput, error
 		return nil, fmt.Errorf("invoke %s: %w", d.function("poller"), err)
 	}
 	return out, nil
+}
+
+// checkSecretCorrected: the stack was deployed with a wrong PostgreSQL DSN
+// in its secret (a placeholder not yet filled in, a typo). The writer holds
+// the pg output's changes, dead-letters none, while the other outputs
+// deliver; once the secret is corrected the warm writer reads it again and
+// delivers them, with no redeploy and no configuration update.
+func (d *deployedStack) checkSecretCorrected(ctx context.Context, t *testing.T) {
+	d.load(ctx, sample.Options{Docs: 40, UpdateEvery: 4, DeleteEvery: 10})
+	d.invokePoller(ctx, t)
+	want := d.sourceState(ctx)
+	if err := testenv.Poll(ctx, 2*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
+		return maps.Equal(d.httpState(), want) && maps.Equal(d.s3State(ctx), want), nil
+	}); err != nil {
+		t.Fatalf("rest and archive not exact while the pg secret is wrong: %v", err)
+	}
+	q, err := d.Queues(ctx, "orders", "pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := d.PostgresRevs(ctx, "orders", "pg"); err == nil && len(got) != 0 {
+		t.Fatalf("PostgreSQL holds %d documents written with a wrong DSN", len(got))
+	}
+	if n := d.queueDepth(ctx, t, q.DLQURL); n != 0 {
+		t.Fatalf("DLQ %s holds %d messages while the secret is wrong, want none", q.DLQName, n)
+	}
+	secret := d.prefix + "/" + testenv.DSNEnv
+	if _, err := secretsmanager.NewFromConfig(d.Deps.AWS).PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{
+		SecretId: &secret, SecretString: &d.dsn,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	corrected := time.Now()
+	d.waitExact(ctx, t, 2*time.Minute)
+	t.Logf("pg exact %s after the secret was corrected", time.Since(corrected).Round(time.Second))
+	if n := d.queueDepth(ctx, t, q.DLQURL); n != 0 {
+		t.Errorf("DLQ %s holds %d messages, want none", q.DLQName, n)
+	}
+}
+
+// queueDepth returns the messages of a queue, visible and in flight.
+func (d *deployedStack) queueDepth(ctx context.Context, t *testing.T, url string) int {
+	t.Helper()
+	out, err := d.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &url, AttributeNames: []sqstypes.QueueAttributeName{
+		sqstypes.QueueAttributeNameApproximateNumberOfMessages, sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, v := range out.Attributes {
+		i, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += i
+	}
+	return n
 }
 
 // waitExact waits until PostgreSQL, the HTTP receiver and S3 each hold

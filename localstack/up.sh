@@ -270,8 +270,9 @@ install_lambdahost() {
 # install_rie builds aws-lambda-rie at RIE_VERSION into .local/bin, unless
 # the binary there embeds that version.
 install_rie() {
-	local have
-	have="$(go version -m "$RIE_BIN" 2>/dev/null | awk '$1 == "mod" { print $3; exit }')"
+	local have=
+	# Not built yet on a new machine: go version -m fails, have stays empty.
+	[[ -x "$RIE_BIN" ]] && have="$(go version -m "$RIE_BIN" | awk '$1 == "mod" { print $3; exit }')"
 	[[ "$have" == "$RIE_VERSION" ]] && return
 	command -v go >/dev/null || die "go not found on PATH (needed to build aws-lambda-rie)"
 	say "building aws-lambda-rie $RIE_VERSION into ${RIE_BIN#"$ROOT"/} (about two minutes the first time)"

@@ -1,6 +1,6 @@
 package tests
 
-// Fault tests of the high-availability design (issue 4, item 7): pollers run
+// Fault tests of the high-availability design: pollers run
 // as separate `changesctl run --no-writer` processes on the local runtime,
 // and the tests kill, freeze, cut off and skew them while a background
 // writer keeps changing the source. The lease TTL is 3 s (10 s in the clock

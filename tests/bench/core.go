@@ -1,6 +1,6 @@
 package main
 
-// The core pipeline benchmarks of issue 2 item 10 (one file each):
+// The core pipeline benchmarks (one file each):
 //
 //	poller-throughput  core_poller.go
 //	writer-postgres    core_writer.go

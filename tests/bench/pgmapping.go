@@ -1,6 +1,6 @@
 package main
 
-// pg-mapping: writer documents/s of PostgreSQL mapping mode (issue 5) for a
+// pg-mapping: writer documents/s of PostgreSQL mapping mode for a
 // three-table mapping (orders, order_items from an array, order_totals from
 // a nested object), next to a raw pgx batch writing the same rows with the
 // same statements minus what mapping mode adds (versions lock and guard,

@@ -29,10 +29,9 @@ func (e *endless) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestBodyBound: a body longer than the receiver takes is refused with 413
-// after at most that much is read, and nothing is stored.
-func TestBodyBound(t *testing.T) {
-	t.Parallel()
+// serve starts a receiver storing into a new directory.
+func serve(t *testing.T) (string, *httptest.Server) {
+	t.Helper()
 	dir := t.TempDir()
 	s, err := receiver.New(dir)
 	if err != nil {
@@ -40,6 +39,14 @@ func TestBodyBound(t *testing.T) {
 	}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
+	return dir, srv
+}
+
+// TestBodyBound: a body longer than the receiver takes is refused with 413
+// after at most that much is read, and nothing is stored.
+func TestBodyBound(t *testing.T) {
+	t.Parallel()
+	dir, srv := serve(t)
 	body := &endless{}
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL+"/docs/a", body)
 	if err != nil {
@@ -77,13 +84,7 @@ func TestBodyBound(t *testing.T) {
 // version replaces it, nor a file that is not a document.
 func TestReadersSeeWholeDocuments(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	s, err := receiver.New(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(s)
-	t.Cleanup(srv.Close)
+	dir, srv := serve(t)
 	body := `{"_id":"a","pad":"` + strings.Repeat("x", 1<<20) + `"}`
 	done := make(chan struct{})
 	var torn atomic.Int64

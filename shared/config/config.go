@@ -181,9 +181,9 @@ type Stack struct {
 	Retain *bool `json:"retain,omitempty"`
 	// Dashboards gives each job a CloudWatch dashboard <prefix>-<job>.
 	// Default true. An account's first three dashboards are free, each
-	// further one costs $3 a month: more than the rest of an idle job with
-	// idle sleep, which may want it off (changesctl status shows the same
-	// state).
+	// further one costs $3 a month: about as much as the rest of an idle
+	// job with idle sleep, which may want it off (the alarms and changesctl
+	// status still show where each job stands).
 	Dashboards *bool `json:"dashboards,omitempty"`
 	// VPC places the functions in a VPC (to reach a private database).
 	VPC *VPC `json:"vpc,omitempty"`

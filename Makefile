@@ -56,11 +56,11 @@ FUZZ_TARGETS := \
 	./shared/feed:FuzzChanges \
 	./shared/feed:FuzzBulkGetJSON \
 	./shared/feed:FuzzBulkGetMultipart \
-	./shared/httpsink:FuzzURL \
-	./shared/s3sink:FuzzKey \
-	./shared/pgsink:FuzzDecodeDoc \
-	./shared/pgsink:FuzzMapDoc \
-	./shared/pgsink:FuzzCoerce
+	./shared/deliver/httpsink:FuzzURL \
+	./shared/deliver/s3sink:FuzzKey \
+	./shared/deliver/pgsink:FuzzDecodeDoc \
+	./shared/deliver/pgsink:FuzzMapDoc \
+	./shared/deliver/pgsink:FuzzCoerce
 
 fuzz: up ## run each fuzz target for FUZZTIME (30s); a failing input is written to the package's testdata/fuzz
 	@failed=""; for t in $(FUZZ_TARGETS); do \

@@ -18,9 +18,9 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/config"
-	"github.com/changes-worker/changes-worker/shared/halt"
-	"github.com/changes-worker/changes-worker/shared/outage"
-	"github.com/changes-worker/changes-worker/shared/quarantine"
+	"github.com/changes-worker/changes-worker/shared/statetable/halt"
+	"github.com/changes-worker/changes-worker/shared/statetable/outage"
+	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
 )
 
 // Environment the functions read.

@@ -21,7 +21,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/localrun"
-	"github.com/changes-worker/changes-worker/shared/quarantine"
+	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/config"
-	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
+	"github.com/changes-worker/changes-worker/shared/statetable/lease"
 )
 
 const checkpointUsage = `usage: changesctl checkpoint get|set|reset --config FILE [--job J] [flags]

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/config"
-	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/statetable/lease"
 )
 
 func TestCheckpoint(t *testing.T) {

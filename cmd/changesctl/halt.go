@@ -16,8 +16,8 @@ import (
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/config"
-	"github.com/changes-worker/changes-worker/shared/halt"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
+	"github.com/changes-worker/changes-worker/shared/statetable/halt"
 )
 
 const haltUsage = `usage: changesctl halt show|retry|skip|clear --config FILE [--job J] [--output O] [--group G] [flags]

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/changes-worker/changes-worker/shared/receiver"
+	"github.com/changes-worker/changes-worker/shared/demo/receiver"
 )
 
 // cmdReceiver serves the reference HTTP receiver (the demo's REST endpoint).

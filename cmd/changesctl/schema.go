@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/changes-worker/changes-worker/shared/config"
-	"github.com/changes-worker/changes-worker/shared/pgsink"
+	"github.com/changes-worker/changes-worker/shared/deliver/pgsink"
 )
 
 // cmdSchema prints the CREATE TABLE IF NOT EXISTS statements of the postgres

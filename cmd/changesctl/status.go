@@ -17,11 +17,11 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/dlq"
-	"github.com/changes-worker/changes-worker/shared/halt"
-	"github.com/changes-worker/changes-worker/shared/lease"
-	"github.com/changes-worker/changes-worker/shared/outage"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
-	"github.com/changes-worker/changes-worker/shared/quarantine"
+	"github.com/changes-worker/changes-worker/shared/statetable/halt"
+	"github.com/changes-worker/changes-worker/shared/statetable/lease"
+	"github.com/changes-worker/changes-worker/shared/statetable/outage"
+	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
 )
 
 // jobStatus is one job's row in `changesctl status`.

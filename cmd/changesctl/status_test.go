@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/changes-worker/changes-worker/shared/lease"
-	"github.com/changes-worker/changes-worker/shared/outage"
-	"github.com/changes-worker/changes-worker/shared/quarantine"
+	"github.com/changes-worker/changes-worker/shared/statetable/lease"
+	"github.com/changes-worker/changes-worker/shared/statetable/outage"
+	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
 )
 
 // pollerCheckpoint has poller-7 on host-a hold the job's lease and write

@@ -30,7 +30,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/docid"
 	"github.com/changes-worker/changes-worker/shared/feed"
-	"github.com/changes-worker/changes-worker/shared/quarantine"
+	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
 )
 
 // Source opens one attachment of one revision; a missing one is an error

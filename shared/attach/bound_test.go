@@ -22,7 +22,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/attach"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/feed"
-	"github.com/changes-worker/changes-worker/shared/quarantine"
+	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
 	"github.com/changes-worker/changes-worker/shared/testenv/testbucket"
 )
 

@@ -7,9 +7,9 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
-	"github.com/changes-worker/changes-worker/shared/httpsink"
-	"github.com/changes-worker/changes-worker/shared/pgsink"
-	"github.com/changes-worker/changes-worker/shared/s3sink"
+	"github.com/changes-worker/changes-worker/shared/deliver/httpsink"
+	"github.com/changes-worker/changes-worker/shared/deliver/pgsink"
+	"github.com/changes-worker/changes-worker/shared/deliver/s3sink"
 	"github.com/changes-worker/changes-worker/shared/verify"
 )
 

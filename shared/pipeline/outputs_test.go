@@ -10,9 +10,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/changes-worker/changes-worker/shared/config"
-	"github.com/changes-worker/changes-worker/shared/httpsink"
-	"github.com/changes-worker/changes-worker/shared/pgsink"
-	"github.com/changes-worker/changes-worker/shared/s3sink"
+	"github.com/changes-worker/changes-worker/shared/deliver/httpsink"
+	"github.com/changes-worker/changes-worker/shared/deliver/pgsink"
+	"github.com/changes-worker/changes-worker/shared/deliver/s3sink"
 	"github.com/changes-worker/changes-worker/shared/secret"
 )
 

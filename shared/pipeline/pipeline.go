@@ -29,13 +29,13 @@ import (
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
-	"github.com/changes-worker/changes-worker/shared/halt"
-	"github.com/changes-worker/changes-worker/shared/lease"
 	"github.com/changes-worker/changes-worker/shared/metrics"
-	"github.com/changes-worker/changes-worker/shared/outage"
 	"github.com/changes-worker/changes-worker/shared/poll"
-	"github.com/changes-worker/changes-worker/shared/quarantine"
 	"github.com/changes-worker/changes-worker/shared/secret"
+	"github.com/changes-worker/changes-worker/shared/statetable/halt"
+	"github.com/changes-worker/changes-worker/shared/statetable/lease"
+	"github.com/changes-worker/changes-worker/shared/statetable/outage"
+	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
 	"github.com/changes-worker/changes-worker/shared/writer"
 )
 

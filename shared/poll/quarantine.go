@@ -9,7 +9,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/metrics"
-	"github.com/changes-worker/changes-worker/shared/quarantine"
+	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
 )
 
 // Quarantine records what the poller cannot deliver (*quarantine.Store).

@@ -13,7 +13,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
-	"github.com/changes-worker/changes-worker/shared/httpsink"
+	"github.com/changes-worker/changes-worker/shared/deliver/httpsink"
 	"github.com/changes-worker/changes-worker/shared/metrics"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/metrics"
-	"github.com/changes-worker/changes-worker/shared/outage"
+	"github.com/changes-worker/changes-worker/shared/statetable/outage"
 )
 
 // Outages is the part of the outage store the handler calls (package

@@ -19,7 +19,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
-	"github.com/changes-worker/changes-worker/shared/outage"
+	"github.com/changes-worker/changes-worker/shared/statetable/outage"
 )
 
 type fakeOutages struct {

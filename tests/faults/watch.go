@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/clock"
-	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/statetable/lease"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 

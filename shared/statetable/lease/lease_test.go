@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/changes-worker/changes-worker/shared/lease"
+	"github.com/changes-worker/changes-worker/shared/statetable/lease"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 

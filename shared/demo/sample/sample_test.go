@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/changes-worker/changes-worker/shared/sample"
+	"github.com/changes-worker/changes-worker/shared/demo/sample"
 )
 
 // TestBulkAnswerBound: a database whose _bulk_docs answer does not end is

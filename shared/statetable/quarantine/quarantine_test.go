@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/changes-worker/changes-worker/shared/quarantine"
+	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 

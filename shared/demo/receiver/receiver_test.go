@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/changes-worker/changes-worker/shared/receiver"
+	"github.com/changes-worker/changes-worker/shared/demo/receiver"
 )
 
 // endless is a body that never ends (up to 256 MiB, so that a reader

@@ -1,7 +1,7 @@
 package main
 
 // cloud-idle: what an idle job asks of AWS, per minute, with each idle
-// setting. A job whose source has nothing new runs in the local runtime
+// setting. A job whose source (-idle-source) has nothing new runs in the local runtime
 // with the default schedule (1m), latency objective (60s) and poller
 // timeout (90s), so that with idle watch each invocation overlaps the next
 // one's standby as on AWS; only the pollers run (the writer's side on AWS
@@ -25,7 +25,6 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/localrun"
-	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
 func init() {
@@ -51,35 +50,43 @@ const (
 )
 
 func cloudIdle(ctx context.Context, r *results) error {
+	sources, err := newIdleSources(ctx)
+	if err != nil {
+		return err
+	}
+	defer sources.close()
 	for _, idle := range strings.Split(*idleSettingsFlag, ",") {
-		if err := cloudIdleRun(ctx, r, idle); err != nil {
+		if err := cloudIdleRun(ctx, r, sources, idle); err != nil {
 			return fmt.Errorf("idle %s: %w", idle, err)
 		}
 	}
 	return nil
 }
 
-func cloudIdleRun(ctx context.Context, r *results, idle string) error {
+func cloudIdleRun(ctx context.Context, r *results, sources *idleSources, idle string) error {
 	cw, err := newCloudAWS(*cloudLatencyFlag)
 	if err != nil {
 		return err
 	}
 	defer cw.close()
-	st, _, err := coreLoaded(ctx, func() (*stack.Stack, error) {
-		st, err := newCloudStack(ctx, "ci", 500, cloudOutput{id: "pg", kind: config.OutputPostgres})
-		if err == nil {
-			// What a Lambda logs: info and above.
-			st.Deps.Log = slog.New(slog.NewTextHandler(st.Logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-		}
-		return st, err
-	}, coreLoad, 10, 0)
+	src, remove, err := sources.next(ctx)
+	if err != nil {
+		return err
+	}
+	defer remove()
+	if err := coreLoad(ctx, src.write, 10, 0); err != nil {
+		return err
+	}
+	st, err := newCoreStack(ctx, "ci", coreStackSettings{limit: 500, feedTimeout: config.DefaultFeedTimeout,
+		pollerTimeout: config.DefaultPollerTimeout, source: src})
 	if err != nil {
 		return err
 	}
 	defer coreClose(ctx, st)
+	// What a Lambda logs: info and above.
+	st.Deps.Log = slog.New(slog.NewTextHandler(st.Logs(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	j := st.Deps.Config.Jobs[0]
-	j.Idle, j.Feed.Timeout = idle, config.Duration(config.DefaultFeedTimeout)
-	st.Deps.Config.Stack.PollerTimeout = config.Duration(config.DefaultPollerTimeout)
+	j.Idle = idle
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rt := &localrun.Runtime{Deps: st.Deps, Log: log, Opts: localrun.Options{NoWriter: true,
 		Tick: config.DefaultSchedule, PollerTimeout: config.DefaultPollerTimeout}}

@@ -42,7 +42,8 @@ type coreStackSettings struct {
 	feedTimeout   time.Duration // default 10s
 	pollerTimeout time.Duration // default 60s
 	createTables  bool
-	logLevel      slog.Level // of the captured pipeline log; default info
+	logLevel      slog.Level  // of the captured pipeline log; default info
+	source        *modeSource // the source the job reads; nil: the stack's own database
 }
 
 // newCoreStack provisions a stack named after kind whose job "bench" reads
@@ -65,6 +66,9 @@ func newCoreStack(ctx context.Context, kind string, s coreStackSettings) (*stack
 				Postgres: &config.PostgresOutput{CreateTables: s.createTables}}},
 			SendDepth: *cloudSendDepthFlag, // zero: the default
 		}},
+	}
+	if s.source != nil {
+		cfg.Jobs[0].Source = config.Source{Type: s.source.kind, URL: s.source.read, Auth: s.source.auth}
 	}
 	return stack.New(ctx, stack.Options{Name: "bench-" + kind, Config: cfg, LogLevel: s.logLevel})
 }

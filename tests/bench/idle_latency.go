@@ -5,7 +5,8 @@ package main
 // continuous), every AWS request 15 ms late through the proxy
 // (-aws-latency).
 //
-// Each (idle, mode) gets an isolated stack with the defaults that matter
+// Each (idle, mode) gets an isolated stack, reading a database of its own on
+// the source -idle-source names (a Sync Gateway by default), with the defaults that matter
 // here (schedule 1m, latency objective 60s, poller timeout 90s, lease TTL
 // 10s, feed timeout 10s) and the real local runtime (the poller on its
 // schedule, writers long-polling SQS). After a warm-up document:
@@ -26,17 +27,62 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
 func init() { register("idle-latency", idleLatency) }
 
-var idleSettingsFlag = flag.String("idle-settings", config.IdleWatch+","+config.IdleSleep,
-	"the idle settings idle-latency and cloud-idle measure, comma-separated")
+var (
+	idleSettingsFlag = flag.String("idle-settings", config.IdleWatch+","+config.IdleSleep,
+		"the idle settings idle-latency and cloud-idle measure, comma-separated")
+	idleSourceFlag = flag.String("idle-source", config.SourceSyncGateway,
+		"the source idle-latency and cloud-idle read: sync_gateway (a Sync Gateway started for them) or couchdb (pouchdb-server, which ignores the long-poll timeout, so that an idle long poll lasts until the poller gives up on it, 2 s later)")
+)
+
+// idleSources hands out databases on the source -idle-source names, each
+// behind a counting proxy. A long poll on Sync Gateway ends at its timeout,
+// as on CouchDB; on pouchdb-server it does not, which would lengthen every
+// idle invocation by the poller's slack.
+type idleSources struct {
+	sg *testenv.SyncGateway
+	n  int
+}
+
+func newIdleSources(ctx context.Context) (*idleSources, error) {
+	switch *idleSourceFlag {
+	case config.SourceCouchDB:
+		return &idleSources{}, nil
+	case config.SourceSyncGateway:
+		sg, err := testenv.NewSyncGateway(ctx, testenv.SyncGatewayOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("start sync gateway: %w", err)
+		}
+		os.Setenv(modePasswordEnv, "benchpw")
+		return &idleSources{sg: sg}, nil
+	}
+	return nil, fmt.Errorf("-idle-source %q: want %s or %s", *idleSourceFlag, config.SourceSyncGateway, config.SourceCouchDB)
+}
+
+// next creates a database; done removes what it can of it.
+func (s *idleSources) next(ctx context.Context) (*modeSource, func(), error) {
+	if s.sg == nil {
+		return couchModeSource(ctx)
+	}
+	s.n++
+	return sgModeSource(ctx, s.sg, fmt.Sprintf("bench_idle_%d_%d", time.Now().Unix(), s.n))
+}
+
+func (s *idleSources) close() {
+	if s.sg != nil {
+		s.sg.Close()
+	}
+}
 
 const (
 	idleTrickle  = 30
@@ -52,6 +98,11 @@ func idleLatency(ctx context.Context, r *results) error {
 		return err
 	}
 	defer cw.close()
+	sources, err := newIdleSources(ctx)
+	if err != nil {
+		return err
+	}
+	defer sources.close()
 	type row struct {
 		label                  string
 		p50, p99, idle, idleMx float64
@@ -60,7 +111,7 @@ func idleLatency(ctx context.Context, r *results) error {
 	for _, idle := range strings.Split(*idleSettingsFlag, ",") {
 		for _, mode := range []string{config.ModeLongpoll, config.ModeContinuous} {
 			label := idle + " " + mode
-			trickle, after, err := idleLatencyRun(ctx, r, cw, label, idle, mode)
+			trickle, after, err := idleLatencyRun(ctx, r, cw, sources, label, idle, mode)
 			if err != nil {
 				return fmt.Errorf("%s: %w", label, err)
 			}
@@ -71,14 +122,19 @@ func idleLatency(ctx context.Context, r *results) error {
 	for _, x := range rows {
 		fmt.Printf("  %-22s %9.0f ms %9.0f ms %14.1f s %12.1f s\n", x.label, x.p50, x.p99, x.idle/1000, x.idleMx/1000)
 	}
-	fmt.Printf("  (AWS requests %s late; load average %s)\n", *cloudLatencyFlag, loadAverage())
+	fmt.Printf("  (source %s; AWS requests %s late; load average %s)\n", *idleSourceFlag, *cloudLatencyFlag, loadAverage())
 	return nil
 }
 
 // idleLatencyRun measures one (idle, mode): the trickle's latencies and the
 // latencies of the changes made after idle, in milliseconds.
-func idleLatencyRun(ctx context.Context, r *results, cw *cloudAWS, label, idle, mode string) (trickle, after []float64, err error) {
-	st, err := newCoreStack(ctx, "il", coreStackSettings{limit: 500, pollerTimeout: config.DefaultPollerTimeout, createTables: true, logLevel: slog.LevelInfo})
+func idleLatencyRun(ctx context.Context, r *results, cw *cloudAWS, sources *idleSources, label, idle, mode string) (trickle, after []float64, err error) {
+	src, done, err := sources.next(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
+	st, err := newCoreStack(ctx, "il", coreStackSettings{limit: 500, pollerTimeout: config.DefaultPollerTimeout, createTables: true, logLevel: slog.LevelInfo, source: src})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -95,7 +151,7 @@ func idleLatencyRun(ctx context.Context, r *results, cw *cloudAWS, label, idle, 
 	}
 	defer pool.Close()
 
-	w, run, stop := coreWatchedRun(ctx, st, pool, table, st.SourceURL)
+	w, run, stop := coreWatchedRun(ctx, st, pool, table, src.write)
 	defer stop()
 	if err := w.write(ctx, "warmup", 0); err != nil {
 		return nil, nil, err

@@ -8,8 +8,10 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"reflect"
 )
 
 // Load reads, decodes, defaults and validates the file at path.
@@ -27,15 +29,32 @@ func Load(path string) (*File, error) {
 
 // Parse decodes, defaults and validates a configuration document.
 // Unknown keys are errors, so a misspelt setting is never silently ignored.
+// The error reports every unknown key and every problem Validate finds.
 func Parse(b []byte) (*File, error) {
-	dec := json.NewDecoder(bytes.NewReader(StripComments(b)))
-	dec.DisallowUnknownFields()
-	var f File
-	if err := dec.Decode(&f); err != nil {
+	return parse(b, (*File).problems)
+}
+
+// ParseForDeploy is Parse with the checks a deploy makes on top: what AWS
+// refuses of a file that is valid here (log retention, resource name
+// lengths, secret ARNs). Its error reports the problems of both at once.
+func ParseForDeploy(b []byte) (*File, error) {
+	return parse(b, func(f *File) []error { return append(f.problems(), f.deployProblems()...) })
+}
+
+// parse decodes, defaults and checks b with check.
+func parse(b []byte, check func(*File) []error) (*File, error) {
+	b = StripComments(b)
+	var doc any
+	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&doc); err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
+	unknown := unknownKeys("", doc, reflect.TypeFor[File]())
+	var f File
+	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&f); err != nil {
+		return nil, errors.Join(append(unknown, fmt.Errorf("decode: %w", err))...)
+	}
 	f.SetDefaults()
-	if err := f.Validate(); err != nil {
+	if err := errors.Join(append(unknown, check(&f)...)...); err != nil {
 		return nil, err
 	}
 	return &f, nil

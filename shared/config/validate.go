@@ -37,7 +37,10 @@ var (
 )
 
 // Validate reports every problem in the file at once, each naming its field.
-func (f *File) Validate() error {
+func (f *File) Validate() error { return errors.Join(f.problems()...) }
+
+// problems are Validate's errors, one a problem.
+func (f *File) problems() []error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
@@ -66,14 +69,11 @@ func (f *File) Validate() error {
 	}
 	seen := map[string]bool{}
 	for i, j := range f.Jobs {
-		p := fmt.Sprintf("jobs[%d]", i)
 		if j == nil {
-			bad(p, "must be an object")
+			bad(fmt.Sprintf("jobs[%d]", i), "must be an object")
 			continue
 		}
-		if j.ID != "" {
-			p = fmt.Sprintf("jobs[%s]", j.ID)
-		}
+		p := item("jobs", i, j.ID)
 		if !idPattern.MatchString(j.ID) {
 			bad(p+".id", "%q must be 1-32 lowercase letters, digits or '-', starting with a letter or digit", j.ID)
 		}
@@ -83,8 +83,16 @@ func (f *File) Validate() error {
 		seen[j.ID] = true
 		errs = append(errs, j.validate(p)...)
 	}
-	errs = append(errs, f.checkNames()...)
-	return errors.Join(errs...)
+	return append(errs, f.checkNames()...)
+}
+
+// item names element i of the list at key list in an error: by its id when
+// it has one, else by its index.
+func item(list string, i int, id string) string {
+	if id != "" {
+		return fmt.Sprintf("%s[%s]", list, id)
+	}
+	return fmt.Sprintf("%s[%d]", list, i)
 }
 
 func (j *Job) validate(p string) []error {
@@ -192,14 +200,11 @@ func (j *Job) validate(p string) []error {
 	}
 	seen := map[string]bool{}
 	for i, o := range j.Outputs {
-		op := fmt.Sprintf("%s.outputs[%d]", p, i)
 		if o == nil {
-			errs = append(errs, fmt.Errorf("%s: must be an object", op))
+			errs = append(errs, fmt.Errorf("%s.outputs[%d]: must be an object", p, i))
 			continue
 		}
-		if o.ID != "" {
-			op = fmt.Sprintf("%s.outputs[%s]", p, o.ID)
-		}
+		op := p + "." + item("outputs", i, o.ID)
 		if !idPattern.MatchString(o.ID) {
 			errs = append(errs, fmt.Errorf("%s.id: %q must be 1-32 lowercase letters, digits or '-'", op, o.ID))
 		}

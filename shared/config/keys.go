@@ -9,23 +9,25 @@ import (
 	"strings"
 )
 
-// field is one key of a configuration object: its name in the file and the
-// Go type its value decodes to.
+// field is one key of a configuration object: its name in the file, the
+// Go type its value decodes to and the index of its struct field.
 type field struct {
-	name string
-	typ  reflect.Type
+	name  string
+	typ   reflect.Type
+	index int
 }
 
 // fields lists the keys of the object struct type t decodes, in the order
 // of t's fields.
 func fields(t reflect.Type) []field {
 	var out []field
-	for sf := range t.Fields() {
+	for i := range t.NumField() {
+		sf := t.Field(i)
 		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
 		if name == "" || name == "-" || !sf.IsExported() {
 			continue
 		}
-		out = append(out, field{name: name, typ: sf.Type})
+		out = append(out, field{name: name, typ: sf.Type, index: i})
 	}
 	return out
 }

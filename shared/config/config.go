@@ -3,6 +3,11 @@
 //
 // The file is JSON with snake_case keys. Line (//) and block (/* */) comments are
 // allowed so that a sample can explain itself; they are stripped before decoding.
+//
+// Parse checks what every component needs (Validate); ParseForDeploy adds
+// what AWS would refuse, and is what the CDK app and changesctl validate
+// run. The reference docs/configuration.md is generated from this package
+// (reference.go, keydocs.go).
 package config
 
 import (

@@ -78,7 +78,7 @@ demo: up ctl ## run the pipeline end to end on the local services and print a su
 bench: up ctl ## print throughput, latency and memory figures (also written to bench-results.json)
 	@$(ENV) $(GO) run ./tests/bench
 
-lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, go mod tidy leaves no diff, the README's layout names every package
+lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, go mod tidy leaves no diff, the README's layout names every package, docs/configuration.md is what the code generates
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@$(GO) vet ./...
 	@$(STATICCHECK) ./...
@@ -86,6 +86,8 @@ lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, go mod tidy leaves no diff, 
 	@missing=$$(for p in $$($(GO) list ./... | sed 's|^github.com/changes-worker/changes-worker/||'); do \
 		grep -q -e "\`$$p\`" -e "\`$$p/\`" README.md || echo "$$p"; done); \
 		test -z "$$missing" || { echo "the README's layout table does not name:" $$missing; exit 1; }
+	@out=$$($(GO) test -count=1 -run '^TestReferenceDoc$$' ./shared/config 2>&1) || { echo "$$out"; \
+		echo "docs/configuration.md differs from the reference the code generates: go test ./shared/config -run TestReferenceDoc -update"; exit 1; }
 
 $(STATICCHECK):
 	@mkdir -p $(LOCAL)/bin

@@ -93,14 +93,10 @@ type function struct {
 }
 
 // functionName is the name of job j's function fn (fnPoller or fnWriter).
-func functionName(cfg *config.File, j *config.Job, fn string) string {
-	return cfg.Stack.Prefix + "-" + j.ID + "-" + fn
-}
+func functionName(cfg *config.File, j *config.Job, fn string) string { return cfg.FunctionName(j, fn) }
 
 // scheduleName is the name of the rule that starts job j's poller.
-func scheduleName(cfg *config.File, j *config.Job) string {
-	return cfg.Stack.Prefix + "-" + j.ID + "-schedule"
-}
+func scheduleName(cfg *config.File, j *config.Job) string { return cfg.ScheduleName(j) }
 
 // newFunction creates the job's function <prefix>-<job>-<name> with its own
 // role and log group. The role starts empty: every permission is added
@@ -417,7 +413,7 @@ func (js *jobStack) addEventSources() {
 	}
 }
 
-// retention converts a number of days (checked by checkRetention) to the
+// retention converts a number of days (checked by config.ParseForDeploy) to the
 // CDK's enumeration.
 func retention(days int) awslogs.RetentionDays {
 	switch days {

@@ -4,14 +4,11 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
-	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 
@@ -20,8 +17,8 @@ import (
 
 // Function names: each is built by `make build` into <build dir>/<name>/bootstrap.
 const (
-	fnPoller = "poller"
-	fnWriter = "writer"
+	fnPoller = config.FunctionPoller
+	fnWriter = config.FunctionWriter
 )
 
 // bundledConfigName is the file name of the job configuration inside each
@@ -62,7 +59,7 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 	if err != nil {
 		return nil, fmt.Errorf("read job configuration: %w", err)
 	}
-	cfg, err := config.Parse(raw)
+	cfg, err := config.ParseForDeploy(raw)
 	if err != nil {
 		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
 	}
@@ -70,26 +67,8 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 	if err != nil {
 		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
 	}
-	if err := checkRetention(cfg.Stack.LogRetentionDays); err != nil {
-		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
-	}
-	if err := checkNameLengths(cfg); err != nil {
-		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
-	}
 	in := &input{cfg: cfg, bucketGiven: given, code: map[string]map[string]string{}, variant: v}
 	in.sourceSecrets, in.outputSecrets = secretRefs(cfg)
-	var errs []error
-	for _, r := range append(append([]config.SecretRef{}, in.sourceSecrets...), in.outputSecrets...) {
-		if r.Secret == "" {
-			continue
-		}
-		if _, err := classifySecret(r.Secret); err != nil {
-			errs = append(errs, fmt.Errorf("secret %q: %w", r.Secret, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
-	}
 	if !v.functions() {
 		return in, nil
 	}
@@ -292,31 +271,16 @@ func jobSecretRefs(j *config.Job) (sources, outputs []config.SecretRef) {
 	return src.sorted(), out.sorted()
 }
 
-func (s *refSet) addJobSources(j *config.Job) { s.addAuth(j.Source.Auth) }
+func (s *refSet) addJobSources(j *config.Job) { s.addAll(j.SourceSecrets()) }
 
-func (s *refSet) addJobOutputs(j *config.Job) {
-	for _, o := range j.Outputs {
-		switch {
-		case o.Postgres != nil:
-			s.add(&o.Postgres.DSN)
-		case o.HTTP != nil:
-			s.addAuth(o.HTTP.Auth)
-			s.add(o.HTTP.URLSecret)
-			for _, h := range o.HTTP.Headers {
-				s.add(h.Ref)
-			}
-		}
-	}
-}
+func (s *refSet) addJobOutputs(j *config.Job) { s.addAll(j.OutputSecrets()) }
 
 type refSet map[config.SecretRef]bool
 
-func (s *refSet) addAuth(a *config.Auth) {
-	if a == nil {
-		return
+func (s *refSet) addAll(refs []config.KeyedSecret) {
+	for _, r := range refs {
+		s.add(r.Ref)
 	}
-	s.add(a.Password)
-	s.add(a.Token)
 }
 
 func (s *refSet) add(r *config.SecretRef) {
@@ -358,63 +322,4 @@ func envSecretNames(refs ...[]config.SecretRef) []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-// secretKind says how a {"secret": ...} reference names its secret.
-type secretKind int
-
-const (
-	secretByName        secretKind = iota // a plain name
-	secretByCompleteARN                   // an ARN with the 6-character suffix Secrets Manager adds
-	secretByPartialARN                    // an ARN without that suffix
-)
-
-var completeSecretARN = regexp.MustCompile(`^arn:[a-z0-9-]+:secretsmanager:[a-z0-9-]+:\d{12}:secret:.+-[A-Za-z0-9]{6}$`)
-
-// classifySecret tells how ref names its secret. An ARN that is neither a
-// complete nor a well-formed partial Secrets Manager ARN is an error.
-func classifySecret(ref string) (secretKind, error) {
-	if !strings.HasPrefix(ref, "arn:") {
-		return secretByName, nil
-	}
-	if completeSecretARN.MatchString(ref) {
-		return secretByCompleteARN, nil
-	}
-	parts := strings.SplitN(ref, ":", 7)
-	if len(parts) == 7 && parts[2] == "secretsmanager" && parts[5] == "secret" && parts[6] != "" {
-		return secretByPartialARN, nil
-	}
-	return 0, errors.New("not a Secrets Manager secret ARN (arn:PARTITION:secretsmanager:REGION:ACCOUNT:secret:NAME)")
-}
-
-// maxNameLength is the longest name Lambda allows a function and
-// EventBridge a rule.
-const maxNameLength = 64
-
-// checkNameLengths reports every job whose function or schedule name, made
-// of stack.prefix and the job's id, is longer than AWS allows.
-func checkNameLengths(cfg *config.File) error {
-	var errs []error
-	for _, j := range cfg.Jobs {
-		for _, name := range []string{functionName(cfg, j, fnPoller), functionName(cfg, j, fnWriter), scheduleName(cfg, j)} {
-			if len(name) > maxNameLength {
-				errs = append(errs, fmt.Errorf("jobs[%s].id: the name %s is %d characters, AWS allows %d: shorten the job's id or stack.prefix",
-					j.ID, name, len(name), maxNameLength))
-				break
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// retentionDays are the values CloudWatch Logs accepts for a log group's retention.
-var retentionDays = []int{1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}
-
-func checkRetention(days int) error {
-	for _, d := range retentionDays {
-		if d == days {
-			return nil
-		}
-	}
-	return fmt.Errorf("stack.log_retention_days: %d is not one of %v", days, retentionDays)
 }

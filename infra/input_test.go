@@ -15,35 +15,6 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 )
 
-func TestClassifySecret(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name    string
-		ref     string
-		want    secretKind
-		wantErr bool
-	}{
-		{name: "name", ref: "orders/pg-dsn", want: secretByName},
-		{name: "complete ARN", ref: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:orders/pg-dsn-AbC123", want: secretByCompleteARN},
-		{name: "partial ARN", ref: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:orders/pg-dsn", want: secretByPartialARN},
-		{name: "other partition", ref: "arn:aws-us-gov:secretsmanager:us-gov-west-1:123456789012:secret:x-AbC123", want: secretByCompleteARN},
-		{name: "not a secret ARN", ref: "arn:aws:ssm:eu-west-1:123456789012:parameter/x", wantErr: true},
-		{name: "ARN without name", ref: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:", wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			got, err := classifySecret(tt.ref)
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("classifySecret(%q) error = %v, want error %v", tt.ref, err, tt.wantErr)
-			}
-			if err == nil && got != tt.want {
-				t.Errorf("classifySecret(%q) = %v, want %v", tt.ref, got, tt.want)
-			}
-		})
-	}
-}
-
 func TestSecretRefs(t *testing.T) {
 	t.Parallel()
 	f, err := config.Load(testConfig)

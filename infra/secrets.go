@@ -48,7 +48,7 @@ func (js *jobStack) grantSecrets(role awsiam.IRole, refs []config.SecretRef) {
 }
 
 // secret imports the secret ref names. An existing secret's name or ARN was
-// checked by loadInput.
+// checked by loadInput (config.ParseForDeploy).
 func (js *jobStack) secret(r config.SecretRef) awssecretsmanager.ISecret {
 	if r.Env != "" {
 		return js.importOnce("EnvSecret-"+r.Env, func(id string) any {
@@ -57,11 +57,11 @@ func (js *jobStack) secret(r config.SecretRef) awssecretsmanager.ISecret {
 	}
 	id := fmt.Sprintf("Secret-%08x", crc32.ChecksumIEEE([]byte(r.Secret)))
 	return js.importOnce(id, func(id string) any {
-		kind, _ := classifySecret(r.Secret)
+		kind, _ := config.ClassifySecret(r.Secret)
 		switch kind {
-		case secretByCompleteARN:
+		case config.SecretByCompleteARN:
 			return awssecretsmanager.Secret_FromSecretCompleteArn(js.stack, jsii.String(id), jsii.String(r.Secret))
-		case secretByPartialARN:
+		case config.SecretByPartialARN:
 			return awssecretsmanager.Secret_FromSecretPartialArn(js.stack, jsii.String(id), jsii.String(r.Secret))
 		}
 		return awssecretsmanager.Secret_FromSecretNameV2(js.stack, jsii.String(id), jsii.String(r.Secret))

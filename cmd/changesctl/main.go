@@ -17,6 +17,7 @@ import (
 const usage = `changesctl operates changes-worker pipelines.
 
 Usage:
+  changesctl validate --config FILE      check a configuration as a deploy would; every problem, by key
   changesctl bootstrap --config FILE     create the table, queues, DLQs and bucket
              [--remove]                 delete the table, queues and DLQs instead (not the bucket)
   changesctl run --config FILE [flags]   run pollers and writers on this machine
@@ -55,6 +56,7 @@ type cliEnv struct {
 
 func commands() []command {
 	return []command{
+		{"validate", cmdValidate},
 		{"bootstrap", cmdBootstrap},
 		{"run", cmdRun},
 		{"invoke", cmdInvoke},

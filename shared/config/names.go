@@ -18,6 +18,19 @@ func (f *File) DLQName(j *Job, o *Output) string {
 	return f.Stack.Prefix + "-" + j.ID + "-" + o.ID + "-dlq" + o.queueSuffix()
 }
 
+// Functions of a job, each deployed as <prefix>-<job>-<function>.
+const (
+	FunctionPoller = "poller"
+	FunctionWriter = "writer"
+)
+
+// FunctionName is the name of job j's function fn (FunctionPoller or
+// FunctionWriter).
+func (f *File) FunctionName(j *Job, fn string) string { return f.Stack.Prefix + "-" + j.ID + "-" + fn }
+
+// ScheduleName is the name of the rule that starts job j's poller.
+func (f *File) ScheduleName(j *Job) string { return f.Stack.Prefix + "-" + j.ID + "-schedule" }
+
 // FIFO reports whether the output's queues are FIFO queues.
 func (o *Output) FIFO() bool { return o.Ordering == OrderingPerDocument || o.Ordering == OrderingTotal }
 

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/changes-worker/changes-worker/shared/testenv"
+)
+
+// validateOut runs changesctl validate with args and returns what it
+// printed and its error.
+func validateOut(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errb strings.Builder
+	err := realMain(t.Context(), &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, lookup: testenv.Lookup},
+		append([]string{"validate"}, args...))
+	return out.String(), err
+}
+
+// TestValidate: a good configuration prints ok and its jobs; a bad one
+// prints every problem, one a line, each naming its key, loading's and the
+// deploy's alike, and fails naming how many there are.
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte(`// mistakes of every kind
+{"stack": {"prefix": "shop", "log_retention_days": 10},
+ "jobs": [{"id": "orders", "feed": {"limt": 200},
+   "source": {"type": "sync_gateway", "url": "http://sg:4984/shop",
+     "auth": {"type": "basic", "username": "worker", "password": {"secret": "arn:aws:ssm:eu-west-1:123456789012:parameter/sg"}}},
+   "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {}}},
+     {"id": "hook", "type": "http", "ordering": "none", "on_failure": "halt", "http": {"url": "https://hooks.example.com/{doc_id}"}}]}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		want    []string // the lines printed
+		wantErr string   // a substring of the error; "" for none
+	}{
+		{
+			name: "good",
+			args: []string{"--config", "../../localstack/jobs.json"},
+			want: []string{"ok: 1 job, 3 outputs", "  orders: couchdb source, outputs pg (postgres), rest (http), archive (s3)"},
+		},
+		{
+			name: "every problem by its key",
+			args: []string{"--config", bad},
+			want: []string{
+				`jobs[orders].feed: unknown field "limt"`,
+				"jobs[orders].outputs[pg].postgres.dsn: give env (an environment variable) or secret (a Secrets Manager name or ARN); the value itself never goes in this file",
+				"jobs[orders].outputs[hook].on_failure: halt needs a FIFO queue: set ordering to total or per_document",
+				"stack.log_retention_days: 10 is not one of [1 3 5 7 14 30 60 90 120 150 180 365 400 545 731 1096 1827 2192 2557 2922 3288 3653]",
+				`jobs[orders].source.auth.password.secret: "arn:aws:ssm:eu-west-1:123456789012:parameter/sg" is not a Secrets Manager secret ARN (arn:PARTITION:secretsmanager:REGION:ACCOUNT:secret:NAME)`,
+			},
+			wantErr: "bad.json: 5 problems",
+		},
+		{name: "no file", args: []string{"--config", "nope.json"}, wantErr: "open nope.json"},
+		{name: "no --config", wantErr: "--config is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := validateOut(t, tt.args...)
+			var got []string
+			if out != "" {
+				got = strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("output (-want +got):\n%s", d)
+			}
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("error %v, want none", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("error %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestValidateExamples: every sample configuration under docs/examples/
+// opens with a comment saying who it is for and passes validate. (The
+// infra tests synthesize each one.)
+func TestValidateExamples(t *testing.T) {
+	t.Parallel()
+	paths, err := filepath.Glob("../../docs/examples/*")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no sample configuration under docs/examples: %v", err)
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			t.Parallel()
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(string(raw), "// For: ") || !strings.Contains(string(raw), "\n// Replace: ") {
+				t.Errorf("%s does not open with the comments \"// For: ...\" and \"// Replace: ...\"", path)
+			}
+			if out, err := validateOut(t, "--config", path); err != nil || !strings.HasPrefix(out, "ok: ") {
+				t.Errorf("validate %s: %v\n%s", path, err, out)
+			}
+		})
+	}
+}

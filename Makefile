@@ -75,19 +75,24 @@ test-infra: up cdk-deps cfn-lint-tool ## only the CDK stack tests: assertions, I
 demo: up ctl ## run the pipeline end to end on the local services and print a summary
 	@$(ENV) bash localstack/demo.sh $(CTL) $(CONFIG)
 
-bench: up ctl ## print throughput, latency and memory figures (also written to bench-results.json)
+bench: up ctl ## print throughput, latency, memory and failover figures; write bench-results.json and docs/benchmarks.md from them
 	@$(ENV) $(GO) run ./tests/bench
+	@cp bench-results.json docs/bench-results.json
+	@$(GO) run ./tests/bench -report docs/bench-results.json > docs/benchmarks.md
+	@echo "docs/benchmarks.md written from docs/bench-results.json"
 
-lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, go mod tidy leaves no diff, the README's layout names every package, docs/configuration.md is what the code generates
+lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, go mod tidy leaves no diff, the docs' package table, links, metrics, alarms and benchmarks page, docs/configuration.md is what the code generates
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@$(GO) vet ./...
 	@$(STATICCHECK) ./...
 	@$(GO) mod tidy -diff || { echo "go mod tidy would change go.mod/go.sum (run go mod tidy)"; exit 1; }
 	@missing=$$(for p in $$($(GO) list ./... | sed 's|^github.com/changes-worker/changes-worker/||'); do \
-		grep -q -e "\`$$p\`" -e "\`$$p/\`" README.md || echo "$$p"; done); \
-		test -z "$$missing" || { echo "the README's layout table does not name:" $$missing; exit 1; }
+		grep -q -e "\`$$p\`" -e "\`$$p/\`" docs/architecture.md || echo "$$p"; done); \
+		test -z "$$missing" || { echo "the package table of docs/architecture.md does not name:" $$missing; exit 1; }
 	@out=$$($(GO) test -count=1 -run '^TestReferenceDoc$$' ./shared/config 2>&1) || { echo "$$out"; \
 		echo "docs/configuration.md differs from the reference the code generates: go test ./shared/config -run TestReferenceDoc -update"; exit 1; }
+	@$(GO) test -count=1 ./tests/docs
+	@$(GO) test -count=1 -run 'TestBenchmarksPage$$' ./tests/bench
 
 $(STATICCHECK):
 	@mkdir -p $(LOCAL)/bin
@@ -112,7 +117,7 @@ synth: cdk-config build cdk-deps ## synthesize the stack into cdk.out (CDK_CONFI
 diff: cdk-config build cdk-deps ## show what deploy would change (CDK_CONFIG required)
 	$(CDK) diff -c config=$(CDK_CONFIG)
 
-deploy: cdk-config build cdk-deps ## deploy the stack to AWS (CDK_CONFIG required; see infra/README.md)
+deploy: cdk-config build cdk-deps ## deploy the stack to AWS (CDK_CONFIG required; see docs/deploy.md)
 	$(CDK) deploy -c config=$(CDK_CONFIG) --require-approval broadening
 
 destroy: cdk-config build cdk-deps ## delete the stack (CDK_CONFIG required; retained table and bucket stay)

@@ -32,7 +32,7 @@ func (s *changesStack) addStorage() {
 		s.bucket = awss3.Bucket_FromBucketName(s.stack, jsii.String("DataBucket"), jsii.String(s.cfg.Stack.Bucket))
 		awscdk.Annotations_Of(s.stack).AddWarningV2(jsii.String("changes-worker:claim-check-expiry"), jsii.String(fmt.Sprintf(
 			"stack.bucket %s is an existing bucket, whose lifecycle configuration the stack does not change: add a rule that expires "+
-				"the objects under %s after %d days (infra/README.md shows it), and verify it with `changesctl bucket check --config FILE`; "+
+				"the objects under %s after %d days (docs/deploy.md shows it), and verify it with `changesctl bucket check --config FILE`; "+
 				"without it, claim checks are never deleted",
 			s.cfg.Stack.Bucket, config.ClaimCheckPrefix, claimCheckExpiryDays)))
 		return

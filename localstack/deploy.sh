@@ -12,7 +12,7 @@
 #     CloudFormation would fail on them (Table already exists).
 #   - after: each secret <prefix>/NAME the stack created gets the value of
 #     the environment variable NAME (PG_DSN from env.sh, say), as
-#     infra/README.md tells a user to do on AWS; the stack's bucket is also
+#     docs/deploy.md tells a user to do on AWS; the stack's bucket is also
 #     created in the S3 the functions use (moto, AWS_ENDPOINT_URL_S3), since
 #     CloudFormation creates it in LocalStack's S3; both functions must be
 #     Active. Only then are the schedule rules, deployed disabled, enabled:

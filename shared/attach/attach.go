@@ -6,7 +6,7 @@
 // attachment that did not change (a new revision of its document, or the same
 // content in another document) is found by a HEAD and neither fetched from
 // the source nor uploaded again, and a key never holds two contents. The
-// pipeline never deletes these objects (see the README's retention rule).
+// pipeline never deletes these objects (docs/outputs.md says why).
 package attach
 
 import (

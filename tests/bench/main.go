@@ -1,19 +1,27 @@
 // Command bench measures the pipeline on the local services and prints its
-// figures; they are also written to bench-results.json. Run it with
-// `make bench` (which starts the services). Figures are ratios measured side
-// by side in one run, and medians, because a shared machine is noisy.
+// figures; they are also written to bench-results.json, with the commit and
+// the machine they were measured on. Run it with `make bench` (which starts
+// the services and writes docs/benchmarks.md from the results). Figures are
+// ratios measured side by side in one run, and medians, because a shared
+// machine is noisy.
+//
+// With -report FILE it measures nothing: it prints the benchmarks page for
+// the results in FILE.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -32,12 +40,19 @@ func register(name string, run func(ctx context.Context, r *results) error) {
 	benchmarks = append(benchmarks, benchmark{name: name, run: run})
 }
 
-// results collects figures by benchmark and name.
+// results collects figures by benchmark and name, with when, where and at
+// which commit they were measured.
 type results struct {
 	current string
 	Figures map[string]map[string]any `json:"figures"`
 	Started time.Time                 `json:"started"`
 	Machine map[string]any            `json:"machine"`
+	// Commit is the git commit measured; Dirty says the worktree had
+	// uncommitted changes to tracked files.
+	Commit string `json:"commit"`
+	Dirty  bool   `json:"dirty,omitempty"`
+	// Note, when set, is printed under the page's heading; a run sets none.
+	Note string `json:"note,omitempty"`
 }
 
 // add records one figure of the running benchmark and prints it.
@@ -63,7 +78,19 @@ func main() {
 	only := flag.String("only", "", "comma-separated benchmark names to run (default: all)")
 	out := flag.String("out", "bench-results.json", "where to write the figures")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	report := flag.String("report", "", "print the benchmarks page (markdown) for the results in this file, measuring nothing")
 	flag.Parse()
+	if *report != "" {
+		r, err := readResults(*report)
+		if err == nil {
+			err = writeReport(os.Stdout, r, *report)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -78,8 +105,8 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	host, _ := os.Hostname()
-	r := &results{Figures: map[string]map[string]any{}, Started: time.Now().UTC(), Machine: map[string]any{"host": host, "cpus": numCPU()}}
+	r := &results{Figures: map[string]map[string]any{}, Started: time.Now().UTC(), Machine: machine()}
+	r.Commit, r.Dirty = commit(ctx)
 	failed := 0
 	for _, b := range benchmarks {
 		if *only != "" && !contains(strings.Split(*only, ","), b.name) {
@@ -146,3 +173,47 @@ func percentile(xs []float64, p float64) float64 {
 }
 
 func numCPU() int { return runtime.NumCPU() }
+
+// machine describes the machine the figures are measured on.
+func machine() map[string]any {
+	host, _ := os.Hostname()
+	m := map[string]any{"host": host, "cpus": numCPU(), "os": runtime.GOOS + "/" + runtime.GOARCH, "go": runtime.Version()}
+	if v := procField("/proc/cpuinfo", "model name"); v != "" {
+		m["cpu"] = v
+	}
+	if v := procField("/proc/meminfo", "MemTotal"); v != "" {
+		if kb, err := strconv.ParseFloat(strings.TrimSuffix(v, " kB"), 64); err == nil {
+			m["memory"] = fmt.Sprintf("%.0f GiB", kb/(1<<20))
+		}
+	}
+	return m
+}
+
+// procField returns the value of the first "name: value" line of a /proc
+// file, or "" when there is none.
+func procField(path, name string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == name {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// commit returns the git commit of the working directory and whether
+// tracked files differ from it; "" when git cannot tell.
+func commit(ctx context.Context) (string, bool) {
+	out, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "", false
+	}
+	status, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output()
+	return strings.TrimSpace(string(out)), err == nil && len(strings.TrimSpace(string(status))) > 0
+}

@@ -34,7 +34,7 @@ func (e *endless) Read(p []byte) (int, error) {
 }
 
 // serve starts a receiver storing into a new directory.
-func serve(t *testing.T) (string, *httptest.Server) {
+func serve(t *testing.T) (string, *receiver.Server, *httptest.Server) {
 	t.Helper()
 	dir := t.TempDir()
 	s, err := receiver.New(dir)
@@ -43,14 +43,14 @@ func serve(t *testing.T) (string, *httptest.Server) {
 	}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return dir, srv
+	return dir, s, srv
 }
 
 // TestBodyBound: a body longer than the receiver takes is refused with 413
 // after at most that much is read, and nothing is stored.
 func TestBodyBound(t *testing.T) {
 	t.Parallel()
-	dir, srv := serve(t)
+	dir, _, srv := serve(t)
 	body := &endless{}
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL+"/docs/a", body)
 	if err != nil {
@@ -88,7 +88,7 @@ func TestBodyBound(t *testing.T) {
 // version replaces it, nor a file that is not a document.
 func TestReadersSeeWholeDocuments(t *testing.T) {
 	t.Parallel()
-	dir, srv := serve(t)
+	dir, _, srv := serve(t)
 	body := `{"_id":"a","pad":"` + strings.Repeat("x", 1<<20) + `"}`
 	done := make(chan struct{})
 	var torn atomic.Int64
@@ -137,13 +137,7 @@ func TestReadersSeeWholeDocuments(t *testing.T) {
 // ids that need escaping included, and nothing else in its directory.
 func TestDocs(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	s, err := receiver.New(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(s)
-	t.Cleanup(srv.Close)
+	dir, s, srv := serve(t)
 	send := func(method, id, version, body string) {
 		t.Helper()
 		req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+"/docs/"+url.PathEscape(id), strings.NewReader(body))

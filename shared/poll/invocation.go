@@ -400,7 +400,7 @@ func (v *invocation) sleep(ctx context.Context, d time.Duration) (err error) {
 // stops the invocation: the error is kept in v.stopped, which every later
 // fence and renewal returns, so no request starts after it, and stop
 // cancels what Run's goroutine waits for (a read, a backoff; the requests
-// of a chunk in flight finish, see loop). The channel returned is closed
+// of a chunk in flight finish, see rounds). The channel returned is closed
 // once ctx has ended and the heartbeat with it.
 func (v *invocation) heartbeat(ctx context.Context, stop context.CancelFunc) <-chan struct{} {
 	done := make(chan struct{})
@@ -727,7 +727,8 @@ func (v *invocation) queued(ctx context.Context, s *sending) error {
 // checkpoint writes the position queued and held back (see ledger) as the
 // checkpoint, renewing the lease. Reads have no side effects, so only the
 // order of writes matters: an async write is left in flight while the next
-// batch is read, and the next lease write or send waits for it first.
+// batch is read, and the next lease write or send waits for it first. With
+// nothing held back, it only settles.
 func (v *invocation) checkpoint(ctx context.Context, async bool) error {
 	if err := v.settle(); err != nil {
 		return err

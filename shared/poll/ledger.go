@@ -18,7 +18,7 @@ import (
 // or abandoned, holds back every position after it, whatever order the
 // acknowledgements come in. A position never goes back where the seq
 // format tells (feed.NotBefore). It does no I/O, and is not safe for
-// concurrent use (the invocation's mu guards it).
+// concurrent use: only Run's goroutine uses it.
 type ledger struct {
 	saved   json.RawMessage // the last checkpoint written, or being written
 	savedAt time.Time       // when it was taken (zero: never, as far as known)

@@ -10,19 +10,15 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/localrun"
 	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
-	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 // With attachments enabled, every output (PostgreSQL body, HTTP body, S3
@@ -82,67 +78,32 @@ func TestAttachmentsReachEveryOutput(t *testing.T) {
 			t.Errorf("%s %s: object %s is not the attachment", output, id, e.Key)
 		}
 	}
-	pool := testenv.Postgres(t)
-	table, _, err := s.PostgresTables("orders", "pg")
+	// seen counts, per output, the bodies of the test's documents found
+	// there, each checked.
+	seen := map[string]int{}
+	for id := range contents {
+		for output, name := range map[string]string{"pg": "postgres", "archive": "s3"} {
+			body, ok, err := s.Body(ctx, "orders", output, id)
+			if err != nil {
+				t.Fatalf("%s %s: %v", name, id, err)
+			}
+			if ok {
+				seen[name]++
+				check(name, id, body)
+			}
+		}
+	}
+	docs, err := s.recv.Docs()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for id := range contents {
-		var body []byte
-		if err := pool.QueryRow(ctx, "SELECT body FROM "+table.Sanitize()+" WHERE doc_id = $1", id).Scan(&body); err != nil {
-			t.Fatalf("postgres %s: %v", id, err)
-		}
-		check("postgres", id, body)
-	}
-	entries, err := os.ReadDir(s.recv.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// seen counts, per output, the bodies of the test's documents found
-	// there, each checked.
-	seen := map[string]int{}
-	found := func(output string, body []byte) {
-		t.Helper()
-		var d struct {
-			ID string `json:"_id"`
-		}
-		_ = json.Unmarshal(body, &d)
-		if _, ok := contents[d.ID]; ok {
-			seen[output]++
-			check(output, d.ID, body)
+		if d, ok := docs[id]; ok {
+			seen["http"]++
+			check("http", id, d.Body)
 		}
 	}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(s.recv.Dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		found("http", b)
-	}
-	_, archive, err := s.Output("orders", "archive")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: &archive.S3.Bucket, Prefix: &archive.S3.Prefix})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range page.Contents {
-			if strings.Contains(aws.ToString(o.Key), "_tombstones/") {
-				continue
-			}
-			g, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &archive.S3.Bucket, Key: o.Key})
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(g.Body)
-			g.Body.Close()
-			found("s3", b)
-		}
-	}
-	for _, output := range []string{"http", "s3"} {
+	for _, output := range []string{"postgres", "http", "s3"} {
 		if seen[output] != len(contents) {
 			t.Errorf("%s output holds %d of the %d documents", output, seen[output], len(contents))
 		}
@@ -199,14 +160,9 @@ func TestAttachmentLongerThanItsEntry(t *testing.T) {
 	if got := s.pgState(ctx); len(got) != 2 {
 		t.Errorf("postgres holds %v, want a and b", got)
 	}
-	pool := testenv.Postgres(t)
-	table, _, err := s.PostgresTables("orders", "pg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var body []byte
-	if err := pool.QueryRow(ctx, "SELECT body FROM "+table.Sanitize()+" WHERE doc_id = 'a'").Scan(&body); err != nil {
-		t.Fatal(err)
+	body, ok, err := s.Body(ctx, "orders", "pg", "a")
+	if err != nil || !ok {
+		t.Fatalf("postgres body of a: %v (stored: %v)", err, ok)
 	}
 	var doc struct {
 		Attachments map[string]struct {

@@ -240,7 +240,7 @@ func (d *deployedStack) checkSecretCorrected(ctx context.Context, t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _, err := d.PostgresRevs(ctx, "orders", "pg"); err == nil && len(got) != 0 {
+	if got, err := d.Revs(ctx, "orders", "pg"); err == nil && len(got) != 0 {
 		t.Fatalf("PostgreSQL holds %d documents written with a wrong DSN", len(got))
 	}
 	if n := d.queueDepth(ctx, t, q.DLQURL); n != 0 {
@@ -256,7 +256,7 @@ func (d *deployedStack) checkSecretCorrected(ctx context.Context, t *testing.T) 
 	// The writer creates the output's tables when it first opens it: until
 	// then there is no table to read.
 	if err := testenv.Poll(ctx, 2*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
-		got, _, err := d.PostgresRevs(ctx, "orders", "pg")
+		got, err := d.Revs(ctx, "orders", "pg")
 		return err == nil && maps.Equal(got, want), nil
 	}); err != nil {
 		t.Fatalf("pg not exact 2m after the secret was corrected: %v", err)

@@ -5,17 +5,12 @@ package tests
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -138,53 +133,19 @@ func (s *testStack) runUntilIdle(ctx context.Context, opts localrun.Options) loc
 	return sum
 }
 
-// pgState returns doc id → rev of the rows in the output table.
-func (s *testStack) pgState(ctx context.Context) map[string]string {
-	s.t.Helper()
-	got, _, err := s.PostgresRevs(ctx, "orders", "pg")
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return got
-}
+// pgState returns doc id → rev of the documents the pg output holds.
+func (s *testStack) pgState(ctx context.Context) map[string]string { return s.revs(ctx, "pg") }
 
-// s3State returns doc id → rev of the objects under the output's prefix, from
-// the object metadata.
-func (s *testStack) s3State(ctx context.Context) map[string]string {
+// s3State returns doc id → rev of the documents the archive output holds.
+func (s *testStack) s3State(ctx context.Context) map[string]string { return s.revs(ctx, "archive") }
+
+// revs returns doc id → rev of the documents an output of the job holds, as
+// its sink's state reader reads them.
+func (s *testStack) revs(ctx context.Context, output string) map[string]string {
 	s.t.Helper()
-	_, out, err := s.Output("orders", "archive")
+	got, err := s.Revs(ctx, "orders", output)
 	if err != nil {
 		s.t.Fatal(err)
-	}
-	c := s.Deps.S3
-	got := map[string]string{}
-	p := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: &out.S3.Bucket, Prefix: &out.S3.Prefix})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			s.t.Fatalf("list output objects: %v", err)
-		}
-		for _, o := range page.Contents {
-			h, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &out.S3.Bucket, Key: o.Key})
-			if err != nil {
-				s.t.Fatalf("head %s: %v", aws.ToString(o.Key), err)
-			}
-			if strings.Contains(aws.ToString(o.Key), "_tombstones/") {
-				continue
-			}
-			var body map[string]any
-			g, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &out.S3.Bucket, Key: o.Key})
-			if err != nil {
-				s.t.Fatal(err)
-			}
-			err = json.NewDecoder(g.Body).Decode(&body)
-			g.Body.Close()
-			if err != nil {
-				s.t.Fatalf("decode %s: %v", aws.ToString(o.Key), err)
-			}
-			id, _ := body["_id"].(string)
-			got[id] = h.Metadata["rev"]
-		}
 	}
 	return got
 }
@@ -203,24 +164,13 @@ func (s *testStack) sourceState(ctx context.Context) map[string]string {
 // httpState returns doc id → rev of the documents the receiver holds.
 func (s *testStack) httpState() map[string]string {
 	s.t.Helper()
-	got := map[string]string{}
-	entries, err := os.ReadDir(s.recv.Dir)
+	docs, err := s.recv.Docs()
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(s.recv.Dir, e.Name()))
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		var d struct {
-			ID  string `json:"_id"`
-			Rev string `json:"_rev"`
-		}
-		if err := json.Unmarshal(b, &d); err != nil {
-			s.t.Fatalf("decode %s: %v", e.Name(), err)
-		}
-		got[d.ID] = d.Rev
+	got := make(map[string]string, len(docs))
+	for id, d := range docs {
+		got[id] = d.Rev
 	}
 	return got
 }

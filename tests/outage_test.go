@@ -193,7 +193,7 @@ func TestPostgresDownNothingDeadLettered(t *testing.T) {
 	})
 	ctx := t.Context()
 	state := func() map[string]string {
-		got, _, err := s.PostgresRevs(ctx, "orders", "pg")
+		got, err := s.Revs(ctx, "orders", "pg")
 		if err != nil {
 			return nil // the writer creates the table with its first change
 		}
@@ -317,7 +317,7 @@ func TestWrongDSNCorrectedWhileWarm(t *testing.T) {
 	putSecret(testenv.DSN())
 	stored := time.Now()
 	state := func() map[string]string {
-		got, _, err := s.PostgresRevs(ctx, "orders", "pg")
+		got, err := s.Revs(ctx, "orders", "pg")
 		if err != nil {
 			return nil // the writer creates the table with its first change
 		}

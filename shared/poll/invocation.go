@@ -37,17 +37,16 @@ type invocation struct {
 	end   time.Time    // the budget: the deadline minus a margin
 	res   Result
 
-	since        json.RawMessage // where the next read starts: the last checkpoint
-	counter      int64           // observation order within this generation
-	backoff      time.Duration   // after the source's last failure
-	lastErr      error           // the source's last failure, reported if the budget ends on it
-	slowest      time.Duration   // the longest chunk so far, to plan the budget
-	checkpointAt time.Time
-	caughtUpAt   time.Time
-	started      time.Time // when the invocation began, for its idle stay
-	changedAt    time.Time // when the last batch with changes was read
-	standby      bool      // "standing by" was logged
-	stopped      error     // the renewal that failed while Run's goroutine waited (see heartbeat)
+	ledger     ledger        // the checkpoint: written, queued, in flight
+	counter    int64         // observation order within this generation
+	backoff    time.Duration // after the source's last failure
+	lastErr    error         // the source's last failure, reported if the budget ends on it
+	slowest    time.Duration // the longest chunk so far, to plan the budget
+	caughtUpAt time.Time
+	started    time.Time // when the invocation began, for its idle stay
+	changedAt  time.Time // when the last batch with changes was read
+	standby    bool      // "standing by" was logged
+	stopped    error     // the renewal that failed while Run's goroutine waited (see heartbeat)
 
 	str streaming // the streaming feed, when the job reads one
 
@@ -59,11 +58,9 @@ type invocation struct {
 	sends       []*sending      // the chunks in flight, oldest first
 	sendCtx     context.Context // the sends', cancelled to abandon them
 	cancelSends context.CancelFunc
-	depth       int             // chunks in flight at most
-	fifo        bool            // an output keeps each document's order
-	inflight    chan written    // the checkpoint write in flight, or nil
-	unsaved     json.RawMessage // queued but not yet checkpointed
-	unsavedLeft int64
+	depth       int          // chunks in flight at most
+	fifo        bool         // an output keeps each document's order
+	inflight    chan written // the checkpoint write in flight, or nil
 }
 
 // written is the outcome of a checkpoint write made in the background: the
@@ -110,7 +107,7 @@ func (v *invocation) standingBy(ctx context.Context, holder *lease.State) {
 func (v *invocation) start(ctx context.Context) {
 	l := v.lease
 	v.res = Result{Role: "active", Generation: l.Generation, Takeover: l.Kind, Checkpoint: l.Checkpoint}
-	v.since, v.checkpointAt, v.caughtUpAt = l.Checkpoint, l.Previous.CheckpointAt, v.now()
+	v.ledger, v.caughtUpAt = newLedger(l.Checkpoint, l.Previous.CheckpointAt), v.now()
 	// Changes queued again after an operator set the checkpoint back are
 	// not repeats to a FIFO queue's deduplication.
 	v.targets = make([]fanout.Target, len(v.p.Targets))
@@ -159,6 +156,22 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 	return v.res, err
 }
 
+// errEnded ends an invocation with nothing to report: the budget is spent,
+// the feed rests, or the context ended, and what was queued before is
+// recorded. It is the one way a step of the loop stops the invocation
+// without an error of its own: every step returns an error, nil to go on
+// and anything else to stop, and loop returns nil for errEnded.
+var errEnded = errors.New("invocation ended")
+
+// ended is err, or errEnded when err is nil: a step that stops the
+// invocation after a call that may have failed.
+func ended(err error) error {
+	if err != nil {
+		return err
+	}
+	return errEnded
+}
+
 // loop reads, queues and checkpoints batches until the budget is spent
 // (nil, or the source's last failure), the lease is lost (ErrLeaseLost) or
 // something fails for good.
@@ -169,22 +182,30 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 // checkpoint is written while the next batch is queued. The rules hold:
 // batches are queued one after another, in feed order, so a document's
 // changes reach a FIFO queue in order; a checkpoint names only pages queued
-// whole, and is written only after the one before it (settle); the fence
-// is still asked before every request. In a streaming mode, once caught up,
-// batches come from one stream instead of pages (see streaming), with
-// nothing read ahead.
-func (v *invocation) loop(parent context.Context) (err error) {
+// whole (ledger), and is written only after the one before it (settle); the
+// fence is still asked before every request. In a streaming mode, once
+// caught up, batches come from one stream instead of pages (see streaming),
+// with nothing read ahead.
+func (v *invocation) loop(parent context.Context) error {
 	ctx, stop := context.WithCancel(parent)
 	beating := v.heartbeat(ctx, stop)
-	defer func() {
-		<-beating
-		switch {
-		case v.stopped != nil:
-			err = v.stopped
-		case errors.Is(err, errEnded):
-			err = nil
-		}
-	}()
+	err := v.rounds(ctx, parent, stop)
+	<-beating
+	switch {
+	case v.stopped != nil:
+		return v.stopped
+	case errors.Is(err, errEnded):
+		return nil
+	}
+	return err
+}
+
+// rounds holds the invocation and runs rounds until one stops it, then
+// winds the pipeline down; stop ends the heartbeat. The sends are made
+// under parent: a request already on its way to SQS cannot be called back,
+// so the heartbeat's stop leaves the sends in flight alone, and their next
+// fence refuses.
+func (v *invocation) rounds(ctx, parent context.Context, stop context.CancelFunc) error {
 	// Deferred calls run last first: the chunks still in flight are
 	// abandoned, the checkpoint write in flight is settled, then the
 	// reader stopped, the stream closed, and the heartbeat stopped
@@ -195,12 +216,20 @@ func (v *invocation) loop(parent context.Context) (err error) {
 	defer v.closeStream(ctx)
 	defer func() { v.ahead.stop() }()
 	defer func() { _ = v.settle() }()
-	// A request already on its way to SQS cannot be called back: the
-	// heartbeat's stop leaves the sends in flight alone, and their next
-	// fence refuses.
 	v.sendCtx, v.cancelSends = context.WithCancel(parent)
 	defer v.cancelSends()
 	defer v.abandonSends()
+	v.planSends()
+	for {
+		if err := v.round(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// planSends sets how many chunks may be in flight, and whether an output
+// keeps each document's order.
+func (v *invocation) planSends() {
 	v.depth = v.p.SendDepth
 	if v.depth <= 0 {
 		v.depth = DefaultSendDepth
@@ -211,72 +240,86 @@ func (v *invocation) loop(parent context.Context) (err error) {
 			v.depth = 1 // one message group: the whole feed in order
 		}
 	}
-	for {
-		v.p.Metrics.AddHighRes(metrics.Role, 1, metrics.None)
-		// Start another batch only if the slowest one so far would still
-		// fit. Checked before the heartbeat: past the budget the context
-		// may be done, and the lease is about to be released anyway.
-		if !v.fits() {
-			if err := v.saveQueued(ctx); err != nil {
-				return err
-			}
-			return v.lastErr
-		}
-		if err := v.keepAlive(ctx); err != nil {
+}
+
+// round reads the next batch, queues it and checkpoints what is due. A
+// non-nil error stops the invocation (errEnded: with nothing to report).
+func (v *invocation) round(ctx context.Context) error {
+	v.p.Metrics.AddHighRes(metrics.Role, 1, metrics.None)
+	// Start another batch only if the slowest one so far would still
+	// fit. Checked before the heartbeat: past the budget the context
+	// may be done, and the lease is about to be released anyway.
+	if !v.fits() {
+		if err := v.saveQueued(ctx); err != nil {
 			return err
 		}
-		streamed := v.streams()
-		// Until the next page is here, record the chunks in flight as
-		// they finish, rather than leave them unrecorded for as long as
-		// the read takes (a long poll, past the end of the feed).
-		for len(v.sends) > 0 && !v.ahead.ready() {
-			var arrived bool
-			done := v.sends[0].done
-			v.unlocked(func() { arrived = v.ahead.await(ctx, done) })
-			if arrived {
-				break
-			}
-			if err := v.completeOldest(ctx); err != nil {
-				return err
-			}
+		return ended(v.lastErr)
+	}
+	if err := v.keepAlive(ctx); err != nil {
+		return err
+	}
+	streamed := v.streams()
+	if err := v.awaitPage(ctx); err != nil {
+		return err
+	}
+	batch, rerr := v.next(ctx, streamed)
+	if rerr != nil {
+		return v.readFailed(ctx, rerr, streamed)
+	}
+	if streamed {
+		v.cutStream(ctx, batch)
+	} else {
+		v.paged(batch)
+	}
+	v.received(ctx, batch)
+	v.readOn(ctx, batch, streamed)
+	if err := v.queue(ctx, batch); err != nil {
+		return err
+	}
+	if err := v.checkpointDue(ctx); err != nil {
+		return err
+	}
+	v.report(ctx, batch)
+	if v.rests(batch) {
+		v.log.InfoContext(ctx, "feed idle; the next tick reads on", "checkpoint", string(v.ledger.checkpoint()))
+		return ended(v.saveQueued(ctx))
+	}
+	if v.held != nil {
+		return v.holdBack(ctx)
+	}
+	return nil
+}
+
+// awaitPage records the chunks in flight as they finish until the next
+// page read ahead is here, rather than leave them unrecorded for as long
+// as the read takes (a long poll, past the end of the feed).
+func (v *invocation) awaitPage(ctx context.Context) error {
+	for len(v.sends) > 0 && !v.ahead.ready() {
+		var arrived bool
+		done := v.sends[0].done
+		v.unlocked(func() { arrived = v.ahead.await(ctx, done) })
+		if arrived {
+			return nil
 		}
-		var batch *feed.Batch
-		var err error
-		v.unlocked(func() { batch, err = v.take(ctx, streamed) })
-		v.held = nil
-		if err == nil {
-			v.held = v.screen(ctx, batch)
-		}
-		if err != nil {
-			if stop, err := v.readFailed(ctx, err, streamed); stop {
-				return err
-			}
-			continue
-		}
-		if streamed {
-			v.cutStream(ctx, batch)
-		} else {
-			v.paged(batch)
-		}
-		v.received(ctx, batch)
-		v.readOn(ctx, batch, streamed)
-		if stop, err := v.queue(ctx, batch); stop {
+		if err := v.completeOldest(ctx); err != nil {
 			return err
-		}
-		if err := v.checkpointDue(ctx); err != nil {
-			return err
-		}
-		v.report(ctx, batch)
-		if v.rests(batch) {
-			v.log.InfoContext(ctx, "feed idle; the next tick reads on", "checkpoint", string(v.since))
-			return v.saveQueued(ctx)
-		}
-		if v.held != nil {
-			if stop, err := v.holdBack(ctx); stop {
-				return err
-			}
 		}
 	}
+	return nil
+}
+
+// next takes the next batch (see take), with the invocation unlocked, and
+// screens its rows (held is the row it was cut before, or nil).
+func (v *invocation) next(ctx context.Context, streamed bool) (*feed.Batch, error) {
+	var batch *feed.Batch
+	var err error
+	v.unlocked(func() { batch, err = v.take(ctx, streamed) })
+	v.held = nil
+	if err != nil {
+		return nil, err
+	}
+	v.held = v.screen(ctx, batch)
+	return batch, nil
 }
 
 // take reads the next batch: from the stream when streamed, else what was
@@ -286,7 +329,7 @@ func (v *invocation) take(ctx context.Context, streamed bool) (*feed.Batch, erro
 		v.stopReading()
 		return v.readStream(ctx)
 	}
-	from := v.readPosition()
+	from := v.ledger.next()
 	if v.ahead != nil {
 		if b, ok, err := v.ahead.take(ctx, from, v.mergeRows(), v.chunkBytes()); ok {
 			return b, err
@@ -294,15 +337,6 @@ func (v *invocation) take(ctx context.Context, streamed bool) (*feed.Batch, erro
 		v.stopReading()
 	}
 	return v.read(ctx, from)
-}
-
-// readPosition is where the next batch starts: after the last batch, whose
-// last chunks may still be in flight, else position.
-func (v *invocation) readPosition() json.RawMessage {
-	if n := len(v.sends); n > 0 {
-		return feed.NotBefore(nextSince(v.sends[n-1].b), v.position())
-	}
-	return v.position()
 }
 
 // readOn keeps the feed read ahead of the batch being queued while the
@@ -325,10 +359,10 @@ func (v *invocation) stopReading() {
 }
 
 // readFailed handles a failed read, after recording what was queued
-// before. stop reports that the invocation ends, with err.
-func (v *invocation) readFailed(ctx context.Context, err error, streamed bool) (stop bool, _ error) {
+// before. A non-nil error stops the invocation.
+func (v *invocation) readFailed(ctx context.Context, err error, streamed bool) error {
 	if serr := v.saveQueued(ctx); serr != nil {
-		return true, serr
+		return serr
 	}
 	if streamed {
 		return v.streamFailed(ctx, err)
@@ -337,17 +371,18 @@ func (v *invocation) readFailed(ctx context.Context, err error, streamed bool) (
 }
 
 // holdBack waits before the malformed row the last batch was cut before is
-// read again (see Poller.screen), as after a source failure. stop reports
-// that the invocation ends, with err, what was queued recorded.
-func (v *invocation) holdBack(ctx context.Context) (stop bool, _ error) {
+// read again (see Poller.screen), as after a source failure. When the
+// budget or the context ends first, it stops the invocation with what was
+// queued recorded.
+func (v *invocation) holdBack(ctx context.Context) error {
 	v.p.count(metrics.PollerErrors, 1)
 	v.lastErr = v.held
 	v.backoff = nextBackoff(v.backoff)
-	v.log.WarnContext(ctx, "malformed feed row; reading it again", "error", v.held, "backoff", v.backoff.String(), "checkpoint", string(v.since))
+	v.log.WarnContext(ctx, "malformed feed row; reading it again", "error", v.held, "backoff", v.backoff.String(), "checkpoint", string(v.ledger.checkpoint()))
 	if v.now().Add(v.backoff).After(v.end) || v.sleep(ctx, v.backoff) != nil {
-		return true, v.saveQueued(ctx)
+		return ended(v.saveQueued(ctx))
 	}
-	return false, nil
+	return nil
 }
 
 // sleep waits for d, or until ctx ends, with the invocation unlocked so
@@ -365,7 +400,7 @@ func (v *invocation) sleep(ctx context.Context, d time.Duration) (err error) {
 // stops the invocation: the error is kept in v.stopped, which every later
 // fence and renewal returns, so no request starts after it, and stop
 // cancels what Run's goroutine waits for (a read, a backoff; the requests
-// of a chunk in flight finish, see loop). The channel returned is closed
+// of a chunk in flight finish, see rounds). The channel returned is closed
 // once ctx has ended and the heartbeat with it.
 func (v *invocation) heartbeat(ctx context.Context, stop context.CancelFunc) <-chan struct{} {
 	done := make(chan struct{})
@@ -480,8 +515,8 @@ func (v *invocation) readTimeout() time.Duration {
 // (untilStay).
 func (v *invocation) waitTimeout() time.Duration {
 	w := v.readTimeout()
-	if v.unsaved != nil {
-		w = min(w, max(v.checkpointAt.Add(checkpointEvery).Sub(v.now()), 10*time.Millisecond))
+	if due, ok := v.ledger.dueIn(v.now()); ok {
+		w = min(w, max(due, 10*time.Millisecond))
 	}
 	return v.untilStay(w)
 }
@@ -493,7 +528,7 @@ func (v *invocation) screen(ctx context.Context, b *feed.Batch) error {
 	if v.seen == nil {
 		v.seen = misreads{}
 	}
-	return v.p.screen(ctx, v.readPosition(), b, v.seen, v.log)
+	return v.p.screen(ctx, v.ledger.next(), b, v.seen, v.log)
 }
 
 // fetch reads the page from since with its bodies; its rows that name no
@@ -509,16 +544,16 @@ func (v *invocation) fetch(ctx context.Context, since json.RawMessage, timeout t
 
 // sourceFailed handles a failed read: the checkpoint stays where it is; a
 // transient failure is retried after a backoff while the budget allows.
-// stop reports that the invocation ends, with err.
-func (v *invocation) sourceFailed(ctx context.Context, err error) (stop bool, _ error) {
+// A non-nil error stops the invocation.
+func (v *invocation) sourceFailed(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return true, nil
+		return errEnded
 	}
 	v.p.count(metrics.PollerErrors, 1)
 	if v.seen == nil {
 		v.seen = misreads{}
 	}
-	v.p.pageFailed(ctx, v.position(), err, v.seen, v.log)
+	v.p.pageFailed(ctx, v.ledger.position(), err, v.seen, v.log)
 	var se *feed.StatusError
 	if n, ok := v.p.Leases.(notes); ok && errors.As(err, &se) && (se.Status == 401 || se.Status == 403) {
 		v.log.ErrorContext(ctx, "source refused our credentials", "status", se.Status)
@@ -527,19 +562,19 @@ func (v *invocation) sourceFailed(ctx context.Context, err error) (stop bool, _ 
 		}
 	}
 	if !feed.Transient(err) {
-		v.log.ErrorContext(ctx, "source failed; checkpoint unchanged", "error", err, "checkpoint", string(v.since))
-		return true, err
+		v.log.ErrorContext(ctx, "source failed; checkpoint unchanged", "error", err, "checkpoint", string(v.ledger.checkpoint()))
+		return err
 	}
 	v.lastErr = err
 	v.backoff = nextBackoff(v.backoff)
-	v.log.WarnContext(ctx, "source unavailable; retrying", "error", err, "backoff", v.backoff.String(), "checkpoint", string(v.since))
+	v.log.WarnContext(ctx, "source unavailable; retrying", "error", err, "backoff", v.backoff.String(), "checkpoint", string(v.ledger.checkpoint()))
 	if v.now().Add(v.backoff).After(v.end) {
-		return true, err
+		return err
 	}
 	if v.sleep(ctx, v.backoff) != nil {
-		return true, nil
+		return errEnded
 	}
-	return false, nil
+	return nil
 }
 
 // received records a batch read.
@@ -548,7 +583,7 @@ func (v *invocation) received(ctx context.Context, b *feed.Batch) {
 		v.backoff, v.lastErr = 0, nil
 	}
 	if b.Cut != "" {
-		v.log.InfoContext(ctx, "page cut short", "reason", b.Cut, "rows", len(b.Rows), "checkpoint", string(v.since))
+		v.log.InfoContext(ctx, "page cut short", "reason", b.Cut, "rows", len(b.Rows), "checkpoint", string(v.ledger.checkpoint()))
 	}
 	v.sess.Pending = b.Pending
 	v.p.count(metrics.ChangesRead, float64(len(b.Rows)))
@@ -570,35 +605,35 @@ func (v *invocation) received(ctx context.Context, b *feed.Batch) {
 // place to resume, so a slow output or the end of the budget costs at most
 // one chunk, never the whole batch. While the feed is read ahead (catching
 // up), the last chunks may still be in flight when it returns; they are
-// recorded, in order, as later chunks start (startSend). stop reports that
-// the invocation ends, with err.
-func (v *invocation) queue(ctx context.Context, b *feed.Batch) (stop bool, err error) {
+// recorded, in order, as later chunks start (startSend). A non-nil error
+// stops the invocation.
+func (v *invocation) queue(ctx context.Context, b *feed.Batch) error {
 	for start, end := 0, 0; start < len(b.Rows); start = end {
 		end = v.chunkEnd(b.Rows, start)
 		s := v.newSending(b, start, end)
 		if err := v.makeRoom(ctx, s); err != nil {
-			return true, err
+			return err
 		}
 		if start > 0 && !v.fits() {
-			return true, v.saveQueued(ctx)
+			return ended(v.saveQueued(ctx))
 		}
 		if err := v.startSend(ctx, s); err != nil {
-			return true, err
+			return err
 		}
 	}
 	if v.ahead == nil {
 		// Nothing read ahead: caught up, cut short or streamed. What the
 		// next batch starts from must be queued.
 		if err := v.drain(ctx); err != nil {
-			return true, err
+			return err
 		}
 	}
-	if len(b.Rows) == 0 && len(b.LastSeq) > 0 && string(b.LastSeq) != string(v.position()) {
+	if len(b.Rows) == 0 && len(b.LastSeq) > 0 && string(b.LastSeq) != string(v.ledger.position()) {
 		// Nothing to queue, but the feed moved (filtered or local docs):
 		// recorded when due (checkpointDue).
-		v.unsaved, v.unsavedLeft = feed.NotBefore(b.LastSeq, v.position()), b.Pending
+		v.ledger.reached(mark{seq: b.LastSeq, left: b.Pending})
 	}
-	return false, nil
+	return nil
 }
 
 // chunkEnd is where the chunk that starts at rows[start] ends: after
@@ -641,47 +676,38 @@ func (v *invocation) chunkBytes() int {
 
 // sendFailed ends the invocation after a failed send: the checkpoint stays
 // before the chunk (the next holder sends it again), after recording what
-// earlier chunks queued.
+// earlier chunks queued. It returns the error the invocation stops with,
+// errEnded when the failure was the invocation's context ending.
 func (v *invocation) sendFailed(ctx context.Context, err error) error {
 	if errors.Is(err, lease.ErrLeaseLost) {
 		return err // refused by the fence's renewal
 	}
 	if ctx.Err() != nil {
-		v.log.WarnContext(ctx, "deadline reached while queueing", "checkpoint", string(v.since))
-		return v.saveQueued(ctx)
+		v.log.WarnContext(ctx, "deadline reached while queueing", "checkpoint", string(v.ledger.checkpoint()))
+		return ended(v.saveQueued(ctx))
 	}
 	v.p.count(metrics.PollerErrors, 1)
-	v.log.ErrorContext(ctx, "queue changes; checkpoint stays before them", "error", err, "checkpoint", string(v.since))
+	v.log.ErrorContext(ctx, "queue changes; checkpoint stays before them", "error", err, "checkpoint", string(v.ledger.checkpoint()))
 	if serr := v.saveQueued(ctx); serr != nil {
 		return serr
 	}
 	return fmt.Errorf("queue changes: %w", err)
 }
 
-// queued records that b's rows up to end are queued. The last row's seq (the
-// batch's last_seq after the final chunk) is a safe place to resume. The
-// final chunk's checkpoint is written while the next batch is read; within
-// a batch, a chunk is checkpointed only when checkpointEvery has passed since
-// the last checkpoint, so a failover replays at most about a second of sends
-// or one batch.
-func (v *invocation) queued(ctx context.Context, b *feed.Batch, end int) error {
-	seq := b.Rows[end-1].Seq
-	last := end == len(b.Rows)
-	if last && len(b.LastSeq) > 0 {
-		seq = b.LastSeq
-	}
-	left := b.Pending
-	if left >= 0 {
-		left += int64(len(b.Rows) - end)
-	}
-	if len(seq) == 0 {
+// queued records that SQS accepted the chunk s. Its end (the batch's
+// last_seq after the final chunk) is a safe place to resume once every
+// chunk before it is accepted too (ledger). The final chunk's checkpoint is
+// written while the next batch is read; within a batch, a chunk is
+// checkpointed only when checkpointEvery has passed since the last
+// checkpoint, so a failover replays at most about a second of sends or one
+// batch.
+func (v *invocation) queued(ctx context.Context, s *sending) error {
+	if !v.ledger.ack(s.entry) {
 		return nil
 	}
-	// The checkpoint never goes back where the seq format tells.
-	seq = feed.NotBefore(seq, v.position())
-	v.unsaved, v.unsavedLeft = seq, left
+	last := s.end == len(s.b.Rows)
 	switch {
-	case last && !v.more(b) && v.now().Sub(v.checkpointAt) < checkpointEvery:
+	case last && !v.more(s.b) && v.ledger.recent(v.now()):
 		// A batch that ends the feed, from a long poll or a stream,
 		// comes as soon as a change does: under a trickle its
 		// checkpoint is spaced like chunks' (see checkpointDue). A full
@@ -691,27 +717,32 @@ func (v *invocation) queued(ctx context.Context, b *feed.Batch, end int) error {
 		// would have.
 		return v.settle()
 	case last:
-		return v.checkpoint(ctx, seq, left, true)
-	case v.now().Sub(v.checkpointAt) >= checkpointEvery:
-		return v.checkpoint(ctx, seq, left, false)
+		return v.checkpoint(ctx, true)
+	case !v.ledger.recent(v.now()):
+		return v.checkpoint(ctx, false)
 	}
 	return nil
 }
 
-// checkpoint stores seq as the checkpoint (renewing the lease). Reads have
-// no side effects, so only the order of writes matters: an async write is
-// left in flight while the next batch is read, and the next lease write or
-// send waits for it first.
-func (v *invocation) checkpoint(ctx context.Context, seq json.RawMessage, left int64, async bool) error {
+// checkpoint writes the position queued and held back (see ledger) as the
+// checkpoint, renewing the lease. Reads have no side effects, so only the
+// order of writes matters: an async write is left in flight while the next
+// batch is read, and the next lease write or send waits for it first. With
+// nothing held back, it only settles.
+func (v *invocation) checkpoint(ctx context.Context, async bool) error {
 	if err := v.settle(); err != nil {
 		return err
 	}
-	v.checkpointAt, v.since, v.res.Checkpoint, v.unsaved = v.now(), seq, seq, nil
-	if async {
-		v.inflight = v.writeAsync(ctx, seq, left)
+	m, ok := v.ledger.take(v.now())
+	if !ok {
 		return nil
 	}
-	if err := v.p.Leases.Checkpoint(ctx, v.lease, seq, left); err != nil {
+	v.res.Checkpoint = m.seq
+	if async {
+		v.inflight = v.writeAsync(ctx, m)
+		return nil
+	}
+	if err := v.p.Leases.Checkpoint(ctx, v.lease, m.seq, m.left); err != nil {
 		return err
 	}
 	v.p.count(metrics.Checkpoints, 1)
@@ -721,13 +752,13 @@ func (v *invocation) checkpoint(ctx context.Context, seq json.RawMessage, left i
 // writeAsync writes a checkpoint in the background. The write outlives a
 // cancelled invocation context: what was queued should be recorded, and the
 // lease condition still guards it.
-func (v *invocation) writeAsync(ctx context.Context, seq json.RawMessage, left int64) chan written {
+func (v *invocation) writeAsync(ctx context.Context, m mark) chan written {
 	done := make(chan written, 1)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.p.Job.Lease.TTL.D()/2)
 	l := *v.lease
 	go func() {
 		defer cancel()
-		err := v.p.Leases.Checkpoint(cctx, &l, seq, left)
+		err := v.p.Leases.Checkpoint(cctx, &l, m.seq, m.left)
 		if err == nil {
 			v.p.count(metrics.Checkpoints, 1)
 		}
@@ -767,23 +798,14 @@ func (v *invocation) settleIf(wait bool) error {
 	return nil
 }
 
-// position is where the feed has been queued up to, where the next read
-// starts: the checkpoint, or a newer one held back (unsaved).
-func (v *invocation) position() json.RawMessage {
-	if v.unsaved != nil {
-		return v.unsaved
-	}
-	return v.since
-}
-
 // checkpointDue writes the checkpoint held back from a stream's batches
 // once checkpointEvery has passed since the last one: after a batch, and
 // after a wait on the stream that nothing ended (streamWait bounds it).
 func (v *invocation) checkpointDue(ctx context.Context) error {
-	if v.unsaved == nil || v.now().Sub(v.checkpointAt) < checkpointEvery {
+	if !v.ledger.due(v.now()) {
 		return nil
 	}
-	return v.checkpoint(ctx, v.unsaved, v.unsavedLeft, true)
+	return v.checkpoint(ctx, true)
 }
 
 // saveQueued checkpoints what was queued but not yet recorded, before the
@@ -792,12 +814,12 @@ func (v *invocation) saveQueued(ctx context.Context) error {
 	if err := v.drain(ctx); err != nil {
 		return err
 	}
-	if v.unsaved == nil {
+	if !v.ledger.held() {
 		return nil
 	}
 	// Written as in the background, so a cancelled invocation still
 	// records it, and waited for.
-	if err := v.checkpoint(ctx, v.unsaved, v.unsavedLeft, true); err != nil {
+	if err := v.checkpoint(ctx, true); err != nil {
 		return err
 	}
 	return v.settle()
@@ -820,8 +842,8 @@ func (v *invocation) report(ctx context.Context, b *feed.Batch) {
 	}
 	// Lag: how long since the poller last saw the end of the feed.
 	v.p.Metrics.Add(metrics.LagSeconds, v.now().Sub(v.caughtUpAt).Seconds(), metrics.Seconds)
-	if !v.checkpointAt.IsZero() {
-		v.p.Metrics.Add(metrics.CheckpointAgeSeconds, v.now().Sub(v.checkpointAt).Seconds(), metrics.Seconds)
+	if age, ok := v.ledger.age(v.now()); ok {
+		v.p.Metrics.Add(metrics.CheckpointAgeSeconds, age.Seconds(), metrics.Seconds)
 	}
 	if err := v.p.Metrics.Flush(); err != nil {
 		v.log.WarnContext(ctx, "flush metrics", "error", err)

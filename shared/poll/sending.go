@@ -2,7 +2,6 @@ package poll
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -18,15 +17,11 @@ import (
 // lease has no more requests landing late than with one.
 const DefaultSendDepth = config.DefaultSendDepth
 
-// errEnded ends the invocation with nothing to report: a chunk failed
-// because the invocation's context ended, and what was queued before it
-// is recorded (see sendFailed). loop returns nil for it.
-var errEnded = errors.New("invocation ended while queueing")
-
 // sending is a chunk being queued in the background.
 type sending struct {
 	b          *feed.Batch
 	start, end int                 // the chunk is b.Rows[start:end]
+	entry      *entry              // its end in the ledger, once started
 	docs       map[string]struct{} // its documents, when chunks in flight must not share one
 	n          int                 // changes sent
 	began      time.Time
@@ -88,6 +83,7 @@ func (v *invocation) startSend(ctx context.Context, s *sending) error {
 		}()
 	}
 	v.sends = append(v.sends, s)
+	s.entry = v.ledger.sent(endOf(s.b, s.end))
 	for len(v.sends) > 0 && closed(v.sends[0].done) {
 		if err := v.completeOldest(ctx); err != nil {
 			return err
@@ -125,18 +121,14 @@ func (v *invocation) shares(s *sending) bool {
 // completeOldest waits for the oldest chunk in flight and records it as
 // queued (which may write the checkpoint). After a failure, the chunks
 // after it are abandoned, and the invocation ends as after a failed send,
-// the checkpoint before the failed chunk: with sendFailed's error, or
-// errEnded when it has none to report.
+// the checkpoint before the failed chunk, with sendFailed's error.
 func (v *invocation) completeOldest(ctx context.Context) error {
 	s := v.sends[0]
 	v.unlocked(func() { <-s.done })
 	v.sends = v.sends[1:]
 	if s.err != nil {
 		v.abandonSends()
-		if err := v.sendFailed(ctx, s.err); err != nil {
-			return err
-		}
-		return errEnded
+		return v.sendFailed(ctx, s.err)
 	}
 	if s.n > 0 {
 		v.res.Enqueued += s.n
@@ -144,7 +136,7 @@ func (v *invocation) completeOldest(ctx context.Context) error {
 		v.p.count(metrics.BytesEnqueued, float64(s.bytes))
 		v.p.Metrics.Add(metrics.BatchSize, float64(s.n), metrics.Count)
 	}
-	if err := v.queued(ctx, s.b, s.end); err != nil {
+	if err := v.queued(ctx, s); err != nil {
 		v.abandonSends()
 		return err
 	}
@@ -166,6 +158,7 @@ func (v *invocation) drain(ctx context.Context) error {
 // recording them: the checkpoint stays before them, and the next holder
 // sends them again. The invocation ends after it: no chunk starts again.
 func (v *invocation) abandonSends() {
+	v.ledger.abandon()
 	if len(v.sends) == 0 {
 		return
 	}
@@ -174,6 +167,21 @@ func (v *invocation) abandonSends() {
 		v.unlocked(func() { <-s.done })
 	}
 	v.sends = nil
+}
+
+// endOf is where the feed stands after b.Rows[:end]: the last row's seq,
+// or the batch's last_seq after its final row, with what the source has
+// pending after it.
+func endOf(b *feed.Batch, end int) mark {
+	seq := b.Rows[end-1].Seq
+	if end == len(b.Rows) {
+		seq = nextSince(b)
+	}
+	left := b.Pending
+	if left >= 0 {
+		left += int64(len(b.Rows) - end)
+	}
+	return mark{seq: seq, left: left}
 }
 
 // unlocked runs f, a wait, with the invocation unlocked, so that the

@@ -56,11 +56,11 @@ func (v *invocation) streams() bool {
 // stream is closed.
 func (v *invocation) readStream(ctx context.Context) (*feed.Batch, error) {
 	if v.str.open == nil {
-		s, err := v.p.OpenStream(ctx, v.position())
+		s, err := v.p.OpenStream(ctx, v.ledger.position())
 		if err != nil {
 			return nil, err
 		}
-		v.str.open, v.str.from = s, v.position()
+		v.str.open, v.str.from = s, v.ledger.position()
 		v.log.InfoContext(ctx, "stream opened", "mode", v.p.Job.Feed.Mode, "from", string(v.str.from))
 	}
 	b, err := v.str.open.Next(ctx, v.waitTimeout())
@@ -80,8 +80,8 @@ func (v *invocation) readStream(ctx context.Context) (*feed.Batch, error) {
 // streamFailed handles a failed stream (already closed): a transient
 // failure sends the invocation back to pages from the checkpoint at once,
 // the stream to be opened again after a backoff; anything else is a source
-// failure. stop reports that the invocation ends, with err.
-func (v *invocation) streamFailed(ctx context.Context, err error) (stop bool, _ error) {
+// failure. A non-nil error stops the invocation.
+func (v *invocation) streamFailed(ctx context.Context, err error) error {
 	if ctx.Err() != nil || !feed.Transient(err) {
 		return v.sourceFailed(ctx, err)
 	}
@@ -89,8 +89,8 @@ func (v *invocation) streamFailed(ctx context.Context, err error) (stop bool, _ 
 	v.str.caughtUp = false
 	v.str.backoff = min(max(2*v.str.backoff, time.Second), maxStreamBackoff)
 	v.str.reopenAt = v.now().Add(v.str.backoff)
-	v.log.WarnContext(ctx, "stream ended; catching up with pages", "error", err, "reopen_in", v.str.backoff.String(), "checkpoint", string(v.since))
-	return false, nil
+	v.log.WarnContext(ctx, "stream ended; catching up with pages", "error", err, "reopen_in", v.str.backoff.String(), "checkpoint", string(v.ledger.checkpoint()))
+	return nil
 }
 
 // paged records where a page read from the checkpoint left the feed: once a
@@ -117,5 +117,5 @@ func (v *invocation) closeStream(ctx context.Context) {
 	}
 	_ = v.str.open.Close()
 	v.str.open = nil
-	v.log.InfoContext(ctx, "stream closed", "opened_at", string(v.str.from), "checkpoint", string(v.since))
+	v.log.InfoContext(ctx, "stream closed", "opened_at", string(v.str.from), "checkpoint", string(v.ledger.checkpoint()))
 }

@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -103,7 +102,7 @@ func (b *deployedBench) complete(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	pg, _, err := b.st.PostgresRevs(ctx, "orders", "pg")
+	pg, err := b.st.Revs(ctx, "orders", "pg")
 	if err != nil || len(pg) != len(want) {
 		return false, nil // the table may not exist yet
 	}
@@ -112,28 +111,15 @@ func (b *deployedBench) complete(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 	}
-	files, err := os.ReadDir(b.recv.Dir)
-	if err != nil || len(files) != len(want) {
+	docs, err := b.recv.Docs()
+	if err != nil || len(docs) != len(want) {
 		return false, err
 	}
-	_, out, err := b.st.Output("orders", "archive")
+	archive, err := b.st.Revs(ctx, "orders", "archive")
 	if err != nil {
 		return false, err
 	}
-	n := 0
-	p := s3.NewListObjectsV2Paginator(b.st.Deps.S3, &s3.ListObjectsV2Input{Bucket: &out.S3.Bucket, Prefix: &out.S3.Prefix})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return false, err
-		}
-		for _, o := range page.Contents {
-			if !strings.Contains(aws.ToString(o.Key), "_tombstones/") {
-				n++
-			}
-		}
-	}
-	return n == len(want), nil
+	return len(archive) == len(want), nil
 }
 
 func deployedStack(ctx context.Context, r *results) error {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/deliver"
 )
 
 // Generations returns the generations that sent messages, ascending.
@@ -115,7 +116,7 @@ func Newest(msgs []Message) map[string]Message {
 
 // NotNewest lists the documents whose stored version is not the newest
 // version sent for them (a stale message won, or the newest was lost).
-func NotNewest(msgs []Message, stored map[string]Stored) []string {
+func NotNewest(msgs []Message, stored map[string]deliver.Stored) []string {
 	var out []string
 	for id, m := range Newest(msgs) {
 		st, ok := stored[id]
@@ -132,7 +133,7 @@ func NotNewest(msgs []Message, stored map[string]Stored) []string {
 
 // HeldByOlder lists the documents the output holds at generation old
 // although a newer generation sent them too: a zombie's late message won.
-func HeldByOlder(msgs []Message, stored map[string]Stored, old int64) []string {
+func HeldByOlder(msgs []Message, stored map[string]deliver.Stored, old int64) []string {
 	newer := map[string]change.Version{}
 	for _, m := range msgs {
 		if m.Version.Generation > old {
@@ -173,7 +174,7 @@ type Final struct {
 	Source       map[string]string // the source's winners
 	Drift        []string          // PostgreSQL vs the source (want none)
 	NotNewest    []string          // versions not the newest sent (want none)
-	Stored       map[string]Stored
+	Stored       map[string]deliver.Stored
 	Applications int64    // changes applied (versions raised)
 	Stale        int64    // writes to the output without a version raise (want 0)
 	Regressions  []string // checkpoint moved back (want none)
@@ -203,7 +204,7 @@ func Finish(ctx context.Context, s *Stack, cl *Cluster, col *Collector, w *Watch
 	if f.Source, err = s.SourceWinners(ctx); err != nil {
 		return f, err
 	}
-	pg, err := s.PGDocs(ctx)
+	pg, err := s.Revs(ctx, Job, Output)
 	if err != nil {
 		return f, err
 	}

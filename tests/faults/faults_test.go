@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/deliver/pgsink"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
@@ -91,7 +92,7 @@ func TestAnalyses(t *testing.T) {
 	if d := cmp.Diff(want, Overlaps(msgs)); d != "" {
 		t.Errorf("Overlaps (-want +got):\n%s", d)
 	}
-	stored := map[string]Stored{
+	stored := map[string]deliver.Stored{
 		"a": {Version: change.Version{Generation: 1, Counter: 1}},
 		"b": {Version: change.Version{Generation: 2, Counter: 1}},
 		"c": {Version: change.Version{Generation: 1, Counter: 4}}, // the zombie won: wrong

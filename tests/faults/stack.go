@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/deliver/pgsink"
 	"github.com/changes-worker/changes-worker/shared/demo/sample"
 	"github.com/changes-worker/changes-worker/shared/statetable/lease"
@@ -57,6 +57,7 @@ type Stack struct {
 	hc             *http.Client
 	pool           *pgxpool.Pool
 	data, versions pgx.Identifier // the output's tables
+	state          *pgsink.State  // the output's state reader
 }
 
 // NewStack provisions a stack. Close removes it.
@@ -113,6 +114,9 @@ func (s *Stack) prepare(ctx context.Context) error {
 	sink, err := pgsink.New(s.pool, *out.Postgres, out.ID)
 	if err != nil {
 		return fmt.Errorf("postgres sink: %w", err)
+	}
+	if s.state, err = pgsink.NewState(s.pool, *out.Postgres, out.ID); err != nil {
+		return err
 	}
 	if err := sink.CreateTables(ctx); err != nil {
 		return err
@@ -220,46 +224,16 @@ func SeqNumber(seq json.RawMessage) (int64, error) {
 	return n, nil
 }
 
-// PGDocs returns doc id → revision of the rows of the output's data table.
-func (s *Stack) PGDocs(ctx context.Context) (map[string]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT doc_id, rev FROM `+s.data.Sanitize())
-	if err != nil {
-		return nil, fmt.Errorf("read output table: %w", err)
-	}
-	got := map[string]string{}
-	var id, rev string
-	_, err = pgx.ForEachRow(rows, []any{&id, &rev}, func() error {
-		got[id] = rev
+// PGVersions returns doc id → the last change the output applied to it,
+// deletions included, as its state reader reads them (pgsink.State.Applied).
+func (s *Stack) PGVersions(ctx context.Context) (map[string]deliver.Stored, error) {
+	got := map[string]deliver.Stored{}
+	err := s.state.Applied(ctx, func(d deliver.Stored) error {
+		got[d.ID] = d
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read output table: %w", err)
-	}
-	return got, nil
-}
-
-// Stored is a document's row in the output's versions table.
-type Stored struct {
-	Version change.Version
-	Rev     string
-	Deleted bool
-}
-
-// PGVersions returns doc id → the version the output holds.
-func (s *Stack) PGVersions(ctx context.Context) (map[string]Stored, error) {
-	rows, err := s.pool.Query(ctx, `SELECT doc_id, generation, counter, rev, deleted FROM `+s.versions.Sanitize())
-	if err != nil {
-		return nil, fmt.Errorf("read versions table: %w", err)
-	}
-	got := map[string]Stored{}
-	var id string
-	var st Stored
-	_, err = pgx.ForEachRow(rows, []any{&id, &st.Version.Generation, &st.Version.Counter, &st.Rev, &st.Deleted}, func() error {
-		got[id] = st
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read versions table: %w", err)
+		return nil, fmt.Errorf("read the output's versions: %w", err)
 	}
 	return got, nil
 }

@@ -58,9 +58,17 @@ func (s *pipelineStack) converge(ctx context.Context, db *testenv.SGDatabase, us
 		}
 	}
 	want := db.Visible(user, password)
-	got, largest, err := s.PostgresRevs(ctx, "sg", "pg")
+	got, err := s.Revs(ctx, "sg", "pg")
 	if err != nil {
 		s.t.Fatal(err)
+	}
+	largest := 0
+	for id := range got {
+		body, _, err := s.Body(ctx, "sg", "pg", id)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		largest = max(largest, len(body))
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		s.t.Errorf("%s: postgres differs from what %s can read (-%s +postgres):\n%s", phase, user, user, d)

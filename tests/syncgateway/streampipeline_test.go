@@ -135,30 +135,16 @@ func runStreaming(t *testing.T, s *stack.Stack) (stop func()) {
 // want (doc id → rev) and returns what it holds.
 func waitOutput(t *testing.T, s *stack.Stack, want map[string]string) map[string]string {
 	t.Helper()
-	data, _, err := s.PostgresTables("sg", "pg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := testenv.Postgres(t)
 	var got map[string]string
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-		got = map[string]string{}
-		rows, err := pool.Query(t.Context(), "SELECT doc_id, rev FROM "+data.Sanitize())
-		if err != nil {
+		var err error
+		if got, err = s.Revs(t.Context(), "sg", "pg"); err != nil {
 			// The writer creates the table with its first change.
 			if strings.Contains(err.Error(), "42P01") {
 				continue
 			}
-			t.Fatalf("read output table: %v", err)
+			t.Fatalf("read output: %v", err)
 		}
-		for rows.Next() {
-			var id, rev string
-			if err := rows.Scan(&id, &rev); err != nil {
-				t.Fatal(err)
-			}
-			got[id] = rev
-		}
-		rows.Close()
 		if cmp.Equal(want, got) {
 			return got
 		}

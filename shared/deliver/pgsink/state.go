@@ -126,6 +126,33 @@ func (s *State) query(ctx context.Context, ids []string, fn func(deliver.Stored)
 	return nil
 }
 
+// Applied calls fn with the last change the output applied to each
+// document it recorded one for, deletions included, as its versions table
+// holds it: ID, Version, Rev and Deleted (a deletion or a removal). Held,
+// Filtered, Problem and Digest are not read: Scan says what the output
+// holds. fn's error stops the scan and is returned.
+func (s *State) Applied(ctx context.Context, fn func(deliver.Stored) error) error {
+	v := s.names.versions
+	rows, err := s.db.Query(ctx, `SELECT doc_id, generation, counter, rev, deleted FROM `+v)
+	if err != nil {
+		return fmt.Errorf("query %s: %w", v, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var d deliver.Stored
+		if err := rows.Scan(&d.ID, &d.Version.Generation, &d.Version.Counter, &d.Rev, &d.Deleted); err != nil {
+			return fmt.Errorf("read %s: %w", v, err)
+		}
+		if err := fn(d); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", v, err)
+	}
+	return nil
+}
+
 // dataRow is a document-mode row of the state query: the versions row and
 // the data row of one document, either possibly absent.
 type dataRow struct {

@@ -209,6 +209,65 @@ func TestStateBody(t *testing.T) {
 	}
 }
 
+// TestStateApplied lists the last change applied to every document,
+// deletions included, in both modes.
+func TestStateApplied(t *testing.T) {
+	t.Parallel()
+	m := &config.Mapping{Tables: []*config.MappedTable{{Name: "docs", Columns: []*config.MappedColumn{
+		{Name: "observed", Path: "observed", Type: "text"},
+	}}}}
+	tests := []struct {
+		name string
+		open func(t *testing.T) (*Sink, *State)
+	}{
+		{name: "document mode", open: func(t *testing.T) (*Sink, *State) {
+			s, pool := newSink(t)
+			return s, stateOf(t, pool, s, config.PostgresOutput{Table: s.names.table})
+		}},
+		{name: "mapping mode", open: func(t *testing.T) (*Sink, *State) {
+			s, pool, schema := newMappedSink(t, nil, m)
+			return s, stateOf(t, pool, s, config.PostgresOutput{Schema: schema, Table: mappedOutput, Mapping: m})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s, st := tt.open(t)
+			batches := [][]*change.Envelope{
+				{live("a", "1-a", v(1, 1)), live("b", "1-b", v(1, 2)), live("c", "1-c", v(1, 3))},
+				{deleted("b", "2-b", v(1, 4)), live("c", "2-c", v(2, 1))},
+				{live("c", "1-c", v(1, 3))}, // stale: changes nothing
+			}
+			for _, b := range batches {
+				for i, err := range s.Apply(t.Context(), b) {
+					if err != nil {
+						t.Fatalf("apply %s: %v", b[i].DocID, err)
+					}
+				}
+			}
+			got := map[string]deliver.Stored{}
+			if err := st.Applied(t.Context(), func(d deliver.Stored) error {
+				got[d.ID] = d
+				return nil
+			}); err != nil {
+				t.Fatalf("Applied: %v", err)
+			}
+			want := map[string]deliver.Stored{
+				"a": {ID: "a", Version: v(1, 1), Rev: "1-a"},
+				"b": {ID: "b", Version: v(1, 4), Rev: "2-b", Deleted: true},
+				"c": {ID: "c", Version: v(2, 1), Rev: "2-c"},
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("Applied (-want +got):\n%s", diff)
+			}
+			stop := errors.New("stop")
+			if err := st.Applied(t.Context(), func(deliver.Stored) error { return stop }); !errors.Is(err, stop) {
+				t.Errorf("Applied with fn failing = %v, want fn's error", err)
+			}
+		})
+	}
+}
+
 func TestNewStateErrors(t *testing.T) {
 	t.Parallel()
 	if _, err := NewState(nil, config.PostgresOutput{Table: "t"}, "out-1"); err == nil || !strings.Contains(err.Error(), "db is nil") {

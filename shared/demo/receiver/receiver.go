@@ -5,6 +5,7 @@
 package receiver
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -160,6 +161,46 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.versions[id] = v
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// Doc is a document the server holds.
+type Doc struct {
+	ID   string
+	Rev  string          // the revision its body names (_rev)
+	Body json.RawMessage // as the last change applied sent it
+}
+
+// Docs reads the documents the server holds from Dir, by id. It may run
+// while the server stores: each document is read whole (see store), and
+// one deleted meanwhile is left out.
+func (s *Server) Docs() (map[string]Doc, error) {
+	entries, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("read receiver dir: %w", err)
+	}
+	docs := make(map[string]Doc, len(entries))
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		id, err := url.PathUnescape(name)
+		if !ok || err != nil || FileName(id) != e.Name() {
+			continue // not a document's file
+		}
+		body, err := os.ReadFile(filepath.Join(s.Dir, e.Name()))
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read document %q: %w", id, err)
+		}
+		var d struct {
+			Rev string `json:"_rev"`
+		}
+		if err := json.Unmarshal(body, &d); err != nil {
+			return nil, fmt.Errorf("decode document %q: %w", id, err)
+		}
+		docs[id] = Doc{ID: id, Rev: d.Rev, Body: body}
+	}
+	return docs, nil
 }
 
 // FileName is the file a document is stored in: its path-escaped id, which

@@ -1,15 +1,19 @@
 package receiver_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/demo/receiver"
 )
@@ -30,7 +34,7 @@ func (e *endless) Read(p []byte) (int, error) {
 }
 
 // serve starts a receiver storing into a new directory.
-func serve(t *testing.T) (string, *httptest.Server) {
+func serve(t *testing.T) (string, *receiver.Server, *httptest.Server) {
 	t.Helper()
 	dir := t.TempDir()
 	s, err := receiver.New(dir)
@@ -39,14 +43,14 @@ func serve(t *testing.T) (string, *httptest.Server) {
 	}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return dir, srv
+	return dir, s, srv
 }
 
 // TestBodyBound: a body longer than the receiver takes is refused with 413
 // after at most that much is read, and nothing is stored.
 func TestBodyBound(t *testing.T) {
 	t.Parallel()
-	dir, srv := serve(t)
+	dir, _, srv := serve(t)
 	body := &endless{}
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL+"/docs/a", body)
 	if err != nil {
@@ -84,7 +88,7 @@ func TestBodyBound(t *testing.T) {
 // version replaces it, nor a file that is not a document.
 func TestReadersSeeWholeDocuments(t *testing.T) {
 	t.Parallel()
-	dir, srv := serve(t)
+	dir, _, srv := serve(t)
 	body := `{"_id":"a","pad":"` + strings.Repeat("x", 1<<20) + `"}`
 	done := make(chan struct{})
 	var torn atomic.Int64
@@ -126,5 +130,47 @@ func TestReadersSeeWholeDocuments(t *testing.T) {
 	}
 	if n := torn.Load(); n > 0 {
 		t.Errorf("%d reads found a document of another length than the %d bytes written", n, len(body))
+	}
+}
+
+// TestDocs: Docs reads back what the server holds after puts and deletes,
+// ids that need escaping included, and nothing else in its directory.
+func TestDocs(t *testing.T) {
+	t.Parallel()
+	dir, s, srv := serve(t)
+	send := func(method, id, version, body string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+"/docs/"+url.PathEscape(id), strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Changes-Version", version)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("%s %s: status %d", method, id, resp.StatusCode)
+		}
+	}
+	send(http.MethodPut, "a", "1.1", `{"_id":"a","_rev":"1-a"}`)
+	send(http.MethodPut, "a", "1.2", `{"_id":"a","_rev":"2-a"}`)
+	send(http.MethodPut, "with/slash ünï.x", "1.3", `{"_id":"with/slash ünï.x","_rev":"1-s"}`)
+	send(http.MethodPut, "gone", "1.4", `{"_id":"gone","_rev":"1-g"}`)
+	send(http.MethodDelete, "gone", "1.5", "")
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("not a document"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Docs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]receiver.Doc{
+		"a":                {ID: "a", Rev: "2-a", Body: json.RawMessage(`{"_id":"a","_rev":"2-a"}`)},
+		"with/slash ünï.x": {ID: "with/slash ünï.x", Rev: "1-s", Body: json.RawMessage(`{"_id":"with/slash ünï.x","_rev":"1-s"}`)},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Docs (-want +got):\n%s", diff)
 	}
 }

@@ -39,6 +39,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/deliver/pgsink"
 	"github.com/changes-worker/changes-worker/shared/demo/sample"
 	"github.com/changes-worker/changes-worker/shared/dlq"
@@ -47,6 +48,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/provision"
 	"github.com/changes-worker/changes-worker/shared/statetable/lease"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/verify"
 )
 
 // Options shape a stack.
@@ -311,41 +313,55 @@ func (s *Stack) PostgresTables(job, output string) (data, versions pgx.Identifie
 	return pgsink.Tables(*o.Postgres, o.ID)
 }
 
-// PostgresRevs returns doc id → rev of the rows of the data table of a
-// job's PostgreSQL output (document mode), and the size of the largest
-// body as jsonb text.
-func (s *Stack) PostgresRevs(ctx context.Context, job, output string) (map[string]string, int, error) {
+// State opens the state reader of a job's output: what the output holds,
+// as its sink reports it (pipeline.Deps.State). An http output has none
+// (*pipeline.NoStateError).
+func (s *Stack) State(ctx context.Context, job, output string) (verify.Output, error) {
 	_, o, err := s.Output(job, output)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	data, _, err := s.PostgresTables(job, output)
+	return s.Deps.State(ctx, o)
+}
+
+// Revs returns doc id → revision of every document a job's output holds a
+// copy of (deliver.Stored.Held), as its state reader scans the output.
+func (s *Stack) Revs(ctx context.Context, job, output string) (map[string]string, error) {
+	st, err := s.State(ctx, job, output)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	pool, err := s.Deps.Pool(ctx, o.Postgres)
-	if err != nil {
-		return nil, 0, err
-	}
-	rows, err := pool.Query(ctx, "SELECT doc_id, rev, octet_length(body::text) FROM "+data.Sanitize())
-	if err != nil {
-		return nil, 0, fmt.Errorf("read %s: %w", data.Sanitize(), err)
-	}
-	defer rows.Close()
-	revs, largest := map[string]string{}, 0
-	for rows.Next() {
-		var id, rev string
-		var n int
-		if err := rows.Scan(&id, &rev, &n); err != nil {
-			return nil, 0, fmt.Errorf("read %s: %w", data.Sanitize(), err)
+	revs := map[string]string{}
+	err = st.Scan(ctx, func(d deliver.Stored) error {
+		if d.Held {
+			revs[d.ID] = d.Rev
 		}
-		revs[id] = rev
-		largest = max(largest, n)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read output %s of job %s: %w", output, job, err)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("read %s: %w", data.Sanitize(), err)
+	return revs, nil
+}
+
+// bodyReader is the state reader of an output that stores documents whole
+// (pgsink.State in document mode, s3sink.State).
+type bodyReader interface {
+	Body(ctx context.Context, docID string) (json.RawMessage, bool, error)
+}
+
+// Body returns the body a job's output stores for a document, as its state
+// reader reads it, and false when it stores none.
+func (s *Stack) Body(ctx context.Context, job, output, docID string) (json.RawMessage, bool, error) {
+	st, err := s.State(ctx, job, output)
+	if err != nil {
+		return nil, false, err
 	}
-	return revs, largest, nil
+	r, ok := st.(bodyReader)
+	if !ok {
+		return nil, false, fmt.Errorf("output %s of job %s: its state reader reads no bodies", output, job)
+	}
+	return r.Body(ctx, docID)
 }
 
 // RunUntilIdle hosts the stack's pollers and writers in this process, as

@@ -18,7 +18,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/deliver/delivertest"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
@@ -237,6 +239,51 @@ func TestStackKeepsWhatTheConfigNames(t *testing.T) {
 	}
 	if _, err := s.Deps.S3.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &bucket}); err != nil {
 		t.Errorf("the configured bucket after Close: %v", err)
+	}
+}
+
+// Revs and Body read an output through its sink's state reader: a
+// PostgreSQL and an S3 output after changes applied by their sinks.
+func TestStackReadsOutputs(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	testenv.AWS(t)
+	testenv.Postgres(t)
+	s := stack.ForTest(t, stack.Options{Name: "reads", Config: template()})
+	j := s.Config.Job("orders")
+	changes := [][]*change.Envelope{
+		{delivertest.Live("a", "1-a", delivertest.V(1, 1)), delivertest.Live("b/1", "1-b", delivertest.V(1, 2))},
+		{delivertest.Live("a", "2-a", delivertest.V(1, 3)), delivertest.Deleted("b/1", "2-b", delivertest.V(1, 4))},
+	}
+	for _, output := range []string{"pg", "archive"} {
+		t.Run(output, func(t *testing.T) {
+			sink, err := s.Deps.Sink(ctx, config.Route{Job: j, Output: j.Output(output)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, batch := range changes {
+				if err := errors.Join(sink.Apply(ctx, batch)...); err != nil {
+					t.Fatalf("apply: %v", err)
+				}
+			}
+			revs, err := s.Revs(ctx, "orders", output)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(map[string]string{"a": "2-a"}, revs); d != "" {
+				t.Errorf("Revs (-want +got):\n%s", d)
+			}
+			body, ok, err := s.Body(ctx, "orders", output, "a")
+			if err != nil || !ok || !strings.Contains(string(body), `"2-a"`) {
+				t.Errorf("Body(a) = %s, %v, %v; want the body of 2-a", body, ok, err)
+			}
+			if body, ok, err := s.Body(ctx, "orders", output, "b/1"); err != nil || ok {
+				t.Errorf("Body(b/1) = %s, %v, %v; want none", body, ok, err)
+			}
+		})
+	}
+	if _, err := s.Revs(ctx, "orders", "none"); err == nil {
+		t.Error("Revs of an output the job lacks: no error")
 	}
 }
 

@@ -75,9 +75,8 @@ test-infra: up cdk-deps cfn-lint-tool ## only the CDK stack tests: assertions, I
 demo: up ctl ## run the pipeline end to end on the local services and print a summary
 	@$(ENV) bash localstack/demo.sh $(CTL) $(CONFIG)
 
-bench: up ctl ## print throughput, latency, memory and failover figures; write bench-results.json and docs/benchmarks.md from them
-	@$(ENV) $(GO) run ./tests/bench
-	@cp bench-results.json docs/bench-results.json
+bench: up ctl ## print throughput, latency, memory and failover figures (BENCH_ONLY=a,b: those benchmarks only); merge them into docs/bench-results.json and write docs/benchmarks.md
+	@$(ENV) $(GO) run ./tests/bench $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) -merge docs/bench-results.json
 	@$(GO) run ./tests/bench -report docs/bench-results.json > docs/benchmarks.md
 	@echo "docs/benchmarks.md written from docs/bench-results.json"
 

@@ -53,6 +53,42 @@ type results struct {
 	Dirty  bool   `json:"dirty,omitempty"`
 	// Note, when set, is printed under the page's heading; a run sets none.
 	Note string `json:"note,omitempty"`
+	// Runs says, by benchmark, which run measured its figures, when a
+	// results file holds figures of several runs (-merge). A benchmark
+	// without one was measured by the run the fields above describe.
+	Runs map[string]run `json:"runs,omitempty"`
+}
+
+// run is when and at which commit one run measured, and how loaded the
+// machine was as it began.
+type run struct {
+	Started time.Time `json:"started"`
+	Commit  string    `json:"commit"`
+	Dirty   bool      `json:"dirty,omitempty"`
+	Load    string    `json:"load,omitempty"`
+	Note    string    `json:"note,omitempty"`
+}
+
+// runOf returns the run that measured benchmark name.
+func (r *results) runOf(name string) run {
+	if x, ok := r.Runs[name]; ok {
+		return x
+	}
+	return run{Started: r.Started, Commit: r.Commit, Dirty: r.Dirty, Note: r.Note}
+}
+
+// merge returns older with the figures of the benchmarks r measured
+// replaced by r's, each recorded with r's run; r's machine is the file's.
+func (r *results) merge(older *results) *results {
+	m := &results{Figures: map[string]map[string]any{}, Runs: map[string]run{},
+		Started: r.Started, Machine: r.Machine, Commit: r.Commit, Dirty: r.Dirty}
+	for name, figs := range older.Figures {
+		m.Figures[name], m.Runs[name] = figs, older.runOf(name)
+	}
+	for name, figs := range r.Figures {
+		m.Figures[name], m.Runs[name] = figs, r.runOf(name)
+	}
+	return m
 }
 
 // add records one figure of the running benchmark and prints it.
@@ -79,6 +115,7 @@ func main() {
 	out := flag.String("out", "bench-results.json", "where to write the figures")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	report := flag.String("report", "", "print the benchmarks page (markdown) for the results in this file, measuring nothing")
+	mergeInto := flag.String("merge", "", "also write the figures into this results file, replacing those of the benchmarks run and keeping the others with their runs")
 	flag.Parse()
 	if *report != "" {
 		r, err := readResults(*report)
@@ -107,6 +144,7 @@ func main() {
 	defer stop()
 	r := &results{Figures: map[string]map[string]any{}, Started: time.Now().UTC(), Machine: machine()}
 	r.Commit, r.Dirty = commit(ctx)
+	r.Runs = map[string]run{}
 	failed := 0
 	for _, b := range benchmarks {
 		if *only != "" && !contains(strings.Split(*only, ","), b.name) {
@@ -114,6 +152,7 @@ func main() {
 		}
 		fmt.Printf("== %s\n", b.name)
 		r.current = b.name
+		r.Runs[b.name] = run{Started: time.Now().UTC(), Commit: r.Commit, Dirty: r.Dirty, Load: loadAverage()}
 		start := time.Now()
 		if err := b.run(ctx, r); err != nil {
 			fmt.Printf("  FAILED: %v\n", err)
@@ -128,6 +167,13 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("figures written to %s\n", *out)
+	if *mergeInto != "" {
+		if err := mergeResults(r, *mergeInto); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("figures merged into %s\n", *mergeInto)
+	}
 	if failed > 0 {
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -216,4 +262,20 @@ func commit(ctx context.Context) (string, bool) {
 	}
 	status, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output()
 	return strings.TrimSpace(string(out)), err == nil && len(strings.TrimSpace(string(status))) > 0
+}
+
+// mergeResults writes r's figures into the results file path (see
+// results.merge); a missing file is created.
+func mergeResults(r *results, path string) error {
+	older := &results{}
+	if _, err := os.Stat(path); err == nil {
+		if older, err = readResults(path); err != nil {
+			return err
+		}
+	}
+	b, _ := json.MarshalIndent(r.merge(older), "", "  ")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	return nil
 }

@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // figureRow is one row of the page: what is measured, how its value reads
@@ -237,14 +239,19 @@ For whoever sizes a deployment or checks a change for speed: the latest figures 
 <!-- Generated from ` + source + ` by ` + "`go run ./tests/bench -report " + source + "`" + `; ` + "`make bench`" + ` writes both. Do not edit. -->
 
 `)
-	fmt.Fprintf(&b, "Run on %s, on %s, at commit `%s`%s.\n", r.Started.UTC().Format("2006-01-02"), machineText(r.Machine), commitText(r.Commit), dirtyText(r.Dirty))
-	if r.Note != "" {
-		b.WriteString("\n" + r.Note + "\n")
+	fmt.Fprintf(&b, "Measured on %s:\n\n", machineText(r.Machine))
+	for _, g := range runGroups(r) {
+		fmt.Fprintf(&b, "- %s: on %s at commit `%s`%s%s.", strings.Join(g.benches, ", "), g.run.Started.UTC().Format("2006-01-02"), commitText(g.run.Commit), dirtyText(g.run.Dirty), loadText(g.run.Load))
+		if g.run.Note != "" {
+			b.WriteString(" " + g.run.Note)
+		}
+		b.WriteString("\n")
 	}
 	b.WriteString(`
 Every command runs from the repository root with the local services up (` + "`make up`" + `) and
-` + "`source localstack/env.sh`" + `. ` + "`make bench`" + ` runs them all, writes ` + "`bench-results.json`" + `, copies it to
-` + "`docs/bench-results.json`" + ` and writes this page from it. Ratios are measured side by side in
+` + "`source localstack/env.sh`" + `. ` + "`make bench`" + ` runs them all (` + "`make bench BENCH_ONLY=a,b`" + ` those named), writes
+` + "`bench-results.json`" + `, merges its figures into ` + "`docs/bench-results.json`" + ` (replacing those of the
+benchmarks it ran) and writes this page from it. Ratios are measured side by side in
 one run, in alternating rounds, and reported as medians: on a shared machine single rounds vary
 by ±30 %. The cloud figures (` + "`cloud-*`" + `, ` + "`idle-latency`" + `) add 15 ms to every AWS request
 through a proxy (` + "`-aws-latency`" + `); the stand-in SQS is an in-memory SQS that answers after
@@ -329,4 +336,55 @@ func dirtyText(dirty bool) string {
 		return " with uncommitted changes"
 	}
 	return ""
+}
+
+// runGroup is the benchmarks one run measured.
+type runGroup struct {
+	run     run
+	benches []string
+}
+
+// runGroups groups r's benchmarks by the run that measured them, in the
+// order the benchmarks run.
+func runGroups(r *results) []runGroup {
+	var groups []runGroup
+	for _, name := range benchmarkNames(r) {
+		x := r.runOf(name)
+		i := slices.IndexFunc(groups, func(g runGroup) bool {
+			return g.run.Commit == x.Commit && g.run.Started.Format(time.DateOnly) == x.Started.Format(time.DateOnly) &&
+				g.run.Dirty == x.Dirty && g.run.Note == x.Note && g.run.Load == "" && x.Load == ""
+		})
+		if i < 0 {
+			groups = append(groups, runGroup{run: x})
+			i = len(groups) - 1
+		}
+		groups[i].benches = append(groups[i].benches, "`"+name+"`")
+	}
+	return groups
+}
+
+// benchmarkNames lists the benchmarks r holds figures of, registered ones
+// in the order they run, then any others by name.
+func benchmarkNames(r *results) []string {
+	var names []string
+	for _, b := range benchmarks {
+		if _, ok := r.Figures[b.name]; ok {
+			names = append(names, b.name)
+		}
+	}
+	var rest []string
+	for name := range r.Figures {
+		if !slices.Contains(names, name) {
+			rest = append(rest, name)
+		}
+	}
+	slices.Sort(rest)
+	return append(names, rest...)
+}
+
+func loadText(load string) string {
+	if load == "" || load == "?" {
+		return ""
+	}
+	return ", load average " + load + " as it began"
 }

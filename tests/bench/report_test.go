@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -76,5 +77,28 @@ func TestGroupThousands(t *testing.T) {
 				t.Errorf("groupThousands(%q) = %q, want %q", tt.in, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestMerge checks that a run of some benchmarks replaces their figures
+// and runs in a results file and keeps the others with theirs.
+func TestMerge(t *testing.T) {
+	t.Parallel()
+	day := func(d int) time.Time { return time.Date(2026, 11, d, 0, 0, 0, 0, time.UTC) }
+	older := &results{Started: day(1), Commit: "old", Note: "seeded", Figures: map[string]map[string]any{
+		"failover": {"a": 1.0}, "cloud-idle": {"b": 2.0}}}
+	r := &results{Started: day(2), Commit: "new", Figures: map[string]map[string]any{"failover": {"a": 3.0}},
+		Runs: map[string]run{"failover": {Started: day(2), Commit: "new", Load: "0.50"}}}
+	m := r.merge(older)
+	want := &results{Started: day(2), Commit: "new", Figures: map[string]map[string]any{
+		"failover": {"a": 3.0}, "cloud-idle": {"b": 2.0}}, Runs: map[string]run{
+		"failover":   {Started: day(2), Commit: "new", Load: "0.50"},
+		"cloud-idle": {Started: day(1), Commit: "old", Note: "seeded"}}}
+	if diff := cmp.Diff(want, m, cmp.AllowUnexported(results{})); diff != "" {
+		t.Errorf("merge (-want +got):\n%s", diff)
+	}
+	groups := runGroups(m)
+	if len(groups) != 2 || groups[0].run.Commit != "old" || groups[1].run.Commit != "new" {
+		t.Errorf("runGroups = %+v, want the seeded run's cloud-idle, then the new run's failover", groups)
 	}
 }

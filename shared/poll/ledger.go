@@ -22,6 +22,7 @@ import (
 type ledger struct {
 	saved   json.RawMessage // the last checkpoint written, or being written
 	savedAt time.Time       // when it was taken (zero: never, as far as known)
+	taken   bool            // this ledger took a checkpoint (savedAt is its own)
 	queued  *mark           // acknowledged past saved, not yet written; nil when nothing is
 	pending []*entry        // the chunks sent, oldest first, until they count
 }
@@ -105,9 +106,14 @@ func (l *ledger) next() json.RawMessage {
 // held reports whether a queued position waits to be written.
 func (l *ledger) held() bool { return l.queued != nil }
 
-// recent reports whether the last checkpoint was taken less than
-// checkpointEvery before now.
-func (l *ledger) recent(now time.Time) bool { return now.Sub(l.savedAt) < checkpointEvery }
+// recent reports whether this ledger took a checkpoint less than
+// checkpointEvery before now. Checkpoints are spaced within one holder's
+// invocation only: a new holder's first one is due at once, whenever the
+// previous holder wrote its last, so that a takeover shows its progress
+// without waiting out the spacing.
+func (l *ledger) recent(now time.Time) bool {
+	return l.taken && now.Sub(l.savedAt) < checkpointEvery
+}
 
 // due reports whether a queued position waits and checkpointEvery has
 // passed since the last checkpoint.
@@ -118,6 +124,9 @@ func (l *ledger) due(now time.Time) bool { return l.held() && !l.recent(now) }
 func (l *ledger) dueIn(now time.Time) (d time.Duration, ok bool) {
 	if !l.held() {
 		return 0, false
+	}
+	if !l.taken {
+		return 0, true
 	}
 	return l.savedAt.Add(checkpointEvery).Sub(now), true
 }
@@ -138,6 +147,6 @@ func (l *ledger) take(now time.Time) (m mark, ok bool) {
 		return mark{}, false
 	}
 	m = *l.queued
-	l.saved, l.savedAt, l.queued = m.seq, now, nil
+	l.saved, l.savedAt, l.queued, l.taken = m.seq, now, nil, true
 	return m, true
 }

@@ -86,27 +86,46 @@ func TestLedgerCheckpoint(t *testing.T) {
 // last checkpoint was taken, with what the source had pending at it.
 func TestLedgerDue(t *testing.T) {
 	t.Parallel()
+	// The lease's last checkpoint was taken at start, by the holder
+	// before this one.
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	l := newLedger(json.RawMessage("10"), start)
 	if l.due(start.Add(time.Hour)) {
 		t.Fatal("due with nothing queued")
 	}
+	if age, ok := l.age(start.Add(time.Second)); !ok || age != time.Second {
+		t.Errorf("age() = %v, %v; want the previous holder's checkpoint's, 1s, true", age, ok)
+	}
+	// A new holder's first checkpoint is not spaced from the previous
+	// holder's: it is due at once.
 	l.ack(l.sent(mark{seq: json.RawMessage("20"), left: 7}))
-	if l.due(start.Add(checkpointEvery / 2)) {
-		t.Error("due before checkpointEvery has passed")
+	first := start.Add(checkpointEvery / 4)
+	if !l.due(first) || l.recent(first) {
+		t.Error("the first checkpoint of a holder held back by the previous holder's")
 	}
-	if d, ok := l.dueIn(start); !ok || d != checkpointEvery {
-		t.Errorf("dueIn(start) = %v, %v; want %v, true", d, ok, checkpointEvery)
+	if d, ok := l.dueIn(first); !ok || d != 0 {
+		t.Errorf("dueIn() before the first checkpoint = %v, %v; want 0, true", d, ok)
 	}
-	now := start.Add(checkpointEvery)
+	if m, ok := l.take(first); !ok || string(m.seq) != "20" || m.left != 7 {
+		t.Errorf("take() = %s %d, %v; want 20 7, true", m.seq, m.left, ok)
+	}
+	if l.due(first.Add(time.Hour)) || l.held() {
+		t.Error("still held after take")
+	}
+	// Its later checkpoints are spaced by checkpointEvery.
+	l.ack(l.sent(mark{seq: json.RawMessage("30"), left: 0}))
+	if l.due(first.Add(checkpointEvery/2)) || !l.recent(first.Add(checkpointEvery/2)) {
+		t.Error("due before checkpointEvery has passed since the holder's last checkpoint")
+	}
+	if d, ok := l.dueIn(first); !ok || d != checkpointEvery {
+		t.Errorf("dueIn() = %v, %v; want %v, true", d, ok, checkpointEvery)
+	}
+	now := first.Add(checkpointEvery)
 	if !l.due(now) {
 		t.Fatal("not due once checkpointEvery has passed")
 	}
-	if m, ok := l.take(now); !ok || string(m.seq) != "20" || m.left != 7 {
-		t.Errorf("take() = %s %d, %v; want 20 7, true", m.seq, m.left, ok)
-	}
-	if l.due(now.Add(time.Hour)) || l.held() {
-		t.Error("still held after take")
+	if m, ok := l.take(now); !ok || string(m.seq) != "30" {
+		t.Errorf("take() = %s, %v; want 30, true", m.seq, ok)
 	}
 	if age, ok := l.age(now.Add(time.Second)); !ok || age != time.Second {
 		t.Errorf("age() = %v, %v; want 1s, true", age, ok)

@@ -129,7 +129,7 @@ func TestDeployLocalVariant(t *testing.T) {
 	// The hosted handlers on the deployed queues and table: changesctl with
 	// nothing but the standard environment.
 	const docs = 25
-	putDocs(ctx, t, db, docs)
+	putDocs(ctx, t, db, 0, docs)
 	stdout, stderr := changesctl(ctx, t, "run", "--config", cfgPath, "--until-idle", "--tick", "2s", "--timeout", "4m")
 	t.Logf("changesctl run: %s", strings.TrimSpace(stdout))
 	if want := "bucket=" + bucket; !strings.Contains(stderr, "using the deployed stack's bucket") || !strings.Contains(stderr, want) {
@@ -633,11 +633,12 @@ func deniesPlainHTTP(policy string) bool {
 	return false
 }
 
-// putDocs writes n documents into the source database.
-func putDocs(ctx context.Context, t *testing.T, db string, n int) {
+// putDocs writes n new documents into the source database, doc-<first>
+// onwards.
+func putDocs(ctx context.Context, t *testing.T, db string, first, n int) {
 	t.Helper()
 	var docs []map[string]any
-	for i := range n {
+	for i := first; i < first+n; i++ {
 		docs = append(docs, map[string]any{"_id": fmt.Sprintf("doc-%03d", i), "n": i})
 	}
 	body, _ := json.Marshal(map[string]any{"docs": docs})

@@ -20,16 +20,19 @@
 #     for a writer without its secret or bucket.
 #
 # Environment: BUILD_DIR [.local/build/host] where the bootstraps are built;
-# SCHEDULES [enabled] or disabled: leave the rules disabled (the tests invoke
-# the poller themselves).
+# CDK_OUT [cdk.out] where the cloud assembly is written (deploys running side
+# by side each need their own); SCHEDULES [enabled] or disabled: leave the
+# rules disabled (the tests invoke the poller themselves).
 set -euo pipefail
 ctl=$1
 config=$2
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 BUILD_DIR="${BUILD_DIR:-.local/build/host}"
+CDK_OUT="${CDK_OUT:-cdk.out}"
 CDKLOCAL=infra/node_modules/.bin/cdklocal
-OUT=.local/cdk-local-outputs.json
+OUT="$(mktemp)"
+trap 'rm -f "$OUT"' EXIT
 AWSCLI=(.local/localstack/venv/bin/python -m awscli)
 export AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-$AWS_REGION}"
 
@@ -53,11 +56,10 @@ say "removing the table and queues \`changesctl bootstrap\` (make demo) made und
 # its own S3. CDK_HOME keeps the CLI's cached account apart from real AWS's.
 s3_functions="${AWS_ENDPOINT_URL_S3:-$AWS_ENDPOINT_URL}"
 export AWS_ENDPOINT_URL_S3="$AWS_ENDPOINT_URL" CDK_HOME="$ROOT/.local/cdk-home"
-ctx=(-c "config=$config" -c "build_dir=$BUILD_DIR" -c schedules=disabled)
+ctx=(-c "config=$config" -c "build_dir=$BUILD_DIR" -c schedules=disabled -o "$CDK_OUT")
 if ! "${AWSCLI[@]}" cloudformation describe-stacks --stack-name CDKToolkit >/dev/null 2>&1; then
 	"$CDKLOCAL" bootstrap "${ctx[@]}"
 fi
-rm -f "$OUT"
 "$CDKLOCAL" deploy "${ctx[@]}" --require-approval never --outputs-file "$OUT"
 
 # The stack is named after stack.prefix; its one output is the bucket.

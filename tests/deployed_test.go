@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -143,30 +142,24 @@ func deployStack(t *testing.T) *deployedStack {
 	awsCfg := s.Deps.AWS
 	d := &deployedStack{testStack: s, prefix: s.Config.Stack.Prefix, lambda: lambda.NewFromConfig(awsCfg), sqs: sqs.NewFromConfig(awsCfg)}
 
-	ctl := filepath.Join(t.TempDir(), "changesctl")
-	if b, err := exec.CommandContext(t.Context(), "go", "build", "-o", ctl, "../cmd/changesctl").CombinedOutput(); err != nil {
-		t.Fatalf("build changesctl: %v\n%s", err, b)
-	}
 	cfn := cloudformation.NewFromConfig(awsCfg)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 3*time.Minute)
 		defer cancel()
 		deleteCFNStack(ctx, t, cfn, d.prefix)
 	})
-	cmd := exec.CommandContext(t.Context(), "bash", "localstack/deploy.sh", ctl, s.ConfigPath)
-	cmd.Dir = ".."
 	d.dsn = testenv.PostgresDSN(t)
 	wrong, err := url.Parse(d.dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wrong.User = url.UserPassword(wrong.User.Username(), "not-the-password")
-	cmd.Env = append(os.Environ(), "SCHEDULES=disabled", "BUILD_DIR="+t.TempDir(),
-		testenv.DSNEnv+"="+wrong.String())
 	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("localstack/deploy.sh: %v\n%s\n(LocalStack runs Lambda functions only with the host runtime executor: make down && make up)", err, lastLines(string(out), 60))
+	if err := testenv.DeployLocal(t.Context(), testenv.LocalDeploy{
+		ConfigPath: s.ConfigPath, BuildDir: t.TempDir(), AssemblyDir: t.TempDir(),
+		Env: []string{testenv.DSNEnv + "=" + wrong.String()},
+	}); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("deployed stack %s in %s", d.prefix, time.Since(start).Round(time.Second))
 	bucket, err := deployed.Bucket(t.Context(), cfn, d.prefix)
@@ -825,10 +818,4 @@ func deleteCFNStack(ctx context.Context, t *testing.T, cfn *cloudformation.Clien
 	if err != nil {
 		t.Errorf("stack %s not deleted: %v", name, err)
 	}
-}
-
-// lastLines returns the last n lines of s.
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -256,6 +256,8 @@ func TestCredentialsOnlyByReference(t *testing.T) {
 			want: []string{`http.url: query parameter api_key`, "{secret}"}},
 		{name: "bad scheme with a literal key", http: `{"url":"ftp://x/{doc_id}?api_key=k-123"}`,
 			want: []string{`http.url: "ftp://x/x" must start with http://`}},
+		{name: "bad scheme with credentials", http: `{"url":"ftp://user:pw-456@x/{doc_id}"}`,
+			want: []string{`http.url: `, "must start with http://", "must not contain credentials"}},
 		{name: "placeholder without url_secret", http: `{"url":"http://x/hooks/{secret}/{doc_id}"}`,
 			want: []string{`http.url_secret: is required`}},
 		{name: "url_secret without placeholder", http: `{"url":"http://x/{doc_id}","url_secret":{"env":"HOOK"}}`,
@@ -278,7 +280,7 @@ func TestCredentialsOnlyByReference(t *testing.T) {
 				return
 			}
 			wantErrorWith(t, err, "Parse succeeded, want errors", tt.want...)
-			for _, secret := range []string{"k-123", "session=abc", "eDp5"} {
+			for _, secret := range []string{"k-123", "session=abc", "eDp5", "pw-456"} {
 				if strings.Contains(err.Error(), secret) {
 					t.Errorf("error quotes the value %q:\n%v", secret, err)
 				}

@@ -499,6 +499,10 @@ func checkURL(s string) error {
 		return errors.New("is required")
 	}
 	if !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") {
+		if strings.Contains(s, "@") {
+			// Not quoted: what comes before the '@' may be credentials.
+			return errors.New("must start with http:// or https://, and must not contain credentials; use auth with a secret reference")
+		}
 		// Quoted up to the query, which may hold a key.
 		shown, _, _ := strings.Cut(s, "?")
 		return fmt.Errorf("%q must start with http:// or https://", shown)

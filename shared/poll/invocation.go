@@ -25,8 +25,7 @@ import (
 // renews the lease under mu (see heartbeat). Run's goroutine holds mu from
 // the first batch to the last, and lets go of it only while it waits (for a
 // read with its bodies and attachments, for a chunk in flight, for a
-// backoff), so that a fence or a renewal never runs beside its own work,
-// as when it waited inside every send.
+// backoff), so that a fence or a renewal never runs beside its own work.
 type invocation struct {
 	mu sync.Mutex
 

@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -79,16 +80,23 @@ func (r *results) runOf(name string) run {
 
 // merge returns older with the figures of the benchmarks r measured
 // replaced by r's, each recorded with r's run; r's machine is the file's.
-func (r *results) merge(older *results) *results {
-	m := &results{Figures: map[string]map[string]any{}, Runs: map[string]run{},
+// A benchmark that failed in r keeps its figures from older: failed names
+// them.
+func (r *results) merge(older *results) (m *results, failed []string) {
+	m = &results{Figures: map[string]map[string]any{}, Runs: map[string]run{},
 		Started: r.Started, Machine: r.Machine, Commit: r.Commit, Dirty: r.Dirty}
 	for name, figs := range older.Figures {
 		m.Figures[name], m.Runs[name] = figs, older.runOf(name)
 	}
 	for name, figs := range r.Figures {
+		if _, ok := figs["error"]; ok {
+			failed = append(failed, name)
+			continue
+		}
 		m.Figures[name], m.Runs[name] = figs, r.runOf(name)
 	}
-	return m
+	slices.Sort(failed)
+	return m, failed
 }
 
 // add records one figure of the running benchmark and prints it.
@@ -273,7 +281,11 @@ func mergeResults(r *results, path string) error {
 			return err
 		}
 	}
-	b, _ := json.MarshalIndent(r.merge(older), "", "  ")
+	m, failed := r.merge(older)
+	if len(failed) > 0 {
+		fmt.Printf("not merged into %s, failed: %s\n", path, strings.Join(failed, ", "))
+	}
+	b, _ := json.MarshalIndent(m, "", "  ")
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("write results: %w", err)
 	}

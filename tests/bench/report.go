@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/changes-worker/changes-worker/shared/config"
 )
 
 // figureRow is one row of the page: what is measured, how its value reads
@@ -282,7 +284,7 @@ What sets these figures on a small machine:
 - The local emulator's SQS sets the pace of every figure that goes through it (the poller's
   real sends, the backlogs). With the stand-in, what remains is CPU on cores shared by the
   poller, the SDK, the stand-in, pouchdb-server and DynamoDB Local.
-- The poller reads up to two pages ahead while it queues, keeps ` + "`send_concurrency`" + ` (128)
+- The poller reads up to two pages ahead while it queues, keeps ` + "`send_concurrency`" + ` (` + strconv.Itoa(config.DefaultSendConcurrency) + `)
   requests in flight, and writes a batch's checkpoint while the next is queued.
 - The writer's limit is the versions table that monotonic, exactly-once-in-effect writes need,
   and the advisory locks that order concurrent writers of one document.

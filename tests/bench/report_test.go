@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,15 +82,21 @@ func TestGroupThousands(t *testing.T) {
 }
 
 // TestMerge checks that a run of some benchmarks replaces their figures
-// and runs in a results file and keeps the others with theirs.
+// and runs in a results file and keeps the others with theirs, and the
+// figures of a benchmark that failed in the run.
 func TestMerge(t *testing.T) {
 	t.Parallel()
 	day := func(d int) time.Time { return time.Date(2026, 11, d, 0, 0, 0, 0, time.UTC) }
 	older := &results{Started: day(1), Commit: "old", Note: "seeded", Figures: map[string]map[string]any{
 		"failover": {"a": 1.0}, "cloud-idle": {"b": 2.0}}}
-	r := &results{Started: day(2), Commit: "new", Figures: map[string]map[string]any{"failover": {"a": 3.0}},
-		Runs: map[string]run{"failover": {Started: day(2), Commit: "new", Load: "0.50"}}}
-	m := r.merge(older)
+	r := &results{Started: day(2), Commit: "new", Figures: map[string]map[string]any{"failover": {"a": 3.0},
+		"cloud-idle": {"b": 4.0, "error": "stopped"}}, Runs: map[string]run{
+		"failover":   {Started: day(2), Commit: "new", Load: "0.50"},
+		"cloud-idle": {Started: day(2), Commit: "new"}}}
+	m, failed := r.merge(older)
+	if !slices.Equal(failed, []string{"cloud-idle"}) {
+		t.Errorf("merge failed = %v, want [cloud-idle], which keeps its seeded figures", failed)
+	}
 	want := &results{Started: day(2), Commit: "new", Figures: map[string]map[string]any{
 		"failover": {"a": 3.0}, "cloud-idle": {"b": 2.0}}, Runs: map[string]run{
 		"failover":   {Started: day(2), Commit: "new", Load: "0.50"},

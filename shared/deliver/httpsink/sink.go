@@ -158,9 +158,11 @@ func (s *Sink) parseTemplate(tmpl string, hasRef bool, secret string) error {
 	if tmpl == "" {
 		return errors.New("url is empty")
 	}
-	// Errors quote the template up to its query, which may hold a key.
+	// Errors quote the template up to its query, which may hold a key,
+	// and without the user information before its host.
 	shown, _, _ := strings.Cut(tmpl, "?")
 	shown, _, _ = strings.Cut(shown, "#")
+	shown = withoutUserinfo(shown)
 	rest, _, hasFrag := strings.Cut(tmpl, "#")
 	if hasFrag {
 		return fmt.Errorf("url template %q must not have a fragment (#...)", shown)
@@ -511,4 +513,24 @@ func headerValue(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// withoutUserinfo returns u with anything before an '@' in its authority
+// (after "://", or from the start without one, up to the path) replaced by
+// "…", so that an error can quote it.
+func withoutUserinfo(u string) string {
+	prefix, rest := "", u
+	if scheme, after, ok := strings.Cut(u, "://"); ok {
+		prefix, rest = scheme+"://", after
+	}
+	authority, path, hasPath := strings.Cut(rest, "/")
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
+		return u
+	}
+	u = prefix + "…@" + authority[at+1:]
+	if hasPath {
+		u += "/" + path
+	}
+	return u
 }

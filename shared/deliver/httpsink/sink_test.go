@@ -678,6 +678,9 @@ func TestNewRejects(t *testing.T) {
 			want: "host"},
 		{name: "fragment after a literal query", out: config.HTTPOutput{URL: "http://h/{doc_id}?key=S3CR3T#frag"}, want: "fragment"},
 		{name: "bad scheme with a literal query", out: config.HTTPOutput{URL: "ftp://h/{doc_id}?key=S3CR3T"}, want: "http://"},
+		{name: "bad scheme with credentials", out: config.HTTPOutput{URL: "ftp://u:S3CR3T@h/{doc_id}"}, want: "http://"},
+		{name: "fragment with credentials", out: config.HTTPOutput{URL: "http://u:S3CR3T@h/{doc_id}#x"}, want: "fragment"},
+		{name: "no scheme, credentials", out: config.HTTPOutput{URL: "u:S3CR3T@h/{doc_id}"}, want: "http://"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

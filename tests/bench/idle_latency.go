@@ -85,7 +85,7 @@ func (s *idleSources) close() {
 }
 
 const (
-	idleTrickle  = 30
+	idleTrickle  = 100
 	idleSamples  = 3
 	idleQuiet    = 30 * time.Second
 	idleEndedMsg = `msg="feed idle; the next tick reads on"`

@@ -500,12 +500,9 @@ func checkURL(s string) error {
 	}
 	if !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") {
 		if strings.Contains(s, "@") {
-			// Not quoted: what comes before the '@' may be credentials.
-			return errors.New("must start with http:// or https://, and must not contain credentials; use auth with a secret reference")
+			return fmt.Errorf("%q must start with http:// or https://, and must not contain credentials; use auth with a secret reference", ShownURL(s))
 		}
-		// Quoted up to the query, which may hold a key.
-		shown, _, _ := strings.Cut(s, "?")
-		return fmt.Errorf("%q must start with http:// or https://", shown)
+		return fmt.Errorf("%q must start with http:// or https://", ShownURL(s))
 	}
 	if strings.Contains(s, "@") {
 		return errors.New("must not contain credentials; use auth with a secret reference")
@@ -556,4 +553,27 @@ func ModeFits(mode, sourceType string) error {
 		return fmt.Errorf("%q needs a couchdb source, not %s", mode, sourceType)
 	}
 	return fmt.Errorf("%q is not one of longpoll, continuous, websocket, sse, eventsource", mode)
+}
+
+// ShownURL is u as an error may quote it: up to its query or fragment,
+// which may hold a key, and with what comes before an '@' in its authority
+// (after "://", or from the start without one), which may be credentials,
+// replaced by "…".
+func ShownURL(u string) string {
+	u, _, _ = strings.Cut(u, "?")
+	u, _, _ = strings.Cut(u, "#")
+	prefix, rest := "", u
+	if scheme, after, ok := strings.Cut(u, "://"); ok {
+		prefix, rest = scheme+"://", after
+	}
+	authority, path, hasPath := strings.Cut(rest, "/")
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
+		return u
+	}
+	u = prefix + "…@" + authority[at+1:]
+	if hasPath {
+		u += "/" + path
+	}
+	return u
 }

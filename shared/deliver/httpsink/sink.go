@@ -158,11 +158,7 @@ func (s *Sink) parseTemplate(tmpl string, hasRef bool, secret string) error {
 	if tmpl == "" {
 		return errors.New("url is empty")
 	}
-	// Errors quote the template up to its query, which may hold a key,
-	// and without the user information before its host.
-	shown, _, _ := strings.Cut(tmpl, "?")
-	shown, _, _ = strings.Cut(shown, "#")
-	shown = withoutUserinfo(shown)
+	shown := config.ShownURL(tmpl)
 	rest, _, hasFrag := strings.Cut(tmpl, "#")
 	if hasFrag {
 		return fmt.Errorf("url template %q must not have a fragment (#...)", shown)
@@ -513,24 +509,4 @@ func headerValue(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
-}
-
-// withoutUserinfo returns u with anything before an '@' in its authority
-// (after "://", or from the start without one, up to the path) replaced by
-// "…", so that an error can quote it.
-func withoutUserinfo(u string) string {
-	prefix, rest := "", u
-	if scheme, after, ok := strings.Cut(u, "://"); ok {
-		prefix, rest = scheme+"://", after
-	}
-	authority, path, hasPath := strings.Cut(rest, "/")
-	at := strings.LastIndex(authority, "@")
-	if at < 0 {
-		return u
-	}
-	u = prefix + "…@" + authority[at+1:]
-	if hasPath {
-		u += "/" + path
-	}
-	return u
 }

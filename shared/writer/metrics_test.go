@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -134,5 +135,14 @@ func TestRetryAfterCappedForHeldMessage(t *testing.T) {
 		if v > int32(backpressure.MaxPause/time.Second) {
 			t.Errorf("held for %d s, want at most %s", v, backpressure.MaxPause)
 		}
+	}
+}
+
+// The deferral counter fits the room stack.max_message_bytes keeps for it
+// below SQS's limit: its name, data type and largest value.
+func TestDeferralCounterFitsItsRoom(t *testing.T) {
+	t.Parallel()
+	if got := len(AttrDeferrals) + len("Number") + len(fmt.Sprint(math.MinInt64)); got > config.HeldCounterBytes {
+		t.Errorf("the deferral counter takes up to %d bytes, more than config.HeldCounterBytes (%d)", got, config.HeldCounterBytes)
 	}
 }

@@ -28,8 +28,9 @@ const (
 	// DefaultPause is how long an output that signalled backpressure without
 	// a Retry-After is left alone.
 	DefaultPause = 5 * time.Second
-	// MaxPause bounds any pause, including a Retry-After.
-	MaxPause = 5 * time.Minute
+	// MaxPause bounds any pause, as deliver.ParseRetryAfter bounds a
+	// Retry-After.
+	MaxPause = deliver.MaxRetryAfter
 )
 
 // Settings tune a Tracker; zero fields take the defaults.

@@ -143,6 +143,12 @@ func TestParseRetryAfter(t *testing.T) {
 		{"soon", 0},
 		{now.Add(90 * time.Second).Format(httpDate), 90 * time.Second},
 		{now.Add(-time.Minute).Format(httpDate), 0},
+		// An output cannot have a message held longer than MaxPause.
+		{"300", 5 * time.Minute},
+		{"301", 5 * time.Minute},
+		{"999999999", 5 * time.Minute},
+		{"99999999999999999", 5 * time.Minute},
+		{now.Add(48 * time.Hour).Format(httpDate), 5 * time.Minute},
 	}
 	for _, tc := range tests {
 		if got := deliver.ParseRetryAfter(tc.in, now); got != tc.want {

@@ -192,6 +192,13 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 			want: []string{"jobs[a].send_depth: 5 must be between 1 and 4"},
 		},
 		{
+			// A body of SQS's whole limit leaves no room for the attributes
+			// of a message held back or dead-lettered.
+			name: "message bytes beyond what a held message can carry",
+			in:   `{"stack":{"max_message_bytes":1048576},"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{}}]}]}`,
+			want: []string{"stack.max_message_bytes: 1048576 must be between 1024 and"},
+		},
+		{
 			name: "unknown key",
 			in:   `{"jobs":[], "jobz": 1}`,
 			want: []string{`unknown field "jobz"`},

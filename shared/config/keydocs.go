@@ -16,7 +16,7 @@ func keyDocs() map[string]keyDoc {
 
 		"stack.prefix":                 {def: "`" + DefaultPrefix + "`", allowed: "1–30 of `a`–`z`, `0`–`9` and `-`, starting with a letter or digit", meaning: "starts the name of every resource: table `<prefix>-state`, queues `<prefix>-<job>-<output>`"},
 		"stack.bucket":                 {def: "deployed: a bucket the stack creates, with a generated name; `changesctl bootstrap`: `<prefix>-data`", meaning: "claim-check payloads and S3 outputs that name no bucket; set, an existing bucket the deploy leaves as it is"},
-		"stack.max_message_bytes":      {allowed: "1024–1048576", meaning: "largest message body put on a queue; a larger envelope travels as an S3 pointer (claim check)"},
+		"stack.max_message_bytes":      {allowed: fmt.Sprintf("1024–%d", MaxMessageBytes), meaning: "largest message body put on a queue; a larger envelope travels as an S3 pointer (claim check). The top leaves room, in SQS's 1 MiB, for the attributes the writer adds to a message it holds back or moves to the DLQ"},
 		"stack.alarm_email":            {meaning: "an address subscribed to the alarm topic"},
 		"stack.poller_timeout":         {allowed: "10s–15m", meaning: "the poller's time budget per invocation (its Lambda timeout); longer than `schedule`, so that the next invocation stands by"},
 		"stack.writer_timeout":         {allowed: "1s–15m", meaning: "the writer's Lambda timeout; the work queues' visibility timeout is 6 times this"},

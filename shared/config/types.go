@@ -83,7 +83,8 @@ type Stack struct {
 	// Default: "<prefix>-data".
 	Bucket string `json:"bucket"`
 	// MaxMessageBytes is the largest message body put on a queue; a larger
-	// envelope travels as an S3 pointer (claim check). Default 262144.
+	// envelope travels as an S3 pointer (claim check). Default 262144, at
+	// most the package's MaxMessageBytes.
 	MaxMessageBytes int `json:"max_message_bytes"`
 	// AlarmEmail, when set, is subscribed to the alarm topic.
 	AlarmEmail string `json:"alarm_email"`

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/changes-worker/changes-worker/shared/failure"
 )
 
 // Limits of the settings.
@@ -25,6 +27,19 @@ const (
 	MaxSendConcurrency = 512
 	// MaxSendDepth bounds the chunks a job may overlap.
 	MaxSendDepth = 4
+	// SQSMessageBytes is the most SQS takes in one message: its body and
+	// every attribute's name, data type and value together (1 MiB).
+	SQSMessageBytes = 1 << 20
+	// HeldCounterBytes is the room kept for the writer's deferral counter
+	// (a Number attribute: name, data type and at most 20 digits), which it
+	// adds to a message it sends back to its queue.
+	HeldCounterBytes = 64
+	// MaxMessageBytes bounds stack.max_message_bytes: SQS's limit less the
+	// most the writer adds to a body it sends again. A message held back
+	// goes back to its queue with the deferral counter, and, redriven from
+	// the DLQ, with its failure record too; one moved to the DLQ goes with
+	// its failure record (failure.MaxSize).
+	MaxMessageBytes = SQSMessageBytes - failure.MaxSize - HeldCounterBytes
 )
 
 // zeroRefused is Validate's message for a duration written as 0.
@@ -48,8 +63,8 @@ func (f *File) problems() []error {
 	if !prefixPattern.MatchString(f.Stack.Prefix) {
 		bad("stack.prefix", "%q must be 1-30 lowercase letters, digits or '-'", f.Stack.Prefix)
 	}
-	if f.Stack.MaxMessageBytes < 1024 || f.Stack.MaxMessageBytes > 1024*1024 {
-		bad("stack.max_message_bytes", "%d must be between 1024 and 1048576", f.Stack.MaxMessageBytes)
+	if f.Stack.MaxMessageBytes < 1024 || f.Stack.MaxMessageBytes > MaxMessageBytes {
+		bad("stack.max_message_bytes", "%d must be between 1024 and %d (SQS's 1 MiB less the attributes of a message held back or dead-lettered)", f.Stack.MaxMessageBytes, MaxMessageBytes)
 	}
 	if t := f.Stack.PollerTimeout; t == zeroGiven {
 		bad("stack.poller_timeout", zeroRefused, DefaultPollerTimeout)

@@ -35,7 +35,7 @@ type Error struct {
 	// it toward the DLQ.
 	Backpressure bool
 	// RetryAfter is how long the output asked us to wait (Retry-After), zero
-	// when it did not say.
+	// when it did not say, at most MaxRetryAfter.
 	RetryAfter time.Duration
 	Err        error
 }
@@ -97,21 +97,27 @@ func HTTPStatusClass(status int) Class {
 	}
 }
 
+// MaxRetryAfter is the longest wait an output can ask for: a message held
+// for it stays in flight that long, and under ordering total it keeps the
+// whole output waiting behind it.
+const MaxRetryAfter = 5 * time.Minute
+
 // ParseRetryAfter reads a Retry-After header value: delay seconds or an HTTP
-// date (relative to now). It returns zero for an absent, malformed or past
-// value.
+// date (relative to now), at most MaxRetryAfter. It returns zero for an
+// absent, malformed or past value.
 func ParseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if n, err := strconv.Atoi(v); err == nil {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		// A number too large for an int64 is out of range: a long wait.
 		if n <= 0 {
 			return 0
 		}
-		return time.Duration(n) * time.Second
+		return time.Duration(min(n, int64(MaxRetryAfter/time.Second))) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), MaxRetryAfter)
 	}
 	return 0
 }

@@ -31,9 +31,22 @@ const (
 	AttrDocID          = "doc_id"
 )
 
-// MaxText is the most bytes of the error text and of the document id kept in
-// the attributes.
-const MaxText = 1024
+// Bounds of the attribute values of a Record: the error text and the
+// document id keep at most MaxText bytes, every other text (class, reason,
+// SQL state, job, output, the two times) at most MaxCode, and a number
+// takes at most maxDigits.
+const (
+	MaxText   = 1024
+	MaxCode   = 64
+	maxDigits = 20 // an int64 with its sign
+)
+
+// MaxSize is the most bytes the attributes of a Record take of an SQS
+// message, counted as SQS counts them against its size limit: each
+// attribute's name, data type ("String" or "Number", 6 bytes) and value.
+const MaxSize = len(AttrClass+AttrReason+AttrError+AttrHTTPStatus+AttrSQLState+AttrAttempts+
+	AttrFirstFailureAt+AttrLastFailureAt+AttrOutput+AttrJob+AttrDocID) +
+	11*len("String") + 2*MaxText + 7*MaxCode + 2*maxDigits
 
 // Record is why a change reached the DLQ. A message moved there by the work
 // queue's redrive policy instead (the writer crashed or timed out on every
@@ -66,29 +79,30 @@ func (r Record) After(prev Record) Record {
 	return r
 }
 
-// Attributes returns r as SQS message attributes. Times are written as
-// RFC 3339 with nanoseconds in their own location; the error text and the
-// document id are made valid attribute values of at most MaxText bytes. The
+// Attributes returns r as SQS message attributes, at most MaxSize bytes of
+// them. Times are written as RFC 3339 with nanoseconds in their own
+// location; every text is made a valid attribute value of at most MaxText
+// bytes (the error text and the document id) or MaxCode (the others). The
 // HTTP status, SQL state and document id are left out when unset.
 func (r Record) Attributes() map[string]sqstypes.MessageAttributeValue {
 	attrs := map[string]sqstypes.MessageAttributeValue{
-		AttrClass:          text(r.Class),
-		AttrReason:         text(r.Reason),
-		AttrError:          text(clip(r.Error, MaxText)),
+		AttrClass:          text(r.Class, MaxCode),
+		AttrReason:         text(r.Reason, MaxCode),
+		AttrError:          text(r.Error, MaxText),
 		AttrAttempts:       number(r.Attempts),
-		AttrFirstFailureAt: text(r.FirstAt.Format(time.RFC3339Nano)),
-		AttrLastFailureAt:  text(r.LastAt.Format(time.RFC3339Nano)),
-		AttrOutput:         text(r.Output),
-		AttrJob:            text(r.Job),
+		AttrFirstFailureAt: text(r.FirstAt.Format(time.RFC3339Nano), MaxCode),
+		AttrLastFailureAt:  text(r.LastAt.Format(time.RFC3339Nano), MaxCode),
+		AttrOutput:         text(r.Output, MaxCode),
+		AttrJob:            text(r.Job, MaxCode),
 	}
 	if r.HTTPStatus != 0 {
 		attrs[AttrHTTPStatus] = number(r.HTTPStatus)
 	}
 	if r.SQLState != "" {
-		attrs[AttrSQLState] = text(r.SQLState)
+		attrs[AttrSQLState] = text(r.SQLState, MaxCode)
 	}
 	if r.DocID != "" {
-		attrs[AttrDocID] = text(clip(r.DocID, MaxText))
+		attrs[AttrDocID] = text(r.DocID, MaxText)
 	}
 	return attrs
 }
@@ -148,8 +162,9 @@ func clip(s string, max int) string {
 	return s[:cut]
 }
 
-func text(s string) sqstypes.MessageAttributeValue {
-	return sqstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(s)}
+// text is a String attribute of s made a valid value of at most max bytes.
+func text(s string, max int) sqstypes.MessageAttributeValue {
+	return sqstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(clip(s, max))}
 }
 
 func number(n int) sqstypes.MessageAttributeValue {

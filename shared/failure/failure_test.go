@@ -1,6 +1,7 @@
 package failure
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -207,6 +208,36 @@ func TestClip(t *testing.T) {
 			t.Parallel()
 			if got := clip(tt.in, tt.max); got != tt.want {
 				t.Errorf("clip(%q, %d) = %q, want %q", tt.in, tt.max, got, tt.want)
+			}
+		})
+	}
+}
+
+// The attributes of any record, however long its texts and numbers, take
+// at most MaxSize bytes of a message as SQS counts them (name, data type
+// and value of each).
+func TestAttributesWithinMaxSize(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", 2*MaxText)
+	far := time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.FixedZone("", -(23*3600+59*60)))
+	tests := []struct {
+		name string
+		in   Record
+	}{
+		{name: "every field at its longest", in: Record{Class: long, Reason: long, Error: long, HTTPStatus: math.MinInt64, SQLState: long,
+			Attempts: math.MinInt64, FirstAt: far, LastAt: far, Job: long, Output: long, DocID: long}},
+		{name: "usual", in: Record{Class: "permanent", Reason: "http_status", Error: "permanent http_status (http 400): bad request",
+			HTTPStatus: 400, Attempts: 1, FirstAt: first, LastAt: last, Job: "orders", Output: "rest", DocID: "order-1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			size := 0
+			for name, a := range tt.in.Attributes() {
+				size += len(name) + len(aws.ToString(a.DataType)) + len(aws.ToString(a.StringValue)) + len(a.BinaryValue)
+			}
+			if size > MaxSize {
+				t.Errorf("attributes take %d bytes, more than MaxSize (%d)", size, MaxSize)
 			}
 		})
 	}

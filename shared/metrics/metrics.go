@@ -54,12 +54,14 @@ const (
 	EndToEndLatencyMs   = "EndToEndLatency"
 	WriterBatchFailures = "WriterBatchFailures"
 	// OutputHalted is 1 when a writer halted a message group of an output
-	// with on_failure halt (or tried its halted change again and failed), 0
-	// when the halted change was delivered or skipped.
+	// with on_failure halt (or tried its halted change again and failed),
+	// and 0 once no group of the output is halted any more, from whichever
+	// writer instance finds it so.
 	OutputHalted = "OutputHalted"
 	// OutputDown is 1 for every batch a writer found its output down (it
 	// cannot be reached, refuses our credentials, cannot be opened, or
-	// failed every change of the batch), 0 when it took changes again.
+	// failed every change of the batch), 0 when it took changes again, from
+	// the instance that saw the outage or one that found its record.
 	OutputDown = "OutputDown"
 	// MessagesHeld counts the messages held back for an output that is
 	// down, at each hold; they do not count toward the DLQ.

@@ -59,8 +59,10 @@ type Deps struct {
 	// --until-idle). Set it before the first invocation.
 	OnBatch func(job string, caughtUp bool)
 
-	mu      sync.Mutex
-	pools   map[string]*pgxpool.Pool
+	mu    sync.Mutex
+	pools map[string]*pgxpool.Pool // by connection string
+	// dsns: the connection string each DSN reference last resolved to.
+	dsns    map[config.SecretRef]string
 	pollers map[string]*poll.Poller
 }
 
@@ -264,8 +266,13 @@ func (d *Deps) Sink(ctx context.Context, r config.Route) (deliver.Sink, error) {
 	return impl.sink(ctx, r.Output)
 }
 
-// Pool returns one pgx pool per DSN for the life of the process (closed by
-// Close).
+// Pool returns the pgx pool of an output's DSN: one per connection string,
+// shared by the references that resolve to it. When a reference resolves to
+// another connection string than before (a rotated secret, read again after
+// an outage), the pool of the old one is closed once no reference resolves
+// to it any more: at once for new requests, and its connections as the
+// requests holding them finish. Close closes the rest. Safe for concurrent
+// use.
 func (d *Deps) Pool(ctx context.Context, pg *config.PostgresOutput) (*pgxpool.Pool, error) {
 	dsn, err := d.Secrets.Resolve(ctx, pg.DSN)
 	if err != nil {
@@ -273,24 +280,46 @@ func (d *Deps) Pool(ctx context.Context, pg *config.PostgresOutput) (*pgxpool.Po
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if p, ok := d.pools[dsn]; ok {
-		return p, nil
+	p, ok := d.pools[dsn]
+	if !ok {
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			// The parse error can echo the DSN, password included: never wrap it.
+			return nil, fmt.Errorf("parse postgres dsn: malformed connection string")
+		}
+		cfg.MaxConns = int32(pg.MaxConns)
+		if p, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("open postgres pool: %w", err)
+		}
+		if d.pools == nil {
+			d.pools = map[string]*pgxpool.Pool{}
+		}
+		d.pools[dsn] = p
 	}
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		// The parse error can echo the DSN, password included: never wrap it.
-		return nil, fmt.Errorf("parse postgres dsn: malformed connection string")
+	if d.dsns == nil {
+		d.dsns = map[config.SecretRef]string{}
 	}
-	cfg.MaxConns = int32(pg.MaxConns)
-	p, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("open postgres pool: %w", err)
+	old, seen := d.dsns[pg.DSN]
+	d.dsns[pg.DSN] = dsn
+	if seen && old != dsn && !d.resolvedTo(old) {
+		if stale := d.pools[old]; stale != nil {
+			delete(d.pools, old)
+			// Close waits for the connections in use: not under the lock.
+			go stale.Close()
+		}
 	}
-	if d.pools == nil {
-		d.pools = map[string]*pgxpool.Pool{}
-	}
-	d.pools[dsn] = p
 	return p, nil
+}
+
+// resolvedTo reports whether a DSN reference last resolved to dsn. The
+// caller holds mu.
+func (d *Deps) resolvedTo(dsn string) bool {
+	for _, v := range d.dsns {
+		if v == dsn {
+			return true
+		}
+	}
+	return false
 }
 
 // Close releases pools.
@@ -300,7 +329,7 @@ func (d *Deps) Close() {
 	for _, p := range d.pools {
 		p.Close()
 	}
-	d.pools = nil
+	d.pools, d.dsns = nil, nil
 }
 
 func (d *Deps) credentials(ctx context.Context, a *config.Auth) (user, pass, token string, err error) {

@@ -6,10 +6,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/secret"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 // TestHTTPSinkResolvesEverySecret: the writer's HTTP sink gets the headers
@@ -51,5 +55,77 @@ func TestHTTPSinkResolvesEverySecret(t *testing.T) {
 	delete(env, "API_KEY")
 	if _, err := d.Sink(t.Context(), config.Route{Job: j, Output: j.Outputs[0]}); err == nil || !strings.Contains(err.Error(), "X-Api-Key") {
 		t.Errorf("open sink without the header's secret: got %v, want an error naming X-Api-Key", err)
+	}
+}
+
+// Against PostgreSQL: a DSN reference that resolves to another connection
+// string (a rotated secret) gets a new pool, and the old pool is closed once
+// no reference resolves to its connection string any more; references that
+// resolve to the same one share a pool; Close closes the rest.
+func TestPoolClosedWhenItsDSNRotates(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	base := testenv.PostgresDSN(t)
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	dsn := func(app string) string { return base + sep + "application_name=" + app }
+	var mu sync.Mutex
+	env := map[string]string{"DSN_A": dsn("rotate-1"), "DSN_B": dsn("rotate-1")}
+	set := func(k, v string) {
+		mu.Lock()
+		defer mu.Unlock()
+		env[k] = v
+	}
+	d := &Deps{Secrets: &secret.Resolver{Lookup: func(k string) (string, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		v, ok := env[k]
+		return v, ok
+	}}}
+	a := &config.PostgresOutput{DSN: config.SecretRef{Env: "DSN_A"}, MaxConns: 2}
+	b := &config.PostgresOutput{DSN: config.SecretRef{Env: "DSN_B"}, MaxConns: 2}
+	pool := func(pg *config.PostgresOutput) *pgxpool.Pool {
+		t.Helper()
+		p, err := d.Pool(ctx, pg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Ping(ctx); err != nil {
+			t.Fatalf("ping a pool just returned: %v", err)
+		}
+		return p
+	}
+	// closed waits for a pool to be closed, at most a few seconds.
+	closed := func(p *pgxpool.Pool) bool {
+		for range 50 {
+			if err := p.Ping(ctx); err != nil {
+				return true
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return false
+	}
+	first := pool(a)
+	if pool(b) != first {
+		t.Fatal("two references to the same connection string got two pools")
+	}
+	set("DSN_A", dsn("rotate-2"))
+	second := pool(a)
+	if second == first {
+		t.Fatal("a rotated DSN got the old pool")
+	}
+	if err := first.Ping(ctx); err != nil {
+		t.Fatalf("the pool of a DSN another reference still resolves to was closed: %v", err)
+	}
+	set("DSN_B", dsn("rotate-3"))
+	third := pool(b)
+	if !closed(first) {
+		t.Error("the pool of a connection string no reference resolves to any more is still open")
+	}
+	d.Close()
+	if !closed(second) || !closed(third) {
+		t.Error("Close left a pool open")
 	}
 }

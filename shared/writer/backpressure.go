@@ -22,7 +22,8 @@ import (
 // AttrDeferrals is the message attribute that counts how many times a
 // message was sent back to its queue because its output asked us to slow
 // down. Those sends give it a fresh receive count, so backpressure never
-// moves a message to the DLQ.
+// moves a message to the DLQ. The room it takes of a message is kept free
+// by config.HeldCounterBytes.
 const AttrDeferrals = "cw-deferrals"
 
 const (

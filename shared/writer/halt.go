@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -55,6 +56,11 @@ const (
 	clearTries     = 3
 	clearBackoff   = 200 * time.Millisecond
 	unclearedDelay = 5 * time.Second
+	// checkEvery is how often a writer process asks whether a halting
+	// output it found no halt of is halted (halt.Store.Check), so that the
+	// output's OutputHalted follows halts cleared elsewhere (changesctl halt
+	// clear, another instance) and other groups' halts.
+	checkEvery = time.Minute
 )
 
 // haltDelay is the visibility of a halted change after its n-th failed
@@ -132,8 +138,11 @@ const (
 )
 
 // disposeHalting disposes of the changes of a halting output, recording
-// and clearing halts, and sets OutputHalted: 1 while a record stands, 0 only
-// once the batch cleared one and none of its own is left.
+// and clearing halts, and sets OutputHalted: 1 while a record of the batch
+// stands; otherwise, when the batch cleared a record and once per
+// checkEvery, what halt.Store.Check finds of the whole output: 1 while any
+// group of it is halted, 0 once when none is any more (the alarm clears
+// whichever instance finds it so), nothing for an output that did not halt.
 func (b *batch) disposeHalting(ctx context.Context) {
 	seen := map[haltSeen]bool{}
 	for _, it := range b.items {
@@ -143,12 +152,70 @@ func (b *batch) disposeHalting(ctx context.Context) {
 		}
 		seen[hs] = true
 	}
+	check := b.h.check(b.route)
 	switch {
 	case seen[haltRecorded] || seen[haltStanding]:
 		b.rec.Add(metrics.OutputHalted, 1, metrics.Count)
-	case seen[haltCleared]:
-		b.rec.Add(metrics.OutputHalted, 0, metrics.Count)
+	case seen[haltCleared] || check.due(b.h.Now.Now(), checkEvery):
+		b.reportHalts(ctx, check)
 	}
+}
+
+// reportHalts sets OutputHalted from what halt.Store.Check finds of the
+// output. A failed check is made again at the next batch.
+func (b *batch) reportHalts(ctx context.Context, check *periodic) {
+	if b.h.Halts == nil {
+		return
+	}
+	status, err := b.h.Halts.Check(ctx, b.route.Job.ID, b.route.Output.ID)
+	if err != nil {
+		check.again()
+		b.log.WarnContext(ctx, "check halts", "error", err)
+		return
+	}
+	switch status {
+	case halt.Halted:
+		b.rec.Add(metrics.OutputHalted, 1, metrics.Count)
+	case halt.Resumed:
+		b.rec.Add(metrics.OutputHalted, 0, metrics.Count)
+		b.log.InfoContext(ctx, "output no longer halted")
+	}
+}
+
+// check returns the halt check of a route, one per process.
+func (h *Handler) check(r config.Route) *periodic {
+	key := outputKey(r.Job.ID, r.Output.ID)
+	if p, ok := h.checks.Load(key); ok {
+		return p.(*periodic)
+	}
+	kept, _ := h.checks.LoadOrStore(key, &periodic{})
+	return kept.(*periodic)
+}
+
+// periodic is a task a process does at most once per period. Safe for
+// concurrent use.
+type periodic struct {
+	mu   sync.Mutex
+	last time.Time // zero: due
+}
+
+// due reports whether the task is due at now, every apart; when it is, it
+// counts as done at now.
+func (p *periodic) due(now time.Time, every time.Duration) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.last.IsZero() && now.Sub(p.last) < every {
+		return false
+	}
+	p.last = now
+	return true
+}
+
+// again makes the task due at once: it failed.
+func (p *periodic) again() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.last = time.Time{}
 }
 
 // disposeHalted disposes of one change of a halting output: it returns

@@ -20,16 +20,37 @@ import (
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/failure"
 	"github.com/changes-worker/changes-worker/shared/statetable/halt"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 // fakeHalts keeps halt records in memory, with the store's rules: a record
-// for the same message counts an attempt and keeps Since and the request.
+// for the same message counts an attempt and keeps Since and the request;
+// Check answers Resumed once after the last record went.
 type fakeHalts struct {
 	mu       sync.Mutex
 	states   map[string]halt.State
 	getErr   error
 	clearErr error // every Clear fails with it when set
 	clears   int   // Clear calls
+	indexed  bool  // a record was written since Check last found none
+}
+
+func (f *fakeHalts) Check(ctx context.Context, job, output string) (halt.OutputStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.getErr != nil {
+		return halt.Unhalted, f.getErr
+	}
+	for k := range f.states {
+		if strings.HasPrefix(k, halt.Key(job, output, "")) {
+			return halt.Halted, nil
+		}
+	}
+	if f.indexed {
+		f.indexed = false
+		return halt.Resumed, nil
+	}
+	return halt.Unhalted, nil
 }
 
 func (f *fakeHalts) Get(ctx context.Context, job, output, group string) (*halt.State, error) {
@@ -57,6 +78,7 @@ func (f *fakeHalts) Record(ctx context.Context, st halt.State) (*halt.State, err
 	}
 	st.Attempts++
 	f.states[k] = st
+	f.indexed = true
 	return &st, nil
 }
 
@@ -542,4 +564,84 @@ func TestHaltDelay(t *testing.T) {
 	if total < 14*24*time.Hour {
 		t.Errorf("%d halted receives last %s, less than the 14 days SQS keeps a message", 1000-config.MaxHaltReceiveCount, total)
 	}
+}
+
+// Against DynamoDB Local: OutputHalted follows the output's halt records,
+// whichever writer instance finds them changed. A fresh instance (nothing
+// in memory) that finds the output no longer halted after changesctl halt
+// clear reports 0; a change delivered while another group of the output is
+// still halted reports 1, not 0; an instance that finds no halt at all
+// reports nothing.
+func TestOutputHaltedFollowsTheRecords(t *testing.T) {
+	t.Parallel()
+	metric := func(r *haltRun) string {
+		got := r.emf.String()
+		switch {
+		case strings.Contains(got, `"OutputHalted":0`) && strings.Contains(got, `"OutputHalted":1`):
+			return "0 and 1"
+		case strings.Contains(got, `"OutputHalted":0`):
+			return "0"
+		case strings.Contains(got, `"OutputHalted":1`):
+			return "1"
+		}
+		return "none"
+	}
+	instance := func(t *testing.T, store *halt.Store, ordering string) *haltRun {
+		r := newHaltRun(t, ordering)
+		r.h.Halts = store
+		return r
+	}
+	t.Run("total, cleared by the operator", func(t *testing.T) {
+		t.Parallel()
+		db, table := testenv.StateTable(t)
+		store := &halt.Store{DB: db, Table: table}
+		seer := instance(t, store, "total")
+		seer.setFail("x", errRefused)
+		seer.handle(seer.rec("m1", "x", 1, 1))
+		if got := metric(seer); got != "1" {
+			t.Fatalf("OutputHalted %s from the instance that halted, want 1", got)
+		}
+		// changesctl halt clear: the change is no longer in the queue.
+		if err := store.Clear(t.Context(), "j", "o", "o", "m1"); err != nil {
+			t.Fatal(err)
+		}
+		fresh := instance(t, store, "total")
+		if failed, applied := fresh.handle(fresh.rec("m2", "b", 2, 1)); len(failed) != 0 || len(applied) != 1 {
+			t.Fatalf("after the clear: failed %v, applied %v", failed, applied)
+		}
+		if got := metric(fresh); got != "0" {
+			t.Errorf("OutputHalted %s from a fresh instance after the halt was cleared, want 0", got)
+		}
+		quiet := instance(t, store, "total")
+		quiet.handle(quiet.rec("m3", "c", 3, 1))
+		if got := metric(quiet); got != "none" {
+			t.Errorf("OutputHalted %s from an instance that found no halt, want none", got)
+		}
+	})
+	t.Run("per_document, one group of two delivered", func(t *testing.T) {
+		t.Parallel()
+		db, table := testenv.StateTable(t)
+		store := &halt.Store{DB: db, Table: table}
+		seer := instance(t, store, "per_document")
+		seer.setFail("x", errRefused)
+		seer.setFail("y", errRefused)
+		seer.handle(seer.rec("m1", "x", 1, 1), seer.rec("m2", "y", 2, 1))
+		if got := metric(seer); got != "1" {
+			t.Fatalf("OutputHalted %s from the instance that halted, want 1", got)
+		}
+		fresh := instance(t, store, "per_document")
+		if failed, _ := fresh.handle(fresh.rec("m1", "x", 1, 2)); len(failed) != 0 {
+			t.Fatalf("x again: failed %v", failed)
+		}
+		if got := metric(fresh); got != "1" {
+			t.Errorf("OutputHalted %s after x was delivered while y stays halted, want 1", got)
+		}
+		fresh.emf.Reset()
+		if failed, _ := fresh.handle(fresh.rec("m2", "y", 2, 2)); len(failed) != 0 {
+			t.Fatalf("y again: failed %v", failed)
+		}
+		if got := metric(fresh); got != "0" {
+			t.Errorf("OutputHalted %s after the last halted group was delivered, want 0", got)
+		}
+	})
 }

@@ -54,6 +54,7 @@ type Halts interface {
 	Get(ctx context.Context, job, output, group string) (*halt.State, error)
 	Record(ctx context.Context, st halt.State) (*halt.State, error)
 	Clear(ctx context.Context, job, output, group, messageID string) error
+	Check(ctx context.Context, job, output string) (halt.OutputStatus, error)
 }
 
 // SinkFactory returns the sink of a route; it is called once per route and
@@ -82,6 +83,7 @@ type Handler struct {
 	sinks    sync.Map // "job/output" -> deliver.Sink
 	trackers sync.Map // "job/output" -> *backpressure.Tracker
 	outages  sync.Map // "job/output" -> *outputState
+	checks   sync.Map // "job/output" -> *periodic: the halt check of a halting output
 	slow     sync.Map // "job/output" -> bool: the output was slow at its last batch
 	urls     sync.Map // queue name -> URL
 	mu       sync.Mutex

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/changes-worker/changes-worker/shared/backpressure"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/deliver/httpsink"
@@ -96,5 +100,49 @@ func TestAuthFailure(t *testing.T) {
 		if got := deliver.AuthFailure(tt.err); got != tt.want {
 			t.Errorf("AuthFailure(%v) = %v, want %v", tt.err, got, tt.want)
 		}
+	}
+}
+
+// A held message waits at most backpressure.MaxPause however long the
+// output's Retry-After asks: under ordering total the held change keeps the
+// whole output's group waiting in flight for as long as its visibility.
+func TestRetryAfterCappedForHeldMessage(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "999999999")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	t.Cleanup(srv.Close)
+	f := testConfig(t, "total")
+	sink, err := httpsink.New(config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}"}, httpsink.Credentials{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &fakeSQS{}
+	h := newHandler(f, nil, q)
+	h.Sinks = func(context.Context, config.Route) (deliver.Sink, error) { return sink, nil }
+	for _, receives := range []int{1, 2} {
+		rec := record(t, f, fmt.Sprintf("m%d", receives), "a", "1-a", 1, receives)
+		rec.Attributes["MessageGroupId"] = "o"
+		if _, err := h.Handle(t.Context(), events.SQSEvent{Records: []events.SQSMessage{rec}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(q.visibility) != 2 {
+		t.Fatalf("visibility changes %v, want one per receive", q.visibility)
+	}
+	for _, v := range q.visibility {
+		if v > int32(backpressure.MaxPause/time.Second) {
+			t.Errorf("held for %d s, want at most %s", v, backpressure.MaxPause)
+		}
+	}
+}
+
+// The deferral counter fits the room stack.max_message_bytes keeps for it
+// below SQS's limit: its name, data type and largest value.
+func TestDeferralCounterFitsItsRoom(t *testing.T) {
+	t.Parallel()
+	if got := len(AttrDeferrals) + len("Number") + len(fmt.Sprint(math.MinInt64)); got > config.HeldCounterBytes {
+		t.Errorf("the deferral counter takes up to %d bytes, more than config.HeldCounterBytes (%d)", got, config.HeldCounterBytes)
 	}
 }

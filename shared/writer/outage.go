@@ -16,9 +16,10 @@ import (
 
 // Outages is the part of the outage store the handler calls (package
 // outage): the record changesctl status shows while an output is down.
+// Clear reports whether there was a record to delete.
 type Outages interface {
 	Mark(ctx context.Context, st outage.State) error
-	Clear(ctx context.Context, job, output string) error
+	Clear(ctx context.Context, job, output string) (bool, error)
 }
 
 // Secrets is told when an output failed in a way a corrected secret may fix,
@@ -42,7 +43,9 @@ const (
 // markEvery is how often a writer process writes the outage record of an
 // output that stays down, adding the messages it held since; sweepEvery how
 // often, while the output takes changes, it deletes a record another
-// process may have left (one that ended before it saw the output back).
+// process may have left (one that ended before it saw the output back, as
+// Lambda reclaims idle instances during a long outage), and then reports
+// the outage over.
 const (
 	markEvery  = 5 * time.Second
 	sweepEvery = time.Minute
@@ -182,23 +185,39 @@ func (b *batch) outputDown(ctx context.Context, st *outputState, cause *deliver.
 	}
 }
 
-// outputUp ends the output's outage, if it had one.
+// outputUp ends the output's outage: the one this process saw, or one whose
+// record another process left (sweep). Either way OutputDown goes to 0, so
+// the alarm clears whichever instance sees the output back; a process that
+// finds no record reports nothing.
 func (b *batch) outputUp(ctx context.Context, st *outputState) {
 	since, held, marked, ok := st.recovered(b.h.Now.Now())
 	if !ok {
-		if b.h.Outages != nil && st.sweepDue(b.h.Now.Now()) {
-			if err := b.h.Outages.Clear(ctx, b.route.Job.ID, b.route.Output.ID); err != nil {
-				b.log.WarnContext(ctx, "clear outage record", "error", err)
-			}
-		}
+		b.sweep(ctx, st)
 		return
 	}
 	b.rec.Add(metrics.OutputDown, 0, metrics.None)
 	b.log.InfoContext(ctx, "output is up again", "down_for", b.h.Now.Since(since).Round(time.Second).String(), "messages_held", held)
 	if marked && b.h.Outages != nil {
-		if err := b.h.Outages.Clear(ctx, b.route.Job.ID, b.route.Output.ID); err != nil {
+		if _, err := b.h.Outages.Clear(ctx, b.route.Job.ID, b.route.Output.ID); err != nil {
 			b.log.WarnContext(ctx, "clear outage record", "error", err)
 		}
+	}
+}
+
+// sweep deletes, once per sweepEvery, an outage record another process
+// left, and reports that outage over.
+func (b *batch) sweep(ctx context.Context, st *outputState) {
+	if b.h.Outages == nil || !st.sweepDue(b.h.Now.Now()) {
+		return
+	}
+	cleared, err := b.h.Outages.Clear(ctx, b.route.Job.ID, b.route.Output.ID)
+	if err != nil {
+		b.log.WarnContext(ctx, "clear outage record", "error", err)
+		return
+	}
+	if cleared {
+		b.rec.Add(metrics.OutputDown, 0, metrics.None)
+		b.log.InfoContext(ctx, "output is up again; cleared the outage record another writer left")
 	}
 }
 

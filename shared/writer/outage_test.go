@@ -20,26 +20,31 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/statetable/outage"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 type fakeOutages struct {
-	mu      sync.Mutex
-	marks   []outage.State
-	cleared int
+	mu       sync.Mutex
+	marks    []outage.State
+	cleared  int  // Clear calls
+	standing bool // a record is there: marked, not cleared since
 }
 
 func (f *fakeOutages) Mark(ctx context.Context, st outage.State) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.marks = append(f.marks, st)
+	f.standing = true
 	return nil
 }
 
-func (f *fakeOutages) Clear(ctx context.Context, job, output string) error {
+func (f *fakeOutages) Clear(ctx context.Context, job, output string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cleared++
-	return nil
+	was := f.standing
+	f.standing = false
+	return was, nil
 }
 
 type fakeSecrets struct{ refreshed int }
@@ -360,5 +365,48 @@ func TestOutageOnHaltingOutput(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Against DynamoDB Local: an outage seen by one writer instance that is
+// gone before the output is back (Lambda reclaimed it) ends for the alarm
+// too. A fresh instance, with nothing of the outage in memory, that
+// delivers to the output finds the outage record, deletes it and reports
+// OutputDown 0; a fresh instance that finds no record reports nothing, so
+// that an output never down publishes no OutputDown at all.
+func TestOutputDownClearedByAFreshInstance(t *testing.T) {
+	t.Parallel()
+	db, table := testenv.StateTable(t)
+	store := &outage.Store{DB: db, Table: table}
+	seer := newOutageRun(t, "none")
+	seer.h.Outages = store
+	seer.set(errRefusedConn, nil)
+	seer.handle(1, "a")
+	if !strings.Contains(seer.emf.String(), `"OutputDown":1`) {
+		t.Fatalf("metrics %s: want OutputDown 1 from the instance that saw the outage", seer.emf.String())
+	}
+	if st, err := store.Get(t.Context(), "j", "o"); err != nil || st == nil {
+		t.Fatalf("outage record after the outage began: %+v, %v", st, err)
+	}
+
+	// The seer is gone; the output is back; a fresh instance delivers.
+	fresh := newOutageRun(t, "none")
+	fresh.h.Outages = store
+	if failed := fresh.handle(1, "b"); len(failed) != 0 {
+		t.Fatalf("failed %v", failed)
+	}
+	if got := fresh.emf.String(); !strings.Contains(got, `"OutputDown":0`) {
+		t.Errorf("metrics of the fresh instance %s: want OutputDown 0", got)
+	}
+	if st, err := store.Get(t.Context(), "j", "o"); err != nil || st != nil {
+		t.Errorf("outage record after a delivery: %+v, %v; want none", st, err)
+	}
+
+	// Another fresh instance: no record, nothing to report.
+	quiet := newOutageRun(t, "none")
+	quiet.h.Outages = store
+	quiet.handle(1, "c")
+	if got := quiet.emf.String(); strings.Contains(got, `"OutputDown"`) {
+		t.Errorf("metrics %s: want no OutputDown from an instance that found no outage", got)
 	}
 }

@@ -9,6 +9,16 @@
 // contain '/', so these keys never meet a job item. The group is the SQS
 // message group: the output id under ordering total, the document's group
 // under per_document.
+//
+// Beside its records, an output that halted has an index item keyed
+// "halt/<job>/<output>" (output ids cannot contain '/', so it never meets a
+// record) naming its halted groups, written in the same transaction as each
+// record and each clear. It answers whether the output is halted (Check)
+// with reads of the index and its groups, where the records themselves could
+// only be found by scanning the table, which the writer may not do. The
+// index outlives the last halt of the output until a Check finds it empty:
+// that Check answers Resumed once, so that whichever writer makes it reports
+// the output running again.
 package halt
 
 import (
@@ -29,6 +39,7 @@ type DynamoDB interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 	statetable.Scanner
 }
 
@@ -104,12 +115,17 @@ const (
 	attrAttempts  = "halt_attempts"
 	attrAction    = "operator_action"
 	attrActionAt  = "operator_action_at"
+	// attrGroups is the index item's set of halted groups.
+	attrGroups = "halted_groups"
 )
 
 // Key is the state-table key of a group's record.
 func Key(job, output, group string) string { return "halt/" + job + "/" + output + "/" + group }
 
 func prefix(job, output string) string { return JobPrefix(job) + output + "/" }
+
+// indexKey is the state-table key of an output's index item.
+func indexKey(job, output string) string { return JobPrefix(job) + output }
 
 // JobPrefix is the key prefix of every record of job's outputs.
 func JobPrefix(job string) string { return "halt/" + job + "/" }
@@ -149,8 +165,9 @@ func (s *Store) List(ctx context.Context, job, output string) ([]State, error) {
 // Record writes the failure of a delivery attempt of the group's blocked
 // change. The first record of a change sets Since; a record for another
 // message than the one recorded replaces it (and its operator request).
-// A request the operator made for the same message is kept. It returns the
-// record as stored.
+// A request the operator made for the same message is kept. The output's
+// index names the group from the same write on. It returns the record as
+// stored.
 func (s *Store) Record(ctx context.Context, st State) (*State, error) {
 	k := Key(st.Job, st.Output, st.Group)
 	body := st.Body
@@ -173,15 +190,16 @@ func (s *Store) Record(ctx context.Context, st State) (*State, error) {
 		"#http": attrHTTP, "#sql": attrSQLState, "#last": attrLastAt, "#since": attrSince, "#att": attrAttempts,
 	}
 	// The same message: keep Since, count the attempt, keep the request.
-	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.Table, Key: statetable.Key(k), UpdateExpression: &update,
-		ConditionExpression:       aws.String("attribute_not_exists(#msg) OR #msg = :msg"),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: set,
-		ReturnValues:              types.ReturnValueAllNew,
-	})
-	var cond *types.ConditionalCheckFailedException
-	if errors.As(err, &cond) {
+	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName: &s.Table, Key: statetable.Key(k), UpdateExpression: &update,
+			ConditionExpression:       aws.String("attribute_not_exists(#msg) OR #msg = :msg"),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: set,
+		}},
+		s.index(st.Job, st.Output, st.Group, "ADD"),
+	}})
+	if conditionFailed(err) {
 		// Another message: a new halt replaces the old record entirely.
 		if _, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.Table, Key: statetable.Key(k)}); err != nil {
 			return nil, fmt.Errorf("replace halt %s: %w", k, err)
@@ -191,26 +209,133 @@ func (s *Store) Record(ctx context.Context, st State) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("record halt %s: %w", k, err)
 	}
-	got := decode(out.Attributes)
-	return &got, nil
+	got, err := s.Get(ctx, st.Job, st.Output, st.Group)
+	if err != nil {
+		return nil, fmt.Errorf("record halt %s: %w", k, err)
+	}
+	if got == nil {
+		// Cleared between the write and the read: as recorded.
+		got = &st
+	}
+	return got, nil
+}
+
+// index is the transaction item that adds group to (op "ADD") or deletes
+// it from (op "DELETE") the output's index.
+func (s *Store) index(job, output, group, op string) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName: &s.Table, Key: statetable.Key(indexKey(job, output)),
+		UpdateExpression:          aws.String(op + " #groups :grp"),
+		ExpressionAttributeNames:  map[string]string{"#groups": attrGroups},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":grp": &types.AttributeValueMemberSS{Value: []string{group}}},
+	}}
+}
+
+// conditionFailed reports whether a transaction was cancelled because the
+// condition of its first item failed.
+func conditionFailed(err error) bool {
+	var tc *types.TransactionCanceledException
+	if !errors.As(err, &tc) || len(tc.CancellationReasons) == 0 {
+		return false
+	}
+	return aws.ToString(tc.CancellationReasons[0].Code) == "ConditionalCheckFailed"
 }
 
 // Clear removes the group's record if it is still about messageID: the
-// change was delivered or skipped. Clearing a record that is gone, or about
+// change was delivered or skipped. The output's index no longer names the
+// group from the same write on. Clearing a record that is gone, or about
 // another message, does nothing.
 func (s *Store) Clear(ctx context.Context, job, output, group, messageID string) error {
 	k := Key(job, output, group)
-	_, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName: &s.Table, Key: statetable.Key(k),
-		ConditionExpression:       aws.String("#msg = :msg"),
-		ExpressionAttributeNames:  map[string]string{"#msg": attrMessageID},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":msg": str(messageID)},
-	})
-	var cond *types.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &cond) {
+	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Delete: &types.Delete{
+			TableName: &s.Table, Key: statetable.Key(k),
+			ConditionExpression:       aws.String("#msg = :msg"),
+			ExpressionAttributeNames:  map[string]string{"#msg": attrMessageID},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":msg": str(messageID)},
+		}},
+		s.index(job, output, group, "DELETE"),
+	}})
+	if err != nil && !conditionFailed(err) {
 		return fmt.Errorf("clear halt %s: %w", k, err)
 	}
 	return nil
+}
+
+// OutputStatus is what Check found of an output's halts.
+type OutputStatus int
+
+const (
+	// Unhalted: no group halted since the last Check that found none.
+	Unhalted OutputStatus = iota
+	// Resumed: the output had halted, and no group of it is halted any
+	// more. The next Check answers Unhalted.
+	Resumed
+	// Halted: at least one group of the output is halted.
+	Halted
+)
+
+// Check says whether any group of the output is halted, with strongly
+// consistent reads of its index and of the records the index names (at most
+// one standing record is read). A group the index names without a record
+// (one deleted by hand) is dropped from it. Once the index names no group,
+// Check deletes it and answers Resumed: one Check, of all the writers that
+// may make it at once, answers Resumed for each time the output resumes.
+func (s *Store) Check(ctx context.Context, job, output string) (OutputStatus, error) {
+	k := indexKey(job, output)
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.Table, Key: statetable.Key(k), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return Unhalted, fmt.Errorf("check halts of %s/%s: %w", job, output, err)
+	}
+	if out.Item == nil {
+		return Unhalted, nil
+	}
+	var groups []string
+	if ss, ok := out.Item[attrGroups].(*types.AttributeValueMemberSS); ok {
+		groups = ss.Value
+	}
+	for _, g := range groups {
+		st, err := s.Get(ctx, job, output, g)
+		if err != nil {
+			return Unhalted, fmt.Errorf("check halts of %s/%s: %w", job, output, err)
+		}
+		if st != nil {
+			return Halted, nil
+		}
+		// Dropped only while the group still has no record.
+		_, err = s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+			{Delete: &types.Delete{
+				TableName: &s.Table, Key: statetable.Key(Key(job, output, g)),
+				ConditionExpression:      aws.String("attribute_not_exists(#msg)"),
+				ExpressionAttributeNames: map[string]string{"#msg": attrMessageID},
+			}},
+			s.index(job, output, g, "DELETE"),
+		}})
+		if conditionFailed(err) {
+			return Halted, nil
+		}
+		if err != nil {
+			return Unhalted, fmt.Errorf("check halts of %s/%s: drop group %s: %w", job, output, g, err)
+		}
+	}
+	// Deleted only while it names no group: a halt recorded since stands.
+	// Another writer's Check may have deleted it first.
+	del, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: &s.Table, Key: statetable.Key(k),
+		ConditionExpression:      aws.String("attribute_not_exists(#groups)"),
+		ExpressionAttributeNames: map[string]string{"#groups": attrGroups},
+		ReturnValues:             types.ReturnValueAllOld,
+	})
+	var cond *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &cond):
+		return Halted, nil
+	case err != nil:
+		return Unhalted, fmt.Errorf("check halts of %s/%s: %w", job, output, err)
+	case len(del.Attributes) == 0:
+		return Unhalted, nil
+	}
+	return Resumed, nil
 }
 
 // Request records the operator's action for the group's blocked change

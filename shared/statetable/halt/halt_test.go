@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/changes-worker/changes-worker/shared/statetable"
 	"github.com/changes-worker/changes-worker/shared/statetable/halt"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
@@ -92,5 +93,65 @@ func TestStoreLifecycle(t *testing.T) {
 	st.MessageID, st.Body = "m3", strings.Repeat("x", halt.MaxBody+1)
 	if got, err = s.Record(ctx, st); err != nil || got.Body != "" {
 		t.Errorf("record with a large body: body %d bytes, %v", len(got.Body), err)
+	}
+}
+
+// Against DynamoDB Local: Check follows the records through the output's
+// index. An output that never halted is Unhalted; it is Halted while any
+// group has a record, Resumed once (and only once) after its last record
+// was cleared, then Unhalted again; a group whose record was deleted by hand
+// is dropped from the index. List never returns the index.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newStore(t)
+	check := func(want halt.OutputStatus) {
+		t.Helper()
+		got, err := s.Check(ctx, "j", "o")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("Check = %d, want %d", got, want)
+		}
+	}
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	rec := func(group, msg string) {
+		t.Helper()
+		if _, err := s.Record(ctx, halt.State{Job: "j", Output: "o", Group: group, MessageID: msg, Class: "permanent", Reason: "http_status", Since: t0, LastAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clear := func(group, msg string) {
+		t.Helper()
+		if err := s.Clear(ctx, "j", "o", group, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(halt.Unhalted)
+	rec("a", "m1")
+	rec("b", "m2")
+	rec("b", "m3") // another message of b replaces its record
+	check(halt.Halted)
+	if list, err := s.List(ctx, "j", "o"); err != nil || len(list) != 2 {
+		t.Errorf("List = %+v, %v; want the two groups only", list, err)
+	}
+	clear("a", "m1")
+	clear("b", "m2") // about another message: b stays halted
+	check(halt.Halted)
+	clear("b", "m3")
+	check(halt.Resumed)
+	check(halt.Unhalted)
+
+	// A record deleted by hand: the index drops its group.
+	rec("c", "m4")
+	if _, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.Table, Key: statetable.Key(halt.Key("j", "o", "c"))}); err != nil {
+		t.Fatal(err)
+	}
+	check(halt.Resumed)
+	check(halt.Unhalted)
+	// Another output's index is its own.
+	if got, err := s.Check(ctx, "j", "o2"); err != nil || got != halt.Unhalted {
+		t.Errorf("Check of another output = %d, %v; want Unhalted", got, err)
 	}
 }

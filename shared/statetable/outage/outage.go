@@ -2,7 +2,9 @@
 // cannot reach, that refuses our credentials, or that fails every request,
 // so that the writer holds its messages instead of dead-lettering them. The
 // writer writes the record while the output is down and deletes it when the
-// output takes changes again; changesctl status reads it.
+// output takes changes again; changesctl status reads it. A record that a
+// writer deletes tells it that an outage was reported (OutputDown) and is
+// over, whichever writer instance saw it.
 //
 // A record is one item of the stack's state table, keyed
 // "outage/<job>/<output>". Several writer instances may report the same
@@ -85,14 +87,15 @@ func (s *Store) Mark(ctx context.Context, st State) error {
 	return nil
 }
 
-// Clear deletes the output's record: it takes changes again. Clearing a
-// record that is gone does nothing.
-func (s *Store) Clear(ctx context.Context, job, output string) error {
+// Clear deletes the output's record: it takes changes again. It reports
+// whether there was one: clearing a record that is gone does nothing.
+func (s *Store) Clear(ctx context.Context, job, output string) (bool, error) {
 	k := Key(job, output)
-	if _, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.Table, Key: statetable.Key(k)}); err != nil {
-		return fmt.Errorf("clear outage %s: %w", k, err)
+	out, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.Table, Key: statetable.Key(k), ReturnValues: types.ReturnValueAllOld})
+	if err != nil {
+		return false, fmt.Errorf("clear outage %s: %w", k, err)
 	}
-	return nil
+	return len(out.Attributes) > 0, nil
 }
 
 // Get returns the output's record, or nil when no writer found it down

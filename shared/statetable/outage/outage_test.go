@@ -38,9 +38,13 @@ func TestStoreLifecycle(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("record (-want +got):\n%s", d)
 	}
-	for range 2 {
-		if err := s.Clear(ctx, "j", "o"); err != nil {
+	for i, want := range []bool{true, false} {
+		cleared, err := s.Clear(ctx, "j", "o")
+		if err != nil {
 			t.Fatal(err)
+		}
+		if cleared != want {
+			t.Errorf("clear %d: cleared %v, want %v", i+1, cleared, want)
 		}
 	}
 	if got, err := s.Get(ctx, "j", "o"); err != nil || got != nil {

@@ -233,7 +233,7 @@ func (d *openedDLQ) list(ctx context.Context, env *cliEnv, samples, maxMsgs int,
 			last = ago(now, g.LastAt)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Count, dash(g.Class), dash(g.Reason), status, last,
-			truncate(strings.Join(g.Samples, ", "), 60), truncate(g.Error, 100))
+			truncate(strings.Join(printables(g.Samples), ", "), 60), truncate(printable(g.Error), 100))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -310,7 +310,7 @@ func printMessage(w io.Writer, m dlq.Message, now time.Time, body bool) {
 	}
 	if e := m.Envelope; e != nil {
 		fmt.Fprintf(tw, "document\t%q\n", e.DocID)
-		fmt.Fprintf(tw, "change\trev %s, seq %s, version %s", dash(e.Rev), dash(string(e.Seq)), e.Version)
+		fmt.Fprintf(tw, "change\trev %s, seq %s, version %s", dash(printable(e.Rev)), dash(printable(string(e.Seq))), e.Version)
 		switch {
 		case e.Deleted:
 			fmt.Fprint(tw, ", deleted")
@@ -324,13 +324,13 @@ func printMessage(w io.Writer, m dlq.Message, now time.Time, body bool) {
 		}
 		switch {
 		case e.DocRef != nil:
-			fmt.Fprintf(tw, "body\tclaim check s3://%s/%s (%d bytes)\n", e.DocRef.Bucket, e.DocRef.Key, e.DocRef.Size)
+			fmt.Fprintf(tw, "body\tclaim check s3://%s/%s (%d bytes)\n", printable(e.DocRef.Bucket), printable(e.DocRef.Key), e.DocRef.Size)
 		case len(e.Doc) > 0 && !body:
 			fmt.Fprintf(tw, "body\t%d bytes (--body prints it)\n", len(e.Doc))
 		}
 	}
 	if m.EnvelopeError != "" {
-		fmt.Fprintf(tw, "envelope\tinvalid: %s (%d bytes)\n", m.EnvelopeError, m.BodyBytes)
+		fmt.Fprintf(tw, "envelope\tinvalid: %s (%d bytes)\n", printable(m.EnvelopeError), m.BodyBytes)
 	}
 	f := m.Failure
 	if !f.Recorded() {
@@ -338,7 +338,7 @@ func printMessage(w io.Writer, m dlq.Message, now time.Time, body bool) {
 	} else {
 		status := inParens(failureStatus(f.HTTPStatus, f.SQLState))
 		fmt.Fprintf(tw, "failure\t%s %s%s after %d attempt(s)\n", f.Class, f.Reason, status, f.Attempts)
-		fmt.Fprintf(tw, "error\t%s\n", f.Error)
+		fmt.Fprintf(tw, "error\t%s\n", printable(f.Error))
 		if !f.FirstAt.IsZero() {
 			fmt.Fprintf(tw, "first failure\t%s\n", when(now, f.FirstAt))
 		}

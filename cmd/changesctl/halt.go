@@ -292,10 +292,10 @@ func (ho *haltedOutput) show(ctx context.Context, env *cliEnv, body, asJSON bool
 		}
 		tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "output\t%s/%s HALTED (ordering %s)\n", h.Job, h.Output, o.Ordering)
-		fmt.Fprintf(tw, "group\t%s\n", h.Group)
+		fmt.Fprintf(tw, "group\t%s\n", printable(h.Group))
 		fmt.Fprintf(tw, "message\t%s\n", h.MessageID)
 		fmt.Fprintf(tw, "document\t%q\n", h.DocID)
-		what := fmt.Sprintf("rev %s, seq %s", dash(h.Rev), dash(string(h.Seq)))
+		what := fmt.Sprintf("rev %s, seq %s", dash(printable(h.Rev)), dash(printable(string(h.Seq))))
 		if e := h.Envelope; e != nil {
 			what += ", version " + e.Version.String()
 			if e.Deleted {
@@ -305,7 +305,7 @@ func (ho *haltedOutput) show(ctx context.Context, env *cliEnv, body, asJSON bool
 		fmt.Fprintf(tw, "change\t%s\n", what)
 		status := inParens(failureStatus(h.HTTPStatus, h.SQLState))
 		fmt.Fprintf(tw, "failure\t%s %s%s, %d attempt(s) since the halt\n", h.Class, h.Reason, status, h.Attempts)
-		fmt.Fprintf(tw, "error\t%s\n", h.Error)
+		fmt.Fprintf(tw, "error\t%s\n", printable(h.Error))
 		fmt.Fprintf(tw, "halted since\t%s\n", when(now, h.Since))
 		fmt.Fprintf(tw, "last attempt\t%s\n", when(now, h.LastAttemptAt))
 		if h.Requested != "" {

@@ -78,7 +78,7 @@ func main() {
 	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, lookup: os.LookupEnv}
 	if err := realMain(ctx, env, os.Args[1:]); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "changesctl:", err)
+			fmt.Fprintln(safeText(os.Stderr), "changesctl:", err)
 		}
 		var ee exitError
 		if errors.As(err, &ee) {
@@ -93,7 +93,10 @@ type exitError int
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
+// realMain runs the command args names. Whatever it prints goes through
+// safeText: it may hold text from the source or an output.
 func realMain(ctx context.Context, env *cliEnv, args []string) error {
+	env = &cliEnv{stdin: env.stdin, stdout: safeText(env.stdout), stderr: safeText(env.stderr), lookup: env.lookup}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(env.stdout, usage)
 		return nil

@@ -34,12 +34,12 @@ type progress struct {
 const lineEvery = 2 * time.Second
 
 func newProgress(w io.Writer, label, unit string) *progress {
-	return &progress{w: w, tty: isTerminal(w), label: label, unit: unit, start: time.Now(), lastTenth: -1, printed: -1}
+	return &progress{w: raw(w), tty: isTerminal(w), label: label, unit: unit, start: time.Now(), lastTenth: -1, printed: -1}
 }
 
 // isTerminal reports whether w is a character device (a terminal).
 func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+	f, ok := raw(w).(*os.File)
 	if !ok {
 		return false
 	}

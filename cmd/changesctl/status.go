@@ -160,7 +160,7 @@ func cmdStatus(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		if *watch {
 			if tty {
-				fmt.Fprint(env.stdout, "\033[H\033[2J")
+				fmt.Fprint(raw(env.stdout), "\033[H\033[2J")
 			}
 			fmt.Fprintf(env.stdout, "changesctl status, every %s, at %s (Ctrl-C stops)\n\n", *interval, now.Format("15:04:05"))
 		}
@@ -288,6 +288,7 @@ func downLine(job, output string, d *outageShown, depth int) string {
 
 // quarantineLine describes one quarantine entry on one line.
 func quarantineLine(job string, q quarantineStatus) string {
+	q.Reason, q.Raw = printable(q.Reason), printable(q.Raw)
 	seen := fmt.Sprintf("%d reads, first %s, last %s", q.Attempts, q.FirstSeen.Format(time.RFC3339), q.LastSeen.Format(time.RFC3339))
 	pos := string(q.Seq)
 	if pos == "" {

@@ -11,9 +11,12 @@ import (
 // exactly id: url.PathEscape (which escapes '/', '?', '#', '%', spaces,
 // control characters and every non-ASCII byte), '+' as %2B (some servers
 // read a '+' in a path as a space), and, for an id made only of dots ("." and
-// ".." above all), every dot as %2E, so that no client, proxy or server can
-// take it for a relative segment and resolve it away. url.PathUnescape of
-// the result is id, so distinct ids get distinct segments.
+// ".." above all), every dot as %2E, so that Go's URL handling keeps the
+// segment. That does not make "." and ".." safe: RFC 3986 §6.2.2.2 makes %2E
+// equal to '.', and a server or proxy that normalises the path resolves the
+// segment; a caller whose server may do so must refuse such ids (the HTTP
+// output does). url.PathUnescape of the result is id, so distinct ids get
+// distinct segments.
 func PathSegment(id string) string {
 	if id != "" && strings.Trim(id, ".") == "" {
 		return strings.Repeat("%2E", len(id))

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -514,14 +515,22 @@ func inOrder(all, subset []sqstypes.SendMessageBatchRequestEntry) []sqstypes.Sen
 	return out
 }
 
+// hashedGroup prefixes the hashed form of a group id.
+const hashedGroup = "sha256:"
+
 // GroupID is the FIFO message group of a document: the id itself when SQS
-// accepts it (at most 128 printable ASCII characters), otherwise a hash of it.
+// accepts it (at most 128 printable ASCII characters), otherwise
+// "sha256:" and the hex SHA-256 of the id. An id that itself begins with
+// "sha256:" is always hashed, so the two forms never meet: no document can
+// name itself into another's group (whose failure, with on_failure halt,
+// would then halt it). The plain form is kept for every other id, so the
+// groups of messages already queued do not change.
 func GroupID(docID string) string {
-	if len(docID) <= 128 && printableASCII(docID) {
+	if len(docID) <= 128 && printableASCII(docID) && !strings.HasPrefix(docID, hashedGroup) {
 		return docID
 	}
 	sum := sha256.Sum256([]byte(docID))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return hashedGroup + hex.EncodeToString(sum[:])
 }
 
 // DeduplicationID identifies one change on one output within a replay

@@ -34,6 +34,15 @@ func TestGroupAndDeduplicationIDs(t *testing.T) {
 			t.Errorf("GroupID(%q) = %q, want a hash within 128 chars", id, g)
 		}
 	}
+	// A document whose literal id is the hashed form of another's must not
+	// share its group (with on_failure halt, failing one would halt the other).
+	long := strings.Repeat("x", 129)
+	if forged := fanout.GroupID(long); fanout.GroupID(forged) == forged {
+		t.Errorf("document %q gets group %q, the group of another document (%q)", forged, fanout.GroupID(forged), long)
+	}
+	if g := fanout.GroupID("sha256:abc"); g == "sha256:abc" || !strings.HasPrefix(g, "sha256:") || len(g) != len("sha256:")+64 {
+		t.Errorf("GroupID(%q) = %q, want the hash of the id", "sha256:abc", g)
+	}
 	a := fanout.DeduplicationID("j", "o", "d", json.RawMessage(`5`), 0)
 	if a == fanout.DeduplicationID("j", "o", "d", json.RawMessage(`6`), 0) || a == fanout.DeduplicationID("j", "o2", "d", json.RawMessage(`5`), 0) {
 		t.Error("dedup ids must differ by seq and output")

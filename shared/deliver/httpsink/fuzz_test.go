@@ -1,6 +1,7 @@
 package httpsink
 
 import (
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
@@ -10,7 +11,8 @@ import (
 )
 
 // FuzzURL: for any template New accepts, any document id and any
-// url_secret, the URL builds; its escaped path has no "." or ".." segment
+// url_secret, the URL builds or, for an id made of dots only, is refused
+// (ErrDotSegment); its escaped path has no "." or ".." segment
 // (so it never holds "/../" nor ends in "/.."); the id adds no segment and
 // reads back from its segment; errors name the template, not the URL.
 func FuzzURL(f *testing.F) {
@@ -38,6 +40,12 @@ func FuzzURL(f *testing.F) {
 			return
 		}
 		u, err := s.URL(id)
+		if errors.Is(err, ErrDotSegment) {
+			if strings.Trim(id, ".") != "" {
+				t.Fatalf("URL(%q) of %q: %v, but the id is not made of dots", id, tmpl, err)
+			}
+			return
+		}
 		if err != nil {
 			t.Fatalf("URL(%q) of accepted template %q: %v", id, tmpl, err)
 		}

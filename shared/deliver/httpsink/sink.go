@@ -338,14 +338,35 @@ func origin(u *url.URL) string {
 
 // EscapeID returns the document id as one URL path segment
 // (docid.PathSegment): '/', '?', '#', '%', '+' and every non-ASCII byte are
-// escaped, and each dot of an id made only of dots is written %2E, so "." and
-// ".." can never be read as relative path segments.
+// escaped, and each dot of an id made only of dots is written %2E. An escaped
+// dot still means a dot (RFC 3986 §6.2.2.2), so URL refuses an id that would
+// make a whole segment "." or "..".
 func EscapeID(id string) string { return docid.PathSegment(id) }
+
+// ErrDotSegment is wrapped by URL's error for a document id that would make
+// a whole path segment "." or "..": a server or proxy that normalises the
+// path would resolve it and reach the collection or its parent instead of
+// the document. Such a change fails permanently (reason dot_segment_id).
+var ErrDotSegment = errors.New(`makes a "." or ".." path segment, which servers resolve as a relative reference`)
 
 // URL returns the URL a change of docID is sent to. The id is path-escaped
 // in the path (kept escaped on the wire through URL.RawPath) and
-// query-escaped in the query.
+// query-escaped in the query. An id that would make a path segment "." or
+// ".." is refused (ErrDotSegment).
 func (s *Sink) URL(docID string) (*url.URL, error) {
+	if docID != "" && strings.Trim(docID, ".") == "" {
+		for seg := range strings.SplitSeq(s.path, "/") {
+			if !strings.Contains(seg, "{doc_id}") {
+				continue
+			}
+			// Template segments decode (New checked), and so does the id's
+			// escaping: seg's own characters around {doc_id} stay as they are.
+			got, err := url.PathUnescape(strings.ReplaceAll(seg, "{doc_id}", EscapeID(docID)))
+			if err == nil && (got == "." || got == "..") {
+				return nil, fmt.Errorf("build url for %s: document id %q %w", s.display, docID, ErrDotSegment)
+			}
+		}
+	}
 	u := s.base
 	u.RawPath = strings.ReplaceAll(s.path, "{doc_id}", EscapeID(docID))
 	p, err := url.PathUnescape(u.RawPath)
@@ -386,6 +407,9 @@ func (s *Sink) send(ctx context.Context, c *change.Envelope) error {
 	reqCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	req, err := s.request(reqCtx, c)
+	if errors.Is(err, ErrDotSegment) {
+		return deliver.PermanentError("dot_segment_id", err)
+	}
 	if err != nil {
 		return deliver.PermanentError("invalid_change", err)
 	}

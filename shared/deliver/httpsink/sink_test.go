@@ -289,8 +289,6 @@ func TestEscaping(t *testing.T) {
 		{"a/b", "/docs/a%2Fb"},
 		{"_design/view", "/docs/_design%2Fview"},
 		{"../../etc/passwd", "/docs/..%2F..%2Fetc%2Fpasswd"},
-		{"..", "/docs/%2E%2E"},
-		{".", "/docs/%2E"},
 		{"a.b", "/docs/a.b"},
 		{"é✓日本", "/docs/%C3%A9%E2%9C%93%E6%97%A5%E6%9C%AC"},
 		{"a?b=c", "/docs/a%3Fb=c"},
@@ -1000,5 +998,55 @@ func TestPacerLowersParallelism(t *testing.T) {
 	}
 	if got := p.seen.Load(); got != 12 {
 		t.Errorf("pacer observed %d requests, want 12", got)
+	}
+}
+
+// TestDotSegmentIDRefused: a document id that would make a whole path
+// segment "." or ".." fails permanently and nothing is sent: RFC 3986
+// §6.2.2.2 makes %2E equal to '.', so a normalising server or proxy would
+// resolve the segment and reach the collection (".") or its parent ("..").
+// Ids that only contain dots elsewhere, or in the query, are sent.
+func TestDotSegmentIDRefused(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, tmpl, id string
+		refused        bool
+	}{
+		{"dot", "/docs/{doc_id}", ".", true},
+		{"dot-dot", "/docs/{doc_id}", "..", true},
+		{"dot-dot deleted", "/docs/{doc_id}", "..", true},
+		{"two ids make dot-dot", "/docs/{doc_id}{doc_id}/x", ".", true},
+		{"three dots", "/docs/{doc_id}", "...", false},
+		{"dot with a suffix", "/docs/{doc_id}.json", ".", false},
+		{"dot-dot in the query", "/docs?id={doc_id}", "..", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &recorder{}
+			srv := serve(t, rec.handler(http.StatusNoContent))
+			s := newSink(t, config.HTTPOutput{URL: srv.URL + tt.tmpl}, Credentials{})
+			c := live(tt.id, "1-a", v(1, 1))
+			if strings.HasSuffix(tt.name, "deleted") {
+				c = deleted(tt.id, "2-b", v(1, 2))
+			}
+			err := s.Apply(t.Context(), []*change.Envelope{c})[0]
+			if !tt.refused {
+				if err != nil || len(rec.all()) != 1 {
+					t.Fatalf("id %q: error %v, %d requests; want it sent", tt.id, err, len(rec.all()))
+				}
+				return
+			}
+			var de *deliver.Error
+			if !errors.As(err, &de) || de.Class != deliver.Permanent || de.Reason != "dot_segment_id" {
+				t.Fatalf("id %q: error %v; want a permanent dot_segment_id error", tt.id, err)
+			}
+			if !strings.Contains(err.Error(), fmt.Sprintf("%q", tt.id)) {
+				t.Errorf("error %q does not name the id %q", err, tt.id)
+			}
+			if got := uris(rec.all()); len(got) != 0 {
+				t.Errorf("id %q reached the server: %v", tt.id, got)
+			}
+		})
 	}
 }

@@ -204,6 +204,13 @@ func TestRedriveKilledMidway(t *testing.T) {
 // with document ids doc-0000, doc-0001, ...; it returns the ids.
 func (s *testStack) fillDLQ(q dlq.Queues, n int) []string {
 	s.t.Helper()
+	return s.fillDLQPadded(q, n, 0)
+}
+
+// fillDLQPadded is fillDLQ with pad bytes more in each document; a padded
+// message is sent on its own.
+func (s *testStack) fillDLQPadded(q dlq.Queues, n, pad int) []string {
+	s.t.Helper()
 	var ids []string
 	var entries []sqstypes.SendMessageBatchRequestEntry
 	flush := func() {
@@ -220,7 +227,11 @@ func (s *testStack) fillDLQ(q dlq.Queues, n int) []string {
 	for i := range n {
 		id := fmt.Sprintf("doc-%04d", i)
 		ids = append(ids, id)
-		body, _ := json.Marshal(envelope(q.Output, id, "1-a", 3, int64(i+1)))
+		env := envelope(q.Output, id, "1-a", 3, int64(i+1))
+		if pad > 0 {
+			env.Doc = json.RawMessage(fmt.Sprintf(`{"_id":%q,"_rev":"1-a","pad":%q}`, id, strings.Repeat("p", pad)))
+		}
+		body, _ := json.Marshal(env)
 		e := sqstypes.SendMessageBatchRequestEntry{
 			Id:          aws.String(strconv.Itoa(len(entries))),
 			MessageBody: aws.String(string(body)),
@@ -241,12 +252,34 @@ func (s *testStack) fillDLQ(q dlq.Queues, n int) []string {
 			e.MessageDeduplicationId = aws.String(id)
 		}
 		entries = append(entries, e)
-		if len(entries) == 10 {
+		if len(entries) == 10 || pad > 0 {
 			flush()
 		}
 	}
 	flush()
 	return ids
+}
+
+// TestRedriveLargeMessages: a copy-mode redrive of messages near SQS's size
+// limit sends them in batches SQS takes (at most 1 MiB in all), so every one
+// reaches the work queue.
+func TestRedriveLargeMessages(t *testing.T) {
+	t.Parallel()
+	s := newTestStack(t, outPGFIFO)
+	q := s.queues(outPGFIFO)
+	ids := s.fillDLQPadded(q, 6, 300<<10)
+	out := s.mustCLI(t.Context(), "dlq", "redrive", "--output", outPGFIFO, "--mode", "copy", "--visibility", "10s")
+	if !strings.Contains(out, "6 messages back on "+q.WorkName) || !strings.Contains(out, "0 left in the dlq") {
+		t.Errorf("redrive said:\n%s", out)
+	}
+	var got []string
+	for _, m := range s.census(q.WorkURL, true) {
+		got = append(got, m.doc)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, ids) {
+		t.Errorf("work queue holds %v, want %v", got, ids)
+	}
 }
 
 // queued is one message found on a queue.

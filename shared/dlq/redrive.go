@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/changes-worker/changes-worker/shared/clock"
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 )
 
@@ -449,18 +451,19 @@ func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time)
 	}
 
 	var accepted []Message
+	var sendErr error
 	if len(send) > 0 {
 		if err := r.Journal.Mark(ctx, messageIDs(send), Sending, nil); err != nil {
 			return err
 		}
 		var workIDs map[string]string
-		accepted, workIDs, err = c.send(ctx, send)
-		if err != nil {
-			return err
-		}
+		// What was accepted before a failed request is recorded and
+		// deleted from the DLQ all the same; the failed request's messages
+		// stay Sending in the journal.
+		accepted, workIDs, sendErr = c.send(ctx, send)
 		if len(accepted) > 0 {
 			if err := r.Journal.Mark(ctx, messageIDs(accepted), Sent, workIDs); err != nil {
-				return err
+				return errors.Join(sendErr, err)
 			}
 		}
 	}
@@ -468,7 +471,7 @@ func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time)
 	toDelete := slices.Concat(accepted, recovered)
 	deleted, err := c.delete(ctx, toDelete)
 	if err != nil {
-		return err
+		return errors.Join(sendErr, err)
 	}
 	// Forget entries only while our receipt handles were surely current: a
 	// delete with a handle whose visibility timeout ran out can succeed
@@ -508,7 +511,7 @@ func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time)
 	if r.Progress != nil {
 		r.Progress(done, max(c.total, done))
 	}
-	return nil
+	return sendErr
 }
 
 // messageIDs returns the DLQ message ids of msgs.
@@ -520,11 +523,44 @@ func messageIDs(msgs []Message) []string {
 	return ids
 }
 
-// send sends messages to the work queue and returns those it accepted, with
-// the work queue's message id of each. Entries SQS rejected stay on the DLQ
-// (their journal entries are cleared: they surely were not sent) and are
-// retried when they become visible again.
+// send sends messages to the work queue, in as many SendMessageBatch
+// requests as SQS's limit on a request's size needs, and returns those it
+// accepted, with the work queue's message id of each. Entries SQS rejected
+// stay on the DLQ (their journal entries are cleared: they surely were not
+// sent) and are retried when they become visible again. A request that
+// fails ends the send: what earlier requests sent is returned with the
+// error.
 func (c *copyRun) send(ctx context.Context, msgs []Message) ([]Message, map[string]string, error) {
+	accepted, workIDs := []Message(nil), map[string]string{}
+	for start := 0; start < len(msgs); {
+		end, size := start, 0
+		for end < len(msgs) && (end == start || size+messageSize(&msgs[end]) <= config.SQSMessageBytes) {
+			size += messageSize(&msgs[end])
+			end++
+		}
+		acc, ids, err := c.sendBatch(ctx, msgs[start:end])
+		accepted = append(accepted, acc...)
+		maps.Copy(workIDs, ids)
+		if err != nil {
+			return accepted, workIDs, err
+		}
+		start = end
+	}
+	return accepted, workIDs, nil
+}
+
+// messageSize is what m counts toward SQS's limits: its body and each
+// attribute's name, data type and value.
+func messageSize(m *Message) int {
+	n := len(m.body)
+	for name, a := range m.attributes {
+		n += len(name) + len(aws.ToString(a.DataType)) + len(aws.ToString(a.StringValue)) + len(a.BinaryValue)
+	}
+	return n
+}
+
+// sendBatch is one SendMessageBatch request of send.
+func (c *copyRun) sendBatch(ctx context.Context, msgs []Message) ([]Message, map[string]string, error) {
 	r := c.r
 	entries := make([]sqstypes.SendMessageBatchRequestEntry, len(msgs))
 	for i, m := range msgs {

@@ -48,6 +48,10 @@ const MaxSize = len(AttrClass+AttrReason+AttrError+AttrHTTPStatus+AttrSQLState+A
 	AttrFirstFailureAt+AttrLastFailureAt+AttrOutput+AttrJob+AttrDocID) +
 	11*len("String") + 2*MaxText + 7*MaxCode + 2*maxDigits
 
+// MaxAttributes is the most attributes a Record writes: SQS takes ten on a
+// message, so a record keeps an HTTP status or an SQL state, not both.
+const MaxAttributes = 10
+
 // Record is why a change reached the DLQ. A message moved there by the work
 // queue's redrive policy instead (the writer crashed or timed out on every
 // receive) carries none: its Record is the zero value.
@@ -83,7 +87,8 @@ func (r Record) After(prev Record) Record {
 // them. Times are written as RFC 3339 with nanoseconds in their own
 // location; every text is made a valid attribute value of at most MaxText
 // bytes (the error text and the document id) or MaxCode (the others). The
-// HTTP status, SQL state and document id are left out when unset.
+// HTTP status, SQL state and document id are left out when unset, and the
+// SQL state when there is an HTTP status (MaxAttributes).
 func (r Record) Attributes() map[string]sqstypes.MessageAttributeValue {
 	attrs := map[string]sqstypes.MessageAttributeValue{
 		AttrClass:          text(r.Class, MaxCode),
@@ -95,10 +100,10 @@ func (r Record) Attributes() map[string]sqstypes.MessageAttributeValue {
 		AttrOutput:         text(r.Output, MaxCode),
 		AttrJob:            text(r.Job, MaxCode),
 	}
-	if r.HTTPStatus != 0 {
+	switch {
+	case r.HTTPStatus != 0:
 		attrs[AttrHTTPStatus] = number(r.HTTPStatus)
-	}
-	if r.SQLState != "" {
+	case r.SQLState != "":
 		attrs[AttrSQLState] = text(r.SQLState, MaxCode)
 	}
 	if r.DocID != "" {

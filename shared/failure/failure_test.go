@@ -62,7 +62,7 @@ func TestAttributes(t *testing.T) {
 		want map[string]sqstypes.MessageAttributeValue
 	}{
 		{
-			name: "every field",
+			name: "every field: the HTTP status, not the SQL state, within SQS's ten attributes",
 			in: Record{Class: "permanent", Reason: "http_status", Error: "boom", HTTPStatus: 422, SQLState: "23505",
 				Attempts: 2, FirstAt: first, LastAt: last, Job: "orders", Output: "rest", DocID: "order-1"},
 			want: map[string]sqstypes.MessageAttributeValue{
@@ -70,7 +70,6 @@ func TestAttributes(t *testing.T) {
 				"failure_reason":      str("http_status"),
 				"failure_error":       str("boom"),
 				"failure_http_status": num("422"),
-				"failure_sql_state":   str("23505"),
 				"failure_attempts":    num("2"),
 				"failure_first_at":    str("2026-01-02T03:04:05.000000006Z"),
 				"failure_last_at":     str("2026-01-02T03:05:35.000000006Z"),
@@ -238,6 +237,10 @@ func TestAttributesWithinMaxSize(t *testing.T) {
 			}
 			if size > MaxSize {
 				t.Errorf("attributes take %d bytes, more than MaxSize (%d)", size, MaxSize)
+			}
+			// SQS takes at most ten attributes on a message.
+			if n := len(tt.in.Attributes()); n > MaxAttributes || MaxAttributes > 10 {
+				t.Errorf("%d attributes, MaxAttributes %d; SQS takes at most 10", n, MaxAttributes)
 			}
 		})
 	}

@@ -498,13 +498,17 @@ func checkURL(s string) error {
 	if s == "" {
 		return errors.New("is required")
 	}
-	if !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") {
-		if strings.Contains(s, "@") {
-			return fmt.Errorf("%q must start with http:// or https://, and must not contain credentials; use auth with a secret reference", ShownURL(s))
-		}
-		return fmt.Errorf("%q must start with http:// or https://", ShownURL(s))
-	}
+	creds := ""
 	if strings.Contains(s, "@") {
+		creds = ", and must not contain credentials; use auth with a secret reference"
+	}
+	if !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") {
+		if shown, ok := ShownURL(s); ok {
+			return fmt.Errorf("%q must start with http:// or https://%s", shown, creds)
+		}
+		return fmt.Errorf("must start with http:// or https://%s (the value is not shown: it does not start with a scheme and \"://\")", creds)
+	}
+	if creds != "" {
 		return errors.New("must not contain credentials; use auth with a secret reference")
 	}
 	return nil
@@ -555,25 +559,46 @@ func ModeFits(mode, sourceType string) error {
 	return fmt.Errorf("%q is not one of longpoll, continuous, websocket, sse, eventsource", mode)
 }
 
-// ShownURL is u as an error may quote it: up to its query or fragment,
-// which may hold a key, and with what comes before an '@' in its authority
-// (after "://", or from the start without one), which may be credentials,
-// replaced by "…".
-func ShownURL(u string) string {
-	u, _, _ = strings.Cut(u, "?")
-	u, _, _ = strings.Cut(u, "#")
-	prefix, rest := "", u
-	if scheme, after, ok := strings.Cut(u, "://"); ok {
-		prefix, rest = scheme+"://", after
+// ShownURL is u as an error may quote it, and whether it may be quoted at
+// all. Only a URL that starts with a scheme and "://" is quoted: without
+// them, where its credentials end cannot be told. Of one that does, what
+// follows its first '?' or '#' (a query or fragment, which may hold a key)
+// is left out, and so is everything between "://" and its last '@'
+// (credentials, in whatever form they were written: a password may hold a
+// '/', '?' or '#'), which shows as "…". When the last '@' is past the
+// first '?' or '#', only the scheme is shown.
+func ShownURL(u string) (string, bool) {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok || !validScheme(scheme) {
+		return "", false
 	}
-	authority, path, hasPath := strings.Cut(rest, "/")
-	at := strings.LastIndex(authority, "@")
-	if at < 0 {
-		return u
+	end := len(rest)
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		end = i
 	}
-	u = prefix + "…@" + authority[at+1:]
-	if hasPath {
-		u += "/" + path
+	at := strings.LastIndexByte(rest, '@')
+	switch {
+	case at < 0:
+		return scheme + "://" + rest[:end], true
+	case at < end:
+		return scheme + "://…@" + rest[at+1:end], true
+	default:
+		return scheme + "://…", true
 	}
-	return u
+}
+
+// validScheme reports whether s is an RFC 3986 scheme: a letter, then
+// letters, digits, '+', '-' or '.'.
+func validScheme(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+		if !letter && (i == 0 || !('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return true
 }

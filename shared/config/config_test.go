@@ -266,7 +266,7 @@ func TestCredentialsOnlyByReference(t *testing.T) {
 			want: []string{`http.url: `, `"." or ".." segment`}},
 		{name: "placeholder in the host", http: `{"url":"http://{secret}.x/{doc_id}","url_secret":{"env":"HOOK"}}`,
 			want: []string{`http.url: `, "path or query"}},
-		{name: "references and plain headers", http: `{"url":"http://x/hooks/{secret}/{doc_id}","url_secret":{"env":"HOOK"},
+		{name: "references and plain headers", http: `{"url":"https://x/hooks/{secret}/{doc_id}","url_secret":{"env":"HOOK"},
 			"headers":{"X-Api-Key":{"env":"K"},"Cookie":{"secret":"s","json_key":"cookie"},"X-Source":"demo","Content-Type":"application/json"}}`},
 	}
 	for _, tt := range tests {

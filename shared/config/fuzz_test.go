@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -24,7 +25,7 @@ func FuzzParse(f *testing.F) {
 			b, _ := json.Marshal(s)
 			return string(b)
 		}
-		f.Add([]byte(`{"stack":{"prefix":"p"},"jobs":[{"id":"a","source":{"type":"sync_gateway","url":"http://h/db","auth":{"type":"bearer","token":{"secret":` + q(id) + `}}},
+		f.Add([]byte(`{"stack":{"prefix":"p"},"jobs":[{"id":"a","source":{"type":"sync_gateway","url":"https://h/db","auth":{"type":"bearer","token":{"secret":` + q(id) + `}}},
 			"feed":{"channels":[` + q(id) + `],"timeout":1.5},"outputs":[
 			{"id":"s","type":"s3","s3":{"prefix":` + q(id+"/") + `,"key_template":` + q(id+"{doc_id}") + `}},
 			{"id":"h","type":"http","http":{"url":` + q("https://x/"+id+"/{doc_id}?q="+id) + `,"headers":{"X-Source":` + q(id) + `,"X-Api-Key":{"env":` + q(id) + `}}}},
@@ -118,7 +119,7 @@ func FuzzShownURL(f *testing.F) {
 		if err := checkURL(u); err != nil && strings.Contains(u, "@") {
 			msg := err.Error()
 			if ok {
-				msg = strings.ReplaceAll(msg, shown, "")
+				msg = strings.ReplaceAll(msg, fmt.Sprintf("%q", shown), "")
 			}
 			for _, w := range strings.FieldsFunc(u, func(r rune) bool { return strings.ContainsRune(":/?#@", r) }) {
 				if len(w) >= 6 && strings.Contains(msg, w) && !strings.Contains(checkURLWords, w) {

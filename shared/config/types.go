@@ -163,6 +163,9 @@ type Source struct {
 	Auth *Auth  `json:"auth,omitempty"`
 	// TLS adds certificate authorities trusted for an https source.
 	TLS *TLS `json:"tls,omitempty"`
+	// AllowCleartextCredentials lets Auth travel unencrypted to an http://
+	// URL whose host is not a loopback address; refused otherwise.
+	AllowCleartextCredentials bool `json:"allow_cleartext_credentials,omitempty"`
 }
 
 // TLS names the certificate authorities (a PEM bundle) trusted for a
@@ -346,6 +349,10 @@ type HTTPOutput struct {
 	Auth            *Auth                  `json:"auth,omitempty"`
 	Timeout         Duration               `json:"timeout,omitempty"`
 	FollowRedirects bool                   `json:"follow_redirects"`
+	// AllowCleartextCredentials lets Auth, URLSecret and the headers given
+	// by reference travel unencrypted to an http:// URL whose host is not
+	// a loopback address; refused otherwise.
+	AllowCleartextCredentials bool `json:"allow_cleartext_credentials,omitempty"`
 }
 
 // HeaderValue is the value of a configured header: literal text for what is

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/url"
 	"regexp"
 	"slices"
@@ -110,6 +111,10 @@ func (j *Job) validate(p string) []error {
 	}
 	if err := checkURL(s.URL); err != nil {
 		bad("source.url", "%v", err)
+	} else if s.Auth != nil && !s.AllowCleartextCredentials {
+		if host, clear := cleartextHost(s.URL); clear {
+			bad("source.url", cleartextRefused, "source.auth", host, "source")
+		}
 	}
 	if s.Auth != nil {
 		errs = append(errs, s.Auth.validate(p+".source.auth")...)
@@ -354,6 +359,11 @@ func (h *HTTPOutput) validate(p string) []error {
 		errs = append(errs, fmt.Errorf("%s.url: %w", p, err))
 	} else {
 		errs = append(errs, h.validateURLTemplate(p)...)
+		if creds := h.credentials(); len(creds) > 0 && !h.AllowCleartextCredentials {
+			if host, clear := cleartextHost(h.URL); clear {
+				errs = append(errs, fmt.Errorf("%s.url: "+cleartextRefused, p, strings.Join(creds, ", "), host, "http"))
+			}
+		}
 	}
 	switch h.Method {
 	case "PUT", "POST", "PATCH":
@@ -424,6 +434,55 @@ func (h *HTTPOutput) validateURLTemplate(p string) []error {
 		}
 	}
 	return errs
+}
+
+// credentials names the settings of h that put a credential in its
+// requests.
+func (h *HTTPOutput) credentials() []string {
+	var creds []string
+	if h.Auth != nil {
+		creds = append(creds, "http.auth")
+	}
+	if h.URLSecret != nil {
+		creds = append(creds, "http.url_secret")
+	}
+	for _, k := range slices.Sorted(maps.Keys(h.Headers)) {
+		if h.Headers[k].Ref != nil {
+			creds = append(creds, "http.headers["+k+"]")
+		}
+	}
+	return creds
+}
+
+// cleartextRefused is Validate's message for credentials bound for an
+// http:// URL: what would be sent, to which host, and the block whose
+// allow_cleartext_credentials allows it.
+const cleartextRefused = "http:// would send %s in clear to %s: use https://, or set %s.allow_cleartext_credentials to true"
+
+// cleartextHost returns the host of u, and whether a request to u goes
+// unencrypted over a network: an http:// URL whose host is neither
+// "localhost" nor a loopback address. u has passed checkURL (a template's
+// placeholders, which checkURL refuses in the host, may remain).
+func cleartextHost(u string) (string, bool) {
+	rest, ok := strings.CutPrefix(u, "http://")
+	if !ok {
+		return "", false
+	}
+	authority, _, _ := strings.Cut(rest, "/")
+	authority, _, _ = strings.Cut(authority, "?")
+	authority, _, _ = strings.Cut(authority, "#")
+	host := authority
+	if h, _, err := net.SplitHostPort(authority); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return host, false
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return host, false
+	}
+	return host, true
 }
 
 // validHeaderName reports whether name is an RFC 9110 token.

@@ -58,3 +58,40 @@ func TestCleartextCredentials(t *testing.T) {
 		})
 	}
 }
+
+// TestPostgresTLS: postgres.tls names one PEM bundle, by path or inline.
+func TestPostgresTLS(t *testing.T) {
+	t.Parallel()
+	const pem = `-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n`
+	job := func(tls string) string {
+		return `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"https://h/db"},
+			"outputs":[{"id":"pg","type":"postgres","postgres":{"dsn":{"env":"PG_DSN"},"tls":` + tls + `}}]}]}`
+	}
+	tests := []struct {
+		name string
+		tls  string
+		want string // an error substring; "" for valid
+	}{
+		{name: "ca_pem", tls: `{"ca_pem":"` + pem + `"}`},
+		{name: "ca_file", tls: `{"ca_file":"/etc/ssl/rds.pem"}`},
+		{name: "neither", tls: `{}`, want: "jobs[a].outputs[pg].postgres.tls: give ca_file (a PEM bundle's path) or ca_pem (the bundle)"},
+		{name: "both", tls: `{"ca_file":"/x","ca_pem":"` + pem + `"}`, want: "jobs[a].outputs[pg].postgres.tls: give ca_file or ca_pem, not both"},
+		{name: "not PEM", tls: `{"ca_pem":"MIIB"}`, want: "jobs[a].outputs[pg].postgres.tls.ca_pem: holds no PEM certificate"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f, err := Parse([]byte(job(tt.tls)))
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				if f.Jobs[0].Outputs[0].Postgres.TLS == nil {
+					t.Error("postgres.tls was dropped")
+				}
+				return
+			}
+			wantErrorWith(t, err, "Parse accepted it", tt.want)
+		})
+	}
+}

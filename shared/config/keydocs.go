@@ -73,7 +73,9 @@ func keyDocs() map[string]keyDoc {
 		"jobs[].outputs[].http":                           {allowed: "with `type: http` only", meaning: "sends documents to an HTTP endpoint"},
 		"jobs[].outputs[].s3":                             {allowed: "with `type: s3` only", meaning: "writes one JSON object per document to S3"},
 
-		"jobs[].outputs[].postgres.dsn":           {def: "required", meaning: "the connection string (behind RDS Proxy, add `default_query_exec_mode=exec`)"},
+		"jobs[].outputs[].postgres.dsn":           {def: "required", allowed: "`sslmode` `verify-full`, `verify-ca`, `require` or `disable`", meaning: "the connection string (behind RDS Proxy, add `default_query_exec_mode=exec`); without `sslmode`, or with `prefer` or `allow`, the writer refuses it, since a connection could fall back to clear text"},
+		"jobs[].outputs[].postgres.tls.ca_file":   {allowed: "one of `ca_file`, `ca_pem`", meaning: "the path, where the writer runs, of a PEM bundle of the certificate authorities that verify the server (`sslrootcert`), such as the RDS CA bundle"},
+		"jobs[].outputs[].postgres.tls.ca_pem":    {allowed: "one of `ca_file`, `ca_pem`", meaning: "that PEM bundle itself (certificates are public)"},
 		"jobs[].outputs[].postgres.table":         {def: "the output id, `-` as `_`", allowed: "a lowercase SQL identifier", meaning: "the table of documents in document mode; the mapping's default table names start with it"},
 		"jobs[].outputs[].postgres.schema":        {allowed: "a lowercase SQL identifier", meaning: "the PostgreSQL schema"},
 		"jobs[].outputs[].postgres.create_tables": {meaning: "creates missing tables when the writer starts"},

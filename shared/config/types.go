@@ -169,8 +169,9 @@ type Source struct {
 }
 
 // TLS names the certificate authorities (a PEM bundle) trusted for a
-// source, in addition to the system's: the shape of Capella App Services,
-// or a Sync Gateway with its own CA. Exactly one of CAFile and CAPEM is set.
+// source, in addition to the system's (the shape of Capella App Services,
+// or a Sync Gateway with its own CA), or for a PostgreSQL output in place
+// of them (its sslrootcert). Exactly one of CAFile and CAPEM is set.
 type TLS struct {
 	// CAFile is the path of the PEM bundle where the poller runs.
 	CAFile string `json:"ca_file,omitempty"`
@@ -318,8 +319,14 @@ type Outage struct {
 
 // PostgresOutput writes documents to PostgreSQL.
 type PostgresOutput struct {
-	// DSN is the connection string, by reference.
+	// DSN is the connection string, by reference. Its sslmode must say
+	// whether connections use TLS: verify-full (or verify-ca, require) or
+	// disable; without it, or with prefer or allow, a connection may fall
+	// back to clear text, and the writer refuses it.
 	DSN SecretRef `json:"dsn"`
+	// TLS names the certificate authorities that verify the server (its
+	// sslrootcert): the RDS CA bundle, or a private CA.
+	TLS *TLS `json:"tls,omitempty"`
 	// Table receives documents in document mode. Default: the output id.
 	Table string `json:"table"`
 	// Schema is the PostgreSQL schema. Default public.

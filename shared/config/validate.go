@@ -125,14 +125,7 @@ func (j *Job) validate(p string) []error {
 		}
 	}
 	if s.TLS != nil {
-		switch {
-		case s.TLS.CAFile == "" && s.TLS.CAPEM == "":
-			bad("source.tls", "give ca_file (a PEM bundle's path) or ca_pem (the bundle)")
-		case s.TLS.CAFile != "" && s.TLS.CAPEM != "":
-			bad("source.tls", "give ca_file or ca_pem, not both")
-		case s.TLS.CAPEM != "" && !strings.Contains(s.TLS.CAPEM, "-----BEGIN CERTIFICATE-----"):
-			bad("source.tls.ca_pem", "holds no PEM certificate")
-		}
+		errs = append(errs, s.TLS.validate(p+".source.tls")...)
 		if !strings.HasPrefix(strings.ToLower(s.URL), "https://") {
 			bad("source.tls", "needs an https source.url")
 		}
@@ -338,6 +331,9 @@ func (pg *PostgresOutput) validate(p string) []error {
 	if err := pg.DSN.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%s.dsn: %w", p, err))
 	}
+	if pg.TLS != nil {
+		errs = append(errs, pg.TLS.validate(p+".tls")...)
+	}
 	if !identPattern.MatchString(pg.Table) {
 		errs = append(errs, fmt.Errorf("%s.table: %q must be a lowercase SQL identifier", p, pg.Table))
 	}
@@ -515,6 +511,18 @@ func (s *S3Output) validate(p string) []error {
 		errs = append(errs, fmt.Errorf("%s.key_template: %q must not start with '/', contain '..' or have a '.' segment", p, s.KeyTemplate))
 	}
 	return errs
+}
+
+func (t *TLS) validate(p string) []error {
+	switch {
+	case t.CAFile == "" && t.CAPEM == "":
+		return []error{fmt.Errorf("%s: give ca_file (a PEM bundle's path) or ca_pem (the bundle)", p)}
+	case t.CAFile != "" && t.CAPEM != "":
+		return []error{fmt.Errorf("%s: give ca_file or ca_pem, not both", p)}
+	case t.CAPEM != "" && !strings.Contains(t.CAPEM, "-----BEGIN CERTIFICATE-----"):
+		return []error{fmt.Errorf("%s.ca_pem: holds no PEM certificate", p)}
+	}
+	return nil
 }
 
 func (a *Auth) validate(p string) []error {

@@ -27,6 +27,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/deliver/pgsink"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/metrics"
@@ -264,22 +265,26 @@ func (d *Deps) Sink(ctx context.Context, r config.Route) (deliver.Sink, error) {
 	return impl.sink(ctx, r.Output)
 }
 
-// Pool returns one pgx pool per DSN for the life of the process (closed by
-// Close).
+// Pool returns one pgx pool per DSN (and postgres.tls) for the life of the
+// process (closed by Close). A DSN that may connect without TLS unless it
+// says so is refused (pgsink.PoolConfig).
 func (d *Deps) Pool(ctx context.Context, pg *config.PostgresOutput) (*pgxpool.Pool, error) {
 	dsn, err := d.Secrets.Resolve(ctx, pg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("postgres dsn: %w", err)
 	}
+	key := dsn
+	if pg.TLS != nil {
+		key += "\x00" + pg.TLS.CAFile + "\x00" + pg.TLS.CAPEM
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if p, ok := d.pools[dsn]; ok {
+	if p, ok := d.pools[key]; ok {
 		return p, nil
 	}
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := pgsink.PoolConfig(dsn, pg.TLS)
 	if err != nil {
-		// The parse error can echo the DSN, password included: never wrap it.
-		return nil, fmt.Errorf("parse postgres dsn: malformed connection string")
+		return nil, err
 	}
 	cfg.MaxConns = int32(pg.MaxConns)
 	p, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -289,7 +294,7 @@ func (d *Deps) Pool(ctx context.Context, pg *config.PostgresOutput) (*pgxpool.Po
 	if d.pools == nil {
 		d.pools = map[string]*pgxpool.Pool{}
 	}
-	d.pools[dsn] = p
+	d.pools[key] = p
 	return p, nil
 }
 

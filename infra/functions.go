@@ -353,12 +353,10 @@ func (js *jobStack) grantWriter() {
 			continue
 		}
 		b := js.bucketNamed(o.S3.Bucket)
-		if o.S3.Prefix == "" {
-			awscdk.Annotations_Of(js.stack).AddWarningV2(jsii.String("changes-worker:s3-output-without-prefix"),
-				jsii.String(fmt.Sprintf("output %s of job %s has no s3.prefix: the writer may write anywhere in bucket %s", o.ID, j.ID, o.S3.Bucket)))
-		}
 		// HeadObject is authorised by s3:GetObject. ListBucket, limited to the
-		// prefix, makes a missing object answer 404 rather than 403.
+		// prefix, makes a missing object answer 404 rather than 403. The
+		// prefix ends with '/' and holds no wildcard (config checks it), so
+		// <prefix>* covers the output's keys and nothing beside them.
 		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 			Sid:       jsii.String(fmt.Sprintf("WriteS3Output%d", n+1)),
 			Actions:   jsii.Strings("s3:GetObject", "s3:PutObject", "s3:DeleteObject"),

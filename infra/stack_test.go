@@ -487,7 +487,7 @@ func TestGrants(t *testing.T) {
 		list    string
 	}{
 		{"cwtest-orders-poller", []string{"s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
-			[]string{"/claim-check/orders/*", "/attachments/orders/*"}, []string{"/attachments/orders/*"}, `"s3:prefix":["attachments/orders/*"]`},
+			[]string{"/claim-check/orders/*", "/attachments/cwtest/orders/*"}, []string{"/attachments/cwtest/orders/*"}, `"s3:prefix":["attachments/cwtest/orders/*"]`},
 		{"cwtest-catalog-poller", []string{"s3:PutObject"}, []string{"/claim-check/catalog/*"}, nil, ""},
 		{"cwtest-orders-writer", []string{"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
 			[]string{"/claim-check/orders/*", "/archive/orders/*"}, []string{"/archive/orders/*"}, `"s3:prefix":["archive/orders/*"]`},

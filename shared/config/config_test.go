@@ -106,7 +106,7 @@ func TestAttachmentDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Attachments{Enabled: true, Bucket: "changes-worker-data", Prefix: "attachments/a/", KeyTemplate: "{digest}",
+	want := &Attachments{Enabled: true, Bucket: "changes-worker-data", Prefix: "attachments/changes-worker/a/", KeyTemplate: "{digest}",
 		MaxBytes: DefaultAttachmentMaxBytes, OnMissing: OnMissingFail}
 	if d := cmp.Diff(want, f.Jobs[0].Attachments); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
@@ -295,7 +295,7 @@ func TestResourceNamesUnique(t *testing.T) {
 		return `{"id":"` + id + `","source":{"type":"couchdb","url":"http://h/db"},"outputs":[` + outputs + `]}`
 	}
 	pg := func(id string) string {
-		return `{"id":"` + id + `","type":"postgres","postgres":{"dsn":{"env":"D"},"table":"t"}}`
+		return `{"id":"` + id + `","type":"postgres","postgres":{"dsn":{"env":"D"}}}`
 	}
 	http := func(id string) string {
 		return `{"id":"` + id + `","type":"http","http":{"url":"http://x/{doc_id}"}}`

@@ -112,12 +112,12 @@ func keyDocs() map[string]keyDoc {
 		"jobs[].outputs[].http.allow_cleartext_credentials": {meaning: "lets `auth`, `url_secret` and the headers given by reference travel unencrypted to an `http://` URL whose host is not `localhost` or a loopback address, which is refused otherwise"},
 
 		"jobs[].outputs[].s3.bucket":       {def: "`stack.bucket`", meaning: "the bucket written"},
-		"jobs[].outputs[].s3.prefix":       {allowed: "no leading `/`, no `..`, no `.` segment", meaning: "starts every key; no key can leave it"},
+		"jobs[].outputs[].s3.prefix":       {def: "`<job>/<output>/`", allowed: "ends with `/`; no leading `/`, no `..`, no `.` segment, no `*`, `?` or `$`; neither starts nor is started by another S3 output's prefix, `claim-check/` or a job's attachments prefix in the same bucket", meaning: "starts every key; no key can leave it"},
 		"jobs[].outputs[].s3.key_template": {allowed: "holds `{doc_id}`; no leading `/`, no `..`, no `.` segment", meaning: "the key below the prefix; `{doc_id}` is the escaped document id"},
 
 		"jobs[].attachments.enabled":      {meaning: "turns the copy on"},
 		"jobs[].attachments.bucket":       {def: "`stack.bucket`", meaning: "where the attachments go"},
-		"jobs[].attachments.prefix":       {def: "`attachments/<job>/`", allowed: "no leading `/`", meaning: "starts every key"},
+		"jobs[].attachments.prefix":       {def: "`attachments/<stack.prefix>/<job>/`", allowed: "ends with `/`; no leading `/`, no `*`, `?` or `$`; neither starts nor is started by `claim-check/` or an S3 output's prefix in the same bucket", meaning: "starts every key"},
 		"jobs[].attachments.key_template": {allowed: "holds `{digest}`; may add `{doc_id}`, `{name}`", meaning: "the key after the prefix; `{digest}` is the attachment's digest, so a key never holds two contents"},
 		"jobs[].attachments.max_bytes":    {allowed: "positive", meaning: "largest attachment copied; a larger one is delivered marked `\"s3_skipped\": \"too_large\"`"},
 		"jobs[].attachments.on_missing":   {allowed: oneOfCode(OnMissingFail, OnMissingSkip), meaning: "when the source answers 404 for an attachment: the poller stops before the document, or delivers it marked `\"s3_skipped\": \"missing\"`"},

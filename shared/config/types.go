@@ -405,7 +405,9 @@ func (h HeaderValue) MarshalJSON() ([]byte, error) {
 type S3Output struct {
 	// Bucket defaults to the stack bucket.
 	Bucket string `json:"bucket"`
-	// Prefix is prepended to every key; no key can leave it.
+	// Prefix is prepended to every key; no key can leave it. It ends with
+	// '/', and no other output, nor the claim checks or attachments, may
+	// have keys under it. Default "<job>/<output>/".
 	Prefix string `json:"prefix"`
 	// KeyTemplate builds the key below the prefix; {doc_id} is the escaped id.
 	// Default "{doc_id}.json".

@@ -84,7 +84,9 @@ func (f *File) problems() []error {
 		seen[j.ID] = true
 		errs = append(errs, j.validate(p)...)
 	}
-	return append(errs, f.checkNames()...)
+	errs = append(errs, f.checkNames()...)
+	errs = append(errs, f.checkObjectAreas()...)
+	return append(errs, f.checkPostgresTables()...)
 }
 
 // item names element i of the list at key list in an error: by its id when
@@ -507,6 +509,9 @@ func (s *S3Output) validate(p string) []error {
 	if strings.Contains(s.Prefix, "..") || strings.HasPrefix(s.Prefix, "/") || dotSegment(s.Prefix) {
 		errs = append(errs, fmt.Errorf("%s.prefix: %q must not start with '/', contain '..' or have a '.' segment", p, s.Prefix))
 	}
+	if err := grantablePrefix(s.Prefix); err != nil {
+		errs = append(errs, fmt.Errorf("%s.prefix: %q %w", p, s.Prefix, err))
+	}
 	if strings.Contains(s.KeyTemplate, "..") || strings.HasPrefix(s.KeyTemplate, "/") || dotSegment(s.KeyTemplate) {
 		errs = append(errs, fmt.Errorf("%s.key_template: %q must not start with '/', contain '..' or have a '.' segment", p, s.KeyTemplate))
 	}
@@ -521,6 +526,20 @@ func (t *TLS) validate(p string) []error {
 		return []error{fmt.Errorf("%s: give ca_file or ca_pem, not both", p)}
 	case t.CAPEM != "" && !strings.Contains(t.CAPEM, "-----BEGIN CERTIFICATE-----"):
 		return []error{fmt.Errorf("%s.ca_pem: holds no PEM certificate", p)}
+	}
+	return nil
+}
+
+// grantablePrefix refuses a key prefix that an IAM grant on "<prefix>*"
+// would widen: one without a trailing '/' ("archive*" is also
+// "archive-2/..."), or with a character IAM reads as a wildcard ('*', '?')
+// or a policy variable ('$').
+func grantablePrefix(prefix string) error {
+	switch {
+	case !strings.HasSuffix(prefix, "/"):
+		return errors.New("must end with '/': the writer's grant on <prefix>* would cover every key that starts like it")
+	case strings.ContainsAny(prefix, "*?$"):
+		return errors.New("must not contain '*', '?' or '$', which IAM reads as wildcards or variables")
 	}
 	return nil
 }

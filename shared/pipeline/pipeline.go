@@ -167,7 +167,7 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		Feed:       source,
 		OpenStream: openStream(fc, j.Feed.Mode),
 		Leases:     &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
-		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency},
+		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, Stack: d.Config.Stack.Prefix, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency},
 		Targets:    targets,
 		SendDepth:  j.SendDepth,
 		Quarantine: quarantined,

@@ -537,7 +537,7 @@ func (t *TLS) validate(p string) []error {
 func grantablePrefix(prefix string) error {
 	switch {
 	case !strings.HasSuffix(prefix, "/"):
-		return errors.New("must end with '/': the writer's grant on <prefix>* would cover every key that starts like it")
+		return errors.New("must end with '/': a grant on <prefix>* would cover every key that starts like it")
 	case strings.ContainsAny(prefix, "*?$"):
 		return errors.New("must not contain '*', '?' or '$', which IAM reads as wildcards or variables")
 	}

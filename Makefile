@@ -52,6 +52,7 @@ FUZZMINIMIZETIME ?= 5s
 FUZZ_TARGETS := \
 	./shared/change:FuzzDecode \
 	./shared/config:FuzzParse \
+	./shared/config:FuzzShownURL \
 	./shared/docid:FuzzPathSegment \
 	./shared/feed:FuzzChanges \
 	./shared/feed:FuzzBulkGetJSON \

@@ -292,14 +292,18 @@ func (js *jobStack) grantPoller() {
 	js.allowWildcards(nagObjectsReason, prefixPattern(a.Prefix))
 }
 
-// claimCheckObjects are the job's claim checks: claim-check/<job>/* in the
-// stack bucket.
+// claimCheckObjects are the job's claim checks: claim-check/<prefix>/<job>/*
+// in the stack bucket.
 func (js *jobStack) claimCheckObjects() *string {
-	return js.bucket().ArnForObjects(jsii.String(claimcheck.Prefix(js.job.ID) + "*"))
+	return js.bucket().ArnForObjects(jsii.String(js.claimCheckPrefix() + "*"))
+}
+
+func (js *jobStack) claimCheckPrefix() string {
+	return claimcheck.Prefix(js.cfg.Stack.Prefix, js.job.ID)
 }
 
 // claimCheckPattern matches the cdk-nag finding of claimCheckObjects.
-func (js *jobStack) claimCheckPattern() string { return prefixPattern(claimcheck.Prefix(js.job.ID)) }
+func (js *jobStack) claimCheckPattern() string { return prefixPattern(js.claimCheckPrefix()) }
 
 // prefixPattern matches the cdk-nag finding of an object grant on prefix*.
 func prefixPattern(prefix string) string {
@@ -340,25 +344,27 @@ func (js *jobStack) grantWriter() {
 		},
 	}))
 	// Without s3:ListBucket, S3 answers a GetObject of a missing claim check
-	// with 403 instead of 404; the writer counts both as permanent.
+	// with 403 instead of 404; the writer counts both as permanent. Under
+	// claim-check/<job>/, without the stack prefix, are the claim checks
+	// that messages still queued may point at (claimcheck.UnscopedPrefix).
+	unscoped := claimcheck.UnscopedPrefix(j.ID)
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("ReadClaimChecks"),
 		Actions:   jsii.Strings("s3:GetObject"),
-		Resources: &[]*string{js.claimCheckObjects()},
+		Resources: &[]*string{js.claimCheckObjects(), js.bucket().ArnForObjects(jsii.String(unscoped + "*"))},
 	}))
 	js.allowWildcards(nagObjectsReason, js.claimCheckPattern())
+	js.allowWildcards(nagObjectsReason, prefixPattern(unscoped))
 	for n, r := range js.routes {
 		o := r.out
 		if o.S3 == nil {
 			continue
 		}
 		b := js.bucketNamed(o.S3.Bucket)
-		if o.S3.Prefix == "" {
-			awscdk.Annotations_Of(js.stack).AddWarningV2(jsii.String("changes-worker:s3-output-without-prefix"),
-				jsii.String(fmt.Sprintf("output %s of job %s has no s3.prefix: the writer may write anywhere in bucket %s", o.ID, j.ID, o.S3.Bucket)))
-		}
 		// HeadObject is authorised by s3:GetObject. ListBucket, limited to the
-		// prefix, makes a missing object answer 404 rather than 403.
+		// prefix, makes a missing object answer 404 rather than 403. The
+		// prefix ends with '/' and holds no wildcard (config checks it), so
+		// <prefix>* covers the output's keys and nothing beside them.
 		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 			Sid:       jsii.String(fmt.Sprintf("WriteS3Output%d", n+1)),
 			Actions:   jsii.Strings("s3:GetObject", "s3:PutObject", "s3:DeleteObject"),

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -222,4 +223,47 @@ func statementsOf(doc string) []map[string]any {
 		return nil
 	}
 	return statements(m)
+}
+
+// TestS3OutputGrantOwnPrefix: the writer's grant on an S3 output is
+// bucket/<prefix>* for a prefix that ends with '/' (by default
+// <job>/<output>/), never the whole bucket; a prefix that would widen it (no
+// trailing '/', a wildcard) is refused before anything is synthesized.
+func TestS3OutputGrantOwnPrefix(t *testing.T) {
+	synthesized(t) // one synthesis at a time through the jsii runtime
+	doc := func(s3 string) string {
+		return `{"stack": {"prefix": "cwpfx"}, "jobs": [{"id": "one", "source": {"type": "couchdb", "url": "https://couch.internal/db"},
+			"outputs": [{"id": "files", "type": "s3", "s3": ` + s3 + `}, {"id": "mine", "type": "s3", "s3": {"bucket": "mine", "prefix": "docs/"}}]}]}`
+	}
+	syn, err := synthesizeDoc(t, doc(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objects, lists []string
+	for _, st := range statementsOf(rolePolicy(t, syn, "cwpfx-one-writer")) {
+		actions := strs(st["Action"])
+		switch {
+		case contains(actions, "s3:PutObject"):
+			objects = append(objects, arnTail(st["Resource"]))
+		case contains(actions, "s3:ListBucket"):
+			lists = append(lists, compact(st["Condition"]))
+		}
+	}
+	slices.Sort(objects)
+	slices.Sort(lists)
+	if want := []string{"/one/files/*", ":s3:::mine/docs/*"}; !slices.Equal(objects, want) {
+		t.Errorf("writer's object grants end in %q, want %q", objects, want)
+	}
+	if want := []string{`{"StringLike":{"s3:prefix":["docs/*"]}}`, `{"StringLike":{"s3:prefix":["one/files/*"]}}`}; !slices.Equal(lists, want) {
+		t.Errorf("writer's list conditions %q, want %q", lists, want)
+	}
+	for _, c := range []struct{ s3, want string }{
+		{`{"prefix": "exports"}`, `jobs[one].outputs[files].s3.prefix: "exports" must end with '/'`},
+		{`{"prefix": "ex*/"}`, `jobs[one].outputs[files].s3.prefix: "ex*/" must not contain '*', '?' or '$'`},
+		{`{"prefix": "claim-check/one/"}`, "overlaps"},
+	} {
+		if _, err := synthesizeDoc(t, doc(c.s3)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("synthesize with s3 %s: error %v, want one containing %q", c.s3, err, c.want)
+		}
+	}
 }

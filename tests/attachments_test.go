@@ -47,7 +47,7 @@ func TestAttachmentsReachEveryOutput(t *testing.T) {
 	}
 	c := s.Deps.S3
 	bucket := s.Config.Stack.Bucket
-	if a := s.Config.Job("orders").Attachments; a.Bucket != bucket || a.Prefix != "attachments/orders/" {
+	if a := s.Config.Job("orders").Attachments; a.Bucket != bucket || a.Prefix != "attachments/"+s.Config.Stack.Prefix+"/orders/" {
 		t.Fatalf("attachments setting after defaults: %+v", a)
 	}
 	check := func(output, id string, body []byte) {
@@ -64,7 +64,7 @@ func TestAttachmentsReachEveryOutput(t *testing.T) {
 			t.Fatalf("%s %s: %v", output, id, err)
 		}
 		e, ok := d.Attachments["scan.pdf"]
-		if !ok || e.Bucket != bucket || !strings.HasPrefix(e.Key, "attachments/orders/") || e.Key == "" || e.Stub != nil || e.Length != len(contents[id]) {
+		if !ok || e.Bucket != bucket || !strings.HasPrefix(e.Key, "attachments/"+s.Config.Stack.Prefix+"/orders/") || e.Key == "" || e.Stub != nil || e.Length != len(contents[id]) {
 			t.Errorf("%s %s: entry %+v", output, id, e)
 			return
 		}

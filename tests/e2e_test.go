@@ -304,7 +304,7 @@ func sendEnvelopes(t *testing.T, s *testStack, envs []*change.Envelope) {
 		}
 		targets = append(targets, fanout.Target{Output: o.ID, QueueURL: q.WorkURL, FIFO: q.FIFO})
 	}
-	snd := &fanout.Sender{SQS: s.Deps.SQS, S3: s.Deps.S3, Bucket: s.Config.Stack.Bucket, MaxBytes: s.Config.Stack.MaxMessageBytes}
+	snd := &fanout.Sender{SQS: s.Deps.SQS, S3: s.Deps.S3, Bucket: s.Config.Stack.Bucket, Stack: s.Config.Stack.Prefix, MaxBytes: s.Config.Stack.MaxMessageBytes}
 	if _, err := snd.Send(ctx, targets, envs, func() error { return nil }); err != nil {
 		t.Fatalf("send envelopes: %v", err)
 	}

@@ -331,7 +331,7 @@ func envelopeDoc(ctx context.Context, deps *pipeline.Deps, j *config.Job, e *cha
 	if e.DocRef == nil {
 		return e.Doc, nil
 	}
-	return claimcheck.Fetch(ctx, deps.S3, e.DocRef, deps.Config.Stack.Bucket, j.ID)
+	return claimcheck.Fetch(ctx, deps.S3, e.DocRef, deps.Config.Stack.Bucket, deps.Config.Stack.Prefix, j.ID)
 }
 
 // resume records the operator's request, makes the blocked change

@@ -155,8 +155,8 @@ func decodeEvent(raw []byte, v any) error {
 }
 
 // retarget points every record of ev at one output's work queue: its ARN,
-// the job and output of each envelope, and a claim check's bucket and job
-// prefix (the body is re-encoded and its digest recomputed). A body that is not an envelope is left as it is, for
+// the job and output of each envelope, and a claim check's bucket and stack
+// and job prefix (the body is re-encoded and its digest recomputed). A body that is not an envelope is left as it is, for
 // the handler to refuse.
 func retarget(ctx context.Context, deps *pipeline.Deps, ev *events.SQSEvent, jobID, outputID string) error {
 	j, o, err := route(deps.Config, jobID, outputID)
@@ -180,11 +180,11 @@ func retarget(ctx context.Context, deps *pipeline.Deps, ev *events.SQSEvent, job
 		}
 		if ref := env.DocRef; ref != nil {
 			// The writer reads claim checks only from the stack bucket, under
-			// the job's prefix: point the reference where this
-			// configuration's poller would have put it.
+			// the stack's and the job's prefix: point the reference where
+			// this configuration's poller would have put it.
 			ref.Bucket = deps.Config.Stack.Bucket
-			if from := claimcheck.Prefix(env.Job); strings.HasPrefix(ref.Key, from) {
-				ref.Key = claimcheck.Prefix(j.ID) + ref.Key[len(from):]
+			if key, ok := claimcheck.Rebase(ref.Key, deps.Config.Stack.Prefix, j.ID); ok {
+				ref.Key = key
 			}
 		}
 		env.Job, env.Output = j.ID, o.ID

@@ -15,6 +15,7 @@ import (
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
@@ -97,7 +98,7 @@ func TestInvokeWriterSamples(t *testing.T) {
 	// sample's reference at the configuration's stack bucket.
 	head, tail := `{"_id":"order-000500","_rev":"`+env.Rev+`","type":"order","notes":"`, `"}`
 	wantNotes := int(env.DocRef.Size) - len(head) - len(tail)
-	putObject(t, s, s.Config.Stack.Bucket, env.DocRef.Key, head+strings.Repeat("x", wantNotes)+tail)
+	putObject(t, s, s.Config.Stack.Bucket, claimcheck.Key(s.Config.Stack.Prefix, "orders", env.Version), head+strings.Repeat("x", wantNotes)+tail)
 	if resp := s.invokeWriter(sampleEvent("sqs-claim-check.json"), "--job", "orders", "--output", outPG); len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("claim-check batch: failures %v", resp.BatchItemFailures)
 	}
@@ -120,8 +121,8 @@ func TestInvokeWriterMissingClaimCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	missing := "claim-check/orders/3/missing-" + s.Name + ".json"
-	raw = bytes.Replace(raw, []byte(`claim-check/orders/3/1210.json`), []byte(missing), 1)
+	missing := "claim-check/" + s.Config.Stack.Prefix + "/orders/3/missing-" + s.Name + ".json"
+	raw = bytes.Replace(raw, []byte(`claim-check/changes-worker/orders/3/1210.json`), []byte(missing), 1)
 	event := tempFile(t, "event.json", raw)
 	if resp := s.invokeWriter(event, "--job", "orders"); len(resp.BatchItemFailures) != 0 {
 		t.Errorf("failures %v: a permanent failure goes to the DLQ, not back to the queue", resp.BatchItemFailures)

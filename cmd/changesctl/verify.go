@@ -194,7 +194,7 @@ func repairDrift(ctx context.Context, env *cliEnv, deps *pipeline.Deps, j *confi
 	r := &verify.Repairer{
 		Source:      src,
 		Leases:      lease.New(deps.DynamoDB, deps.Config.TableName()),
-		Sender:      &fanout.Sender{SQS: deps.SQS, S3: deps.S3, Bucket: deps.Config.Stack.Bucket, MaxBytes: deps.Config.Stack.MaxMessageBytes},
+		Sender:      &fanout.Sender{SQS: deps.SQS, S3: deps.S3, Bucket: deps.Config.Stack.Bucket, Stack: deps.Config.Stack.Prefix, MaxBytes: deps.Config.Stack.MaxMessageBytes},
 		Job:         j,
 		Target:      fanout.NewTarget(o, q.WorkURL),
 		Owner:       fmt.Sprintf("changesctl-verify-%s-%d", host, time.Now().UnixNano()),

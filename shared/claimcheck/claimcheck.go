@@ -1,6 +1,6 @@
 // Package claimcheck owns the claim checks: the S3 objects that carry a
 // document body too large for a queue message. It says where the poller puts
-// them (one prefix per job in the stack bucket), which references the writer
+// them (one prefix per stack and job in the stack bucket), which references the writer
 // may follow (only those), how large a body may be, and how long the objects
 // are kept.
 package claimcheck
@@ -53,31 +53,78 @@ var (
 	ErrDenied = errors.New("claim check missing or unreadable")
 )
 
-// Prefix is the key prefix of one job's claim checks in the stack bucket.
-// Job ids contain no '/', so no job's prefix is inside another's.
-func Prefix(jobID string) string { return config.ClaimCheckPrefix + jobID + "/" }
+// Prefix is the key prefix of one job's claim checks in the stack bucket:
+// claim-check/<stack>/<job>/, stack being the stack's prefix, so that two
+// deployments sharing a bucket, with jobs of the same id, never write each
+// other's keys. Stack prefixes and job ids contain no '/', so no prefix is
+// inside another's.
+func Prefix(stack, jobID string) string {
+	return config.ClaimCheckPrefix + stack + "/" + jobID + "/"
+}
+
+// UnscopedPrefix is claim-check/<job>/, where claim checks are kept without
+// the stack prefix. Messages queued by a poller that wrote them there may
+// still wait in a queue or a DLQ: Check accepts such a key, of the one
+// shape that poller gave it (<generation>/<counter>.json), so that they are
+// delivered; nothing is written there.
+func UnscopedPrefix(jobID string) string { return config.ClaimCheckPrefix + jobID + "/" }
+
+// unscoped reports whether key is under jobID's unscoped prefix and of the
+// shape <generation>/<counter>.json.
+func unscoped(key, jobID string) bool {
+	rest, ok := strings.CutPrefix(key, UnscopedPrefix(jobID))
+	segs := strings.Split(rest, "/")
+	return ok && len(segs) == 2 && versionShape(segs)
+}
 
 // Key is the key of the claim check of the change with version v of a job:
 // one object per change, which every output's envelope points at.
-func Key(jobID string, v change.Version) string {
-	return fmt.Sprintf("%s%d/%d.json", Prefix(jobID), v.Generation, v.Counter)
+func Key(stack, jobID string, v change.Version) string {
+	return fmt.Sprintf("%s%d/%d.json", Prefix(stack, jobID), v.Generation, v.Counter)
+}
+
+// Rebase returns key, a claim check's key as Key makes it for any stack and
+// job (or under the job's unscoped prefix), as Key makes it for stack and
+// jobID, and false when key is no such key.
+func Rebase(key, stack, jobID string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, config.ClaimCheckPrefix)
+	if !ok {
+		return "", false
+	}
+	segs := strings.Split(rest, "/")
+	if len(segs) < 3 || len(segs) > 4 || !versionShape(segs[len(segs)-2:]) {
+		return "", false
+	}
+	return Prefix(stack, jobID) + strings.Join(segs[len(segs)-2:], "/"), true
+}
+
+// versionShape reports whether segs are "<generation>", "<counter>.json",
+// as Key writes them.
+func versionShape(segs []string) bool {
+	digits := func(s string) bool {
+		return s != "" && strings.Trim(s, "0123456789") == ""
+	}
+	counter, ok := strings.CutSuffix(segs[1], ".json")
+	return ok && digits(segs[0]) && digits(counter)
 }
 
 // Check reports, wrapping ErrRefused or ErrSize, why ref may not be read for
-// jobID from the stack bucket; nil when it may. It makes no request.
-func Check(ref *change.ObjectRef, bucket, jobID string) error {
+// jobID of the stack whose prefix is stack, from the stack bucket; nil when
+// it may. It makes no request.
+func Check(ref *change.ObjectRef, bucket, stack, jobID string) error {
 	if ref.Bucket != bucket {
 		return fmt.Errorf("%w: bucket %s is not the stack bucket %s", ErrRefused, quote(ref.Bucket), quote(bucket))
-	}
-	prefix := Prefix(jobID)
-	if !strings.HasPrefix(ref.Key, prefix) {
-		return fmt.Errorf("%w: key %s is not under %q, the claim checks of job %s", ErrRefused, quote(ref.Key), prefix, jobID)
 	}
 	if len(ref.Key) > maxKey {
 		return fmt.Errorf("%w: key %s is longer than %d bytes", ErrRefused, quote(ref.Key), maxKey)
 	}
-	if err := checkKey(ref.Key[len(prefix):]); err != nil {
-		return fmt.Errorf("%w: key %s: %w", ErrRefused, quote(ref.Key), err)
+	prefix := Prefix(stack, jobID)
+	if rest, ok := strings.CutPrefix(ref.Key, prefix); ok {
+		if err := checkKey(rest); err != nil {
+			return fmt.Errorf("%w: key %s: %w", ErrRefused, quote(ref.Key), err)
+		}
+	} else if !unscoped(ref.Key, jobID) {
+		return fmt.Errorf("%w: key %s is not under %q, the claim checks of job %s", ErrRefused, quote(ref.Key), prefix, jobID)
 	}
 	switch {
 	case ref.Size <= 0:
@@ -114,13 +161,13 @@ type GetObjecter interface {
 }
 
 // Fetch returns the body ref points at, for a message of job jobID, with
-// bucket the stack bucket. It asks S3 only for a reference Check accepts, and
+// bucket the stack bucket and stack its prefix. It asks S3 only for a reference Check accepts, and
 // reads at most the declared size: an object of any other size is refused
 // with ErrSize. Errors wrap ErrRefused, ErrSize, ErrMissing or ErrDenied when
 // retrying cannot help; any other error (throttling, 5xx, a connection
 // broken off) may pass. Safe for concurrent use if client is.
-func Fetch(ctx context.Context, client GetObjecter, ref *change.ObjectRef, bucket, jobID string) ([]byte, error) {
-	if err := Check(ref, bucket, jobID); err != nil {
+func Fetch(ctx context.Context, client GetObjecter, ref *change.ObjectRef, bucket, stack, jobID string) ([]byte, error) {
+	if err := Check(ref, bucket, stack, jobID); err != nil {
 		return nil, err
 	}
 	out, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(ref.Bucket), Key: aws.String(ref.Key)})

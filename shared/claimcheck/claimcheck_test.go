@@ -27,8 +27,8 @@ import (
 
 func TestCheck(t *testing.T) {
 	t.Parallel()
-	key := claimcheck.Key("orders", change.Version{Generation: 3, Counter: 41})
-	if key != "claim-check/orders/3/41.json" {
+	key := claimcheck.Key("cw", "orders", change.Version{Generation: 3, Counter: 41})
+	if key != "claim-check/cw/orders/3/41.json" {
 		t.Fatalf("Key = %q", key)
 	}
 	tests := []struct {
@@ -42,20 +42,29 @@ func TestCheck(t *testing.T) {
 		{"negative size", change.ObjectRef{Bucket: "stack", Key: key, Size: -1}, claimcheck.ErrSize},
 		{"other bucket", change.ObjectRef{Bucket: "stack2", Key: key, Size: 1}, claimcheck.ErrRefused},
 		{"empty bucket", change.ObjectRef{Key: key, Size: 1}, claimcheck.ErrRefused},
-		{"job whose id extends ours", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders-eu/3/41.json", Size: 1}, claimcheck.ErrRefused},
-		{"job prefix without slash", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders", Size: 1}, claimcheck.ErrRefused},
+		{"job whose id extends ours", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders-eu/3/41.json", Size: 1}, claimcheck.ErrRefused},
+		{"job prefix without slash", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders", Size: 1}, claimcheck.ErrRefused},
+		{"another stack's", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw2/orders/3/41.json", Size: 1}, claimcheck.ErrRefused},
+		{"a stack whose prefix extends ours", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw-eu/orders/3/41.json", Size: 1}, claimcheck.ErrRefused},
 		{"another output's prefix", change.ObjectRef{Bucket: "stack", Key: "archive/orders/1.json", Size: 1}, claimcheck.ErrRefused},
-		{"double slash", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders//41.json", Size: 1}, claimcheck.ErrRefused},
-		{"dot segment", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/./41.json", Size: 1}, claimcheck.ErrRefused},
-		{"escape upwards", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/../../x", Size: 1}, claimcheck.ErrRefused},
-		{"control character", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/a\nb", Size: 1}, claimcheck.ErrRefused},
-		{"invalid UTF-8", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/\xff", Size: 1}, claimcheck.ErrRefused},
-		{"too long", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/" + strings.Repeat("x", 1010), Size: 1}, claimcheck.ErrRefused},
+		{"double slash", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders//41.json", Size: 1}, claimcheck.ErrRefused},
+		{"dot segment", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders/./41.json", Size: 1}, claimcheck.ErrRefused},
+		{"escape upwards", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders/../../x", Size: 1}, claimcheck.ErrRefused},
+		{"control character", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders/a\nb", Size: 1}, claimcheck.ErrRefused},
+		{"invalid UTF-8", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders/\xff", Size: 1}, claimcheck.ErrRefused},
+		{"too long", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders/" + strings.Repeat("x", 1010), Size: 1}, claimcheck.ErrRefused},
+		// Keys without the stack prefix, which queued messages may name, in
+		// the one shape Key gave them.
+		{"unscoped", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/3/41.json", Size: 1}, nil},
+		{"unscoped, another job", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders-eu/3/41.json", Size: 1}, claimcheck.ErrRefused},
+		{"unscoped, another stack's job named like ours", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/other/3/41.json", Size: 1}, claimcheck.ErrRefused},
+		{"unscoped, no counter", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/3/x.json", Size: 1}, claimcheck.ErrRefused},
+		{"unscoped, dot-dot", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/../41.json", Size: 1}, claimcheck.ErrRefused},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := claimcheck.Check(&tt.ref, "stack", "orders")
+			err := claimcheck.Check(&tt.ref, "stack", "cw", "orders")
 			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
 				t.Errorf("Check = %v, want %v", err, tt.want)
 			}
@@ -135,8 +144,8 @@ func TestFetchWithoutLength(t *testing.T) {
 				BaseEndpoint: aws.String(srv.URL), UsePathStyle: true, Region: "us-east-1", RetryMaxAttempts: 1,
 				Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", ""),
 			})}
-			ref := &change.ObjectRef{Bucket: "stack", Key: "claim-check/j/1/1.json", Size: declared}
-			b, err := claimcheck.Fetch(t.Context(), c, ref, "stack", "j")
+			ref := &change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/j/1/1.json", Size: declared}
+			b, err := claimcheck.Fetch(t.Context(), c, ref, "stack", "cw", "j")
 			sentinel := errors.Is(err, claimcheck.ErrSize) || errors.Is(err, claimcheck.ErrRefused) ||
 				errors.Is(err, claimcheck.ErrMissing) || errors.Is(err, claimcheck.ErrDenied)
 			switch {
@@ -174,7 +183,7 @@ func TestFanoutClaimChecksAccepted(t *testing.T) {
 	body := fmt.Sprintf(`{"big":%q}`, strings.Repeat("é", 3000))
 	c := &change.Envelope{V: 1, Job: "orders", DocID: "d", Rev: "1-a", Seq: json.RawMessage(`1`),
 		Version: change.Version{Generation: 2, Counter: 9}, Doc: json.RawMessage(body)}
-	snd := &fanout.Sender{SQS: sq, S3: s3c, Bucket: name, MaxBytes: 1024}
+	snd := &fanout.Sender{SQS: sq, S3: s3c, Bucket: name, Stack: "cw", MaxBytes: 1024}
 	if _, err := snd.Send(ctx, []fanout.Target{{Output: "o", QueueURL: *q.QueueUrl}}, []*change.Envelope{c}, func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -186,14 +195,36 @@ func TestFanoutClaimChecksAccepted(t *testing.T) {
 	if err != nil || env.DocRef == nil {
 		t.Fatalf("decode: %v, doc_ref %v", err, env)
 	}
-	if want := claimcheck.Key("orders", c.Version); env.DocRef.Key != want {
+	if want := claimcheck.Key("cw", "orders", c.Version); env.DocRef.Key != want {
 		t.Errorf("claim check key %q, want %q", env.DocRef.Key, want)
 	}
-	got, err := claimcheck.Fetch(ctx, s3c, env.DocRef, name, "orders")
+	got, err := claimcheck.Fetch(ctx, s3c, env.DocRef, name, "cw", "orders")
 	if err != nil || string(got) != body {
 		t.Fatalf("Fetch = %d bytes, %v; want the body", len(got), err)
 	}
-	if _, err := claimcheck.Fetch(ctx, s3c, env.DocRef, name, "other"); !errors.Is(err, claimcheck.ErrRefused) {
+	if _, err := claimcheck.Fetch(ctx, s3c, env.DocRef, name, "cw", "other"); !errors.Is(err, claimcheck.ErrRefused) {
 		t.Errorf("Fetch for another job: %v, want ErrRefused", err)
+	}
+	if _, err := claimcheck.Fetch(ctx, s3c, env.DocRef, name, "cw2", "orders"); !errors.Is(err, claimcheck.ErrRefused) {
+		t.Errorf("Fetch for another stack's job of the same id: %v, want ErrRefused", err)
+	}
+}
+
+func TestRebase(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		key, want string // want "" for no claim-check key
+	}{
+		{"claim-check/changes-worker/orders/3/1210.json", "claim-check/cw/j/3/1210.json"},
+		{"claim-check/orders/3/1210.json", "claim-check/cw/j/3/1210.json"},
+		{"claim-check/orders/3/x.json", ""},
+		{"claim-check/a/b/c/3/1.json", ""},
+		{"archive/orders/3/1.json", ""},
+	}
+	for _, tt := range tests {
+		got, ok := claimcheck.Rebase(tt.key, "cw", "j")
+		if got != tt.want || ok != (tt.want != "") {
+			t.Errorf("Rebase(%q) = %q, %t; want %q", tt.key, got, ok, tt.want)
+		}
 	}
 }

@@ -21,7 +21,8 @@ type Attachments struct {
 	Enabled bool `json:"enabled"`
 	// Bucket receives the attachments. Default: the stack bucket.
 	Bucket string `json:"bucket,omitempty"`
-	// Prefix starts every key. Default "attachments/<job>/".
+	// Prefix starts every key; it ends with '/'. Default
+	// "attachments/<stack prefix>/<job>/".
 	Prefix string `json:"prefix,omitempty"`
 	// KeyTemplate is the key after the prefix. Placeholders: {digest} (the
 	// attachment's digest as "<algorithm>-<hex>", required, so that a key
@@ -39,12 +40,12 @@ type Attachments struct {
 	OnMissing string `json:"on_missing,omitempty"`
 }
 
-func (a *Attachments) defaults(stackBucket, job string) {
+func (a *Attachments) defaults(stackBucket, stackPrefix, job string) {
 	if a.Bucket == "" {
 		a.Bucket = stackBucket
 	}
 	if a.Prefix == "" {
-		a.Prefix = "attachments/" + job + "/"
+		a.Prefix = "attachments/" + stackPrefix + "/" + job + "/"
 	}
 	if a.KeyTemplate == "" {
 		a.KeyTemplate = "{digest}"
@@ -70,6 +71,9 @@ func (a *Attachments) validate(p string) []error {
 	}
 	if strings.HasPrefix(a.Prefix, "/") {
 		bad("prefix", "%q must not start with '/'", a.Prefix)
+	}
+	if err := grantablePrefix(a.Prefix); err != nil {
+		bad("prefix", "%q %v", a.Prefix, err)
 	}
 	if !strings.Contains(a.KeyTemplate, "{digest}") {
 		bad("key_template", "%q must contain {digest}", a.KeyTemplate)

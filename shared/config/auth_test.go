@@ -8,7 +8,7 @@ import (
 func TestSessionAuth(t *testing.T) {
 	t.Parallel()
 	job := func(source, auth string) string {
-		return `{"jobs":[{"id":"j","source":{"type":"` + source + `","url":"http://h:4984/db","auth":` + auth + `},
+		return `{"jobs":[{"id":"j","source":{"type":"` + source + `","url":"https://h:4984/db","auth":` + auth + `},
 			"outputs":[{"id":"pg","type":"postgres","postgres":{"dsn":{"env":"X"}}}]}]}`
 	}
 	const session = `{"type":"session","username":"alice","password":{"env":"SG_PASSWORD"}}`

@@ -106,7 +106,7 @@ func TestAttachmentDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Attachments{Enabled: true, Bucket: "changes-worker-data", Prefix: "attachments/a/", KeyTemplate: "{digest}",
+	want := &Attachments{Enabled: true, Bucket: "changes-worker-data", Prefix: "attachments/changes-worker/a/", KeyTemplate: "{digest}",
 		MaxBytes: DefaultAttachmentMaxBytes, OnMissing: OnMissingFail}
 	if d := cmp.Diff(want, f.Jobs[0].Attachments); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
@@ -273,7 +273,7 @@ func TestCredentialsOnlyByReference(t *testing.T) {
 			want: []string{`http.url: `, `"." or ".." segment`}},
 		{name: "placeholder in the host", http: `{"url":"http://{secret}.x/{doc_id}","url_secret":{"env":"HOOK"}}`,
 			want: []string{`http.url: `, "path or query"}},
-		{name: "references and plain headers", http: `{"url":"http://x/hooks/{secret}/{doc_id}","url_secret":{"env":"HOOK"},
+		{name: "references and plain headers", http: `{"url":"https://x/hooks/{secret}/{doc_id}","url_secret":{"env":"HOOK"},
 			"headers":{"X-Api-Key":{"env":"K"},"Cookie":{"secret":"s","json_key":"cookie"},"X-Source":"demo","Content-Type":"application/json"}}`},
 	}
 	for _, tt := range tests {
@@ -302,7 +302,7 @@ func TestResourceNamesUnique(t *testing.T) {
 		return `{"id":"` + id + `","source":{"type":"couchdb","url":"http://h/db"},"outputs":[` + outputs + `]}`
 	}
 	pg := func(id string) string {
-		return `{"id":"` + id + `","type":"postgres","postgres":{"dsn":{"env":"D"},"table":"t"}}`
+		return `{"id":"` + id + `","type":"postgres","postgres":{"dsn":{"env":"D"}}}`
 	}
 	http := func(id string) string {
 		return `{"id":"` + id + `","type":"http","http":{"url":"http://x/{doc_id}"}}`

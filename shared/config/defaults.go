@@ -135,7 +135,7 @@ func (f *File) SetDefaults() {
 			j.SendDepth = DefaultSendDepth
 		}
 		if a := j.Attachments; a != nil && a.Enabled {
-			a.defaults(f.Stack.Bucket, j.ID)
+			a.defaults(f.Stack.Bucket, f.Stack.Prefix, j.ID)
 		}
 		for _, o := range j.Outputs {
 			if o == nil {
@@ -201,6 +201,9 @@ func (f *File) SetDefaults() {
 			case o.S3 != nil:
 				if o.S3.Bucket == "" {
 					o.S3.Bucket = f.Stack.Bucket
+				}
+				if o.S3.Prefix == "" {
+					o.S3.Prefix = j.ID + "/" + o.ID + "/"
 				}
 				if o.S3.KeyTemplate == "" {
 					o.S3.KeyTemplate = "{doc_id}.json"

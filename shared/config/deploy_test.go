@@ -28,9 +28,9 @@ func TestParseForDeploy(t *testing.T) {
 		},
 		{
 			name: "secret ARNs, each by its key",
-			in: `{"jobs":[{"id":"a","source":{"type":"sync_gateway","url":"http://h/db","auth":{"type":"basic","username":"u","password":{"secret":"arn:aws:ssm:us-east-1:123456789012:parameter/x"}}},
+			in: `{"jobs":[{"id":"a","source":{"type":"sync_gateway","url":"https://h/db","auth":{"type":"basic","username":"u","password":{"secret":"arn:aws:ssm:us-east-1:123456789012:parameter/x"}}},
 				"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"secret":"arn:aws:secretsmanager:us-east-1:123456789012:secret:"}}},
-				{"id":"h","type":"http","http":{"url":"http://x/{doc_id}","headers":{"X-Api-Key":{"secret":"arn:aws:s3:::bucket"}}}}]}]}`,
+				{"id":"h","type":"http","http":{"url":"https://x/{doc_id}","headers":{"X-Api-Key":{"secret":"arn:aws:s3:::bucket"}}}}]}]}`,
 			want: []string{
 				`jobs[a].source.auth.password.secret: "arn:aws:ssm:us-east-1:123456789012:parameter/x" is not a Secrets Manager secret ARN`,
 				`jobs[a].outputs[p].postgres.dsn.secret: "arn:aws:secretsmanager:us-east-1:123456789012:secret:" is not a Secrets Manager secret ARN`,

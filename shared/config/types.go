@@ -164,11 +164,15 @@ type Source struct {
 	Auth *Auth  `json:"auth,omitempty"`
 	// TLS adds certificate authorities trusted for an https source.
 	TLS *TLS `json:"tls,omitempty"`
+	// AllowCleartextCredentials lets Auth travel unencrypted to an http://
+	// URL whose host is not a loopback address; refused otherwise.
+	AllowCleartextCredentials bool `json:"allow_cleartext_credentials,omitempty"`
 }
 
 // TLS names the certificate authorities (a PEM bundle) trusted for a
-// source, in addition to the system's: the shape of Capella App Services,
-// or a Sync Gateway with its own CA. Exactly one of CAFile and CAPEM is set.
+// source, in addition to the system's (the shape of Capella App Services,
+// or a Sync Gateway with its own CA), or for a PostgreSQL output in place
+// of them (its sslrootcert). Exactly one of CAFile and CAPEM is set.
 type TLS struct {
 	// CAFile is the path of the PEM bundle where the poller runs.
 	CAFile string `json:"ca_file,omitempty"`
@@ -316,8 +320,14 @@ type Outage struct {
 
 // PostgresOutput writes documents to PostgreSQL.
 type PostgresOutput struct {
-	// DSN is the connection string, by reference.
+	// DSN is the connection string, by reference. Its sslmode must say
+	// whether connections use TLS: verify-full (or verify-ca, require) or
+	// disable; without it, or with prefer or allow, a connection may fall
+	// back to clear text, and the writer refuses it.
 	DSN SecretRef `json:"dsn"`
+	// TLS names the certificate authorities that verify the server (its
+	// sslrootcert): the RDS CA bundle, or a private CA.
+	TLS *TLS `json:"tls,omitempty"`
 	// Table receives documents in document mode. Default: the output id.
 	Table string `json:"table"`
 	// Schema is the PostgreSQL schema. Default public.
@@ -347,6 +357,10 @@ type HTTPOutput struct {
 	Auth            *Auth                  `json:"auth,omitempty"`
 	Timeout         Duration               `json:"timeout,omitempty"`
 	FollowRedirects bool                   `json:"follow_redirects"`
+	// AllowCleartextCredentials lets Auth, URLSecret and the headers given
+	// by reference travel unencrypted to an http:// URL whose host is not
+	// a loopback address; refused otherwise.
+	AllowCleartextCredentials bool `json:"allow_cleartext_credentials,omitempty"`
 }
 
 // HeaderValue is the value of a configured header: literal text for what is
@@ -392,7 +406,9 @@ func (h HeaderValue) MarshalJSON() ([]byte, error) {
 type S3Output struct {
 	// Bucket defaults to the stack bucket.
 	Bucket string `json:"bucket"`
-	// Prefix is prepended to every key; no key can leave it.
+	// Prefix is prepended to every key; no key can leave it. It ends with
+	// '/', and no other output, nor the claim checks or attachments, may
+	// have keys under it. Default "<job>/<output>/".
 	Prefix string `json:"prefix"`
 	// KeyTemplate builds the key below the prefix; {doc_id} is the escaped id.
 	// Default "{doc_id}.json".

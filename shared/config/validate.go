@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/url"
 	"regexp"
 	"slices"
@@ -98,7 +99,9 @@ func (f *File) problems() []error {
 		seen[j.ID] = true
 		errs = append(errs, j.validate(p)...)
 	}
-	return append(errs, f.checkNames()...)
+	errs = append(errs, f.checkNames()...)
+	errs = append(errs, f.checkObjectAreas()...)
+	return append(errs, f.checkPostgresTables()...)
 }
 
 // item names element i of the list at key list in an error: by its id when
@@ -125,6 +128,10 @@ func (j *Job) validate(p string) []error {
 	}
 	if err := checkURL(s.URL); err != nil {
 		bad("source.url", "%v", err)
+	} else if s.Auth != nil && !s.AllowCleartextCredentials {
+		if host, clear := cleartextHost(s.URL); clear {
+			bad("source.url", cleartextRefused, "source.auth", host, "source")
+		}
 	}
 	if s.Auth != nil {
 		errs = append(errs, s.Auth.validate(p+".source.auth")...)
@@ -135,14 +142,7 @@ func (j *Job) validate(p string) []error {
 		}
 	}
 	if s.TLS != nil {
-		switch {
-		case s.TLS.CAFile == "" && s.TLS.CAPEM == "":
-			bad("source.tls", "give ca_file (a PEM bundle's path) or ca_pem (the bundle)")
-		case s.TLS.CAFile != "" && s.TLS.CAPEM != "":
-			bad("source.tls", "give ca_file or ca_pem, not both")
-		case s.TLS.CAPEM != "" && !strings.Contains(s.TLS.CAPEM, "-----BEGIN CERTIFICATE-----"):
-			bad("source.tls.ca_pem", "holds no PEM certificate")
-		}
+		errs = append(errs, s.TLS.validate(p+".source.tls")...)
 		if !strings.HasPrefix(strings.ToLower(s.URL), "https://") {
 			bad("source.tls", "needs an https source.url")
 		}
@@ -348,6 +348,9 @@ func (pg *PostgresOutput) validate(p string) []error {
 	if err := pg.DSN.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%s.dsn: %w", p, err))
 	}
+	if pg.TLS != nil {
+		errs = append(errs, pg.TLS.validate(p+".tls")...)
+	}
 	if !identPattern.MatchString(pg.Table) {
 		errs = append(errs, fmt.Errorf("%s.table: %q must be a lowercase SQL identifier", p, pg.Table))
 	}
@@ -369,6 +372,11 @@ func (h *HTTPOutput) validate(p string) []error {
 		errs = append(errs, fmt.Errorf("%s.url: %w", p, err))
 	} else {
 		errs = append(errs, h.validateURLTemplate(p)...)
+		if creds := h.credentials(); len(creds) > 0 && !h.AllowCleartextCredentials {
+			if host, clear := cleartextHost(h.URL); clear {
+				errs = append(errs, fmt.Errorf("%s.url: "+cleartextRefused, p, strings.Join(creds, ", "), host, "http"))
+			}
+		}
 	}
 	switch h.Method {
 	case "PUT", "POST", "PATCH":
@@ -441,6 +449,55 @@ func (h *HTTPOutput) validateURLTemplate(p string) []error {
 	return errs
 }
 
+// credentials names the settings of h that put a credential in its
+// requests.
+func (h *HTTPOutput) credentials() []string {
+	var creds []string
+	if h.Auth != nil {
+		creds = append(creds, "http.auth")
+	}
+	if h.URLSecret != nil {
+		creds = append(creds, "http.url_secret")
+	}
+	for _, k := range slices.Sorted(maps.Keys(h.Headers)) {
+		if h.Headers[k].Ref != nil {
+			creds = append(creds, "http.headers["+k+"]")
+		}
+	}
+	return creds
+}
+
+// cleartextRefused is Validate's message for credentials bound for an
+// http:// URL: what would be sent, to which host, and the block whose
+// allow_cleartext_credentials allows it.
+const cleartextRefused = "http:// would send %s in clear to %s: use https://, or set %s.allow_cleartext_credentials to true"
+
+// cleartextHost returns the host of u, and whether a request to u goes
+// unencrypted over a network: an http:// URL whose host is neither
+// "localhost" nor a loopback address. u has passed checkURL (a template's
+// placeholders, which checkURL refuses in the host, may remain).
+func cleartextHost(u string) (string, bool) {
+	rest, ok := strings.CutPrefix(u, "http://")
+	if !ok {
+		return "", false
+	}
+	authority, _, _ := strings.Cut(rest, "/")
+	authority, _, _ = strings.Cut(authority, "?")
+	authority, _, _ = strings.Cut(authority, "#")
+	host := authority
+	if h, _, err := net.SplitHostPort(authority); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return host, false
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return host, false
+	}
+	return host, true
+}
+
 // validHeaderName reports whether name is an RFC 9110 token.
 func validHeaderName(name string) bool {
 	if name == "" {
@@ -467,10 +524,39 @@ func (s *S3Output) validate(p string) []error {
 	if strings.Contains(s.Prefix, "..") || strings.HasPrefix(s.Prefix, "/") || dotSegment(s.Prefix) {
 		errs = append(errs, fmt.Errorf("%s.prefix: %q must not start with '/', contain '..' or have a '.' segment", p, s.Prefix))
 	}
+	if err := grantablePrefix(s.Prefix); err != nil {
+		errs = append(errs, fmt.Errorf("%s.prefix: %q %w", p, s.Prefix, err))
+	}
 	if strings.Contains(s.KeyTemplate, "..") || strings.HasPrefix(s.KeyTemplate, "/") || dotSegment(s.KeyTemplate) {
 		errs = append(errs, fmt.Errorf("%s.key_template: %q must not start with '/', contain '..' or have a '.' segment", p, s.KeyTemplate))
 	}
 	return errs
+}
+
+func (t *TLS) validate(p string) []error {
+	switch {
+	case t.CAFile == "" && t.CAPEM == "":
+		return []error{fmt.Errorf("%s: give ca_file (a PEM bundle's path) or ca_pem (the bundle)", p)}
+	case t.CAFile != "" && t.CAPEM != "":
+		return []error{fmt.Errorf("%s: give ca_file or ca_pem, not both", p)}
+	case t.CAPEM != "" && !strings.Contains(t.CAPEM, "-----BEGIN CERTIFICATE-----"):
+		return []error{fmt.Errorf("%s.ca_pem: holds no PEM certificate", p)}
+	}
+	return nil
+}
+
+// grantablePrefix refuses a key prefix that an IAM grant on "<prefix>*"
+// would widen: one without a trailing '/' ("archive*" is also
+// "archive-2/..."), or with a character IAM reads as a wildcard ('*', '?')
+// or a policy variable ('$').
+func grantablePrefix(prefix string) error {
+	switch {
+	case !strings.HasSuffix(prefix, "/"):
+		return errors.New("must end with '/': a grant on <prefix>* would cover every key that starts like it")
+	case strings.ContainsAny(prefix, "*?$"):
+		return errors.New("must not contain '*', '?' or '$', which IAM reads as wildcards or variables")
+	}
+	return nil
 }
 
 func (a *Auth) validate(p string) []error {
@@ -513,13 +599,17 @@ func checkURL(s string) error {
 	if s == "" {
 		return errors.New("is required")
 	}
-	if !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") {
-		if strings.Contains(s, "@") {
-			return fmt.Errorf("%q must start with http:// or https://, and must not contain credentials; use auth with a secret reference", ShownURL(s))
-		}
-		return fmt.Errorf("%q must start with http:// or https://", ShownURL(s))
-	}
+	creds := ""
 	if strings.Contains(s, "@") {
+		creds = ", and must not contain credentials; use auth with a secret reference"
+	}
+	if !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") {
+		if shown, ok := ShownURL(s); ok {
+			return fmt.Errorf("%q must start with http:// or https://%s", shown, creds)
+		}
+		return fmt.Errorf("must start with http:// or https://%s (the value is not shown: it does not start with a scheme and \"://\")", creds)
+	}
+	if creds != "" {
 		return errors.New("must not contain credentials; use auth with a secret reference")
 	}
 	return nil
@@ -570,25 +660,46 @@ func ModeFits(mode, sourceType string) error {
 	return fmt.Errorf("%q is not one of longpoll, continuous, websocket, sse, eventsource", mode)
 }
 
-// ShownURL is u as an error may quote it: up to its query or fragment,
-// which may hold a key, and with what comes before an '@' in its authority
-// (after "://", or from the start without one), which may be credentials,
-// replaced by "…".
-func ShownURL(u string) string {
-	u, _, _ = strings.Cut(u, "?")
-	u, _, _ = strings.Cut(u, "#")
-	prefix, rest := "", u
-	if scheme, after, ok := strings.Cut(u, "://"); ok {
-		prefix, rest = scheme+"://", after
+// ShownURL is u as an error may quote it, and whether it may be quoted at
+// all. Only a URL that starts with a scheme and "://" is quoted: without
+// them, where its credentials end cannot be told. Of one that does, what
+// follows its first '?' or '#' (a query or fragment, which may hold a key)
+// is left out, and so is everything between "://" and its last '@'
+// (credentials, in whatever form they were written: a password may hold a
+// '/', '?' or '#'), which shows as "…". When the last '@' is past the
+// first '?' or '#', only the scheme is shown.
+func ShownURL(u string) (string, bool) {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok || !validScheme(scheme) {
+		return "", false
 	}
-	authority, path, hasPath := strings.Cut(rest, "/")
-	at := strings.LastIndex(authority, "@")
-	if at < 0 {
-		return u
+	end := len(rest)
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		end = i
 	}
-	u = prefix + "…@" + authority[at+1:]
-	if hasPath {
-		u += "/" + path
+	at := strings.LastIndexByte(rest, '@')
+	switch {
+	case at < 0:
+		return scheme + "://" + rest[:end], true
+	case at < end:
+		return scheme + "://…@" + rest[at+1:end], true
+	default:
+		return scheme + "://…", true
 	}
-	return u
+}
+
+// validScheme reports whether s is an RFC 3986 scheme: a letter, then
+// letters, digits, '+', '-' or '.'.
+func validScheme(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+		if !letter && (i == 0 || !('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return true
 }

@@ -84,6 +84,9 @@ type Sender struct {
 	SQS    SQS
 	S3     S3
 	Bucket string
+	// Stack is the stack's prefix, which claim-check keys start with
+	// (claimcheck.Key); required to send a body as a claim check.
+	Stack string
 	// MaxBytes is the largest message body; larger envelopes carry an S3
 	// pointer. It also bounds the bodies of one SendMessageBatch.
 	MaxBytes int
@@ -309,7 +312,10 @@ func (s *Sender) claimCheck(ctx context.Context, c *change.Envelope) (*change.Ob
 	if c.DocRef != nil {
 		return c.DocRef, false, nil
 	}
-	key := claimcheck.Key(c.Job, c.Version)
+	if s.Stack == "" {
+		return nil, false, fmt.Errorf("put claim check of %s: the sender has no stack prefix", c.DocID)
+	}
+	key := claimcheck.Key(s.Stack, c.Job, c.Version)
 	_, err := s.S3.PutObject(ctx, &s3.PutObjectInput{
 		Bucket:      &s.Bucket,
 		Key:         &key,

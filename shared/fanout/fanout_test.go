@@ -78,7 +78,7 @@ func TestSendWithClaimCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snd := &fanout.Sender{SQS: sq, S3: s3c, Bucket: name, MaxBytes: 4096}
+	snd := &fanout.Sender{SQS: sq, S3: s3c, Bucket: name, Stack: "cw", MaxBytes: 4096}
 	var changes []*change.Envelope
 	for i := 1; i <= 25; i++ {
 		doc := fmt.Sprintf(`{"n":%d}`, i)

@@ -458,7 +458,7 @@ func TestSendClaimChecksConcurrently(t *testing.T) {
 	}
 	f := &fakeSQS{}
 	s3c := &fakeS3{delay: 10 * time.Millisecond}
-	snd := &fanout.Sender{SQS: f, S3: s3c, Bucket: "b", MaxBytes: 2048, Concurrency: 8}
+	snd := &fanout.Sender{SQS: f, S3: s3c, Bucket: "b", Stack: "cw", MaxBytes: 2048, Concurrency: 8}
 	targets := []fanout.Target{{Output: "a", QueueURL: "qa"}, {Output: "b", QueueURL: "qb", FIFO: true}}
 	st, err := snd.Send(context.Background(), targets, changes, func() error { return nil })
 	if err != nil {

@@ -50,7 +50,7 @@ func TestHandleScheduleAttachments(t *testing.T) {
 	}
 	e := doc.Attachments["photo.jpg"]
 	key, _ := e["s3_key"].(string)
-	if e["s3_bucket"] != "changes-worker-tests" || !strings.HasPrefix(key, "attachments/orders/md5-") || e["stub"] != nil ||
+	if e["s3_bucket"] != "changes-worker-tests" || !strings.HasPrefix(key, "attachments/"+s.cfg.Stack.Prefix+"/orders/md5-") || e["stub"] != nil ||
 		e["content_type"] != "image/jpeg" || e["length"] != float64(len(content)) {
 		t.Fatalf("queued entry = %v", e)
 	}

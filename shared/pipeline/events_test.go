@@ -22,6 +22,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
@@ -228,7 +229,7 @@ func checkClaimCheck(t *testing.T, cfg *config.File, ev events.SQSEvent) {
 		if env.DocRef == nil || len(env.Doc) != 0 {
 			t.Fatalf("%s: doc_ref %+v with %d bytes of doc; want a pointer instead of the body", env.DocID, env.DocRef, len(env.Doc))
 		}
-		want := fmt.Sprintf("%s%s/%d/%d.json", config.ClaimCheckPrefix, env.Job, env.Generation, env.Counter)
+		want := claimcheck.Key(cfg.Stack.Prefix, env.Job, env.Version)
 		if env.DocRef.Key != want || env.DocRef.Bucket != cfg.Stack.Bucket {
 			t.Errorf("doc_ref %s/%s, the poller writes %s/%s", env.DocRef.Bucket, env.DocRef.Key, cfg.Stack.Bucket, want)
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/deliver/pgsink"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/metrics"
@@ -60,10 +61,16 @@ type Deps struct {
 	OnBatch func(job string, caughtUp bool)
 
 	mu    sync.Mutex
-	pools map[string]*pgxpool.Pool // by connection string
-	// dsns: the connection string each DSN reference last resolved to.
-	dsns    map[config.SecretRef]string
+	pools map[string]*pgxpool.Pool // by connection string and CA
+	// keys: the pool key each DSN reference (with its CA) last resolved to.
+	keys    map[poolRef]string
 	pollers map[string]*poll.Poller
+}
+
+// poolRef is a DSN reference with the CA it is used with.
+type poolRef struct {
+	dsn config.SecretRef
+	ca  string
 }
 
 // Lookup reads the process environment; tests pass a map instead.
@@ -168,7 +175,7 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		Feed:       source,
 		OpenStream: openStream(fc, j.Feed.Mode),
 		Leases:     &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
-		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency},
+		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, Stack: d.Config.Stack.Prefix, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency},
 		Targets:    targets,
 		SendDepth:  j.SendDepth,
 		Quarantine: quarantined,
@@ -266,26 +273,31 @@ func (d *Deps) Sink(ctx context.Context, r config.Route) (deliver.Sink, error) {
 	return impl.sink(ctx, r.Output)
 }
 
-// Pool returns the pgx pool of an output's DSN: one per connection string,
-// shared by the references that resolve to it. When a reference resolves to
-// another connection string than before (a rotated secret, read again after
-// an outage), the pool of the old one is closed once no reference resolves
-// to it any more: at once for new requests, and its connections as the
-// requests holding them finish. Close closes the rest. Safe for concurrent
-// use.
+// Pool returns the pgx pool of an output's DSN and postgres.tls: one per
+// connection string and CA, shared by the outputs whose references resolve
+// to it. When a reference resolves to another connection string than before
+// (a rotated secret, read again after an outage), the pool of the old one is
+// closed once no reference resolves to it any more: at once for new
+// requests, and its connections as the requests holding them finish. Close
+// closes the rest. A DSN that may connect without TLS unless it says so is
+// refused (pgsink.PoolConfig). Safe for concurrent use.
 func (d *Deps) Pool(ctx context.Context, pg *config.PostgresOutput) (*pgxpool.Pool, error) {
 	dsn, err := d.Secrets.Resolve(ctx, pg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("postgres dsn: %w", err)
 	}
+	key, ref := dsn, poolRef{dsn: pg.DSN}
+	if pg.TLS != nil {
+		ref.ca = "\x00" + pg.TLS.CAFile + "\x00" + pg.TLS.CAPEM
+		key += ref.ca
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	p, ok := d.pools[dsn]
+	p, ok := d.pools[key]
 	if !ok {
-		cfg, err := pgxpool.ParseConfig(dsn)
+		cfg, err := pgsink.PoolConfig(dsn, pg.TLS)
 		if err != nil {
-			// The parse error can echo the DSN, password included: never wrap it.
-			return nil, fmt.Errorf("parse postgres dsn: malformed connection string")
+			return nil, err
 		}
 		cfg.MaxConns = int32(pg.MaxConns)
 		if p, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
@@ -294,14 +306,14 @@ func (d *Deps) Pool(ctx context.Context, pg *config.PostgresOutput) (*pgxpool.Po
 		if d.pools == nil {
 			d.pools = map[string]*pgxpool.Pool{}
 		}
-		d.pools[dsn] = p
+		d.pools[key] = p
 	}
-	if d.dsns == nil {
-		d.dsns = map[config.SecretRef]string{}
+	if d.keys == nil {
+		d.keys = map[poolRef]string{}
 	}
-	old, seen := d.dsns[pg.DSN]
-	d.dsns[pg.DSN] = dsn
-	if seen && old != dsn && !d.resolvedTo(old) {
+	old, seen := d.keys[ref]
+	d.keys[ref] = key
+	if seen && old != key && !d.resolvedTo(old) {
 		if stale := d.pools[old]; stale != nil {
 			delete(d.pools, old)
 			// Close waits for the connections in use: not under the lock.
@@ -311,11 +323,11 @@ func (d *Deps) Pool(ctx context.Context, pg *config.PostgresOutput) (*pgxpool.Po
 	return p, nil
 }
 
-// resolvedTo reports whether a DSN reference last resolved to dsn. The
+// resolvedTo reports whether a DSN reference last resolved to key. The
 // caller holds mu.
-func (d *Deps) resolvedTo(dsn string) bool {
-	for _, v := range d.dsns {
-		if v == dsn {
+func (d *Deps) resolvedTo(key string) bool {
+	for _, v := range d.keys {
+		if v == key {
 			return true
 		}
 	}
@@ -329,7 +341,7 @@ func (d *Deps) Close() {
 	for _, p := range d.pools {
 		p.Close()
 	}
-	d.pools, d.dsns = nil, nil
+	d.pools, d.keys = nil, nil
 }
 
 func (d *Deps) credentials(ctx context.Context, a *config.Auth) (user, pass, token string, err error) {

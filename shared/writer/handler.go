@@ -476,10 +476,10 @@ func applyRound(ctx context.Context, sink deliver.Sink, batch []*item) {
 }
 
 // resolve fetches a claim-checked body from S3: only from the stack bucket,
-// under the claim-check prefix of the envelope's job, and never more than the
+// under the claim-check prefix of the stack and the envelope's job, and never more than the
 // size the envelope declares (claimcheck.Fetch).
 func (h *Handler) resolve(ctx context.Context, env *change.Envelope) *deliver.Error {
-	b, err := claimcheck.Fetch(ctx, h.S3, env.DocRef, h.Config.Stack.Bucket, env.Job)
+	b, err := claimcheck.Fetch(ctx, h.S3, env.DocRef, h.Config.Stack.Bucket, h.Config.Stack.Prefix, env.Job)
 	if err != nil {
 		return claimCheckError(err)
 	}

@@ -158,7 +158,10 @@ func (s *Sink) parseTemplate(tmpl string, hasRef bool, secret string) error {
 	if tmpl == "" {
 		return errors.New("url is empty")
 	}
-	shown := config.ShownURL(tmpl)
+	shown, quotable := config.ShownURL(tmpl)
+	if !quotable {
+		return errors.New("url template must start with http:// or https:// (the template is not shown: it does not start with a scheme and \"://\")")
+	}
 	rest, _, hasFrag := strings.Cut(tmpl, "#")
 	if hasFrag {
 		return fmt.Errorf("url template %q must not have a fragment (#...)", shown)
@@ -173,8 +176,9 @@ func (s *Sink) parseTemplate(tmpl string, hasRef bool, secret string) error {
 	switch {
 	case host == "" || strings.Contains(host, "{doc_id}") || strings.Contains(host, "{secret}"):
 		return fmt.Errorf("url template %q must name a host, and {doc_id} and {secret} may only appear in the path or query", shown)
-	case strings.Contains(host, "@"):
-		return errors.New("url template must not contain credentials; use auth with a secret reference")
+	case strings.Contains(tmpl, "@"):
+		// Anywhere, not only in the host: a password may hold a '/' or '?'.
+		return errors.New("url template must not contain credentials (an '@'); use auth with a secret reference")
 	}
 	placeholders := strings.NewReplacer("{doc_id}", "x", "{secret}", "x")
 	// Check the template parses once an id is in place.

@@ -679,6 +679,8 @@ func TestNewRejects(t *testing.T) {
 		{name: "bad scheme with credentials", out: config.HTTPOutput{URL: "ftp://u:S3CR3T@h/{doc_id}"}, want: "http://"},
 		{name: "fragment with credentials", out: config.HTTPOutput{URL: "http://u:S3CR3T@h/{doc_id}#x"}, want: "fragment"},
 		{name: "no scheme, credentials", out: config.HTTPOutput{URL: "u:S3CR3T@h/{doc_id}"}, want: "http://"},
+		{name: "credentials with a '/' in the password", out: config.HTTPOutput{URL: "http://u:123/S3CR3T@h/{doc_id}"}, want: "credentials"},
+		{name: "credentials with a '?' in the password", out: config.HTTPOutput{URL: "http://u:123?S3CR3T@h/{doc_id}"}, want: "credentials"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

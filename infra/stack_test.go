@@ -469,9 +469,10 @@ func TestGrants(t *testing.T) {
 			}
 		}
 		wantActions(t, j.ID+" writer", writer, "sqs:", []string{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"})
-		wantResources(t, syn, j.ID+" writer", writer, "sqs:SendMessage", func(q map[string]any) bool {
-			return ownQueue(q) && strings.Contains(q["QueueName"].(string), "-dlq")
-		})
+		// The writer moves failures to the DLQs and sends a message it holds
+		// back (an output that is down or asks to slow down) to its work
+		// queue again, with a fresh receive count.
+		wantResources(t, syn, j.ID+" writer", writer, "sqs:SendMessage", ownQueue)
 		wantResources(t, syn, j.ID+" writer", writer, "sqs:ReceiveMessage", func(q map[string]any) bool {
 			return ownQueue(q) && !strings.Contains(q["QueueName"].(string), "-dlq")
 		})

@@ -205,7 +205,7 @@ func (js *jobStack) addLeaseHolderAlarm(j *config.Job) {
 // addRouteAlarms creates the alarms of one (job, output).
 func (js *jobStack) addRouteAlarms(r *route) {
 	id := r.job.ID + "-" + r.out.ID
-	js.alarmAbove("DLQNotEmpty-"+id, id+"-dlq-not-empty", fmt.Sprintf("Messages of job %s output %s failed permanently or too often and wait in the DLQ %s. Fix the cause, then redrive them from the SQS console.", r.job.ID, r.out.ID, js.cfg.DLQName(r.job, r.out)), r.dlq.MetricApproximateNumberOfMessagesVisible(maxOver(time.Minute)), 0)
+	js.alarmAbove("DLQNotEmpty-"+id, id+"-dlq-not-empty", dlqAlarmDescription(js.cfg, r), r.dlq.MetricApproximateNumberOfMessagesVisible(maxOver(time.Minute)), 0)
 	js.alarmAbove("OutputAuthFailures-"+id, id+"-output-auth-failures", fmt.Sprintf("Output %s of job %s refused our credentials (HTTP 401/403, S3 AccessDenied, PostgreSQL 28P01/28000; OutputAuthFailures). Check the output's credentials.", r.out.ID, r.job.ID), outputMetric(metrics.OutputAuthFailures, r.job, r.out, "Sum", errorPeriod), 0)
 	js.alarm("Backpressure-"+id, id+"-backpressure", fmt.Sprintf("Output %s of job %s has been slow or refusing (429/503, too many connections) for %s; the writer is holding its changes back (BackpressureActive).", r.out.ID, r.job.ID, backpressurePeriods*errorPeriod), &awscloudwatch.AlarmProps{
 		Metric:             outputMetric(metrics.BackpressureActive, r.job, r.out, "Minimum", errorPeriod),
@@ -239,6 +239,19 @@ func (js *jobStack) addRouteAlarms(r *route) {
 			TreatMissingData:   awscloudwatch.TreatMissingData_IGNORE,
 		})
 	}
+}
+
+// dlqAlarmDescription says what to do when r's DLQ holds messages. The
+// console's redrive to the source queue cannot return the messages the
+// writer moved to the DLQ itself (they have no source queue), and a FIFO DLQ
+// is redriven by changesctl only (docs/operations.md says why).
+func dlqAlarmDescription(cfg *config.File, r *route) string {
+	redrive := fmt.Sprintf("changesctl dlq redrive --job %s --output %s", r.job.ID, r.out.ID)
+	if !r.out.FIFO() {
+		redrive += fmt.Sprintf(" (or the SQS console's DLQ redrive, to the custom destination %s)", cfg.QueueName(r.job, r.out))
+	}
+	return fmt.Sprintf("Messages of job %s output %s failed permanently or too often and wait in the DLQ %s. Fix the cause, then move them back to the work queue with %s.",
+		r.job.ID, r.out.ID, cfg.DLQName(r.job, r.out), redrive)
 }
 
 // alarmAbove creates an alarm that fires when metric is above threshold

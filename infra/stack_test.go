@@ -696,6 +696,16 @@ func TestAlarms(t *testing.T) {
 				!strings.Contains(compact(dlq["Dimensions"]), dlqID) {
 				t.Errorf("%s/%s DLQ alarm = %s", j.ID, o.ID, compact(dlq))
 			}
+			// The console's redrive to the source queue cannot return what
+			// the writer moved itself, nor any message of a FIFO DLQ: the
+			// text names the command that does.
+			desc := fmt.Sprint(dlq["AlarmDescription"])
+			if want := "changesctl dlq redrive --job " + j.ID + " --output " + o.ID; !strings.Contains(desc, want) || strings.Contains(desc, "redrive them from the SQS console") {
+				t.Errorf("%s/%s DLQ alarm description = %q, want it to point at %q", j.ID, o.ID, desc, want)
+			}
+			if strings.Contains(desc, "console") && (o.FIFO() || !strings.Contains(desc, syn.cfg.QueueName(j, o))) {
+				t.Errorf("%s/%s DLQ alarm description = %q: the console's redrive works only for a standard DLQ, with the work queue %s as a custom destination", j.ID, o.ID, desc, syn.cfg.QueueName(j, o))
+			}
 		}
 	}
 }

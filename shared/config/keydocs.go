@@ -46,7 +46,7 @@ func keyDocs() map[string]keyDoc {
 		"jobs[].processing.ignore_delete": {meaning: "deletions are not forwarded"},
 		"jobs[].processing.ignore_remove": {meaning: "removals are not forwarded: documents that left the user's channels or whose access was revoked"},
 		"jobs[].lease.ttl":                {allowed: "1s–10m", meaning: "how long the job's lease lasts without renewal; a failover takes about this long"},
-		"jobs[].schedule":                 {allowed: "whole minutes, at least 1m", meaning: "how often the poller is invoked"},
+		"jobs[].schedule":                 {allowed: "whole minutes, 1m–24h", meaning: "how often the poller is invoked"},
 		"jobs[].latency_objective":        {allowed: "at least 1s", meaning: "the age of a queued change that fires an alarm; with `idle: sleep`, how late a change made while idle may arrive"},
 		"jobs[].idle":                     {allowed: oneOfCode(IdleWatch, IdleSleep), meaning: "while the feed has nothing new: read it all the time, a standby beside it, or end the invocation until the next tick"},
 		"jobs[].send_concurrency":         {allowed: fmt.Sprintf("1–%d", MaxSendConcurrency), meaning: "SQS requests (and claim-check puts) the poller keeps in flight, across the outputs"},

@@ -829,7 +829,21 @@ func TestAlarmWindows(t *testing.T) {
 func TestDashboard(t *testing.T) {
 	syn := synthesized(t)
 	for _, j := range syn.cfg.Jobs {
-		_, d := syn.resource(t, "AWS::CloudWatch::Dashboard", "DashboardName", "cwtest-"+j.ID)
+		// Dashboard names are global, not regional: the name carries the
+		// region, so a copy of the stack in another region (staging, DR)
+		// has dashboards of its own.
+		var d map[string]any
+		var names []string
+		for _, r := range syn.resources("AWS::CloudWatch::Dashboard") {
+			names = append(names, compact(props(r)["DashboardName"]))
+			if dashboardJob(props(r)["DashboardName"]) == "cwtest-"+j.ID {
+				d = r
+			}
+		}
+		if d == nil {
+			t.Errorf("no dashboard named cwtest-%s-<region>: %v", j.ID, names)
+			continue
+		}
 		body := compact(props(d)["DashboardBody"])
 		for _, want := range []string{
 			"## job " + j.ID,
@@ -852,6 +866,26 @@ func TestDashboard(t *testing.T) {
 	assert(t, "a dashboard per job", func() {
 		syn.template.ResourceCountIs(jsii.String("AWS::CloudWatch::Dashboard"), jsii.Number(float64(len(syn.cfg.Jobs))))
 	})
+}
+
+// dashboardJob returns <prefix>-<job> of a dashboard named
+// <prefix>-<job>-<region> ({"Fn::Join": ["", ["<prefix>-<job>-", {"Ref":
+// "AWS::Region"}]]}), "" for any other name.
+func dashboardJob(name any) string {
+	m, _ := name.(map[string]any)
+	join, _ := m["Fn::Join"].([]any)
+	if len(join) != 2 || join[0] != "" {
+		return ""
+	}
+	parts, _ := join[1].([]any)
+	if len(parts) != 2 || compact(parts[1]) != `{"Ref":"AWS::Region"}` {
+		return ""
+	}
+	s, _ := parts[0].(string)
+	if !strings.HasSuffix(s, "-") {
+		return ""
+	}
+	return strings.TrimSuffix(s, "-")
 }
 
 // rolePolicy returns, as JSON, the policy document attached to the role of

@@ -22,7 +22,7 @@ func keyDocs() map[string]keyDoc {
 		"stack.writer_timeout":         {allowed: "1s–15m", meaning: "the writer's Lambda timeout; the work queues' visibility timeout is 6 times this"},
 		"stack.log_retention_days":     {allowed: intList(logRetentionDays), meaning: "how long the functions' CloudWatch logs are kept"},
 		"stack.retain":                 {meaning: "keeps the table and bucket when the stack is deleted, and turns on the table's deletion protection"},
-		"stack.dashboards":             {meaning: "gives each job a CloudWatch dashboard `<prefix>-<job>`"},
+		"stack.dashboards":             {meaning: "gives each job a CloudWatch dashboard `<prefix>-<job>-<region>`"},
 		"stack.vpc.id":                 {allowed: "with `subnet_ids` and `security_group_ids`", meaning: "a VPC the functions run in, to reach a private database"},
 		"stack.vpc.subnet_ids":         {allowed: "at least one, with `vpc.id`", meaning: "the subnets the functions run in"},
 		"stack.vpc.security_group_ids": {allowed: "at least one, with `vpc.id`", meaning: "the security groups of the functions"},

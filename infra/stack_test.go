@@ -312,7 +312,7 @@ func TestStateTable(t *testing.T) {
 	syn := synthesized(t)
 	assert(t, "state table", func() {
 		syn.template.HasResource(jsii.String("AWS::DynamoDB::Table"), &map[string]any{
-			"DeletionPolicy":      "Retain",
+			"DeletionPolicy":      "RetainExceptOnCreate",
 			"UpdateReplacePolicy": "Retain",
 			"Properties": &map[string]any{
 				"TableName":                        syn.cfg.TableName(),
@@ -321,13 +321,48 @@ func TestStateTable(t *testing.T) {
 				"BillingMode":                      "PAY_PER_REQUEST",
 				"PointInTimeRecoverySpecification": map[string]any{"PointInTimeRecoveryEnabled": true},
 				"SSESpecification":                 map[string]any{"SSEEnabled": true},
-				"DeletionProtectionEnabled":        true,
+				"DeletionProtectionEnabled":        false,
 			},
 		})
 	})
 	assert(t, "one table", func() {
 		syn.template.ResourceCountIs(jsii.String("AWS::DynamoDB::Table"), jsii.Number(1))
 	})
+}
+
+// TestRetainExceptOnCreate: with stack.retain (the default) the stateful
+// resources (the table, the buckets, the secrets, the log groups) outlive
+// a deleted stack, a removed job and a replacement, but not the creation
+// that made them: when a first deploy fails and rolls back (Lambda refusing
+// the pollers' reserved concurrency on an account of low limits, say), the
+// rollback deletes them, and the retry does not find their fixed names
+// taken. Nothing is plain Retain, and the table has no deletion protection,
+// which would make that rollback fail.
+func TestRetainExceptOnCreate(t *testing.T) {
+	syn := synthesized(t)
+	stateful := map[string]int{"AWS::DynamoDB::Table": 0, "AWS::S3::Bucket": 0, "AWS::SecretsManager::Secret": 0, "AWS::Logs::LogGroup": 0}
+	for id, r := range syn.tmpl["Resources"].(map[string]any) {
+		r := r.(map[string]any)
+		typ, _ := r["Type"].(string)
+		n, ok := stateful[typ]
+		switch {
+		case ok && (r["DeletionPolicy"] != "RetainExceptOnCreate" || r["UpdateReplacePolicy"] != "Retain"):
+			t.Errorf("%s %s: DeletionPolicy %v, UpdateReplacePolicy %v; want RetainExceptOnCreate, Retain", typ, id, r["DeletionPolicy"], r["UpdateReplacePolicy"])
+		case r["DeletionPolicy"] == "Retain":
+			t.Errorf("%s %s is kept by a failed creation's rollback too (DeletionPolicy Retain)", typ, id)
+		}
+		if ok {
+			stateful[typ] = n + 1
+		}
+		if typ == "AWS::DynamoDB::Table" && props(r)["DeletionProtectionEnabled"] == true {
+			t.Errorf("table %s has deletion protection: the rollback of a failed first deploy cannot delete it", id)
+		}
+	}
+	for typ, n := range stateful {
+		if n == 0 {
+			t.Errorf("no %s in the stack", typ)
+		}
+	}
 }
 
 func TestBucket(t *testing.T) {
@@ -338,7 +373,7 @@ func TestBucket(t *testing.T) {
 	}}
 	assert(t, "data bucket", func() {
 		syn.template.HasResource(jsii.String("AWS::S3::Bucket"), &map[string]any{
-			"DeletionPolicy": "Retain",
+			"DeletionPolicy": "RetainExceptOnCreate",
 			"Properties": &map[string]any{
 				"PublicAccessBlockConfiguration": blocked,
 				"BucketEncryption":               sse,

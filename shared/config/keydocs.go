@@ -21,7 +21,7 @@ func keyDocs() map[string]keyDoc {
 		"stack.poller_timeout":         {allowed: "10s–15m", meaning: "the poller's time budget per invocation (its Lambda timeout); longer than `schedule`, so that the next invocation stands by"},
 		"stack.writer_timeout":         {allowed: "1s–15m", meaning: "the writer's Lambda timeout; the work queues' visibility timeout is 6 times this"},
 		"stack.log_retention_days":     {allowed: intList(logRetentionDays), meaning: "how long the functions' CloudWatch logs are kept"},
-		"stack.retain":                 {meaning: "keeps the table and bucket when the stack is deleted, and turns on the table's deletion protection"},
+		"stack.retain":                 {meaning: "keeps the table, the buckets, the secrets and the log groups when the stack is deleted (not when its first deploy fails)"},
 		"stack.dashboards":             {meaning: "gives each job a CloudWatch dashboard `<prefix>-<job>-<region>`"},
 		"stack.vpc.id":                 {allowed: "with `subnet_ids` and `security_group_ids`", meaning: "a VPC the functions run in, to reach a private database"},
 		"stack.vpc.subnet_ids":         {allowed: "at least one, with `vpc.id`", meaning: "the subnets the functions run in"},

@@ -19,9 +19,9 @@ import (
 
 const (
 	// metricsLateBy is how late a data point may reach CloudWatch: the
-	// poller's metrics are extracted from its logs (EMF) as Lambda delivers
-	// them, which AWS does not bound and which can lag by minutes.
-	metricsLateBy = 5 * time.Minute
+	// poller's metrics are extracted from its logs (EMF), which Lambda's
+	// documentation says may take 5 to 10 minutes to show up.
+	metricsLateBy = 10 * time.Minute
 	// progressPeriod is the window in which a job with pending changes must
 	// checkpoint at least once.
 	progressPeriod = 5 * time.Minute

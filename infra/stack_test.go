@@ -741,7 +741,7 @@ func TestAlarms(t *testing.T) {
 // its Invocations, which Lambda reports when an invocation ends. So it
 // fires only when every one of its periods breaches, the latest of which
 // (those whose metrics may still be on their way: a poller's timeout plus
-// five minutes, and the period under way) always may: the periods before
+// ten minutes, and the period under way) always may: the periods before
 // them must show no holder for longer than any healthy job goes without
 // one. A period breaches when the poller was not invoked in it (one
 // invocation a schedule period, reported within the poller's timeout of its
@@ -789,7 +789,7 @@ func checkLeaseAlarm(t *testing.T, syn *synthesis, j *config.Job, a map[string]a
 		t.Errorf("%s no-lease-holder alarm: %v of %v periods, want all of them", j.ID, a["DatapointsToAlarm"], n)
 	}
 	periods := func(d time.Duration) int { return int((d + s - 1) / s) }
-	late := periods(timeout+5*time.Minute) + 1
+	late := periods(timeout+10*time.Minute) + 1
 	held := int(n) - late
 	want := max(2, periods(s+timeout), periods(2*j.Lease.TTL.D()+j.Feed.Timeout.D()))
 	if held != want {

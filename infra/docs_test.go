@@ -78,3 +78,37 @@ func TestVPCEndpointsDocumented(t *testing.T) {
 		t.Errorf("%s does not say that the interface endpoints' security group must admit the functions on 443", deployDoc)
 	}
 }
+
+// TestSSEKMSBucketsDocumented: a bucket the configuration names (stack.bucket,
+// an S3 output's s3.bucket, attachments.bucket) may be encrypted with a KMS
+// key of the owner's, which the stack cannot know and so does not grant:
+// docs/deploy.md says so for each of those keys, with the KMS actions S3 asks
+// for on behalf of a role that writes (kms:GenerateDataKey; a multipart
+// upload also kms:Decrypt) and reads (kms:Decrypt), limited to S3
+// (kms:ViaService), and how to find the roles to grant them to.
+func TestSSEKMSBucketsDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(deployDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	i := strings.Index(text, "### A bucket encrypted with your own KMS key")
+	if i < 0 {
+		t.Fatalf("%s has no section \"A bucket encrypted with your own KMS key\"", deployDoc)
+	}
+	section := text[i:]
+	if j := strings.Index(section[1:], "\n#"); j >= 0 {
+		section = section[:j+1]
+	}
+	for _, want := range []string{
+		"`stack.bucket`", "`s3.bucket`", "`attachments.bucket`",
+		"kms:GenerateDataKey", "kms:Decrypt", "kms:ViaService",
+		"aws lambda get-function-configuration --function-name P-<job>-poller --query Role",
+		"aws lambda get-function-configuration --function-name P-<job>-writer --query Role",
+	} {
+		if !strings.Contains(section, want) {
+			t.Errorf("%s, A bucket encrypted with your own KMS key: does not name %s", deployDoc, want)
+		}
+	}
+}

@@ -61,7 +61,7 @@ func TestVPCEndpointsDocumented(t *testing.T) {
 		want := kind + " endpoints for " + strings.Join(services[kind], " and ")
 		// A list of capitalized names joined by ", " and " and ".
 		name := `[A-Z][A-Za-z0-9]*(?: [A-Z][A-Za-z0-9]*)*`
-		lists := regexp.MustCompile(kind + ` endpoints for (` + name + `(?:(?:, | and )` + name + `)*)`).FindAllStringSubmatch(text, -1)
+		lists := regexp.MustCompile(kind+` endpoints for (`+name+`(?:(?:, | and )`+name+`)*)`).FindAllStringSubmatch(text, -1)
 		if len(lists) == 0 {
 			t.Errorf("%s names no %s endpoints; want %q", deployDoc, kind, want)
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -19,9 +18,10 @@ import (
 )
 
 const (
-	// rolePeriod is the period of the lease-holder alarm; Role is stored at
-	// 1-second resolution, and 10 s is the shortest period such an alarm takes.
-	rolePeriod = 10 * time.Second
+	// metricsLateBy is how late a data point may reach CloudWatch: the
+	// poller's metrics are extracted from its logs (EMF), which Lambda's
+	// documentation says may take 5 to 10 minutes to show up.
+	metricsLateBy = 10 * time.Minute
 	// progressPeriod is the window in which a job with pending changes must
 	// checkpoint at least once.
 	progressPeriod = 5 * time.Minute
@@ -178,34 +178,64 @@ func (js *jobStack) addJobAlarms(j *config.Job) {
 }
 
 // addLeaseHolderAlarm creates the alarm that fires when no poller holds the
-// job's lease; no data at all means no poller runs, which is just as bad.
-// With idle watch the active poller reports Role=1 every few seconds, so no
-// 1 for twice the lease TTL means nobody holds the lease. With idle sleep
-// nobody holds it between the invocations of an idle feed, and each
-// invocation reports Role=1 once it holds it: no 1 in two schedule periods
-// in a row means no invocation took it (one late tick leaves one period
-// empty at most). A standard-resolution alarm costs a third of a
-// high-resolution one.
+// job's lease. Both metrics it reads arrive late: the poller's Role is
+// extracted from its logs (EMF), and Lambda reports an invocation, and so
+// its Invocations, when the invocation ends. A period breaches when the
+// poller was not invoked in it, or when only standbys reported Role (0); a
+// period without Role is no breach by itself while the poller is invoked,
+// and no data at all means nothing runs. The alarm fires only when every
+// one of its periods breaches, so the latest ones, whose metrics may still
+// be on their way (leaseAlarmPeriods), never fire it alone. Its periods are
+// the job's schedule: whole minutes, a standard-resolution alarm.
 func (js *jobStack) addLeaseHolderAlarm(j *config.Job) {
-	period, periods := rolePeriod, math.Ceil(float64(2*j.Lease.TTL.D())/float64(rolePeriod))
-	description := fmt.Sprintf("No poller has held the lease of job %s for %s (twice the lease TTL).", j.ID, 2*j.Lease.TTL.D())
-	if j.Idle == config.IdleSleep {
-		period, periods = j.Schedule.D(), 2
-		description = fmt.Sprintf("No poller invocation of job %s (idle sleep) has held its lease in two schedule periods in a row (%s).", j.ID, 2*j.Schedule.D())
-	}
-	js.alarm("NoLeaseHolder-"+j.ID, j.ID+"-no-lease-holder", description, &awscloudwatch.AlarmProps{
-		Metric:             jobMetric(metrics.Role, j, "Maximum", period),
+	period, timeout := j.Schedule.D(), js.cfg.Stack.PollerTimeout.D()
+	held, late := leaseAlarmPeriods(j, timeout)
+	noHolder := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+		Expression: jsii.String("IF(FILL(invocations, 0) < 1 OR FILL(role, 1) < 1, 1, 0)"),
+		UsingMetrics: &map[string]awscloudwatch.IMetric{
+			"role":        jobMetric(metrics.Role, j, "Maximum", period),
+			"invocations": js.poller.metric(lambdaInvocations, sumOver(period)),
+		},
+		Period: seconds(period),
+		Label:  jsii.String("no lease holder (1)"),
+	})
+	n := float64(held + late)
+	js.alarm("NoLeaseHolder-"+j.ID, j.ID+"-no-lease-holder", fmt.Sprintf(
+		"No poller of job %s held its lease for %s: none was invoked (%s Invocations) or none took the lease (Role). "+
+			"The alarm judges the %s that ended %s ago: an invocation is reported when it ends, and the poller's metrics come from its logs, minutes late.",
+		j.ID, time.Duration(held)*period, js.poller.name, time.Duration(held)*period, time.Duration(late)*period), &awscloudwatch.AlarmProps{
+		Metric:             noHolder,
 		Threshold:          jsii.Number(1),
-		ComparisonOperator: awscloudwatch.ComparisonOperator_LESS_THAN_THRESHOLD,
-		EvaluationPeriods:  jsii.Number(max(1, periods)),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(n),
+		DatapointsToAlarm:  jsii.Number(n),
 		TreatMissingData:   awscloudwatch.TreatMissingData_BREACHING,
 	})
+}
+
+// leaseAlarmPeriods returns, in schedule periods, how long job j's
+// lease-holder alarm must see no holder (held) and how many of the latest
+// periods it cannot judge yet (late), for pollers with the given timeout.
+//
+// late: a period's metrics are complete once its last invocation has ended
+// (within the poller's timeout) and its records have reached CloudWatch
+// (metricsLateBy), and the period under way counts too. held: two periods
+// at least; long enough to hold an invocation whatever moment of its run
+// Lambda stamps it with (a schedule period plus the timeout), and a
+// failover (twice the TTL, then the new holder's first batch, within the
+// feed's timeout), during which an active poller reports no Role.
+func leaseAlarmPeriods(j *config.Job, pollerTimeout time.Duration) (held, late int) {
+	s := j.Schedule.D()
+	periods := func(d time.Duration) int { return int((d + s - 1) / s) }
+	held = max(2, periods(s+pollerTimeout), periods(2*j.Lease.TTL.D()+j.Feed.Timeout.D()))
+	late = periods(pollerTimeout+metricsLateBy) + 1
+	return held, late
 }
 
 // addRouteAlarms creates the alarms of one (job, output).
 func (js *jobStack) addRouteAlarms(r *route) {
 	id := r.job.ID + "-" + r.out.ID
-	js.alarmAbove("DLQNotEmpty-"+id, id+"-dlq-not-empty", fmt.Sprintf("Messages of job %s output %s failed permanently or too often and wait in the DLQ %s. Fix the cause, then redrive them from the SQS console.", r.job.ID, r.out.ID, js.cfg.DLQName(r.job, r.out)), r.dlq.MetricApproximateNumberOfMessagesVisible(maxOver(time.Minute)), 0)
+	js.alarmAbove("DLQNotEmpty-"+id, id+"-dlq-not-empty", dlqAlarmDescription(js.cfg, r), r.dlq.MetricApproximateNumberOfMessagesVisible(maxOver(time.Minute)), 0)
 	js.alarmAbove("OutputAuthFailures-"+id, id+"-output-auth-failures", fmt.Sprintf("Output %s of job %s refused our credentials (HTTP 401/403, S3 AccessDenied, PostgreSQL 28P01/28000; OutputAuthFailures). Check the output's credentials.", r.out.ID, r.job.ID), outputMetric(metrics.OutputAuthFailures, r.job, r.out, "Sum", errorPeriod), 0)
 	js.alarm("Backpressure-"+id, id+"-backpressure", fmt.Sprintf("Output %s of job %s has been slow or refusing (429/503, too many connections) for %s; the writer is holding its changes back (BackpressureActive).", r.out.ID, r.job.ID, backpressurePeriods*errorPeriod), &awscloudwatch.AlarmProps{
 		Metric:             outputMetric(metrics.BackpressureActive, r.job, r.out, "Minimum", errorPeriod),
@@ -228,9 +258,10 @@ func (js *jobStack) addRouteAlarms(r *route) {
 	js.alarmAbove("QueueAge-"+id, id+"-latency", fmt.Sprintf("The oldest change queued for job %s output %s is older than the job's latency objective (%s).", r.job.ID, r.out.ID, objective), r.queue.MetricApproximateAgeOfOldestMessage(maxOver(time.Minute)), objective.Seconds())
 	if r.out.Halts() {
 		// The writer reports 1 on every failed attempt of a halted change
-		// (at most about an hour apart) and 0 once it was delivered or
-		// skipped; missing data keeps the state, so the alarm stays on
-		// while the output waits.
+		// (at most about an hour apart), and 0 once no group of the output
+		// is halted: after the blocked change was delivered or skipped, or
+		// after changesctl halt clear (halt.Store.Check); missing data keeps
+		// the state, so the alarm stays on while the output waits.
 		js.alarm("Halted-"+id, id+"-halted", fmt.Sprintf("Job %s output %s (on_failure halt) stopped at a change it cannot deliver; nothing after it is delivered. See changesctl halt show --job %s --output %s, then retry or skip it.", r.job.ID, r.out.ID, r.job.ID, r.out.ID), &awscloudwatch.AlarmProps{
 			Metric:             outputMetric(metrics.OutputHalted, r.job, r.out, "Maximum", time.Minute),
 			Threshold:          jsii.Number(1),
@@ -239,6 +270,19 @@ func (js *jobStack) addRouteAlarms(r *route) {
 			TreatMissingData:   awscloudwatch.TreatMissingData_IGNORE,
 		})
 	}
+}
+
+// dlqAlarmDescription says what to do when r's DLQ holds messages. The
+// console's redrive to the source queue cannot return the messages the
+// writer moved to the DLQ itself (they have no source queue), and a FIFO DLQ
+// is redriven by changesctl only (docs/operations.md says why).
+func dlqAlarmDescription(cfg *config.File, r *route) string {
+	redrive := fmt.Sprintf("changesctl dlq redrive --job %s --output %s", r.job.ID, r.out.ID)
+	if !r.out.FIFO() {
+		redrive += fmt.Sprintf(" (or the SQS console's DLQ redrive, to the custom destination %s)", cfg.QueueName(r.job, r.out))
+	}
+	return fmt.Sprintf("Messages of job %s output %s failed permanently or too often and wait in the DLQ %s. Fix the cause, then move them back to the work queue with %s.",
+		r.job.ID, r.out.ID, cfg.DLQName(r.job, r.out), redrive)
 }
 
 // alarmAbove creates an alarm that fires when metric is above threshold

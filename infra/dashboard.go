@@ -18,8 +18,11 @@ const (
 	widgetHeight    = 6
 )
 
-// addDashboard creates the job's dashboard <prefix>-<job>: a row for its
-// functions, then rows following its pipeline from source to outputs.
+// addDashboard creates the job's dashboard <prefix>-<job>-<region>: a row for
+// its functions, then rows following its pipeline from source to outputs.
+// Dashboard names are global, not regional as every other name of the
+// stack: the region keeps a copy of the stack in another region (staging,
+// disaster recovery) from taking or replacing this one.
 func (js *jobStack) addDashboard() {
 	rows := append([][]awscloudwatch.IWidget{js.functionsRow()}, js.jobRows(js.job)...)
 	widgets := make([]*[]awscloudwatch.IWidget, len(rows))
@@ -27,7 +30,7 @@ func (js *jobStack) addDashboard() {
 		widgets[i] = &rows[i]
 	}
 	awscloudwatch.NewDashboard(js.stack, jsii.String("Dashboard-"+js.job.ID), &awscloudwatch.DashboardProps{
-		DashboardName:   js.name(js.job.ID),
+		DashboardName:   jsii.String(*js.name(js.job.ID) + "-" + *js.stack.Region()),
 		DefaultInterval: awscdk.Duration_Hours(jsii.Number(3)),
 		Widgets:         &widgets,
 	})

@@ -310,20 +310,24 @@ func prefixPattern(prefix string) string {
 	return `^Resource::.*/` + regexp.QuoteMeta(prefix) + `\*$`
 }
 
-// grantWriter lets the job's writer move failures to the job's DLQs, keep
-// the halt records of the job's outputs, read the job's claim checks and
+// grantWriter lets the job's writer send to the job's work queues and DLQs,
+// keep the halt records of the job's outputs, read the job's claim checks and
 // write its S3 outputs. Consuming the work queues is granted by the event
 // sources.
 func (js *jobStack) grantWriter() {
 	j, role := js.job, js.writer.role
-	var dlqs []*string
+	// The writer moves failures to the DLQs, and sends a message it holds
+	// back for an output that is down or asks it to slow down to the work
+	// queue again, with a fresh receive count (writer.deferMessage): without
+	// that send, SQS would dead-letter the held messages.
+	var queues []*string
 	for _, r := range js.routes {
-		dlqs = append(dlqs, r.dlq.QueueArn())
+		queues = append(queues, r.queue.QueueArn(), r.dlq.QueueArn())
 	}
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Sid:       jsii.String("MovePermanentFailuresToDLQ"),
+		Sid:       jsii.String("SendToQueuesAndDLQs"),
 		Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueUrl"),
-		Resources: &dlqs,
+		Resources: &queues,
 	}))
 	// The writer records, reads and clears the outage items of this job's
 	// outputs (an output that is down) and, for outputs with on_failure

@@ -72,10 +72,14 @@ func (s *changesStack) addOutputs() {
 // retain reports whether stateful resources outlive the stack (stack.retain).
 func (s *changesStack) retain() bool { return s.cfg.Stack.Retain == nil || *s.cfg.Stack.Retain }
 
-// removalPolicy is the removal policy of stateful resources.
+// removalPolicy is the removal policy of stateful resources. Retained, they
+// outlive the stack's deletion, their job's removal and a replacement, but
+// not the stack operation that created them (RetainExceptOnCreate): a first
+// deploy that fails and rolls back deletes them, so that the retry does not
+// find the names of the table, the secrets and the log groups taken.
 func (s *changesStack) removalPolicy() awscdk.RemovalPolicy {
 	if s.retain() {
-		return awscdk.RemovalPolicy_RETAIN
+		return awscdk.RemovalPolicy_RETAIN_ON_UPDATE_OR_DELETE
 	}
 	return awscdk.RemovalPolicy_DESTROY
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
@@ -312,7 +313,7 @@ func TestStateTable(t *testing.T) {
 	syn := synthesized(t)
 	assert(t, "state table", func() {
 		syn.template.HasResource(jsii.String("AWS::DynamoDB::Table"), &map[string]any{
-			"DeletionPolicy":      "Retain",
+			"DeletionPolicy":      "RetainExceptOnCreate",
 			"UpdateReplacePolicy": "Retain",
 			"Properties": &map[string]any{
 				"TableName":                        syn.cfg.TableName(),
@@ -321,13 +322,48 @@ func TestStateTable(t *testing.T) {
 				"BillingMode":                      "PAY_PER_REQUEST",
 				"PointInTimeRecoverySpecification": map[string]any{"PointInTimeRecoveryEnabled": true},
 				"SSESpecification":                 map[string]any{"SSEEnabled": true},
-				"DeletionProtectionEnabled":        true,
+				"DeletionProtectionEnabled":        false,
 			},
 		})
 	})
 	assert(t, "one table", func() {
 		syn.template.ResourceCountIs(jsii.String("AWS::DynamoDB::Table"), jsii.Number(1))
 	})
+}
+
+// TestRetainExceptOnCreate: with stack.retain (the default) the stateful
+// resources (the table, the buckets, the secrets, the log groups) outlive
+// a deleted stack, a removed job and a replacement, but not the creation
+// that made them: when a first deploy fails and rolls back (Lambda refusing
+// the pollers' reserved concurrency on an account of low limits, say), the
+// rollback deletes them, and the retry does not find their fixed names
+// taken. Nothing is plain Retain, and the table has no deletion protection,
+// which would make that rollback fail.
+func TestRetainExceptOnCreate(t *testing.T) {
+	syn := synthesized(t)
+	stateful := map[string]int{"AWS::DynamoDB::Table": 0, "AWS::S3::Bucket": 0, "AWS::SecretsManager::Secret": 0, "AWS::Logs::LogGroup": 0}
+	for id, r := range syn.tmpl["Resources"].(map[string]any) {
+		r := r.(map[string]any)
+		typ, _ := r["Type"].(string)
+		n, ok := stateful[typ]
+		switch {
+		case ok && (r["DeletionPolicy"] != "RetainExceptOnCreate" || r["UpdateReplacePolicy"] != "Retain"):
+			t.Errorf("%s %s: DeletionPolicy %v, UpdateReplacePolicy %v; want RetainExceptOnCreate, Retain", typ, id, r["DeletionPolicy"], r["UpdateReplacePolicy"])
+		case r["DeletionPolicy"] == "Retain":
+			t.Errorf("%s %s is kept by a failed creation's rollback too (DeletionPolicy Retain)", typ, id)
+		}
+		if ok {
+			stateful[typ] = n + 1
+		}
+		if typ == "AWS::DynamoDB::Table" && props(r)["DeletionProtectionEnabled"] == true {
+			t.Errorf("table %s has deletion protection: the rollback of a failed first deploy cannot delete it", id)
+		}
+	}
+	for typ, n := range stateful {
+		if n == 0 {
+			t.Errorf("no %s in the stack", typ)
+		}
+	}
 }
 
 func TestBucket(t *testing.T) {
@@ -338,7 +374,7 @@ func TestBucket(t *testing.T) {
 	}}
 	assert(t, "data bucket", func() {
 		syn.template.HasResource(jsii.String("AWS::S3::Bucket"), &map[string]any{
-			"DeletionPolicy": "Retain",
+			"DeletionPolicy": "RetainExceptOnCreate",
 			"Properties": &map[string]any{
 				"PublicAccessBlockConfiguration": blocked,
 				"BucketEncryption":               sse,
@@ -470,9 +506,10 @@ func TestGrants(t *testing.T) {
 			}
 		}
 		wantActions(t, j.ID+" writer", writer, "sqs:", []string{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"})
-		wantResources(t, syn, j.ID+" writer", writer, "sqs:SendMessage", func(q map[string]any) bool {
-			return ownQueue(q) && strings.Contains(q["QueueName"].(string), "-dlq")
-		})
+		// The writer moves failures to the DLQs and sends a message it holds
+		// back (an output that is down or asks to slow down) to its work
+		// queue again, with a fresh receive count.
+		wantResources(t, syn, j.ID+" writer", writer, "sqs:SendMessage", ownQueue)
 		wantResources(t, syn, j.ID+" writer", writer, "sqs:ReceiveMessage", func(q map[string]any) bool {
 			return ownQueue(q) && !strings.Contains(q["QueueName"].(string), "-dlq")
 		})
@@ -626,17 +663,7 @@ func TestAlarms(t *testing.T) {
 				t.Errorf("%s functions alarm lacks %q: %s", j.ID, m, fns)
 			}
 		}
-		// Idle watch: an active poller reports Role every few seconds.
-		// Idle sleep: each invocation reports it, one a schedule period.
-		lease := alarms["cwtest-"+j.ID+"-no-lease-holder"]
-		wantPeriod, wantPeriods := float64(10), math.Ceil(2*j.Lease.TTL.D().Seconds()/10)
-		if j.Idle == config.IdleSleep {
-			wantPeriod, wantPeriods = j.Schedule.D().Seconds(), 2
-		}
-		if lease["Period"] != wantPeriod || lease["EvaluationPeriods"] != wantPeriods || lease["TreatMissingData"] != "breaching" ||
-			lease["MetricName"] != metrics.Role || lease["Statistic"] != "Maximum" || lease["ComparisonOperator"] != "LessThanThreshold" || lease["Threshold"] != float64(1) {
-			t.Errorf("%s (idle %s) no-lease-holder alarm = %s, want Role max < 1 over %v x %v s, missing data breaching", j.ID, j.Idle, compact(lease), wantPeriods, wantPeriod)
-		}
+		checkLeaseAlarm(t, syn, j, alarms["cwtest-"+j.ID+"-no-lease-holder"])
 		for suffix, metric := range map[string]string{"-malformed-rows": metrics.MalformedRows, "-blocked-page": metrics.MalformedPages} {
 			a := alarms["cwtest-"+j.ID+suffix]
 			if a["MetricName"] != metric || a["Statistic"] != "Sum" || a["Threshold"] != float64(0) ||
@@ -701,14 +728,163 @@ func TestAlarms(t *testing.T) {
 				!strings.Contains(compact(dlq["Dimensions"]), dlqID) {
 				t.Errorf("%s/%s DLQ alarm = %s", j.ID, o.ID, compact(dlq))
 			}
+			// The console's redrive to the source queue cannot return what
+			// the writer moved itself, nor any message of a FIFO DLQ: the
+			// text names the command that does.
+			desc := fmt.Sprint(dlq["AlarmDescription"])
+			if want := "changesctl dlq redrive --job " + j.ID + " --output " + o.ID; !strings.Contains(desc, want) || strings.Contains(desc, "redrive them from the SQS console") {
+				t.Errorf("%s/%s DLQ alarm description = %q, want it to point at %q", j.ID, o.ID, desc, want)
+			}
+			if strings.Contains(desc, "console") && (o.FIFO() || !strings.Contains(desc, syn.cfg.QueueName(j, o))) {
+				t.Errorf("%s/%s DLQ alarm description = %q: the console's redrive works only for a standard DLQ, with the work queue %s as a custom destination", j.ID, o.ID, desc, syn.cfg.QueueName(j, o))
+			}
 		}
+	}
+}
+
+// checkLeaseAlarm checks job j's lease-holder alarm. It reads two metrics
+// that arrive late: the poller's Role, extracted from its logs (EMF), and
+// its Invocations, which Lambda reports when an invocation ends. So it
+// fires only when every one of its periods breaches, the latest of which
+// (those whose metrics may still be on their way: a poller's timeout plus
+// ten minutes, and the period under way) always may: the periods before
+// them must show no holder for longer than any healthy job goes without
+// one. A period breaches when the poller was not invoked in it (one
+// invocation a schedule period, reported within the poller's timeout of its
+// start) or when only standbys reported Role; a period without Role is no
+// breach by itself while the poller is invoked. Standard resolution: a
+// period of whole minutes.
+func checkLeaseAlarm(t *testing.T, syn *synthesis, j *config.Job, a map[string]any) {
+	t.Helper()
+	var expr string
+	stats := map[string]map[string]any{}
+	queries, _ := a["Metrics"].([]any)
+	for _, q := range queries {
+		q, _ := q.(map[string]any)
+		if e, ok := q["Expression"].(string); ok {
+			expr = e
+			continue
+		}
+		ms, _ := q["MetricStat"].(map[string]any)
+		m, _ := ms["Metric"].(map[string]any)
+		name, _ := m["MetricName"].(string)
+		stats[name] = ms
+	}
+	s, timeout := j.Schedule.D(), syn.cfg.Stack.PollerTimeout.D()
+	role, inv := stats[metrics.Role], stats[lambdaInvocations]
+	if expr != "IF(FILL(invocations, 0) < 1 OR FILL(role, 1) < 1, 1, 0)" || len(stats) != 2 {
+		t.Errorf("%s no-lease-holder alarm = %s, want metric math over Role and Invocations, a breach without an invocation or with Role < 1", j.ID, compact(a))
+		return
+	}
+	roleMetric, _ := role["Metric"].(map[string]any)
+	if role["Stat"] != "Maximum" || role["Period"] != s.Seconds() || roleMetric["Namespace"] != metrics.Namespace ||
+		compact(roleMetric["Dimensions"]) != compact([]any{map[string]any{"Name": "Job", "Value": j.ID}}) {
+		t.Errorf("%s no-lease-holder alarm's Role = %s, want the job's maximum over its schedule (%s)", j.ID, compact(role), s)
+	}
+	invMetric, _ := inv["Metric"].(map[string]any)
+	pollerID, _ := syn.resource(t, "AWS::Lambda::Function", "FunctionName", functionName(syn.cfg, j, fnPoller))
+	if inv["Stat"] != "Sum" || inv["Period"] != s.Seconds() || invMetric["Namespace"] != "AWS/Lambda" ||
+		!strings.Contains(compact(invMetric["Dimensions"]), `{"Name":"FunctionName","Value":{"Ref":"`+pollerID+`"}}`) {
+		t.Errorf("%s no-lease-holder alarm's Invocations = %s, want the job's poller's sum over its schedule (%s)", j.ID, compact(inv), s)
+	}
+	if a["Threshold"] != float64(1) || a["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" || a["TreatMissingData"] != "breaching" {
+		t.Errorf("%s no-lease-holder alarm = %s, want >= 1, missing data breaching (no data: nothing runs)", j.ID, compact(a))
+	}
+	n, _ := a["EvaluationPeriods"].(float64)
+	if a["DatapointsToAlarm"] != nil && a["DatapointsToAlarm"] != n {
+		t.Errorf("%s no-lease-holder alarm: %v of %v periods, want all of them", j.ID, a["DatapointsToAlarm"], n)
+	}
+	periods := func(d time.Duration) int { return int((d + s - 1) / s) }
+	late := periods(timeout+10*time.Minute) + 1
+	held := int(n) - late
+	want := max(2, periods(s+timeout), periods(2*j.Lease.TTL.D()+j.Feed.Timeout.D()))
+	if held != want {
+		t.Errorf("%s no-lease-holder alarm: %v periods of %s, %d of them before the %d late ones, want %d: two at least, as many as a poller "+
+			"invocation (schedule %s plus poller timeout %s) and a failover (twice the TTL %s plus the feed timeout %s) take",
+			j.ID, n, s, held, late, want, s, timeout, j.Lease.TTL.D(), j.Feed.Timeout.D())
+	}
+}
+
+// TestAlarmWindows: every alarm of jobs at the configuration's bounds (a
+// schedule of 24h, a lease TTL of 10m, the longest feed timeout and poller
+// timeout) is one PutMetricAlarm accepts: whole minutes or 10, 20, 30 s a
+// period, and periods times evaluation periods at most a day for periods
+// under an hour, at most seven days otherwise. The lease-holder alarms keep
+// their rules there too.
+func TestAlarmWindows(t *testing.T) {
+	synthesized(t) // one synthesis at a time through the jsii runtime
+	doc := `{"stack": {"prefix": "cwbounds", "poller_timeout": "15m", "writer_timeout": "15m"},
+  "jobs": [
+    {"id": "daily", "schedule": "24h", "idle": "sleep", "lease": {"ttl": "10m"}, "feed": {"timeout": "5m"},
+     "source": {"type": "couchdb", "url": "https://couch.example.com/a"},
+     "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {"env": "PG_DSN"}}}]},
+    {"id": "hour", "schedule": "59m", "lease": {"ttl": "10m"}, "feed": {"timeout": "5m"},
+     "source": {"type": "couchdb", "url": "https://couch.example.com/b"},
+     "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {"env": "PG_DSN"}}}]},
+    {"id": "minute", "schedule": "1m", "lease": {"ttl": "10m"}, "feed": {"timeout": "5m"},
+     "source": {"type": "couchdb", "url": "https://couch.example.com/c"},
+     "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {"env": "PG_DSN"}}}]}
+  ]}`
+	bounds, err := synthesizeDoc(t, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, syn := range []*synthesis{synthesized(t), bounds} {
+		for id, r := range syn.resources("AWS::CloudWatch::Alarm") {
+			p := props(r)
+			period, _ := p["Period"].(float64)
+			queries, _ := p["Metrics"].([]any)
+			for _, q := range queries {
+				ms, _ := q.(map[string]any)["MetricStat"].(map[string]any)
+				if qp, ok := ms["Period"].(float64); ok {
+					if period != 0 && qp != period {
+						t.Errorf("alarm %s reads metrics of periods %v and %v", p["AlarmName"], period, qp)
+					}
+					period = qp
+				}
+			}
+			n, _ := p["EvaluationPeriods"].(float64)
+			limit := 24 * time.Hour
+			if period >= 3600 {
+				limit = 7 * 24 * time.Hour
+			}
+			switch {
+			case period == 0 || n == 0:
+				t.Errorf("alarm %s (%s): no period or evaluation periods: %s", p["AlarmName"], id, compact(p))
+			case math.Mod(period, 60) != 0 && period != 10 && period != 20 && period != 30:
+				t.Errorf("alarm %s: period %v s, which PutMetricAlarm refuses", p["AlarmName"], period)
+			case time.Duration(period*n)*time.Second > limit:
+				t.Errorf("alarm %s: %v periods of %v s, over PutMetricAlarm's %s", p["AlarmName"], n, period, limit)
+			}
+		}
+	}
+	alarms := map[string]map[string]any{}
+	for _, r := range bounds.resources("AWS::CloudWatch::Alarm") {
+		alarms[fmt.Sprint(props(r)["AlarmName"])] = props(r)
+	}
+	for _, j := range bounds.cfg.Jobs {
+		checkLeaseAlarm(t, bounds, j, alarms["cwbounds-"+j.ID+"-no-lease-holder"])
 	}
 }
 
 func TestDashboard(t *testing.T) {
 	syn := synthesized(t)
 	for _, j := range syn.cfg.Jobs {
-		_, d := syn.resource(t, "AWS::CloudWatch::Dashboard", "DashboardName", "cwtest-"+j.ID)
+		// Dashboard names are global, not regional: the name carries the
+		// region, so a copy of the stack in another region (staging, DR)
+		// has dashboards of its own.
+		var d map[string]any
+		var names []string
+		for _, r := range syn.resources("AWS::CloudWatch::Dashboard") {
+			names = append(names, compact(props(r)["DashboardName"]))
+			if dashboardJob(props(r)["DashboardName"]) == "cwtest-"+j.ID {
+				d = r
+			}
+		}
+		if d == nil {
+			t.Errorf("no dashboard named cwtest-%s-<region>: %v", j.ID, names)
+			continue
+		}
 		body := compact(props(d)["DashboardBody"])
 		for _, want := range []string{
 			"## job " + j.ID,
@@ -731,6 +907,26 @@ func TestDashboard(t *testing.T) {
 	assert(t, "a dashboard per job", func() {
 		syn.template.ResourceCountIs(jsii.String("AWS::CloudWatch::Dashboard"), jsii.Number(float64(len(syn.cfg.Jobs))))
 	})
+}
+
+// dashboardJob returns <prefix>-<job> of a dashboard named
+// <prefix>-<job>-<region> ({"Fn::Join": ["", ["<prefix>-<job>-", {"Ref":
+// "AWS::Region"}]]}), "" for any other name.
+func dashboardJob(name any) string {
+	m, _ := name.(map[string]any)
+	join, _ := m["Fn::Join"].([]any)
+	if len(join) != 2 || join[0] != "" {
+		return ""
+	}
+	parts, _ := join[1].([]any)
+	if len(parts) != 2 || compact(parts[1]) != `{"Ref":"AWS::Region"}` {
+		return ""
+	}
+	s, _ := parts[0].(string)
+	if !strings.HasSuffix(s, "-") {
+		return ""
+	}
+	return strings.TrimSuffix(s, "-")
 }
 
 // rolePolicy returns, as JSON, the policy document attached to the role of

@@ -10,6 +10,9 @@ import (
 const stateKey = "job_id"
 
 // addState creates the state table under the name the functions look for.
+// Its removal policy keeps it when the stack is deleted (stack.retain); it
+// has no deletion protection, which would make the rollback of a failed
+// first deploy fail on it.
 func (s *changesStack) addState() {
 	s.table = awsdynamodb.NewTable(s.stack, jsii.String("State"), &awsdynamodb.TableProps{
 		TableName:    jsii.String(s.cfg.TableName()),
@@ -19,7 +22,7 @@ func (s *changesStack) addState() {
 			PointInTimeRecoveryEnabled: jsii.Bool(true),
 		},
 		Encryption:         awsdynamodb.TableEncryption_AWS_MANAGED,
-		DeletionProtection: jsii.Bool(s.retain()),
+		DeletionProtection: jsii.Bool(false),
 		RemovalPolicy:      s.removalPolicy(),
 	})
 }

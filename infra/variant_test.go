@@ -64,7 +64,7 @@ func TestLocalVariantTemplate(t *testing.T) {
 			}
 		case "AWS::CloudWatch::Dashboard":
 			body := compact(props(lr.(map[string]any))["DashboardBody"])
-			name := props(lr.(map[string]any))["DashboardName"].(string)
+			name := dashboardJob(props(lr.(map[string]any))["DashboardName"])
 			for _, fn := range []string{fnPoller, fnWriter} {
 				if !strings.Contains(body, `\"FunctionName\",\"`+name+"-"+fn+`\"`) {
 					t.Errorf("dashboard %s of the local variant does not show function %s-%s", name, name, fn)

@@ -11,7 +11,8 @@
 #     created under the same names are removed when no stack owns them:
 #     CloudFormation would fail on them (Table already exists).
 #   - after: each secret <prefix>/NAME the stack created gets the value of
-#     the environment variable NAME (PG_DSN from env.sh, say), as
+#     the environment variable NAME (PG_DSN from env.sh, say; other secrets
+#     under the prefix are left alone), as
 #     docs/deploy.md tells a user to do on AWS; the stack's bucket is also
 #     created in the S3 the functions use (moto, AWS_ENDPOINT_URL_S3), since
 #     CloudFormation creates it in LocalStack's S3; both functions must be
@@ -68,16 +69,25 @@ import json, sys
 for stack, outputs in json.load(open(sys.argv[1])).items():
     print(stack, outputs["BucketName"])' "$OUT")
 
-secrets="$("${AWSCLI[@]}" secretsmanager list-secrets --filters "Key=name,Values=$prefix/" \
-	--query 'SecretList[].Name' --output text)"
+# The secrets the stack created, one per {"env": NAME} reference, named
+# <prefix>/NAME: read from its template, so that a secret of the user's under
+# the same prefix (shop/orders-dsn, say) is left alone.
+secrets="$(python3 -c '
+import json, sys
+for r in json.load(open(sys.argv[1]))["Resources"].values():
+    if r["Type"] == "AWS::SecretsManager::Secret":
+        print(r["Properties"]["Name"])' "$CDK_OUT/$prefix.template.json")"
 for secret in $secrets; do
 	name="${secret#"$prefix"/}"
-	if [[ -n "${!name:-}" ]]; then
-		printf '%s' "${!name}" | "${AWSCLI[@]}" secretsmanager put-secret-value --secret-id "$secret" \
-			--secret-string file:///dev/stdin >/dev/null
-		say "secret $secret: the value of \$$name"
+	# NAME need not be a shell variable name ({"env": "crm-token"}): the
+	# environment is read as it is, not through the shell's variables.
+	if printenv -- "$name" >/dev/null; then
+		python3 -c 'import os, sys; sys.stdout.write(os.environ[sys.argv[1]])' "$name" |
+			"${AWSCLI[@]}" secretsmanager put-secret-value --secret-id "$secret" \
+				--secret-string file:///dev/stdin >/dev/null
+		say "secret $secret: the value of the environment variable $name"
 	else
-		say "secret $secret keeps its placeholder (\$$name is not set); put the value: aws secretsmanager put-secret-value --secret-id $secret --secret-string VALUE"
+		say "secret $secret keeps its placeholder (the environment variable $name is not set); put the value: aws secretsmanager put-secret-value --secret-id $secret --secret-string VALUE"
 	fi
 done
 

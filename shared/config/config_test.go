@@ -381,6 +381,41 @@ func TestZeroDurationsRefused(t *testing.T) {
 	})
 }
 
+// TestScheduleBounds: a schedule is whole minutes from 1m to a day. The
+// lease-holder alarm of a job evaluates a few schedule periods, and
+// CloudWatch evaluates an alarm over at most seven days.
+func TestScheduleBounds(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, schedule string
+		want           string // substring of the error; empty: Parse must succeed
+	}{
+		{name: "a minute", schedule: `"1m"`},
+		{name: "a day", schedule: `"24h"`},
+		{name: "a day in minutes", schedule: `"1440m"`},
+		{name: "past a day", schedule: `"1441m"`, want: "jobs[a].schedule: 24h1m0s must be a whole number of minutes, from 1m to 24h"},
+		{name: "three and a half days", schedule: `"84h"`, want: "jobs[a].schedule: 84h0m0s must be a whole number of minutes, from 1m to 24h"},
+		{name: "not whole minutes", schedule: `"90s"`, want: "jobs[a].schedule: 1m30s must be a whole number of minutes, from 1m to 24h"},
+		{name: "under a minute", schedule: `"30s"`, want: "jobs[a].schedule: 30s must be a whole number of minutes, from 1m to 24h"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(`{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"schedule":` + tt.schedule + `,
+				"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"env":"D"}}}]}]}`))
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Parse error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
 func TestOrderingAndFailurePolicy(t *testing.T) {
 	t.Parallel()
 	out := func(settings string) string {

@@ -97,10 +97,10 @@ type Stack struct {
 	WriterTimeout Duration `json:"writer_timeout,omitempty"`
 	// LogRetentionDays for the functions' log groups. Default 30.
 	LogRetentionDays int `json:"log_retention_days"`
-	// Retain keeps the table and bucket when the stack is deleted, and turns
-	// on the table's deletion protection. Default true.
+	// Retain keeps the table, the buckets, the secrets and the log groups
+	// when the stack is deleted. Default true.
 	Retain *bool `json:"retain,omitempty"`
-	// Dashboards gives each job a CloudWatch dashboard <prefix>-<job>.
+	// Dashboards gives each job a CloudWatch dashboard <prefix>-<job>-<region>.
 	// Default true. An account's first three dashboards are free, each
 	// further one costs $3 a month: about as much as the rest of an idle
 	// job with idle sleep, which may want it off (the alarms and changesctl

@@ -41,6 +41,10 @@ const (
 	// the DLQ, with its failure record too; one moved to the DLQ goes with
 	// its failure record (failure.MaxSize).
 	MaxMessageBytes = SQSMessageBytes - failure.MaxSize - HeldCounterBytes
+	// MaxSchedule bounds a job's schedule: its lease-holder alarm evaluates
+	// a few schedule periods, and CloudWatch evaluates an alarm over at most
+	// seven days.
+	MaxSchedule = 24 * time.Hour
 )
 
 // zeroRefused is Validate's message for a duration written as 0.
@@ -190,8 +194,8 @@ func (j *Job) validate(p string) []error {
 	}
 	if d := j.Schedule; d == zeroGiven {
 		bad("schedule", zeroRefused, DefaultSchedule)
-	} else if d.D() < time.Minute || d.D()%time.Minute != 0 {
-		bad("schedule", "%s must be a whole number of minutes, at least 1m", d.D())
+	} else if d.D() < time.Minute || d.D() > MaxSchedule || d.D()%time.Minute != 0 {
+		bad("schedule", "%s must be a whole number of minutes, from 1m to %dh", d.D(), MaxSchedule/time.Hour)
 	}
 	if d := j.LatencyObjective; d == zeroGiven {
 		bad("latency_objective", zeroRefused, DefaultLatencyObjective)

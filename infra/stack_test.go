@@ -817,13 +817,13 @@ func TestAlarmWindows(t *testing.T) {
   "jobs": [
     {"id": "daily", "schedule": "24h", "idle": "sleep", "lease": {"ttl": "10m"}, "feed": {"timeout": "5m"},
      "source": {"type": "couchdb", "url": "https://couch.example.com/a"},
-     "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {"env": "PG_DSN"}}}]},
+     "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {"env": "PG_DSN"}, "table": "daily"}}]},
     {"id": "hour", "schedule": "59m", "lease": {"ttl": "10m"}, "feed": {"timeout": "5m"},
      "source": {"type": "couchdb", "url": "https://couch.example.com/b"},
-     "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {"env": "PG_DSN"}}}]},
+     "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {"env": "PG_DSN"}, "table": "hour"}}]},
     {"id": "minute", "schedule": "1m", "lease": {"ttl": "10m"}, "feed": {"timeout": "5m"},
      "source": {"type": "couchdb", "url": "https://couch.example.com/c"},
-     "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {"env": "PG_DSN"}}}]}
+     "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {"env": "PG_DSN"}, "table": "minute"}}]}
   ]}`
 	bounds, err := synthesizeDoc(t, doc)
 	if err != nil {

@@ -454,7 +454,10 @@ func TestSlowAttachment(t *testing.T) {
 // those documents are delivered with the entries marked and recorded, and
 // the ordinary documents after them are delivered.
 func TestHostileAttachments(t *testing.T) {
-	ctx, s := parallelStack(t, stackOptions{outputs: []string{"pg"}, attachments: &config.Attachments{Enabled: true}})
+	// A failed transfer is counted once a stall timeout: 1 s here, and two
+	// failures give a copy up.
+	ctx, s := parallelStack(t, stackOptions{outputs: []string{"pg"},
+		attachments: &config.Attachments{Enabled: true, StallTimeout: config.Duration(time.Second), Attempts: 2}})
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	if _, err := s.PutDoc(ctx, "crlf", map[string]any{"_attachments": map[string]any{"a.txt": map[string]any{

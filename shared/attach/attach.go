@@ -113,7 +113,13 @@ type Stage struct {
 	PartSize int64
 
 	mu       sync.Mutex
-	failures map[string]int // failed transfers by object key, until copied or given up
+	failures map[string]failures // failed transfers by object key, until copied or given up
+}
+
+// failures are the counted failed transfers of one attachment.
+type failures struct {
+	n    int
+	last time.Time // when the last one counted
 }
 
 // Stats counts what one Process call did.
@@ -333,6 +339,13 @@ func (s *Stage) settle(o *object, err error) error {
 	return err
 }
 
+func (s *Stage) stallTimeout() time.Duration {
+	if d := s.Config.StallTimeout.D(); d > 0 {
+		return d
+	}
+	return config.DefaultAttachmentStallTimeout
+}
+
 func (s *Stage) attempts() int {
 	if n := s.Config.Attempts; n > 0 {
 		return n
@@ -340,16 +353,24 @@ func (s *Stage) attempts() int {
 	return config.DefaultAttachmentAttempts
 }
 
-// failed counts one more failed transfer of the object and returns the
-// count.
+// failed counts one more failed transfer of the object, unless the last
+// one counted is less than a stall timeout ago, and returns the count. The
+// spacing keeps a short hiccup of the source (a restart, a load balancer
+// cutting connections for a few seconds), met by the poller's quick
+// retries, from giving up a copy: it is given up after failing for at
+// least (Attempts - 1) stall timeouts.
 func (s *Stage) failed(key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failures == nil || len(s.failures) >= maxCounted {
-		s.failures = map[string]int{}
+		s.failures = map[string]failures{}
 	}
-	s.failures[key]++
-	return s.failures[key]
+	f, now := s.failures[key], time.Now()
+	if f.n == 0 || now.Sub(f.last) >= s.stallTimeout() {
+		f.n, f.last = f.n+1, now
+		s.failures[key] = f
+	}
+	return f.n
 }
 
 func (s *Stage) forget(key string) {
@@ -503,10 +524,7 @@ func (s *Stage) transfer(ctx context.Context, o *object, what string, part int64
 	if size < 0 {
 		size = s.Config.MaxBytes
 	}
-	stall := s.Config.StallTimeout.D()
-	if stall <= 0 {
-		stall = config.DefaultAttachmentStallTimeout
-	}
+	stall := s.stallTimeout()
 	rate := s.Config.MinBytesPerSecond
 	if rate <= 0 {
 		rate = config.DefaultAttachmentMinRate

@@ -470,7 +470,8 @@ func TestTransferWithinInvocation(t *testing.T) {
 // TestSourceRefusesAttachment: an error answer from the source for one
 // attachment (a 400 here) is a failed transfer of that attachment, not a
 // permanent failure of the job: transient until it has failed Attempts
-// times, then the document is delivered marked "failed" and recorded.
+// times, at least a stall timeout apart (a quick retry's failure does not
+// count), then the document is delivered marked "failed" and recorded.
 func TestSourceRefusesAttachment(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -479,7 +480,8 @@ func TestSourceRefusesAttachment(t *testing.T) {
 	t.Cleanup(srv.Close)
 	q := &recorder{}
 	st := &attach.Stage{
-		Config: &config.Attachments{Enabled: true, Bucket: "b", Prefix: "t/", KeyTemplate: "{digest}", MaxBytes: 1 << 20, OnMissing: config.OnMissingFail, Attempts: 2},
+		Config: &config.Attachments{Enabled: true, Bucket: "b", Prefix: "t/", KeyTemplate: "{digest}", MaxBytes: 1 << 20, OnMissing: config.OnMissingFail,
+			Attempts: 2, StallTimeout: config.Duration(300 * time.Millisecond)},
 		Source: sourceClient(t, srv.URL), S3: absent{}, Job: "orders", Quarantine: q,
 	}
 	row := stub(4, "refused", "r.bin", md5Digest([]byte("r")), 1)
@@ -487,6 +489,11 @@ func TestSourceRefusesAttachment(t *testing.T) {
 	if _, err := st.Process(t.Context(), rows); err == nil || !feed.Transient(err) {
 		t.Fatalf("first Process = %v, want a transient error", err)
 	}
+	rows = []feed.Row{row}
+	if _, err := st.Process(t.Context(), rows); err == nil || !feed.Transient(err) {
+		t.Fatalf("Process at once again = %v, want a transient error: a failure within a stall timeout of the last does not count", err)
+	}
+	time.Sleep(350 * time.Millisecond)
 	rows = []feed.Row{row}
 	if _, err := st.Process(t.Context(), rows); err != nil {
 		t.Fatalf("second Process = %v, want the attachment given up", err)

@@ -22,7 +22,7 @@ const DefaultAttachmentMaxBytes = 100 << 20
 const (
 	DefaultAttachmentStallTimeout = 30 * time.Second
 	DefaultAttachmentMinRate      = 256 << 10
-	DefaultAttachmentAttempts     = 3
+	DefaultAttachmentAttempts     = 5
 )
 
 // Attachments copies every attachment of a delivered revision to S3 and

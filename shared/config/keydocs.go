@@ -119,7 +119,7 @@ func keyDocs() map[string]keyDoc {
 		"jobs[].attachments.on_missing":           {allowed: oneOfCode(OnMissingFail, OnMissingSkip), meaning: "when the source answers 404 for an attachment: the poller stops before the document, or delivers it marked `\"s3_skipped\": \"missing\"`"},
 		"jobs[].attachments.stall_timeout":        {allowed: "1s–5m", meaning: "a transfer (the source's body, its upload to S3) that makes no progress for this long fails"},
 		"jobs[].attachments.min_bytes_per_second": {allowed: "at least 1024", meaning: "the slowest average rate a transfer may keep: it has `stall_timeout` plus its size (`length`, else `max_bytes`) divided by this to finish, and never more than the invocation has left"},
-		"jobs[].attachments.attempts":             {allowed: "1–100", meaning: "failed transfers of one attachment (stalled, too slow, cut off, an error answer from the source) before its document is delivered marked `\"s3_skipped\": \"failed\"` and recorded in the quarantine"},
+		"jobs[].attachments.attempts":             {allowed: "1–100", meaning: "failed transfers of one attachment (stalled, too slow, cut off, an error answer from the source), counted at most once per `stall_timeout`, before its document is delivered marked `\"s3_skipped\": \"failed\"` and recorded in the quarantine"},
 
 		"auth.type":     {def: "required", allowed: "`basic`, `bearer`; `session` for a `sync_gateway` or `app_services` source", meaning: "how to sign in; `session` posts to `{db}/_session` and sends the cookie instead of the password"},
 		"auth.username": {allowed: "required for `basic` and `session`", meaning: "the user"},

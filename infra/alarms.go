@@ -156,6 +156,12 @@ func (js *jobStack) addJobAlarms(j *config.Job) {
 	js.alarmAbove("MalformedRows-"+j.ID, j.ID+"-malformed-rows", fmt.Sprintf("The poller of job %s skipped feed rows that name no document (MalformedRows); each is recorded with its reason and bytes in the job's quarantine: see changesctl status.", j.ID), jobMetric(metrics.MalformedRows, j, "Sum", errorPeriod), 0)
 	js.alarmAbove("BlockedPage-"+j.ID, j.ID+"-blocked-page", fmt.Sprintf("The poller of job %s is blocked on a page of the feed it cannot read (MalformedPages) and does not move past it; the position and the reason are in the job's quarantine: see changesctl status.", j.ID), jobMetric(metrics.MalformedPages, j, "Sum", errorPeriod), 0)
 
+	// Documents delivered without the copy of an attachment that cannot be
+	// made (each one recorded).
+	if a := j.Attachments; a != nil && a.Enabled {
+		js.alarmAbove("AttachmentsNotCopied-"+j.ID, j.ID+"-attachments-not-copied", fmt.Sprintf("The poller of job %s delivered documents without the copy of an attachment that cannot be made (AttachmentsQuarantined): content that does not match its entry, an invalid entry, an object S3 refuses, or a transfer that failed attachments.attempts times; each is recorded with its reason in the job's quarantine: see changesctl status.", j.ID), jobMetric(metrics.AttachmentsQuarantined, j, "Sum", errorPeriod), 0)
+	}
+
 	// No checkpoint in a whole window while the source reports pending changes.
 	stalled := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
 		Expression: jsii.String("IF(pending > 0 AND FILL(checkpoints, 0) == 0, 1, 0)"),

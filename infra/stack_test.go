@@ -639,6 +639,9 @@ func TestAlarms(t *testing.T) {
 	for _, j := range syn.cfg.Jobs {
 		want = append(want, j.ID+"-functions", j.ID+"-poller-errors", j.ID+"-no-progress", j.ID+"-no-lease-holder", j.ID+"-source-auth-failures", j.ID+"-flood",
 			j.ID+"-malformed-rows", j.ID+"-blocked-page")
+		if a := j.Attachments; a != nil && a.Enabled {
+			want = append(want, j.ID+"-attachments-not-copied")
+		}
 		for _, o := range j.Outputs {
 			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-latency", j.ID+"-"+o.ID+"-output-auth-failures", j.ID+"-"+o.ID+"-backpressure",
 				j.ID+"-"+o.ID+"-output-down")
@@ -664,7 +667,11 @@ func TestAlarms(t *testing.T) {
 			}
 		}
 		checkLeaseAlarm(t, syn, j, alarms["cwtest-"+j.ID+"-no-lease-holder"])
-		for suffix, metric := range map[string]string{"-malformed-rows": metrics.MalformedRows, "-blocked-page": metrics.MalformedPages} {
+		checks := map[string]string{"-malformed-rows": metrics.MalformedRows, "-blocked-page": metrics.MalformedPages}
+		if a := j.Attachments; a != nil && a.Enabled {
+			checks["-attachments-not-copied"] = metrics.AttachmentsQuarantined
+		}
+		for suffix, metric := range checks {
 			a := alarms["cwtest-"+j.ID+suffix]
 			if a["MetricName"] != metric || a["Statistic"] != "Sum" || a["Threshold"] != float64(0) ||
 				a["ComparisonOperator"] != "GreaterThanThreshold" || !strings.Contains(compact(a["Dimensions"]), j.ID) ||

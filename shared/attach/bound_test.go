@@ -2,6 +2,7 @@ package attach_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/md5"
 	"encoding/base64"
@@ -83,8 +84,10 @@ func TestAttachmentLongerThanItsEntry(t *testing.T) {
 	if n := src.written.Load(); n > 16<<20 {
 		t.Errorf("the source wrote %d bytes before the read stopped, want at most 16 MiB", n)
 	}
-	if got := src.encoding.Load(); got != "identity" {
-		t.Errorf("Accept-Encoding = %q, want identity (no transparent decompression past the bound)", got)
+	// Asked for by the stage itself, so the client decompresses nothing
+	// past the bound; the stage decodes with a bound of its own.
+	if got := src.encoding.Load(); got != "gzip" {
+		t.Errorf("Accept-Encoding = %q, want gzip, set by the stage", got)
 	}
 	if e := entries(t, rows, "bad")["f.bin"]; e.Skipped != attach.SkippedMismatch || e.Key != "" {
 		t.Errorf("entry of the mismatched attachment = %+v, want s3_skipped %q and no key", e, attach.SkippedMismatch)
@@ -132,9 +135,10 @@ func (r *recorder) Record(_ context.Context, e quarantine.Entry) error {
 	return nil
 }
 
-// TestAttachmentTimeout: a source that trickles an attachment is given up
-// after the stage's timeout, with a transient error (the source may be slow
-// for a while), not after the invocation's budget.
+// TestAttachmentTimeout: a source that trickles an attachment, slower than
+// min_bytes_per_second, is given up after stall_timeout plus the entry's
+// length at that rate, with a transient error (the source may be slow for
+// a while), not after the invocation's budget.
 func TestAttachmentTimeout(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -159,8 +163,9 @@ func TestAttachmentTimeout(t *testing.T) {
 	rows := []feed.Row{{Seq: json.RawMessage(`7`), ID: "slow", Rev: "1-a",
 		Doc: json.RawMessage(`{"_id":"slow","_rev":"1-a","_attachments":{"f.bin":{"content_type":"x/y","digest":"` + digest + `","length":1000,"stub":true}}}`)}}
 	st := &attach.Stage{
-		Config: &config.Attachments{Enabled: true, Bucket: "b", Prefix: "t/", KeyTemplate: "{digest}", MaxBytes: 1 << 20, OnMissing: config.OnMissingFail},
-		Source: c, S3: absent{}, Timeout: 300 * time.Millisecond,
+		Config: &config.Attachments{Enabled: true, Bucket: "b", Prefix: "t/", KeyTemplate: "{digest}", MaxBytes: 1 << 20, OnMissing: config.OnMissingFail,
+			StallTimeout: config.Duration(300 * time.Millisecond), MinBytesPerSecond: 4096},
+		Source: c, S3: absent{},
 	}
 	start := time.Now()
 	_, err = st.Process(t.Context(), rows)
@@ -168,7 +173,7 @@ func TestAttachmentTimeout(t *testing.T) {
 		t.Errorf("Process = %v, want a transient error", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Process took %s, want about the 300ms timeout", d)
+		t.Errorf("Process took %s, want about 300ms + 1000 B at 4 KiB/s", d)
 	}
 }
 
@@ -177,4 +182,44 @@ type absent struct{ attach.S3 }
 
 func (absent) HeadObject(context.Context, *s3.HeadObjectInput, ...func(*s3.Options)) (*s3.HeadObjectOutput, error) {
 	return nil, &s3types.NotFound{}
+}
+
+// TestCompressedAttachmentBound: a compressed answer is decoded with the
+// same bound as any other: 200 MiB of zeros sent as 200 KiB of gzip for an
+// entry of 10 bytes is read to 11 bytes and is a mismatch.
+func TestCompressedAttachmentBound(t *testing.T) {
+	t.Parallel()
+	var gz bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	zero := make([]byte, 1<<20)
+	for range 200 {
+		_, _ = zw.Write(zero)
+	}
+	_ = zw.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		_, _ = w.Write(gz.Bytes())
+	}))
+	t.Cleanup(srv.Close)
+	c, err := feed.New(feed.Options{SourceType: config.SourceCouchDB, URL: srv.URL + "/db", Slack: time.Second, RequestTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := "md5-" + base64.StdEncoding.EncodeToString(make([]byte, 16))
+	rows := []feed.Row{{Seq: json.RawMessage(`3`), ID: "bomb", Rev: "1-a",
+		Doc: json.RawMessage(`{"_id":"bomb","_rev":"1-a","_attachments":{"z.bin":{"content_type":"x/y","digest":"` + digest + `","length":10,"stub":true}}}`)}}
+	q := &recorder{}
+	st := &attach.Stage{
+		Config: &config.Attachments{Enabled: true, Bucket: "b", Prefix: "z/", KeyTemplate: "{digest}", MaxBytes: 1 << 30, OnMissing: config.OnMissingFail},
+		Source: c, S3: absent{}, Job: "orders", Quarantine: q,
+	}
+	if _, err := st.Process(t.Context(), rows); err != nil {
+		t.Fatalf("Process: %v", err)
+	}
+	if e := entries(t, rows, "bomb")["z.bin"]; e.Skipped != attach.SkippedMismatch {
+		t.Errorf("entry = %+v, want s3_skipped %q", e, attach.SkippedMismatch)
+	}
+	if len(q.entries) != 1 || !strings.Contains(q.entries[0].Reason, "11 bytes read, the entry says 10") {
+		t.Errorf("quarantine = %+v, want the attachment read to 11 bytes", q.entries)
+	}
 }

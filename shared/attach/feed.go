@@ -21,7 +21,8 @@ type Inner interface {
 type Feed struct {
 	Inner
 	Stage *Stage
-	// OnStats, when set, receives the stats of every batch with attachments.
+	// OnStats, when set, receives the stats of every batch with
+	// attachments, or with a document recorded in the quarantine.
 	OnStats func(Stats)
 }
 
@@ -49,7 +50,7 @@ func (f *Feed) process(ctx context.Context, rows []feed.Row) error {
 	if err != nil {
 		return err
 	}
-	if f.OnStats != nil && st.Attachments > 0 {
+	if f.OnStats != nil && (st.Attachments > 0 || st.Quarantined > 0) {
 		f.OnStats(st)
 	}
 	return nil

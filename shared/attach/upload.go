@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/changes-worker/changes-worker/shared/feed"
 )
 
 // S3 is what the stage calls on S3.
@@ -24,7 +26,9 @@ type S3 interface {
 	AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, opts ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error)
 }
 
-// exists reports whether the object is in the bucket (HEAD).
+// exists reports whether the object is in the bucket (HEAD). An answer to
+// a HEAD has no error code, so a 400 about the object is not an error here:
+// the put that follows is refused with a code that says why (s3Failure).
 func exists(ctx context.Context, c S3, bucket, key string) (bool, error) {
 	_, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: &key})
 	if err == nil {
@@ -32,7 +36,7 @@ func exists(ctx context.Context, c S3, bucket, key string) (bool, error) {
 	}
 	var nf *types.NotFound
 	var re interface{ HTTPStatusCode() int }
-	if errors.As(err, &nf) || (errors.As(err, &re) && re.HTTPStatusCode() == 404) {
+	if errors.As(err, &nf) || (errors.As(err, &re) && (re.HTTPStatusCode() == 404 || re.HTTPStatusCode() == 400)) {
 		return false, nil
 	}
 	var ae smithy.APIError
@@ -44,21 +48,25 @@ func exists(ctx context.Context, c S3, bucket, key string) (bool, error) {
 
 // upload streams r to bucket/key: one PutObject when r ends within the
 // first part, a multipart upload of partSize parts otherwise, so that at
-// most one part is held in memory. check runs once r is exhausted and
-// before the object becomes visible; an error from it (or from r) leaves
-// no object (the multipart upload is aborted). It returns the bytes read.
-func upload(ctx context.Context, c S3, bucket, key, contentType string, r io.Reader, partSize int64, check func() error) (int64, error) {
+// most one part is held in memory; never an empty part. check runs once r
+// has ended and before the object becomes visible; an error from it, or
+// from reading r (wrapped in a *readError unless it wraps ErrContent),
+// leaves no object (the multipart upload is aborted). r ends only with
+// io.EOF: any other error, io.ErrUnexpectedEOF included, is a failure.
+// touch, when set, is called as S3 takes the parts' bytes. It returns the
+// bytes read.
+func upload(ctx context.Context, c S3, bucket, key, contentType string, r io.Reader, partSize int64, touch func(), check func() error) (int64, error) {
 	buf := make([]byte, partSize)
-	n, err := io.ReadFull(r, buf)
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return 0, fmt.Errorf("read attachment: %w", err)
+	n, end, err := fill(r, buf)
+	if err != nil {
+		return int64(n), readFailed(err)
 	}
-	if err != nil { // the whole content fits in one part
+	if end { // the whole content fits in one part
 		if cerr := check(); cerr != nil {
 			return int64(n), cerr
 		}
 		_, err := c.PutObject(ctx, &s3.PutObjectInput{
-			Bucket: &bucket, Key: &key, Body: bytes.NewReader(buf[:n]),
+			Bucket: &bucket, Key: &key, Body: body(buf[:n], touch),
 			ContentLength: aws.Int64(int64(n)), ContentType: contentTypeOrNil(contentType),
 		})
 		if err != nil {
@@ -83,22 +91,21 @@ func upload(ctx context.Context, c S3, bucket, key, contentType string, r io.Rea
 		return total, cause
 	}
 	var parts []types.CompletedPart
-	for num := int32(1); ; num++ {
+	for num := int32(1); n > 0; num++ {
 		total += int64(n)
 		out, err := c.UploadPart(ctx, &s3.UploadPartInput{
 			Bucket: &bucket, Key: &key, UploadId: mu.UploadId, PartNumber: aws.Int32(num),
-			Body: bytes.NewReader(buf[:n]), ContentLength: aws.Int64(int64(n)),
+			Body: body(buf[:n], touch), ContentLength: aws.Int64(int64(n)),
 		})
 		if err != nil {
 			return abort(fmt.Errorf("upload part %d of s3://%s/%s: %w", num, bucket, key, err))
 		}
 		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(num)})
-		n, err = io.ReadFull(r, buf)
-		if errors.Is(err, io.EOF) {
+		if end {
 			break
 		}
-		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
-			return abort(fmt.Errorf("read attachment: %w", err))
+		if n, end, err = fill(r, buf); err != nil {
+			return abort(readFailed(err))
 		}
 	}
 	if err := check(); err != nil {
@@ -111,6 +118,106 @@ func upload(ctx context.Context, c S3, bucket, key, contentType string, r io.Rea
 		return abort(fmt.Errorf("complete multipart upload s3://%s/%s: %w", bucket, key, err))
 	}
 	return total, nil
+}
+
+// fill reads r into buf until buf is full or r ends (io.EOF, reported as
+// end). Any other error is returned as it is: io.ErrUnexpectedEOF from an
+// HTTP body is a transfer cut short, not an end.
+func fill(r io.Reader, buf []byte) (n int, end bool, err error) {
+	for empty := 0; n < len(buf); {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err == io.EOF {
+			return n, true, nil
+		}
+		if err != nil {
+			return n, false, err
+		}
+		if m > 0 {
+			empty = 0
+		} else if empty++; empty >= 100 {
+			return n, false, io.ErrNoProgress
+		}
+	}
+	return n, false, nil
+}
+
+// readError is a failure to read the attachment's content.
+type readError struct{ err error }
+
+func (e *readError) Error() string { return "read attachment: " + e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
+
+// readFailed wraps a read failure; content that does not match is left as
+// it is.
+func readFailed(err error) error {
+	if errors.Is(err, ErrContent) {
+		return err
+	}
+	return &readError{err: err}
+}
+
+// body is a part's content for S3, calling touch as it is read (the SDK
+// may read it more than once: to sign, to retry).
+func body(b []byte, touch func()) io.ReadSeeker {
+	if touch == nil {
+		return bytes.NewReader(b)
+	}
+	return &touching{r: bytes.NewReader(b), touch: touch}
+}
+
+type touching struct {
+	r     *bytes.Reader
+	touch func()
+}
+
+func (t *touching) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if n > 0 {
+		t.touch()
+	}
+	return n, err
+}
+
+func (t *touching) Seek(offset int64, whence int) (int64, error) { return t.r.Seek(offset, whence) }
+
+// s3Failure classifies a failed request about one object: one S3 answers
+// with a code that refuses the object itself (retrying sends the same
+// request) wraps ErrRefused; another 4xx that is not about the bucket, the
+// credentials or the pace counts as a failed transfer of the attachment
+// (*transferError), so that it is given up after Attempts; anything else
+// (no answer, 5xx, throttling, access) is transient.
+func s3Failure(what string, err error) error {
+	var ae smithy.APIError
+	if errors.As(err, &ae) && objectRefusals[ae.ErrorCode()] {
+		return fmt.Errorf("%s: %w: %w", what, ErrRefused, err)
+	}
+	var re interface{ HTTPStatusCode() int }
+	if errors.As(err, &re) && re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500 {
+		switch status := re.HTTPStatusCode(); {
+		case status == 403, status == 404, status == 408, status == 409, status == 429:
+		case ae != nil && serviceCodes[ae.ErrorCode()]:
+		default:
+			return &transferError{what: what, err: err}
+		}
+	}
+	return feed.MarkTransient(fmt.Errorf("%s: %w", what, err))
+}
+
+// objectRefusals are the S3 error codes that refuse an object for what it
+// is (its key, its size, its headers).
+var objectRefusals = map[string]bool{
+	"KeyTooLongError": true, "InvalidArgument": true, "InvalidURI": true, "InvalidObjectName": true,
+	"EntityTooLarge": true, "MetadataTooLarge": true,
+}
+
+// serviceCodes are the S3 4xx codes about the request's bucket,
+// credentials, clock or pace rather than its object.
+var serviceCodes = map[string]bool{
+	"RequestTimeout": true, "RequestTimeTooSkewed": true, "IncompleteBody": true, "ExpiredToken": true, "InvalidToken": true,
+	"TokenRefreshRequired": true, "AuthorizationHeaderMalformed": true, "InvalidAccessKeyId": true, "SignatureDoesNotMatch": true,
+	"InvalidBucketName": true, "NoSuchBucket": true, "NoSuchUpload": true, "IllegalLocationConstraintException": true,
+	"SlowDown": true, "OperationAborted": true,
 }
 
 func contentTypeOrNil(ct string) *string {

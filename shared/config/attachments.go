@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Attachment policies for an attachment the source no longer serves.
@@ -14,6 +15,15 @@ const (
 // DefaultAttachmentMaxBytes is the largest attachment copied unless the job
 // says otherwise: 100 MiB.
 const DefaultAttachmentMaxBytes = 100 << 20
+
+// Defaults of the attachment transfers: how long one may go without
+// progress, the slowest average rate it may keep, and how many failed
+// transfers of one attachment are made before it is given up.
+const (
+	DefaultAttachmentStallTimeout = 30 * time.Second
+	DefaultAttachmentMinRate      = 256 << 10
+	DefaultAttachmentAttempts     = 5
+)
 
 // Attachments copies every attachment of a delivered revision to S3 and
 // replaces it in the document with a reference (s3_bucket, s3_key).
@@ -38,6 +48,18 @@ type Attachments struct {
 	// the document, the checkpoint stays) or "skip" (the entry is delivered
 	// marked "s3_skipped": "missing").
 	OnMissing string `json:"on_missing,omitempty"`
+	// StallTimeout ends a transfer (the source's body and its upload to
+	// S3) that makes no progress for this long. Default 30s.
+	StallTimeout Duration `json:"stall_timeout,omitempty"`
+	// MinBytesPerSecond is the slowest average rate a transfer may keep:
+	// it has StallTimeout plus its size (the entry's length, else
+	// MaxBytes) divided by this rate to finish. Default 262144 (256 KiB/s).
+	MinBytesPerSecond int64 `json:"min_bytes_per_second,omitempty"`
+	// Attempts is how many transfers of one attachment may fail (stalled,
+	// too slow, cut off, an error answer from the source) before the
+	// document is delivered without its copy, marked "s3_skipped":
+	// "failed" and recorded in the job's quarantine. Default 3.
+	Attempts int `json:"attempts,omitempty"`
 }
 
 func (a *Attachments) defaults(stackBucket, stackPrefix, job string) {
@@ -55,6 +77,15 @@ func (a *Attachments) defaults(stackBucket, stackPrefix, job string) {
 	}
 	if a.OnMissing == "" {
 		a.OnMissing = OnMissingFail
+	}
+	if a.StallTimeout == 0 {
+		a.StallTimeout = Duration(DefaultAttachmentStallTimeout)
+	}
+	if a.MinBytesPerSecond == 0 {
+		a.MinBytesPerSecond = DefaultAttachmentMinRate
+	}
+	if a.Attempts == 0 {
+		a.Attempts = DefaultAttachmentAttempts
 	}
 }
 
@@ -87,6 +118,17 @@ func (a *Attachments) validate(p string) []error {
 	}
 	if a.MaxBytes < 0 {
 		bad("max_bytes", "%d must be positive", a.MaxBytes)
+	}
+	if t := a.StallTimeout; t == zeroGiven {
+		bad("stall_timeout", zeroRefused, DefaultAttachmentStallTimeout)
+	} else if t.D() < time.Second || t.D() > 5*time.Minute {
+		bad("stall_timeout", "%s must be between 1s and 5m", t.D())
+	}
+	if a.MinBytesPerSecond < 1024 {
+		bad("min_bytes_per_second", "%d must be at least 1024", a.MinBytesPerSecond)
+	}
+	if a.Attempts < 1 || a.Attempts > 100 {
+		bad("attempts", "%d must be between 1 and 100", a.Attempts)
 	}
 	switch a.OnMissing {
 	case OnMissingFail, OnMissingSkip:

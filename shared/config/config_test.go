@@ -107,7 +107,8 @@ func TestAttachmentDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Attachments{Enabled: true, Bucket: "changes-worker-data", Prefix: "attachments/changes-worker/a/", KeyTemplate: "{digest}",
-		MaxBytes: DefaultAttachmentMaxBytes, OnMissing: OnMissingFail}
+		MaxBytes: DefaultAttachmentMaxBytes, OnMissing: OnMissingFail,
+		StallTimeout: Duration(DefaultAttachmentStallTimeout), MinBytesPerSecond: DefaultAttachmentMinRate, Attempts: DefaultAttachmentAttempts}
 	if d := cmp.Diff(want, f.Jobs[0].Attachments); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}
@@ -169,10 +170,13 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		{
 			name: "attachments",
 			in: `{"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{}}],
-				"attachments":{"enabled":true,"prefix":"/x/","key_template":"{name}-{rev}","max_bytes":-1,"on_missing":"ignore"}}]}`,
+				"attachments":{"enabled":true,"prefix":"/x/","key_template":"{name}-{rev}","max_bytes":-1,"on_missing":"ignore",
+				"stall_timeout":0,"min_bytes_per_second":10,"attempts":101}}]}`,
 			want: []string{`jobs[a].attachments.prefix: "/x/" must not start`, `jobs[a].attachments.key_template: "{name}-{rev}" must contain {digest}`,
 				`jobs[a].attachments.key_template: "{name}-{rev}" has a placeholder other than`,
-				`jobs[a].attachments.max_bytes: -1`, `jobs[a].attachments.on_missing: "ignore" is not one of fail, skip`},
+				`jobs[a].attachments.max_bytes: -1`, `jobs[a].attachments.on_missing: "ignore" is not one of fail, skip`,
+				`jobs[a].attachments.stall_timeout: 0 is not allowed`, `jobs[a].attachments.min_bytes_per_second: 10 must be at least 1024`,
+				`jobs[a].attachments.attempts: 101 must be between 1 and 100`},
 		},
 		{
 			name: "batch sizes beyond the queue's",

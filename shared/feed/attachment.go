@@ -6,22 +6,27 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/changes-worker/changes-worker/shared/docid"
 )
 
 // Attachment opens the content of one attachment of a revision:
-// GET {url}/{id}/{name}?rev=REV. The answer is streamed: the caller reads it
-// and must close it. The content is asked for without a Content-Encoding (a
-// source that stores it compressed sends it decoded), so that the bytes read
-// are the bytes sent and the caller's bound on them holds: no small
-// compressed answer inflates past it in the HTTP client.
+// GET {url}/{id}/{name}?rev=REV, asking for gzip. The answer is streamed:
+// the caller reads it and must close it. encoding is the answer's
+// Content-Encoding ("" for none): "gzip" when the source sends the bytes it
+// stores compressed (CouchDB's digest of such an attachment is of those
+// bytes). The client never decompresses by itself, so that the bytes read
+// are the bytes sent and the caller's bounds on them hold: it is the caller
+// that decodes, with a bound of its own.
 //
 // A missing document, revision or attachment is a *StatusError matching
 // ErrNotFound. No timeout of its own: the body can be large, so the caller's
 // context bounds the whole transfer. A failure while reading the body is
-// transient (see Transient). Safe for concurrent use.
-func (c *Client) Attachment(ctx context.Context, id, rev, name string) (io.ReadCloser, error) {
+// transient (see Transient); a body that ends before its Content-Length (a
+// connection cut) is such a failure, never a plain end. Safe for concurrent
+// use.
+func (c *Client) Attachment(ctx context.Context, id, rev, name string) (body io.ReadCloser, encoding string, err error) {
 	const op = "get attachment"
 	var q url.Values
 	if rev != "" {
@@ -29,22 +34,26 @@ func (c *Client) Attachment(ctx context.Context, id, rev, name string) (io.ReadC
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.endpoint(docPath(id)+"/"+docid.PathSegment(name), q), nil)
 	if err != nil {
-		return nil, fmt.Errorf("%s: build request: %w", op, err)
+		return nil, "", fmt.Errorf("%s: build request: %w", op, err)
 	}
 	req.Header.Set("Accept", "*/*")
 	// Setting the header also turns off the HTTP client's own gzip.
-	req.Header.Set("Accept-Encoding", "identity")
+	req.Header.Set("Accept-Encoding", "gzip")
 	c.identify(req.Header)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, &transportError{op: op, err: err}
+		return nil, "", &transportError{op: op, err: err}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		resp.Body.Close()
-		return nil, newStatusError(op, resp.StatusCode, b)
+		return nil, "", newStatusError(op, resp.StatusCode, b)
 	}
-	return &attachmentBody{rc: resp.Body, op: op}, nil
+	encoding = strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
+	if encoding == "identity" {
+		encoding = ""
+	}
+	return &attachmentBody{rc: resp.Body, op: op}, encoding, nil
 }
 
 // attachmentBody classifies read failures as transport errors.

@@ -43,8 +43,13 @@ const (
 	// Attachment stage of the poller, dimension Job.
 	AttachmentsUploaded     = "AttachmentsUploaded"
 	AttachmentsPresent      = "AttachmentsPresent" // already in S3, not fetched
-	AttachmentsSkipped      = "AttachmentsSkipped" // too large, or missing with on_missing skip
+	AttachmentsSkipped      = "AttachmentsSkipped" // delivered without a copy, for whatever reason
 	AttachmentBytesUploaded = "AttachmentBytesUploaded"
+	// AttachmentsQuarantined counts the attachments delivered without a
+	// copy because the copy cannot be made (content that does not match
+	// its entry, an invalid entry, a refused object, a transfer given up),
+	// each recorded in the job's quarantine.
+	AttachmentsQuarantined = "AttachmentsQuarantined"
 
 	// Writer, dimensions Job and Output.
 	Delivered           = "Delivered"

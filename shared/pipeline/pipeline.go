@@ -167,6 +167,7 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 				rec.Add(metrics.AttachmentsPresent, float64(s.Present), metrics.Count)
 				rec.Add(metrics.AttachmentsSkipped, float64(s.Skipped), metrics.Count)
 				rec.Add(metrics.AttachmentBytesUploaded, float64(s.Bytes), metrics.Bytes)
+				rec.Add(metrics.AttachmentsQuarantined, float64(s.Quarantined), metrics.Count)
 			},
 		}
 	}

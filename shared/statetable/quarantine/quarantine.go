@@ -2,11 +2,11 @@
 // feed and could not deliver: a row that names no document, which the
 // poller skips once it has read it the same way often enough, a page it
 // cannot read as sent, which it keeps retrying, and an attachment whose
-// content does not match its entry, which the poller delivers without its
-// copy. Entries live in the stack's state table beside the job's item
+// copy cannot be made (see Attachment), which the poller delivers without
+// it. Entries live in the stack's state table beside the job's item
 // (keyed "quarantine/<job>/<position>"; job ids cannot contain '/', so these
-// keys never meet a job item), where `changesctl status` lists them and an
-// alarm counts the rows and pages.
+// keys never meet a job item), where `changesctl status` lists them and
+// alarms count them.
 package quarantine
 
 import (
@@ -38,9 +38,11 @@ const (
 	// in it before it breaks, or an answer over a limit. The poller does
 	// not move past it; the entry says it is blocked there.
 	Page Kind = "page"
-	// Attachment is an attachment whose content does not match its entry
-	// (length or digest). The document was delivered with the entry marked
-	// "s3_skipped": "mismatch".
+	// Attachment is an attachment whose copy cannot be made: content that
+	// does not match its entry, an entry that cannot be copied, an object
+	// S3 refuses, a transfer that kept failing (or a document whose
+	// _attachments is not an object). The document was delivered with the
+	// entry marked "s3_skipped" and the reason.
 	Attachment Kind = "attachment"
 )
 

@@ -312,7 +312,7 @@ func (ho *haltedOutput) show(ctx context.Context, env *cliEnv, body, asJSON bool
 			fmt.Fprintf(tw, "requested\t%s\n", h.Requested)
 		}
 		if h.Envelope == nil {
-			fmt.Fprintf(tw, "body\tnot kept (larger than %d bytes, or not a change envelope)\n", halt.MaxBody)
+			fmt.Fprintf(tw, "body\tnot kept (larger than %d bytes, not a change envelope, or stack.doc_ids is not plain)\n", halt.MaxBody)
 		} else if !body {
 			fmt.Fprintf(tw, "body\t--body prints it\n")
 		}

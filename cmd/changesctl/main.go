@@ -36,6 +36,7 @@ Usage:
   changesctl verify --job J --output O [--repair]
                                          compare an output with the source (exit 2 on drift)
   changesctl bucket check --config FILE  check that the stack bucket expires claim checks
+  changesctl docid hash ID...            the form of an id in logs and records with stack.doc_ids hash
 
 Run "changesctl COMMAND -h" for a command's flags. The AWS endpoint comes from
 the standard AWS_ENDPOINT_URL (unset: AWS itself).
@@ -69,6 +70,7 @@ func commands() []command {
 		{"halt", cmdHalt},
 		{"verify", cmdVerify},
 		{"bucket", cmdBucket},
+		{"docid", cmdDocID},
 	}
 }
 

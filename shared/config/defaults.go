@@ -88,6 +88,9 @@ func (f *File) SetDefaults() {
 		t := true
 		f.Stack.Dashboards = &t
 	}
+	if f.Stack.DocIDs == "" {
+		f.Stack.DocIDs = DocIDsPlain
+	}
 	for _, j := range f.Jobs {
 		if j == nil {
 			continue

@@ -20,6 +20,7 @@ func keyDocs() map[string]keyDoc {
 		"stack.alarm_email":            {meaning: "an address subscribed to the alarm topic"},
 		"stack.poller_timeout":         {allowed: "10s–15m", meaning: "the poller's time budget per invocation (its Lambda timeout); longer than `schedule`, so that the next invocation stands by"},
 		"stack.writer_timeout":         {allowed: "1s–15m", meaning: "the writer's Lambda timeout; the work queues' visibility timeout is 6 times this"},
+		"stack.doc_ids":                {allowed: oneOfCode(DocIDsPlain, DocIDsHash, DocIDsOff), meaning: "how document ids appear in the functions' logs, the failure attributes of DLQ messages and the halt and quarantine records: as they are, as `sha256:` and 16 hex digits of their SHA-256 (`changesctl docid hash ID` gives it), or not at all ([security.md](security.md))"},
 		"stack.log_retention_days":     {allowed: intList(logRetentionDays), meaning: "how long the functions' CloudWatch logs are kept"},
 		"stack.retain":                 {meaning: "keeps the table, the buckets, the secrets and the log groups when the stack is deleted (not when its first deploy fails)"},
 		"stack.dashboards":             {meaning: "gives each job a CloudWatch dashboard `<prefix>-<job>-<region>`"},

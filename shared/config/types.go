@@ -106,9 +106,20 @@ type Stack struct {
 	// job with idle sleep, which may want it off (the alarms and changesctl
 	// status still show where each job stands).
 	Dashboards *bool `json:"dashboards,omitempty"`
+	// DocIDs is how document ids appear in the functions' logs, the
+	// failure attributes of DLQ messages and the halt and quarantine
+	// records: DocIDsPlain, DocIDsHash or DocIDsOff. Default plain.
+	DocIDs string `json:"doc_ids,omitempty"`
 	// VPC places the functions in a VPC (to reach a private database).
 	VPC *VPC `json:"vpc,omitempty"`
 }
+
+// Values of Stack.DocIDs (docid.Exposure).
+const (
+	DocIDsPlain = "plain" // as they are
+	DocIDsHash  = "hash"  // sha256: and 16 hex digits of the id's SHA-256
+	DocIDsOff   = "off"   // not at all
+)
 
 // VPC names an existing VPC and where in it the functions run.
 type VPC struct {

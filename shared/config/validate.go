@@ -68,6 +68,9 @@ func (f *File) problems() []error {
 	if !prefixPattern.MatchString(f.Stack.Prefix) {
 		bad("stack.prefix", "%q must be 1-30 lowercase letters, digits or '-'", f.Stack.Prefix)
 	}
+	if d := f.Stack.DocIDs; d != DocIDsPlain && d != DocIDsHash && d != DocIDsOff {
+		bad("stack.doc_ids", "%q is not plain, hash or off", d)
+	}
 	if f.Stack.MaxMessageBytes < 1024 || f.Stack.MaxMessageBytes > MaxMessageBytes {
 		bad("stack.max_message_bytes", "%d must be between 1024 and %d (SQS's 1 MiB less the attributes of a message held back or dead-lettered)", f.Stack.MaxMessageBytes, MaxMessageBytes)
 	}

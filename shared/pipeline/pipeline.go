@@ -28,6 +28,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/deliver/pgsink"
+	"github.com/changes-worker/changes-worker/shared/docid"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/metrics"
@@ -121,13 +122,14 @@ func OverrideBucket(f *config.File, bucket string) {
 	}
 }
 
-// New builds the shared dependencies.
+// New builds the shared dependencies. Its logger shows document ids as
+// stack.doc_ids says (docid.Logger).
 func New(f *config.File, awsCfg aws.Config, lookup Lookup, log *slog.Logger, metricsOut io.Writer) *Deps {
 	prefix, _ := lookup(EnvEnvSecretPrefix)
 	return &Deps{
 		Config:   f,
 		AWS:      awsCfg,
-		Log:      log,
+		Log:      docid.Logger(log, docid.Exposure(f.Stack.DocIDs)),
 		Metrics:  metricsOut,
 		Secrets:  &secret.Resolver{Lookup: lookup, SM: secretsmanager.NewFromConfig(awsCfg), EnvSecretPrefix: prefix},
 		DynamoDB: dynamodb.NewFromConfig(awsCfg),
@@ -161,7 +163,8 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 	if a := j.Attachments; a != nil && a.Enabled {
 		source = &attach.Feed{
 			Inner: fc,
-			Stage: &attach.Stage{Config: a, Source: fc, S3: d.S3, Log: d.Log.With("job", j.ID), Job: j.ID, Quarantine: quarantined},
+			Stage: &attach.Stage{Config: a, Source: fc, S3: d.S3, Log: d.Log.With("job", j.ID), Job: j.ID, Quarantine: quarantined,
+				IDs: docid.Exposure(d.Config.Stack.DocIDs)},
 			OnStats: func(s attach.Stats) {
 				rec.Add(metrics.AttachmentsUploaded, float64(s.Uploaded), metrics.Count)
 				rec.Add(metrics.AttachmentsPresent, float64(s.Present), metrics.Count)
@@ -171,12 +174,14 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 			},
 		}
 	}
+	source, sender := scrubbed(docid.Exposure(d.Config.Stack.DocIDs), source,
+		&fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, Stack: d.Config.Stack.Prefix, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency})
 	return &poll.Poller{
 		Job:        j,
 		Feed:       source,
 		OpenStream: openStream(fc, j.Feed.Mode),
 		Leases:     &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
-		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, Stack: d.Config.Stack.Prefix, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency},
+		Sender:     sender,
 		Targets:    targets,
 		SendDepth:  j.SendDepth,
 		Quarantine: quarantined,

@@ -18,6 +18,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/docid"
 	"github.com/changes-worker/changes-worker/shared/failure"
 	"github.com/changes-worker/changes-worker/shared/statetable/halt"
 	"github.com/changes-worker/changes-worker/shared/testenv"
@@ -644,4 +645,38 @@ func TestOutputHaltedFollowsTheRecords(t *testing.T) {
 			t.Errorf("OutputHalted %s after the last halted group was delivered, want 0", got)
 		}
 	})
+}
+
+// TestHaltRecordDocIDs: with stack.doc_ids hash, the halt record of a
+// per_document output is keyed by the hash of the document's group and
+// holds neither its id (the hash instead), nor its body, nor the id in its
+// error; the writer finds the record again on the next receive.
+func TestHaltRecordDocIDs(t *testing.T) {
+	t.Parallel()
+	const id = "customer-alice-4711"
+	r := newHaltRun(t, "per_document")
+	r.f.Stack.DocIDs = config.DocIDsHash
+	r.setFail(id, &deliver.Error{Class: deliver.Permanent, Reason: "http_status", HTTPStatus: 400, Err: fmt.Errorf("send change %s: bad request", id)})
+	r.handleWant([]string{"m1"}, []string{id}, r.rec("m1", id, 1, 1))
+	if st, _ := r.halts.Get(t.Context(), "j", "o", id); st != nil {
+		t.Errorf("a halt record is keyed by the id itself: %+v", st)
+	}
+	st, _ := r.halts.Get(t.Context(), "j", "o", docid.Hash(id))
+	if st == nil {
+		t.Fatalf("no halt record under the id's hash %s", docid.Hash(id))
+	}
+	for field, v := range map[string]string{"doc_id": st.DocID, "group": st.Group, "error": st.Error, "body": st.Body} {
+		if strings.Contains(v, id) {
+			t.Errorf("halt record's %s holds the id: %q", field, v)
+		}
+	}
+	if st.DocID != docid.Hash(id) || st.Body != "" {
+		t.Errorf("halt record: doc_id %q, body %d bytes; want the hash and no body", st.DocID, len(st.Body))
+	}
+	// The next receive finds the halt: the change is tried again, not a
+	// second record made.
+	r.handleWant([]string{"m1"}, []string{id}, r.rec("m1", id, 1, 2))
+	if st, _ := r.halts.Get(t.Context(), "j", "o", docid.Hash(id)); st == nil || st.Attempts < 1 {
+		t.Errorf("halt record after the next receive: %+v", st)
+	}
 }

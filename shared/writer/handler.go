@@ -30,6 +30,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/docid"
 	"github.com/changes-worker/changes-worker/shared/failure"
 	"github.com/changes-worker/changes-worker/shared/metrics"
 	"github.com/changes-worker/changes-worker/shared/statetable/halt"
@@ -268,12 +269,23 @@ func (b *batch) decode(ctx context.Context) {
 // output answered with backpressure pauses the output's tracker.
 func (b *batch) apply(ctx context.Context) {
 	b.attempt(ctx)
+	ids := b.h.ids()
 	for _, it := range b.items {
+		if it.err != nil && it.env != nil && it.err.Err != nil {
+			// Whatever the error says of the document is shown from here
+			// on as stack.doc_ids says: logs, DLQ attributes, halt and
+			// outage records.
+			it.err.Err = ids.ScrubError(it.err.Err, it.env.DocID, it.group)
+		}
 		if it.err != nil && it.err.Backpressure {
 			b.tr.Pause(it.err.RetryAfter)
 		}
 	}
 }
+
+// ids is how the handler shows document ids outside the messages
+// themselves (stack.doc_ids).
+func (h *Handler) ids() docid.Exposure { return docid.Exposure(h.Config.Stack.DocIDs) }
 
 // attempt gives the decodable changes to the sink, unless the output is
 // down and its next try is not due, cannot be opened, or asked for a pause:
@@ -539,7 +551,7 @@ func (b *batch) toDLQ(ctx context.Context, it *item, attempts int) error {
 		Attempts: attempts, FirstAt: first, LastAt: now, Job: b.route.Job.ID, Output: b.route.Output.ID,
 	}
 	if it.env != nil {
-		rec.DocID = it.env.DocID
+		rec.DocID = b.h.ids().Show(it.env.DocID)
 	}
 	// A message redriven from the DLQ carries its earlier failure history.
 	rec = rec.After(failure.Parse(failure.Values(it.rec.MessageAttributes, eventStringValue)))

@@ -22,8 +22,9 @@ func validateOut(t *testing.T, args ...string) (string, error) {
 }
 
 // TestValidate: a good configuration prints ok and its jobs; a bad one
-// prints every problem, one a line, each naming its key, loading's and the
-// deploy's alike, and fails naming how many there are.
+// prints every problem, one a line, each naming its key (a syntax error its
+// line and column), loading's and the deploy's alike, and fails naming how
+// many there are.
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	bad := filepath.Join(t.TempDir(), "bad.json")
@@ -34,6 +35,10 @@ func TestValidate(t *testing.T) {
      "auth": {"type": "basic", "username": "worker", "password": {"secret": "arn:aws:ssm:eu-west-1:123456789012:parameter/sg"}}},
    "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {}}},
      {"id": "hook", "type": "http", "ordering": "none", "on_failure": "halt", "http": {"url": "https://hooks.example.com/{doc_id}"}}]}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	syntax := filepath.Join(t.TempDir(), "syntax.json")
+	if err := os.WriteFile(syntax, []byte("// a trailing comma\n{\"stack\": {\"prefix\": \"shop\"},\n}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -59,6 +64,12 @@ func TestValidate(t *testing.T) {
 				`jobs[orders].source.auth.password.secret: "arn:aws:ssm:eu-west-1:123456789012:parameter/sg" is not a Secrets Manager secret ARN (arn:PARTITION:secretsmanager:REGION:ACCOUNT:secret:NAME)`,
 			},
 			wantErr: "bad.json: 6 problems",
+		},
+		{
+			name:    "a syntax error by line and column",
+			args:    []string{"--config", syntax},
+			want:    []string{"syntax error at line 3, column 1: invalid character '}' looking for beginning of object key string (remove the comma before it)"},
+			wantErr: "syntax.json: 1 problem",
 		},
 		{name: "no file", args: []string{"--config", "nope.json"}, wantErr: "open nope.json"},
 		{name: "no --config", wantErr: "--config is required"},

@@ -222,11 +222,13 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	}
 }
 
+// TestStripComments: comments outside strings become spaces, their
+// newlines kept, so that every line and column stays where it was.
 func TestStripComments(t *testing.T) {
 	t.Parallel()
-	in := "{\"a\": \"http://x//y\", // comment\n /* block */ \"b\": \"/* not */\"}"
+	in := "{\"a\": \"http://x//y\", // comment\n /* block\n */ \"b\": \"/* not */\"} // end"
 	got := string(StripComments([]byte(in)))
-	want := "{\"a\": \"http://x//y\", \n   \"b\": \"/* not */\"}"
+	want := "{\"a\": \"http://x//y\",           \n         \n    \"b\": \"/* not */\"}       "
 	if got != want {
 		t.Errorf("got %q want %q", got, want)
 	}

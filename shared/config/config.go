@@ -45,7 +45,8 @@ func Parse(b []byte) (*File, error) {
 
 // ParseForDeploy is Parse with the checks a deploy makes on top: what AWS
 // refuses of a file that is valid here (log retention, resource name
-// lengths, secret ARNs). Its error reports the problems of both at once.
+// lengths, secret names and ARNs). Its error reports the problems of both
+// at once.
 func ParseForDeploy(b []byte) (*File, error) {
 	return parse(b, func(f *File) []error { return append(f.problems(), f.deployProblems()...) })
 }

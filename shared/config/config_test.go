@@ -559,3 +559,52 @@ func TestOutageSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestAlarmEmail: stack.alarm_email is one bare e-mail address, which the
+// alarm topic can subscribe.
+func TestAlarmEmail(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		email string
+		ok    bool
+	}{
+		{email: "ops@example.com", ok: true},
+		{email: "ops+alarms@mail.example.co.uk", ok: true},
+		{email: "not-an-email"},
+		{email: "ops@localhost"},
+		{email: "Ops <ops@example.com>"},
+		{email: "ops@example.com, dev@example.com"},
+		{email: " ops@example.com"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.email, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse(fmt.Appendf(nil, `{"stack":{"alarm_email":%q},"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},
+				"outputs":[{"id":"s","type":"s3","s3":{}}]}]}`, tt.email))
+			switch {
+			case tt.ok && err != nil:
+				t.Errorf("Parse: %v", err)
+			case !tt.ok:
+				wantErrorWith(t, err, "Parse succeeded, want an error", fmt.Sprintf("stack.alarm_email: %q is not one e-mail address (name@example.com)", tt.email))
+			}
+		})
+	}
+}
+
+// TestSourceURLQueryRefused: a source URL has no query or fragment (the
+// feed client refuses them), so no credential can hide there; the error
+// does not quote it.
+func TestSourceURLQueryRefused(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"https://h/db?password=pw-456", "https://h/db?access_token=pw-456", "https://h/db#pw-456", "https://h/db?"} {
+		t.Run(u, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse(fmt.Appendf(nil, `{"jobs":[{"id":"a","source":{"type":"couchdb","url":%q},"outputs":[{"id":"s","type":"s3","s3":{}}]}]}`, u))
+			wantErrorWith(t, err, "Parse succeeded, want an error",
+				"jobs[a].source.url: must not have a query or fragment: credentials go in source.auth, by reference (the URL is not shown)")
+			if strings.Contains(err.Error(), "pw-456") {
+				t.Errorf("the error quotes the URL: %v", err)
+			}
+		})
+	}
+}

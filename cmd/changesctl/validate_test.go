@@ -21,10 +21,11 @@ func validateOut(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-// TestValidate: a good configuration prints ok and its jobs; a bad one
-// prints every problem, one a line, each naming its key (a syntax error its
-// line and column), loading's and the deploy's alike, and fails naming how
-// many there are.
+// TestValidate: a good configuration prints ok and its jobs, then what a
+// deploy accepts but its operator should act on; a bad one prints every
+// problem, one a line, each naming its key (a syntax error its line and
+// column), loading's and the deploy's alike, and fails naming how many
+// there are.
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	bad := filepath.Join(t.TempDir(), "bad.json")
@@ -50,6 +51,12 @@ func TestValidate(t *testing.T) {
 	}
 	syntax := filepath.Join(t.TempDir(), "syntax.json")
 	if err := os.WriteFile(syntax, []byte("// a trailing comma\n{\"stack\": {\"prefix\": \"shop\"},\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	warned := filepath.Join(t.TempDir(), "warned.json")
+	if err := os.WriteFile(warned, []byte(`{"stack": {"prefix": "shop", "bucket": "existing-data", "poller_timeout": "2m"},
+ "jobs": [{"id": "orders", "schedule": "5m", "source": {"type": "couchdb", "url": "https://couch:5984/shop"},
+   "outputs": [{"id": "files", "type": "s3", "s3": {}}]}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -96,6 +103,16 @@ func TestValidate(t *testing.T) {
 			args:    []string{"--config", syntax},
 			want:    []string{"syntax error at line 3, column 1: invalid character '}' looking for beginning of object key string (remove the comma before it)"},
 			wantErr: "syntax.json: 1 problem",
+		},
+		{
+			name: "warnings after ok",
+			args: []string{"--config", warned},
+			want: []string{
+				"ok: 1 job, 1 output",
+				"  orders: couchdb source, outputs files (s3)",
+				"warning: stack.bucket: existing-data is an existing bucket, whose lifecycle configuration the stack leaves as it is: add a rule that expires the objects under claim-check/ (docs/deploy.md shows it) and check it with `changesctl bucket check --config FILE`; without it, claim checks are never deleted",
+				"warning: jobs[orders].schedule: stack.poller_timeout (2m0s) does not outlast the schedule (5m0s) by 15s: no invocation stands by to take over, so a busy feed waits for the next tick after each invocation and a crashed poller is replaced only then; make stack.poller_timeout at least 5m15s, or the schedule shorter",
+			},
 		},
 		{name: "no file", args: []string{"--config", "nope.json"}, wantErr: "open nope.json"},
 		{name: "no --config", wantErr: "--config is required"},

@@ -40,7 +40,8 @@ func Load(path string) (*File, error) {
 // wrong type, unknown keys and every problem Validate finds. A file that is
 // not JSON is reported at the line and column where it breaks.
 func Parse(b []byte) (*File, error) {
-	return parse(b, (*File).problems)
+	f, _, err := parse(b, (*File).problems)
+	return f, err
 }
 
 // ParseForDeploy is Parse with the checks a deploy makes on top: what AWS
@@ -48,23 +49,31 @@ func Parse(b []byte) (*File, error) {
 // lengths, secret names and ARNs). Its error reports the problems of both
 // at once.
 func ParseForDeploy(b []byte) (*File, error) {
+	f, _, err := CheckForDeploy(b)
+	return f, err
+}
+
+// CheckForDeploy is ParseForDeploy that also returns, for a file it
+// accepts, what a deploy of it would take but its operator should act on
+// (see Warning).
+func CheckForDeploy(b []byte) (*File, []Warning, error) {
 	return parse(b, func(f *File) []error { return append(f.problems(), f.deployProblems()...) })
 }
 
 // parse reads, decodes, defaults and checks b with check.
-func parse(b []byte, check func(*File) []error) (*File, error) {
+func parse(b []byte, check func(*File) []error) (*File, []Warning, error) {
 	src, err := newSource(b)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	doc, err := src.read()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var c checker
 	if _, ok := doc.(*object); !ok {
 		c.wrong("", doc, "an object")
-		return nil, errors.Join(c.problems...)
+		return nil, nil, errors.Join(c.problems...)
 	}
 	c.value("", []int{}, doc, reflect.TypeFor[File]())
 	text := src.json
@@ -72,13 +81,14 @@ func parse(b []byte, check func(*File) []error) (*File, error) {
 		// What is left once the problems are dropped, to be checked for
 		// the rest.
 		if text, err = json.Marshal(doc); err != nil {
-			return nil, fmt.Errorf("decode: %w", err)
+			return nil, nil, fmt.Errorf("decode: %w", err)
 		}
 	}
 	var f File
 	if err := json.NewDecoder(bytes.NewReader(text)).Decode(&f); err != nil {
-		return nil, errors.Join(append(c.problems, fmt.Errorf("decode: %w", err))...)
+		return nil, nil, errors.Join(append(c.problems, fmt.Errorf("decode: %w", err))...)
 	}
+	bucketGiven := f.Stack.Bucket != ""
 	f.SetDefaults()
 	problems := append(c.problems, c.zeroProblems(&f)...)
 	for _, err := range check(&f) {
@@ -87,9 +97,9 @@ func parse(b []byte, check func(*File) []error) (*File, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return nil, errors.Join(problems...)
+		return nil, nil, errors.Join(problems...)
 	}
-	return &f, nil
+	return &f, f.warnings(bucketGiven), nil
 }
 
 // StripComments blanks out the // and /* */ comments that are outside JSON

@@ -30,8 +30,6 @@ const (
 )
 
 const (
-	pollerMemoryMB = 256
-	writerMemoryMB = 512
 	// pollersPerJob is the poller's reserved concurrency per job: the active
 	// invocation plus the hot standby the next schedule tick starts.
 	pollersPerJob = 2
@@ -49,13 +47,13 @@ func (js *jobStack) addFunctions() {
 	js.poller = js.newFunction("Poller", fnPoller, functionOptions{
 		description: "changes-worker poller of job " + js.job.ID + ": reads its _changes feed under a lease and queues the changes",
 		timeout:     js.cfg.Stack.PollerTimeout.D().Seconds(),
-		memoryMB:    pollerMemoryMB,
+		memoryMB:    float64(js.cfg.Stack.PollerMemoryMB),
 		reserved:    jsii.Number(pollersPerJob),
 	})
 	js.writer = js.newFunction("Writer", fnWriter, functionOptions{
 		description: "changes-worker writer of job " + js.job.ID + ": delivers its queued changes to the outputs",
 		timeout:     js.cfg.Stack.WriterTimeout.D().Seconds(),
-		memoryMB:    writerMemoryMB,
+		memoryMB:    float64(js.cfg.Stack.WriterMemoryMB),
 	})
 
 	js.grantPoller()

@@ -608,3 +608,30 @@ func TestSourceURLQueryRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestFunctionMemory: the functions' memory defaults to 256 MB (poller)
+// and 512 MB (writer) and takes what Lambda allows.
+func TestFunctionMemory(t *testing.T) {
+	t.Parallel()
+	parse := func(stack string) (*File, error) {
+		return Parse([]byte(`{"stack":{` + stack + `},"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{}}]}]}`))
+	}
+	f, err := parse(``)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []int{f.Stack.PollerMemoryMB, f.Stack.WriterMemoryMB}; got[0] != 256 || got[1] != 512 {
+		t.Errorf("poller, writer memory = %v, want [256 512]", got)
+	}
+	f, err = parse(`"poller_memory_mb":1769,"writer_memory_mb":10240`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []int{f.Stack.PollerMemoryMB, f.Stack.WriterMemoryMB}; got[0] != 1769 || got[1] != 10240 {
+		t.Errorf("poller, writer memory = %v, want [1769 10240]", got)
+	}
+	_, err = parse(`"poller_memory_mb":127,"writer_memory_mb":10241`)
+	wantErrorWith(t, err, "Parse succeeded, want errors",
+		"stack.poller_memory_mb: 127 must be between 128 and 10240 (MB, what Lambda allows)",
+		"stack.writer_memory_mb: 10241 must be between 128 and 10240 (MB, what Lambda allows)")
+}

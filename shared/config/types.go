@@ -97,6 +97,11 @@ type Stack struct {
 	WriterTimeout Duration `json:"writer_timeout,omitempty"`
 	// LogRetentionDays for the functions' log groups. Default 30.
 	LogRetentionDays int `json:"log_retention_days,omitempty"`
+	// PollerMemoryMB and WriterMemoryMB are the functions' memory, which
+	// their CPU share follows (1,769 MB is one vCPU). Default 256 and 512;
+	// 128 to 10240.
+	PollerMemoryMB int `json:"poller_memory_mb,omitempty"`
+	WriterMemoryMB int `json:"writer_memory_mb,omitempty"`
 	// Retain keeps the table, the buckets, the secrets and the log groups
 	// when the stack is deleted. Default true.
 	Retain *bool `json:"retain,omitempty"`

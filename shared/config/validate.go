@@ -42,6 +42,10 @@ const (
 	// the DLQ, with its failure record too; one moved to the DLQ goes with
 	// its failure record (failure.MaxSize).
 	MaxMessageBytes = SQSMessageBytes - failure.MaxSize - HeldCounterBytes
+	// MinMemoryMB and MaxMemoryMB bound the functions' memory: what
+	// Lambda allows.
+	MinMemoryMB = 128
+	MaxMemoryMB = 10240
 	// MaxSchedule bounds a job's schedule: its lease-holder alarm evaluates
 	// a few schedule periods, and CloudWatch evaluates an alarm over at most
 	// seven days.
@@ -50,6 +54,10 @@ const (
 
 // zeroRefused is the message for a duration or a number written as 0.
 const zeroRefused = "0 is not allowed: leave the key out for the default (%s)"
+
+// memoryRefused is Validate's message for a function's memory out of
+// Lambda's bounds.
+const memoryRefused = "%d must be between %d and %d (MB, what Lambda allows)"
 
 var (
 	idPattern     = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
@@ -90,6 +98,12 @@ func (f *File) problems() []error {
 	}
 	if v := f.Stack.VPC; v != nil && (v.ID == "" || len(v.SubnetIDs) == 0 || len(v.SecurityGroupIDs) == 0) {
 		bad("stack.vpc", "id, subnet_ids and security_group_ids are all required")
+	}
+	if mb := f.Stack.PollerMemoryMB; mb < MinMemoryMB || mb > MaxMemoryMB {
+		bad("stack.poller_memory_mb", memoryRefused, mb, MinMemoryMB, MaxMemoryMB)
+	}
+	if mb := f.Stack.WriterMemoryMB; mb < MinMemoryMB || mb > MaxMemoryMB {
+		bad("stack.writer_memory_mb", memoryRefused, mb, MinMemoryMB, MaxMemoryMB)
 	}
 	if len(f.Jobs) == 0 {
 		bad("jobs", "at least one job is required")

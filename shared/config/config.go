@@ -6,9 +6,10 @@
 // decoding, so that a problem's line and column are the file's.
 //
 // Parse checks what every component needs (Validate); ParseForDeploy adds
-// what AWS would refuse, and is what the CDK app and changesctl validate
-// run. The reference docs/configuration.md is generated from this package
-// (reference.go, keydocs.go).
+// what AWS would refuse; CheckForDeploy, which the CDK app and changesctl
+// validate run, also returns the deploy's warnings. The reference
+// docs/configuration.md is generated from this package (reference.go,
+// keydocs.go).
 package config
 
 import (

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"regexp"
-	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
@@ -31,8 +30,6 @@ const (
 )
 
 const (
-	pollerMemoryMB = 256
-	writerMemoryMB = 512
 	// pollersPerJob is the poller's reserved concurrency per job: the active
 	// invocation plus the hot standby the next schedule tick starts.
 	pollersPerJob = 2
@@ -50,13 +47,13 @@ func (js *jobStack) addFunctions() {
 	js.poller = js.newFunction("Poller", fnPoller, functionOptions{
 		description: "changes-worker poller of job " + js.job.ID + ": reads its _changes feed under a lease and queues the changes",
 		timeout:     js.cfg.Stack.PollerTimeout.D().Seconds(),
-		memoryMB:    pollerMemoryMB,
+		memoryMB:    float64(js.cfg.Stack.PollerMemoryMB),
 		reserved:    jsii.Number(pollersPerJob),
 	})
 	js.writer = js.newFunction("Writer", fnWriter, functionOptions{
 		description: "changes-worker writer of job " + js.job.ID + ": delivers its queued changes to the outputs",
 		timeout:     js.cfg.Stack.WriterTimeout.D().Seconds(),
-		memoryMB:    writerMemoryMB,
+		memoryMB:    float64(js.cfg.Stack.WriterMemoryMB),
 	})
 
 	js.grantPoller()
@@ -388,13 +385,6 @@ func (js *jobStack) grantWriter() {
 // with {"job": "<id>"}.
 func (js *jobStack) addSchedule() {
 	j := js.job
-	if js.cfg.Stack.PollerTimeout.D() < j.Schedule.D()+15*time.Second {
-		// Not an error, but the pipeline pauses every cycle: the next
-		// invocation starts only after this one has released the lease.
-		awscdk.Annotations_Of(js.stack).AddWarningV2(jsii.String("changes-worker:no-standby-"+j.ID), jsii.String(fmt.Sprintf(
-			"stack.poller_timeout (%s) should exceed job %s's schedule (%s) by at least 15s so that a standby is always waiting",
-			js.cfg.Stack.PollerTimeout.D(), j.ID, j.Schedule.D())))
-	}
 	awsevents.NewRule(js.stack, jsii.String("Schedule-"+j.ID), &awsevents.RuleProps{
 		RuleName:    jsii.String(scheduleName(js.cfg, j)),
 		Description: jsii.String("Starts the changes-worker poller for job " + j.ID),

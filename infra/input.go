@@ -30,6 +30,8 @@ const bundledConfigName = "jobs.json"
 type input struct {
 	// cfg is the loaded, defaulted and validated job configuration.
 	cfg *config.File
+	// warnings are what the deploy takes of cfg but its operator should act on.
+	warnings []config.Warning
 	// bucketGiven reports whether stack.bucket was set in the file (an existing
 	// bucket to import) rather than defaulted (a bucket the stack creates).
 	bucketGiven bool
@@ -59,7 +61,7 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 	if err != nil {
 		return nil, fmt.Errorf("read job configuration: %w", err)
 	}
-	cfg, err := config.ParseForDeploy(raw)
+	cfg, warnings, err := config.CheckForDeploy(raw)
 	if err != nil {
 		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
 	}
@@ -67,7 +69,7 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 	if err != nil {
 		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
 	}
-	in := &input{cfg: cfg, bucketGiven: given, code: map[string]map[string]string{}, variant: v}
+	in := &input{cfg: cfg, warnings: warnings, bucketGiven: given, code: map[string]map[string]string{}, variant: v}
 	in.sourceSecrets, in.outputSecrets = secretRefs(cfg)
 	if !v.functions() {
 		return in, nil

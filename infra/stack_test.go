@@ -214,10 +214,11 @@ func TestFunctions(t *testing.T) {
 		for _, c := range []struct {
 			name     string
 			timeout  float64
+			memory   float64
 			reserved any
 		}{
-			{fnPoller, cfg.Stack.PollerTimeout.D().Seconds(), float64(2)},
-			{fnWriter, cfg.Stack.WriterTimeout.D().Seconds(), nil},
+			{fnPoller, cfg.Stack.PollerTimeout.D().Seconds(), float64(cfg.Stack.PollerMemoryMB), float64(2)},
+			{fnWriter, cfg.Stack.WriterTimeout.D().Seconds(), float64(cfg.Stack.WriterMemoryMB), nil},
 		} {
 			t.Run(j.ID+"/"+c.name, func(t *testing.T) {
 				name := functionName(cfg, j, c.name)
@@ -228,6 +229,9 @@ func TestFunctions(t *testing.T) {
 				}
 				if p["Timeout"] != c.timeout {
 					t.Errorf("Timeout = %v, want %v", p["Timeout"], c.timeout)
+				}
+				if p["MemorySize"] != c.memory {
+					t.Errorf("MemorySize = %v, want %v", p["MemorySize"], c.memory)
 				}
 				if p["ReservedConcurrentExecutions"] != c.reserved {
 					t.Errorf("ReservedConcurrentExecutions = %v, want %v", p["ReservedConcurrentExecutions"], c.reserved)

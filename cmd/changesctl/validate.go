@@ -11,10 +11,11 @@ import (
 )
 
 // cmdValidate checks a configuration file as a deploy does
-// (config.ParseForDeploy: what loading checks and what AWS would refuse) and
-// prints every problem, one a line, each naming its key; or, when there is
-// none, "ok" and the jobs with their outputs. It reads only the file: no AWS
-// access.
+// (config.CheckForDeploy: what loading checks and what AWS would refuse) and
+// prints every problem, one a line, each naming its key (a syntax error its
+// line and column); or, when there is none, "ok", the jobs with their
+// outputs, and the deploy's warnings, one a line. It reads only the file:
+// no AWS access.
 func cmdValidate(_ context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "validate")
 	sc := scopeFlags(fs, "", "")
@@ -31,7 +32,7 @@ func cmdValidate(_ context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return fmt.Errorf("validate: %w", err)
 	}
-	cfg, err := config.ParseForDeploy(raw)
+	cfg, warnings, err := config.CheckForDeploy(raw)
 	if err != nil {
 		problems := []error{err}
 		if list, ok := err.(interface{ Unwrap() []error }); ok {
@@ -53,6 +54,9 @@ func cmdValidate(_ context.Context, env *cliEnv, args []string) error {
 			names[i] = o.ID + " (" + o.Type + ")"
 		}
 		fmt.Fprintf(env.stdout, "  %s: %s source, outputs %s\n", j.ID, j.Source.Type, strings.Join(names, ", "))
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(env.stdout, "warning: "+w.String())
 	}
 	return nil
 }

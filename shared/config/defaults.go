@@ -21,6 +21,8 @@ const (
 	DefaultPollerTimeout    = 90 * time.Second
 	DefaultWriterTimeout    = 30 * time.Second
 	DefaultLogRetentionDays = 30
+	DefaultPollerMemoryMB   = 256
+	DefaultWriterMemoryMB   = 512
 	DefaultHTTPTimeout      = 10 * time.Second
 	DefaultFloodThreshold   = 10000
 	DefaultIdle             = IdleWatch
@@ -79,6 +81,12 @@ func (f *File) SetDefaults() {
 	}
 	if f.Stack.LogRetentionDays == 0 {
 		f.Stack.LogRetentionDays = DefaultLogRetentionDays
+	}
+	if f.Stack.PollerMemoryMB == 0 {
+		f.Stack.PollerMemoryMB = DefaultPollerMemoryMB
+	}
+	if f.Stack.WriterMemoryMB == 0 {
+		f.Stack.WriterMemoryMB = DefaultWriterMemoryMB
 	}
 	if f.Stack.Retain == nil {
 		t := true

@@ -22,6 +22,8 @@ func keyDocs() map[string]keyDoc {
 		"stack.writer_timeout":         {allowed: "1s–15m", meaning: "the writer's Lambda timeout; the work queues' visibility timeout is 6 times this"},
 		"stack.doc_ids":                {allowed: oneOfCode(DocIDsPlain, DocIDsHash, DocIDsOff), meaning: "how document ids appear in the functions' logs, the failure attributes of DLQ messages and the halt and quarantine records: as they are, as `sha256:` and 16 hex digits of their SHA-256 (`changesctl docid hash ID` gives it), or not at all ([security.md](security.md))"},
 		"stack.log_retention_days":     {allowed: intList(logRetentionDays), meaning: "how long the functions' CloudWatch logs are kept"},
+		"stack.poller_memory_mb":       {allowed: fmt.Sprintf("%d–%d", MinMemoryMB, MaxMemoryMB), meaning: "the poller function's memory in MB, which its share of CPU follows (1769 is one vCPU): more speeds up a large backfill, 128 halves what an idle job's poller costs ([scale.md](scale.md))"},
+		"stack.writer_memory_mb":       {allowed: fmt.Sprintf("%d–%d", MinMemoryMB, MaxMemoryMB), meaning: "the writer function's memory in MB, which its share of CPU follows"},
 		"stack.retain":                 {meaning: "keeps the table, the buckets, the secrets and the log groups when the stack is deleted (not when its first deploy fails)"},
 		"stack.dashboards":             {meaning: "gives each job a CloudWatch dashboard `<prefix>-<job>-<region>`"},
 		"stack.vpc.id":                 {allowed: "with `subnet_ids` and `security_group_ids`", meaning: "a VPC the functions run in, to reach a private database"},

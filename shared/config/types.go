@@ -85,7 +85,7 @@ type Stack struct {
 	// MaxMessageBytes is the largest message body put on a queue; a larger
 	// envelope travels as an S3 pointer (claim check). Default 262144, at
 	// most the package's MaxMessageBytes.
-	MaxMessageBytes int `json:"max_message_bytes"`
+	MaxMessageBytes int `json:"max_message_bytes,omitempty"`
 	// AlarmEmail, when set, is subscribed to the alarm topic.
 	AlarmEmail string `json:"alarm_email"`
 	// PollerTimeout is the poller function's timeout, its time budget per
@@ -96,7 +96,12 @@ type Stack struct {
 	// WriterTimeout is the writer function's timeout. Default 30s.
 	WriterTimeout Duration `json:"writer_timeout,omitempty"`
 	// LogRetentionDays for the functions' log groups. Default 30.
-	LogRetentionDays int `json:"log_retention_days"`
+	LogRetentionDays int `json:"log_retention_days,omitempty"`
+	// PollerMemoryMB and WriterMemoryMB are the functions' memory, which
+	// their CPU share follows (1,769 MB is one vCPU). Default 256 and 512;
+	// 128 to 10240.
+	PollerMemoryMB int `json:"poller_memory_mb,omitempty"`
+	WriterMemoryMB int `json:"writer_memory_mb,omitempty"`
 	// Retain keeps the table, the buckets, the secrets and the log groups
 	// when the stack is deleted. Default true.
 	Retain *bool `json:"retain,omitempty"`
@@ -215,7 +220,7 @@ type SecretRef struct {
 // Feed sets how the _changes feed is read.
 type Feed struct {
 	// Limit bounds the rows of one _changes request. Default 500.
-	Limit int `json:"limit"`
+	Limit int `json:"limit,omitempty"`
 	// Timeout is the long-poll timeout sent to the source. Default 10s.
 	Timeout Duration `json:"timeout,omitempty"`
 	// Fetch is include_docs (default) or bulk_get.
@@ -244,7 +249,7 @@ type Feed struct {
 	// FloodThreshold is how many changes one poller invocation may read
 	// before it counts as a flood (metric FloodBatches, a warning in the
 	// log). Default 10000.
-	FloodThreshold int `json:"flood_threshold"`
+	FloodThreshold int `json:"flood_threshold,omitempty"`
 }
 
 // Processing filters changes before they are queued.
@@ -274,14 +279,14 @@ type Output struct {
 	OnFailure string `json:"on_failure"`
 	// MaxReceiveCount is how many deliveries a message gets before it moves
 	// to the DLQ. Default 5.
-	MaxReceiveCount int `json:"max_receive_count"`
+	MaxReceiveCount int `json:"max_receive_count,omitempty"`
 	// BatchSize is how many messages the writer takes at once: at most 10 on
 	// a FIFO queue, at most 10,000 on a standard one (gathered for up to the
 	// batching window). Default DefaultBatchSize for postgres outputs on a
 	// standard queue, 10 otherwise.
-	BatchSize int `json:"batch_size"`
+	BatchSize int `json:"batch_size,omitempty"`
 	// MaxConcurrency bounds concurrent writer invocations for this output.
-	MaxConcurrency int `json:"max_concurrency"`
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
 	// Backpressure tunes how the writer detects that this output is
 	// struggling.
 	Backpressure Backpressure `json:"backpressure"`
@@ -300,13 +305,13 @@ type Output struct {
 type Backpressure struct {
 	// Threshold is the ratio of the rolling average latency to the baseline
 	// above which the writer slows down. Default 2; must be above 1.
-	Threshold float64 `json:"threshold"`
+	Threshold float64 `json:"threshold,omitempty"`
 	// BaselineRequests is how many first successful requests of a writer
 	// instance make the baseline. Default 50.
-	BaselineRequests int `json:"baseline_requests"`
+	BaselineRequests int `json:"baseline_requests,omitempty"`
 	// Window is how many latest requests the rolling average covers.
 	// Default 20.
-	Window int `json:"window"`
+	Window int `json:"window,omitempty"`
 	// MinIncrease is how far above the baseline the rolling average must
 	// also be: a 1 ms output at 2.5 ms is not struggling. Default 10ms.
 	MinIncrease Duration `json:"min_increase,omitempty"`
@@ -346,7 +351,7 @@ type PostgresOutput struct {
 	// CreateTables creates missing tables when the writer starts.
 	CreateTables bool `json:"create_tables"`
 	// MaxConns bounds the pool per writer instance. Default 4.
-	MaxConns int `json:"max_conns"`
+	MaxConns int `json:"max_conns,omitempty"`
 	// Mapping, when set, maps documents to relational tables instead of document mode.
 	Mapping *Mapping `json:"mapping,omitempty"`
 }

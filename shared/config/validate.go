@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/mail"
 	"net/url"
 	"regexp"
 	"slices"
@@ -41,14 +42,22 @@ const (
 	// the DLQ, with its failure record too; one moved to the DLQ goes with
 	// its failure record (failure.MaxSize).
 	MaxMessageBytes = SQSMessageBytes - failure.MaxSize - HeldCounterBytes
+	// MinMemoryMB and MaxMemoryMB bound the functions' memory: what
+	// Lambda allows.
+	MinMemoryMB = 128
+	MaxMemoryMB = 10240
 	// MaxSchedule bounds a job's schedule: its lease-holder alarm evaluates
 	// a few schedule periods, and CloudWatch evaluates an alarm over at most
 	// seven days.
 	MaxSchedule = 24 * time.Hour
 )
 
-// zeroRefused is Validate's message for a duration written as 0.
+// zeroRefused is the message for a duration or a number written as 0.
 const zeroRefused = "0 is not allowed: leave the key out for the default (%s)"
+
+// memoryRefused is Validate's message for a function's memory out of
+// Lambda's bounds.
+const memoryRefused = "%d must be between %d and %d (MB, what Lambda allows)"
 
 var (
 	idPattern     = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
@@ -71,6 +80,9 @@ func (f *File) problems() []error {
 	if d := f.Stack.DocIDs; d != DocIDsPlain && d != DocIDsHash && d != DocIDsOff {
 		bad("stack.doc_ids", "%q is not plain, hash or off", d)
 	}
+	if e := f.Stack.AlarmEmail; e != "" && !emailAddress(e) {
+		bad("stack.alarm_email", "%q is not one e-mail address (name@example.com)", e)
+	}
 	if f.Stack.MaxMessageBytes < 1024 || f.Stack.MaxMessageBytes > MaxMessageBytes {
 		bad("stack.max_message_bytes", "%d must be between 1024 and %d (SQS's 1 MiB less the attributes of a message held back or dead-lettered)", f.Stack.MaxMessageBytes, MaxMessageBytes)
 	}
@@ -86,6 +98,12 @@ func (f *File) problems() []error {
 	}
 	if v := f.Stack.VPC; v != nil && (v.ID == "" || len(v.SubnetIDs) == 0 || len(v.SecurityGroupIDs) == 0) {
 		bad("stack.vpc", "id, subnet_ids and security_group_ids are all required")
+	}
+	if mb := f.Stack.PollerMemoryMB; mb < MinMemoryMB || mb > MaxMemoryMB {
+		bad("stack.poller_memory_mb", memoryRefused, mb, MinMemoryMB, MaxMemoryMB)
+	}
+	if mb := f.Stack.WriterMemoryMB; mb < MinMemoryMB || mb > MaxMemoryMB {
+		bad("stack.writer_memory_mb", memoryRefused, mb, MinMemoryMB, MaxMemoryMB)
 	}
 	if len(f.Jobs) == 0 {
 		bad("jobs", "at least one job is required")
@@ -135,6 +153,9 @@ func (j *Job) validate(p string) []error {
 	}
 	if err := checkURL(s.URL); err != nil {
 		bad("source.url", "%v", err)
+	} else if strings.ContainsAny(s.URL, "?#") {
+		// The feed client refuses them: it adds its own paths to the URL.
+		bad("source.url", "must not have a query or fragment: credentials go in source.auth, by reference (the URL is not shown)")
 	} else if s.Auth != nil && !s.AllowCleartextCredentials {
 		if host, clear := cleartextHost(s.URL); clear {
 			bad("source.url", cleartextRefused, "source.auth", host, "source")
@@ -503,6 +524,17 @@ func cleartextHost(u string) (string, bool) {
 		return host, false
 	}
 	return host, true
+}
+
+// emailAddress reports whether s is one bare e-mail address, which SNS can
+// subscribe: no display name, no list, a domain with a dot.
+func emailAddress(s string) bool {
+	a, err := mail.ParseAddress(s)
+	if err != nil || a.Name != "" || a.Address != s {
+		return false
+	}
+	_, domain, _ := strings.Cut(s, "@")
+	return strings.Contains(strings.Trim(domain, "."), ".")
 }
 
 // validHeaderName reports whether name is an RFC 9110 token.

@@ -26,12 +26,15 @@ import (
 
 // jobStatus is one job's row in `changesctl status`.
 type jobStatus struct {
-	Job                 string          `json:"job"`
-	Owner               string          `json:"owner"`
-	Host                string          `json:"host"`
-	Role                string          `json:"role"` // active, released, expired, none
-	Generation          int64           `json:"generation"`
-	Takeover            string          `json:"takeover,omitempty"` // how the lease was last taken
+	Job        string `json:"job"`
+	Owner      string `json:"owner"`
+	Host       string `json:"host"`
+	Role       string `json:"role"` // active, released, expired, none
+	Generation int64  `json:"generation"`
+	Takeover   string `json:"takeover,omitempty"` // how the lease was last taken
+	// HolderVersion is the release of the lease's holder (or last holder);
+	// absent when it recorded none (a release before 1.0.0).
+	HolderVersion       string          `json:"holder_version,omitempty"`
 	HeartbeatAgeSeconds *float64        `json:"heartbeat_age_seconds"`
 	LeaseLeftSeconds    *float64        `json:"lease_left_seconds"`
 	Checkpoint          json.RawMessage `json:"checkpoint"`
@@ -250,6 +253,13 @@ func printStatus(w io.Writer, rows []jobStatus) error {
 		fmt.Fprintln(w, d)
 	}
 	for _, r := range rows {
+		switch {
+		case r.Role == "none":
+		case r.HolderVersion != "":
+			fmt.Fprintf(w, "%s: lease holder version %s\n", r.Job, r.HolderVersion)
+		default:
+			fmt.Fprintf(w, "%s: lease holder version not recorded (a release before 1.0.0)\n", r.Job)
+		}
 		if r.SourceAuthFailedAt != nil {
 			fmt.Fprintf(w, "%s: the source last refused our credentials at %s\n", r.Job, r.SourceAuthFailedAt.Format(time.RFC3339))
 		}
@@ -317,7 +327,7 @@ func collectStatus(ctx context.Context, deps *pipeline.Deps, jobs []*config.Job,
 			return nil, err
 		}
 		r := jobStatus{Job: j.ID, Owner: st.Owner, Host: st.Host, Role: role(st, now), Generation: st.Generation,
-			Takeover: string(st.TakeoverKind), Checkpoint: st.Checkpoint, Pending: st.Pending,
+			Takeover: string(st.TakeoverKind), HolderVersion: st.HolderVersion, Checkpoint: st.Checkpoint, Pending: st.Pending,
 			Failovers: st.Failovers, Handoffs: st.Handoffs, Outputs: []outputStatus{},
 			LargestBatch: st.LargestBatch, FloodThreshold: j.Feed.FloodThreshold}
 		if !st.SourceAuthFailedAt.IsZero() {

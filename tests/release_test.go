@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -37,33 +36,17 @@ func releaseVersion(t testing.TB, root string) string {
 	return v
 }
 
-var (
-	currentOnce sync.Once
-	currentCtl  string
-	currentErr  string
-)
-
 // currentChangesctl builds this checkout's changesctl as users do, with
-// `make ctl` (its version stamped), once for the test binary's run.
+// `make ctl` (its version stamped), into a directory of the test's.
 func currentChangesctl(t testing.TB) string {
 	t.Helper()
-	currentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "changesctl-current-")
-		if err != nil {
-			currentErr = err.Error()
-			return
-		}
-		currentCtl = filepath.Join(dir, "changesctl")
-		cmd := exec.Command("make", "-s", "ctl", "CTL="+currentCtl)
-		cmd.Dir = repoRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			currentErr = "make ctl: " + err.Error() + "\n" + string(out)
-		}
-	})
-	if currentErr != "" {
-		t.Fatal(currentErr)
+	bin := filepath.Join(t.TempDir(), "changesctl")
+	cmd := exec.Command("make", "-s", "ctl", "CTL="+bin)
+	cmd.Dir = repoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make ctl: %v\n%s", err, out)
 	}
-	return currentCtl
+	return bin
 }
 
 // TestMakeStampsVersion: `make ctl` stamps the release VERSION names into

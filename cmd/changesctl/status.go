@@ -26,15 +26,12 @@ import (
 
 // jobStatus is one job's row in `changesctl status`.
 type jobStatus struct {
-	Job        string `json:"job"`
-	Owner      string `json:"owner"`
-	Host       string `json:"host"`
-	Role       string `json:"role"` // active, released, expired, none
-	Generation int64  `json:"generation"`
-	Takeover   string `json:"takeover,omitempty"` // how the lease was last taken
-	// HolderVersion is the release of the lease's holder (or last holder);
-	// absent when it recorded none (a release before 1.0.0).
-	HolderVersion       string          `json:"holder_version,omitempty"`
+	Job                 string          `json:"job"`
+	Owner               string          `json:"owner"`
+	Host                string          `json:"host"`
+	Role                string          `json:"role"` // active, released, expired, none
+	Generation          int64           `json:"generation"`
+	Takeover            string          `json:"takeover,omitempty"` // how the lease was last taken
 	HeartbeatAgeSeconds *float64        `json:"heartbeat_age_seconds"`
 	LeaseLeftSeconds    *float64        `json:"lease_left_seconds"`
 	Checkpoint          json.RawMessage `json:"checkpoint"`
@@ -42,6 +39,7 @@ type jobStatus struct {
 	Pending             int64           `json:"pending"` // -1: unknown
 	Failovers           int64           `json:"failovers"`
 	Handoffs            int64           `json:"handoffs"`
+	HolderVersion       string          `json:"holder_version,omitempty"` // the holder's release; none recorded before 1.0.0
 	// Standby is the last invocation seen waiting for the lease, if it was
 	// seen within two lease TTLs.
 	Standby string `json:"standby,omitempty"`

@@ -8,6 +8,12 @@ CTL       := $(LOCAL)/bin/changesctl
 CONFIG    ?= localstack/jobs.json
 ENV       := source localstack/env.sh &&
 FUNCTIONS := poller writer
+# The release stamped into changesctl and the functions (changesctl version,
+# their first log line, the lease item), with the commit they are built from.
+VERSION   := $(shell cat VERSION)
+COMMIT    := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+LDFLAGS   := -X github.com/changes-worker/changes-worker/shared/version.version=$(VERSION) \
+	-X github.com/changes-worker/changes-worker/shared/version.commit=$(COMMIT)
 # The configuration a deploy ships: no default, name it (make deploy CDK_CONFIG=path/to/jobs.json).
 CDK_CONFIG       ?=
 # localstack-deploy: the demo's configuration unless CDK_CONFIG names another.
@@ -33,12 +39,12 @@ sync-gateway: ## build the pinned Sync Gateway 3.1.0 into .local/bin/sync_gatewa
 down: ## stop the local services
 	@bash localstack/down.sh
 
-ctl: ## build the changesctl CLI into .local/bin
-	@mkdir -p $(LOCAL)/bin && $(GO) build -o $(CTL) ./cmd/changesctl
+ctl: ## build the changesctl CLI into .local/bin, its version stamped
+	@mkdir -p $(dir $(CTL)) && $(GO) build -ldflags='$(LDFLAGS)' -o $(CTL) ./cmd/changesctl
 
-build: ## build the Lambda bootstraps for linux/arm64 into build/<function>/bootstrap
+build: ## build the Lambda bootstraps for linux/arm64 into build/<function>/bootstrap, their version stamped
 	@for f in $(FUNCTIONS); do \
-		GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' -o build/$$f/bootstrap ./functions/$$f || exit 1; \
+		GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w $(LDFLAGS)' -o build/$$f/bootstrap ./functions/$$f || exit 1; \
 		echo "build/$$f/bootstrap"; \
 	done
 

@@ -289,8 +289,8 @@ func (js *jobStack) grantPoller() {
 	js.allowWildcards(nagObjectsReason, prefixPattern(a.Prefix))
 }
 
-// claimCheckObjects are the job's claim checks: claim-check/<prefix>/<job>/*
-// in the stack bucket.
+// claimCheckObjects are the claim checks the job's poller writes:
+// claim-check/<job>/<prefix>/* in the stack bucket.
 func (js *jobStack) claimCheckObjects() *string {
 	return js.bucket().ArnForObjects(jsii.String(js.claimCheckPrefix() + "*"))
 }
@@ -345,16 +345,16 @@ func (js *jobStack) grantWriter() {
 		},
 	}))
 	// Without s3:ListBucket, S3 answers a GetObject of a missing claim check
-	// with 403 instead of 404; the writer counts both as permanent. Under
-	// claim-check/<job>/, without the stack prefix, are the claim checks
-	// that messages still queued may point at (claimcheck.UnscopedPrefix).
+	// with 403 instead of 404; the writer counts both as permanent. The job's
+	// prefix claim-check/<job>/ holds the poller's (claim-check/<job>/<prefix>/)
+	// and those that messages queued by a release before 1.0.0 may point at
+	// (claimcheck.UnscopedPrefix).
 	unscoped := claimcheck.UnscopedPrefix(j.ID)
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("ReadClaimChecks"),
 		Actions:   jsii.Strings("s3:GetObject"),
-		Resources: &[]*string{js.claimCheckObjects(), js.bucket().ArnForObjects(jsii.String(unscoped + "*"))},
+		Resources: &[]*string{js.bucket().ArnForObjects(jsii.String(unscoped + "*"))},
 	}))
-	js.allowWildcards(nagObjectsReason, js.claimCheckPattern())
 	js.allowWildcards(nagObjectsReason, prefixPattern(unscoped))
 	for n, r := range js.routes {
 		o := r.out

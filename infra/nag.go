@@ -26,7 +26,7 @@ func suppress(c constructs.IConstruct, rule, reason string) {
 // are needed.
 const (
 	nagObjectsReason = "Object grants end in a prefix and '*': claim checks and attachments have generated keys and S3 outputs one key per document; " +
-		"each grant is confined to this job's claim-check/<stack prefix>/<job>/ prefix of the stack bucket (and, to read, claim-check/<job>/), its attachments prefix or one output's s3.prefix."
+		"each grant is confined to this job's claim-check/<job>/<stack prefix>/ prefix of the stack bucket (to read, claim-check/<job>/), its attachments prefix or one output's s3.prefix."
 	nagVPCReason = "Lambda creates and deletes the function's network interfaces in the configured subnets with the execution role; " +
 		"ec2:DescribeNetworkInterfaces and ec2:DescribeSubnets support no resource-level permissions."
 )

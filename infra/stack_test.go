@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -529,12 +528,12 @@ func TestGrants(t *testing.T) {
 		list    string
 	}{
 		{"cwtest-orders-poller", []string{"s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
-			[]string{"/claim-check/cwtest/orders/*", "/attachments/cwtest/orders/*"}, []string{"/attachments/cwtest/orders/*"}, `"s3:prefix":["attachments/cwtest/orders/*"]`},
-		{"cwtest-catalog-poller", []string{"s3:PutObject"}, []string{"/claim-check/cwtest/catalog/*"}, nil, ""},
+			[]string{"/claim-check/orders/cwtest/*", "/attachments/cwtest/orders/*"}, []string{"/attachments/cwtest/orders/*"}, `"s3:prefix":["attachments/cwtest/orders/*"]`},
+		{"cwtest-catalog-poller", []string{"s3:PutObject"}, []string{"/claim-check/catalog/cwtest/*"}, nil, ""},
 		{"cwtest-orders-writer", []string{"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
-			[]string{"/claim-check/cwtest/orders/*", "/claim-check/orders/*", "/archive/orders/*"}, []string{"/archive/orders/*"}, `"s3:prefix":["archive/orders/*"]`},
+			[]string{"/claim-check/orders/*", "/archive/orders/*"}, []string{"/archive/orders/*"}, `"s3:prefix":["archive/orders/*"]`},
 		{"cwtest-catalog-writer", []string{"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
-			[]string{"/claim-check/cwtest/catalog/*", "/claim-check/catalog/*", "partner-exports/catalog/*"}, []string{"arn:\",{\"Ref\":\"AWS::Partition\"},\":s3:::partner-exports/catalog/*"}, `"s3:prefix":["catalog/*"]`},
+			[]string{"/claim-check/catalog/*", "partner-exports/catalog/*"}, []string{"arn:\",{\"Ref\":\"AWS::Partition\"},\":s3:::partner-exports/catalog/*"}, `"s3:prefix":["catalog/*"]`},
 	} {
 		sts := statementsOf(rolePolicy(t, syn, c.fn))
 		wantActions(t, c.fn, sts, "s3:", c.actions)
@@ -571,11 +570,12 @@ func hasAny(s string, subs ...string) bool {
 	return false
 }
 
-// TestClaimCheckGrants: the poller may write and the writer may read claim
-// checks only under the claim-check prefix of its own stack and job, in the
-// stack bucket (the writer also under its job's prefix without the stack's,
-// which queued messages may name): never another job's, so a message naming
-// another job's or stack's claim check is refused by IAM too.
+// TestClaimCheckGrants: the poller may write claim checks only under the
+// claim-check prefix of its own job and stack, and the writer read them only
+// under its job's (which holds its stack's and those a release before 1.0.0
+// wrote, without the stack prefix), in the stack bucket: never another
+// job's, so a message naming another job's claim check is refused by IAM
+// too.
 func TestClaimCheckGrants(t *testing.T) {
 	syn := synthesized(t)
 	claimRes := regexp.MustCompile(`/claim-check/[^"]*`)
@@ -604,11 +604,10 @@ func TestClaimCheckGrants(t *testing.T) {
 					}
 				}
 			}
-			want := []string{"/claim-check/" + syn.cfg.Stack.Prefix + "/" + j.ID + "/*"}
+			want := []string{"/claim-check/" + j.ID + "/" + syn.cfg.Stack.Prefix + "/*"}
 			if c.action == "s3:GetObject" {
-				want = append(want, "/claim-check/"+j.ID+"/*")
+				want = []string{"/claim-check/" + j.ID + "/*"}
 			}
-			slices.Sort(want)
 			if d := cmp.Diff(want, sortedKeys(got)); d != "" {
 				t.Errorf("%s %s claim-check resources (-want +got):\n%s", c.fn, c.action, d)
 			}

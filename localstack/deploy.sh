@@ -43,9 +43,12 @@ die() { printf 'localstack-deploy: ERROR: %s\n' "$*" >&2; exit 1; }
 [[ -x "${AWSCLI[0]}" ]] || die "LocalStack's virtualenv is missing: run make up"
 
 goarch="$(go env GOARCH)"
-say "building the functions for linux/$goarch into $BUILD_DIR"
+# The release and commit stamped into the functions, as make build stamps them.
+version_pkg=github.com/changes-worker/changes-worker/shared/version
+ldflags="-s -w -X $version_pkg.version=$(cat VERSION) -X $version_pkg.commit=$(git rev-parse --short=12 HEAD 2>/dev/null || true)"
+say "building the functions $(cat VERSION) for linux/$goarch into $BUILD_DIR"
 for f in poller writer; do
-	GOOS=linux GOARCH="$goarch" CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags='-s -w' \
+	GOOS=linux GOARCH="$goarch" CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags="$ldflags" \
 		-o "$BUILD_DIR/$f/bootstrap" "./functions/$f"
 done
 

@@ -648,12 +648,15 @@ func killBootstraps(t *testing.T, function string) []int {
 // checkLogs reads both functions' log groups: every line an invocation
 // writes is a platform line (START, END, REPORT), a JSON log record with
 // level, message and request id, or an EMF record valid against the
-// specification; each function wrote records of both kinds.
+// specification; each function wrote records of both kinds. Each cold start
+// wrote its start record, naming the release VERSION names, as deploy.sh
+// stamps it.
 func (d *deployedStack) checkLogs(ctx context.Context, t *testing.T) {
 	logs := cloudwatchlogs.NewFromConfig(d.Deps.AWS)
+	release := releaseVersion(t, repoRoot(t))
 	for _, fn := range []string{"poller", "writer"} {
 		group := "/aws/lambda/" + d.function(fn)
-		var records, emf, reports, sdk int
+		var records, emf, reports, sdk, starts int
 		p := cloudwatchlogs.NewFilterLogEventsPaginator(logs, &cloudwatchlogs.FilterLogEventsInput{LogGroupName: &group})
 		for p.HasMorePages() {
 			page, err := p.NextPage(ctx)
@@ -673,21 +676,28 @@ func (d *deployedStack) checkLogs(ctx context.Context, t *testing.T) {
 					reports++
 				case kind == "sdk":
 					sdk++
+				case kind == "start":
+					starts++
+					var rec struct{ Function, Version string }
+					if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Function != fn || rec.Version != release {
+						t.Errorf("%s: start record names function %q version %q, want %s %s: %s", group, rec.Function, rec.Version, fn, release, line)
+					}
 				}
 			}
 		}
-		t.Logf("%s: %d log records, %d EMF records, %d REPORT lines, %d AWS SDK lines", group, records, emf, reports, sdk)
-		if records == 0 || emf == 0 || reports == 0 {
-			t.Errorf("%s: %d log records, %d EMF records, %d REPORT lines; want some of each", group, records, emf, reports)
+		t.Logf("%s: %d log records, %d EMF records, %d REPORT lines, %d AWS SDK lines, %d start records", group, records, emf, reports, sdk, starts)
+		if records == 0 || emf == 0 || reports == 0 || starts == 0 {
+			t.Errorf("%s: %d log records, %d EMF records, %d REPORT lines, %d start records; want some of each", group, records, emf, reports, starts)
 		}
 	}
 }
 
 // classifyLogLine says what a function's log line is: "platform" (START,
 // END, a returned error as aws-lambda-go prints it), "report" (REPORT),
-// "sdk" (the AWS SDK's own log), "record" (a JSON log record with
-// timestamp, level, message and request id), "emf" (an EMF record, checked
-// against the specification), or an error.
+// "sdk" (the AWS SDK's own log), "start" (the record a cold start writes
+// before any invocation, without request id), "record" (a JSON log record
+// with timestamp, level, message and request id), "emf" (an EMF record,
+// checked against the specification), or an error.
 func classifyLogLine(line string) (string, error) {
 	switch {
 	case strings.HasPrefix(line, "START RequestId: "), strings.HasPrefix(line, "END RequestId: "):
@@ -710,6 +720,14 @@ func classifyLogLine(line string) (string, error) {
 	}
 	if _, ok := doc["_aws"]; ok {
 		return "emf", validateEMF(doc)
+	}
+	if _, ok := doc["requestId"]; !ok && string(doc["message"]) == `"starting"` {
+		for _, k := range []string{"timestamp", "level", "function", "version"} {
+			if _, ok := doc[k]; !ok {
+				return "", fmt.Errorf("start record without %q", k)
+			}
+		}
+		return "start", nil
 	}
 	for _, k := range []string{"timestamp", "level", "message", "requestId"} {
 		if _, ok := doc[k]; !ok {

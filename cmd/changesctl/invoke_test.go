@@ -121,8 +121,8 @@ func TestInvokeWriterMissingClaimCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	missing := "claim-check/" + s.Config.Stack.Prefix + "/orders/3/missing-" + s.Name + ".json"
-	raw = bytes.Replace(raw, []byte(`claim-check/changes-worker/orders/3/1210.json`), []byte(missing), 1)
+	missing := claimcheck.Prefix(s.Config.Stack.Prefix, "orders") + "3/missing-" + s.Name + ".json"
+	raw = bytes.Replace(raw, []byte(`claim-check/orders/changes-worker/3/1210.json`), []byte(missing), 1)
 	event := tempFile(t, "event.json", raw)
 	if resp := s.invokeWriter(event, "--job", "orders"); len(resp.BatchItemFailures) != 0 {
 		t.Errorf("failures %v: a permanent failure goes to the DLQ, not back to the queue", resp.BatchItemFailures)

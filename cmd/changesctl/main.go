@@ -37,6 +37,7 @@ Usage:
                                          compare an output with the source (exit 2 on drift)
   changesctl bucket check --config FILE  check that the stack bucket expires claim checks
   changesctl docid hash ID...            the form of an id in logs and records with stack.doc_ids hash
+  changesctl version                     the release this changesctl was built from
 
 Run "changesctl COMMAND -h" for a command's flags. The AWS endpoint comes from
 the standard AWS_ENDPOINT_URL (unset: AWS itself).
@@ -71,6 +72,7 @@ func commands() []command {
 		{"verify", cmdVerify},
 		{"bucket", cmdBucket},
 		{"docid", cmdDocID},
+		{"version", cmdVersion},
 	}
 }
 
@@ -102,6 +104,9 @@ func realMain(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(env.stdout, usage)
 		return nil
+	}
+	if args[0] == "--version" {
+		return cmdVersion(ctx, env, args[1:])
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {

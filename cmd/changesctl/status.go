@@ -39,6 +39,7 @@ type jobStatus struct {
 	Pending             int64           `json:"pending"` // -1: unknown
 	Failovers           int64           `json:"failovers"`
 	Handoffs            int64           `json:"handoffs"`
+	HolderVersion       string          `json:"holder_version,omitempty"` // the holder's release; none recorded before 1.0.0
 	// Standby is the last invocation seen waiting for the lease, if it was
 	// seen within two lease TTLs.
 	Standby string `json:"standby,omitempty"`
@@ -250,6 +251,13 @@ func printStatus(w io.Writer, rows []jobStatus) error {
 		fmt.Fprintln(w, d)
 	}
 	for _, r := range rows {
+		switch {
+		case r.Role == "none":
+		case r.HolderVersion != "":
+			fmt.Fprintf(w, "%s: lease holder version %s\n", r.Job, r.HolderVersion)
+		default:
+			fmt.Fprintf(w, "%s: lease holder version not recorded (a release before 1.0.0)\n", r.Job)
+		}
 		if r.SourceAuthFailedAt != nil {
 			fmt.Fprintf(w, "%s: the source last refused our credentials at %s\n", r.Job, r.SourceAuthFailedAt.Format(time.RFC3339))
 		}
@@ -317,7 +325,7 @@ func collectStatus(ctx context.Context, deps *pipeline.Deps, jobs []*config.Job,
 			return nil, err
 		}
 		r := jobStatus{Job: j.ID, Owner: st.Owner, Host: st.Host, Role: role(st, now), Generation: st.Generation,
-			Takeover: string(st.TakeoverKind), Checkpoint: st.Checkpoint, Pending: st.Pending,
+			Takeover: string(st.TakeoverKind), HolderVersion: st.HolderVersion, Checkpoint: st.Checkpoint, Pending: st.Pending,
 			Failovers: st.Failovers, Handoffs: st.Handoffs, Outputs: []outputStatus{},
 			LargestBatch: st.LargestBatch, FloodThreshold: j.Feed.FloodThreshold}
 		if !st.SourceAuthFailedAt.IsZero() {

@@ -7,6 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/changes-worker/changes-worker/shared/statetable"
 	"github.com/changes-worker/changes-worker/shared/statetable/lease"
 	"github.com/changes-worker/changes-worker/shared/statetable/outage"
 	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
@@ -185,5 +190,45 @@ func TestStatusShowsOutputDown(t *testing.T) {
 	}
 	if strings.Contains(table, " s3 DOWN") {
 		t.Errorf("a past outage is shown as current:\n%s", table)
+	}
+}
+
+// TestStatusShowsHolderVersion: status names the version of the release
+// that holds (or last held) a job's lease, as its take recorded it, and
+// says so when the holder recorded none (a release before versions).
+func TestStatusShowsHolderVersion(t *testing.T) {
+	ctx, s := parallelStack(t, outPG)
+	s.pollerCheckpoint()
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(s.mustCLI(ctx, "status", "--json")), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0]["holder_version"] != "devel" {
+		t.Errorf("status --json: holder_version %v, want devel (a test binary's)", rows[0]["holder_version"])
+	}
+	if out := s.mustCLI(ctx, "status"); !strings.Contains(out, "orders: lease holder version devel\n") {
+		t.Errorf("status does not name the holder's version:\n%s", out)
+	}
+
+	// A take by a release that records no version (here the previous
+	// release's update, by hand) leaves the holder's version unknown.
+	_, err := s.Deps.DynamoDB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(s.Config.TableName()), Key: statetable.Key("orders"),
+		UpdateExpression:          aws.String("SET #owner = :owner, #gen = #gen + :one, #released = :false"),
+		ExpressionAttributeNames:  map[string]string{"#owner": "owner", "#gen": "generation", "#released": "released"},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":owner": statetable.Str("older-poller"), ":one": statetable.Num(1), ":false": &ddbtypes.AttributeValueMemberBOOL{Value: false}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after []map[string]any
+	if err := json.Unmarshal([]byte(s.mustCLI(ctx, "status", "--json")), &after); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := after[0]["holder_version"]; ok {
+		t.Errorf("status --json after an older release's take: holder_version %v, want none", v)
+	}
+	if out := s.mustCLI(ctx, "status"); !strings.Contains(out, "orders: lease holder version not recorded (a release before 1.0.0)\n") {
+		t.Errorf("status after an older release's take does not say the version is unknown:\n%s", out)
 	}
 }

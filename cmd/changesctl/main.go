@@ -39,7 +39,8 @@ Usage:
   changesctl docid hash ID...            the form of an id in logs and records with stack.doc_ids hash
 
 Run "changesctl COMMAND -h" for a command's flags. The AWS endpoint comes from
-the standard AWS_ENDPOINT_URL (unset: AWS itself).
+the standard AWS_ENDPOINT_URL (unset: AWS itself); a command that talks to AWS
+first names its endpoint, region and account on stderr.
 `
 
 // command is one subcommand.

@@ -29,9 +29,23 @@ type callerIdentity interface {
 }
 
 // announceAWS writes to w, in one line, which AWS a command is about to talk
-// to: awsNotice of cfg, with the account STS names.
+// to: awsNotice of cfg, with the account where accountOf asks for it.
 func announceAWS(ctx context.Context, w io.Writer, cfg aws.Config, lookup func(string) (string, bool)) {
-	fmt.Fprintln(w, awsNotice(cfg, lookup, account(ctx, sts.NewFromConfig(cfg))))
+	fmt.Fprintln(w, awsNotice(cfg, lookup, accountOf(ctx, cfg, sts.NewFromConfig(cfg))))
+}
+
+// accountOf names the account (see account) when cfg sends STS calls to AWS
+// itself, and is empty when an endpoint setting sends them elsewhere. On AWS
+// the account is what tells one AWS from another, and STS answers one call
+// at once; elsewhere the endpoint already says where the calls go, an
+// emulator's account is a made-up one, and the call costs what that
+// endpoint makes it cost (LocalStack loads its STS at the first call:
+// seconds on a busy machine).
+func accountOf(ctx context.Context, cfg aws.Config, id callerIdentity) string {
+	if sts.NewFromConfig(cfg).Options().BaseEndpoint != nil {
+		return ""
+	}
+	return account(ctx, id)
 }
 
 // serviceEndpoints are the services changesctl's clients call, each with its
@@ -54,14 +68,14 @@ var serviceEndpoints = []struct {
 
 // awsNotice is the line that names the AWS a command talks to: the general
 // endpoint and the setting it came from (or AWS itself when there is
-// none), each service endpoint that differs from it, the region and the
-// account (what account returned):
+// none), each service endpoint that differs from it, the region and, unless
+// it is empty, acct (what accountOf returned):
 //
-//	changesctl: AWS endpoint http://127.0.0.1:4566 (AWS_ENDPOINT_URL), S3 http://127.0.0.1:4567 (AWS_ENDPOINT_URL_S3), region us-east-1, account 000000000000
+//	changesctl: AWS endpoint http://127.0.0.1:4566 (AWS_ENDPOINT_URL), S3 http://127.0.0.1:4567 (AWS_ENDPOINT_URL_S3), region us-east-1
 //	changesctl: AWS endpoint: AWS itself (no AWS_ENDPOINT_URL), region eu-west-1, account 123456789012
 //
 // Endpoints are shown without user information, query or fragment.
-func awsNotice(cfg aws.Config, lookup func(string) (string, bool), account string) string {
+func awsNotice(cfg aws.Config, lookup func(string) (string, bool), acct string) string {
 	parts := make([]string, 0, len(serviceEndpoints)+3)
 	general := cfg.BaseEndpoint
 	if general == nil {
@@ -81,7 +95,10 @@ func awsNotice(cfg aws.Config, lookup func(string) (string, bool), account strin
 	} else {
 		parts = append(parts, "region "+cfg.Region)
 	}
-	return strings.Join(append(parts, account), ", ")
+	if acct != "" {
+		parts = append(parts, acct)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // endpointSource names the setting an endpoint came from: the environment

@@ -16,8 +16,9 @@ import (
 
 // TestCommandsNameTheirAWS: a command that talks to AWS first says on
 // stderr, in one line, which endpoint it talks to and which setting named
-// it, the per-service endpoints that differ, the region and the account; a
-// command that does not talk to AWS says nothing of the kind.
+// it, the per-service endpoints that differ and the region (the account
+// only on AWS itself: see TestAccountOf); a command that does not talk to
+// AWS says nothing of the kind.
 func TestCommandsNameTheirAWS(t *testing.T) {
 	ctx, s := parallelStack(t, outPG)
 	out, errOut, err := s.cli(ctx, "", "status")
@@ -26,7 +27,7 @@ func TestCommandsNameTheirAWS(t *testing.T) {
 	}
 	first, _, _ := strings.Cut(errOut, "\n")
 	want := []string{"changesctl: AWS endpoint " + os.Getenv("AWS_ENDPOINT_URL") + " (AWS_ENDPOINT_URL)",
-		", region " + os.Getenv("AWS_REGION"), ", account 000000000000"}
+		", region " + os.Getenv("AWS_REGION")}
 	for _, k := range []string{"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_DYNAMODB"} {
 		if v := os.Getenv(k); v != "" && v != os.Getenv("AWS_ENDPOINT_URL") {
 			want = append(want, " "+v+" ("+k+")")
@@ -36,6 +37,9 @@ func TestCommandsNameTheirAWS(t *testing.T) {
 		if !strings.Contains(first, w) {
 			t.Errorf("status: the first line on stderr %q lacks %q", first, w)
 		}
+	}
+	if strings.Contains(first, "account") {
+		t.Errorf("status: the first line on stderr %q names an account of the emulator", first)
 	}
 	if strings.Contains(out, "AWS endpoint") {
 		t.Errorf("status printed the endpoint on stdout:\n%s", out)
@@ -60,46 +64,48 @@ func TestAWSNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		name string
-		env  map[string]string
-		want string
+		name    string
+		env     map[string]string
+		account string // what accountOf returned
+		want    string
 	}{
 		{
 			name: "env.sh",
 			env: map[string]string{"AWS_ENDPOINT_URL": "http://127.0.0.1:4566", "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:4567",
 				"AWS_ENDPOINT_URL_DYNAMODB": "http://127.0.0.1:8000", "AWS_REGION": "us-east-1"},
 			want: "changesctl: AWS endpoint http://127.0.0.1:4566 (AWS_ENDPOINT_URL), DynamoDB http://127.0.0.1:8000 (AWS_ENDPOINT_URL_DYNAMODB), " +
-				"S3 http://127.0.0.1:4567 (AWS_ENDPOINT_URL_S3), region us-east-1, account 000000000000",
+				"S3 http://127.0.0.1:4567 (AWS_ENDPOINT_URL_S3), region us-east-1",
 		},
 		{
 			name: "a service's setting empty: the general endpoint",
 			env:  map[string]string{"AWS_ENDPOINT_URL": "http://127.0.0.1:4566", "AWS_ENDPOINT_URL_S3": "", "AWS_REGION": "us-east-1"},
-			want: "changesctl: AWS endpoint http://127.0.0.1:4566 (AWS_ENDPOINT_URL), region us-east-1, account 000000000000",
+			want: "changesctl: AWS endpoint http://127.0.0.1:4566 (AWS_ENDPOINT_URL), region us-east-1",
 		},
 		{
-			name: "AWS itself",
-			env:  map[string]string{"AWS_REGION": "eu-west-1"},
-			want: "changesctl: AWS endpoint: AWS itself (no AWS_ENDPOINT_URL), region eu-west-1, account 000000000000",
+			name:    "AWS itself",
+			env:     map[string]string{"AWS_REGION": "eu-west-1"},
+			account: "account 123456789012",
+			want:    "changesctl: AWS endpoint: AWS itself (no AWS_ENDPOINT_URL), region eu-west-1, account 123456789012",
 		},
 		{
 			name: "AWS itself but SQS",
 			env:  map[string]string{"AWS_ENDPOINT_URL_SQS": "http://127.0.0.1:9324", "AWS_DEFAULT_REGION": "eu-west-1"},
-			want: "changesctl: AWS endpoint: AWS itself (no AWS_ENDPOINT_URL), SQS http://127.0.0.1:9324 (AWS_ENDPOINT_URL_SQS), region eu-west-1, account 000000000000",
+			want: "changesctl: AWS endpoint: AWS itself (no AWS_ENDPOINT_URL), SQS http://127.0.0.1:9324 (AWS_ENDPOINT_URL_SQS), region eu-west-1",
 		},
 		{
 			name: "a profile's endpoint_url",
 			env:  map[string]string{"AWS_CONFIG_FILE": sharedConfig, "AWS_PROFILE": "local"},
-			want: "changesctl: AWS endpoint http://127.0.0.1:4566 (profile local of the shared config), region eu-central-1, account 000000000000",
+			want: "changesctl: AWS endpoint http://127.0.0.1:4566 (profile local of the shared config), region eu-central-1",
 		},
 		{
 			name: "no region",
 			env:  map[string]string{"AWS_ENDPOINT_URL": "http://127.0.0.1:4566"},
-			want: "changesctl: AWS endpoint http://127.0.0.1:4566 (AWS_ENDPOINT_URL), no region, account 000000000000",
+			want: "changesctl: AWS endpoint http://127.0.0.1:4566 (AWS_ENDPOINT_URL), no region",
 		},
 		{
 			name: "user information and query are not shown",
 			env:  map[string]string{"AWS_ENDPOINT_URL": "https://proxy-user:s3cr3t@proxy.example:8443/aws?token=s3cr3t", "AWS_REGION": "us-east-1"},
-			want: "changesctl: AWS endpoint https://…@proxy.example:8443/aws (AWS_ENDPOINT_URL), region us-east-1, account 000000000000",
+			want: "changesctl: AWS endpoint https://…@proxy.example:8443/aws (AWS_ENDPOINT_URL), region us-east-1",
 		},
 	}
 	for _, tt := range tests {
@@ -114,7 +120,7 @@ func TestAWSNotice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := awsNotice(cfg, os.LookupEnv, "account 000000000000"); got != tt.want {
+			if got := awsNotice(cfg, os.LookupEnv, tt.account); got != tt.want {
 				t.Errorf("notice\n got %s\nwant %s", got, tt.want)
 			}
 		})
@@ -168,6 +174,31 @@ func TestAccount(t *testing.T) {
 			}
 			if tt.sts.deadline <= 0 || tt.sts.deadline > accountTimeout {
 				t.Errorf("the call had %v left, want at most %v", tt.sts.deadline, accountTimeout)
+			}
+		})
+	}
+}
+
+// TestAccountOf: STS is asked only when its calls go to AWS itself.
+func TestAccountOf(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  aws.Config
+		want string
+	}{
+		{name: "AWS itself", cfg: aws.Config{Region: "eu-west-1"}, want: "account 123456789012"},
+		{name: "an endpoint setting", cfg: aws.Config{Region: "us-east-1", BaseEndpoint: aws.String("http://127.0.0.1:4566")}, want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			id := &fakeSTS{account: aws.String("123456789012")}
+			if got := accountOf(t.Context(), tt.cfg, id); got != tt.want {
+				t.Errorf("accountOf = %q, want %q", got, tt.want)
+			}
+			if asked := id.deadline != 0; asked != (tt.want != "") {
+				t.Errorf("STS asked: %t, want %t", asked, tt.want != "")
 			}
 		})
 	}

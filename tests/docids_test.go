@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/changes-worker/changes-worker/shared/config"
-	"github.com/changes-worker/changes-worker/shared/docid"
 	"github.com/changes-worker/changes-worker/shared/dlq"
+	"github.com/changes-worker/changes-worker/shared/docid"
 	"github.com/changes-worker/changes-worker/shared/localrun"
 	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
 	"github.com/changes-worker/changes-worker/tests/faults"

@@ -25,7 +25,7 @@ CFN_LINT_VERSION := 1.51.0
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK      := $(LOCAL)/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: help up down sync-gateway build ctl test test-infra cfn-lint-tool fuzz demo bench lint cdk-deps cdk-config synth diff deploy destroy localstack-up localstack-deploy localstack-demo
+.PHONY: help up down sync-gateway lambda-rie build ctl test test-infra cfn-lint-tool fuzz demo bench lint cdk-deps cdk-config synth diff deploy destroy localstack-up localstack-deploy localstack-demo
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -33,8 +33,11 @@ help: ## list the targets
 up: ## start the local services (LocalStack, moto for S3, DynamoDB Local, CouchDB-compatible source, PostgreSQL); installs what is missing
 	@bash localstack/up.sh
 
-sync-gateway: ## build the pinned Sync Gateway 3.1.0 into .local/bin/sync_gateway (up does it too; tests start it)
+sync-gateway: ## build the pinned Sync Gateway 3.1.0 into .local/bin/sync_gateway (test and bench do; tests start it)
 	@bash localstack/syncgateway.sh
+
+lambda-rie: ## build AWS's Lambda Runtime Interface Emulator, with which LocalStack runs Lambda functions, into .local/bin
+	@bash localstack/lambda-rie.sh
 
 down: ## stop the local services
 	@bash localstack/down.sh
@@ -48,7 +51,7 @@ build: ## build the Lambda bootstraps for linux/arm64 into build/<function>/boot
 		echo "build/$$f/bootstrap"; \
 	done
 
-test: lint up cdk-deps cfn-lint-tool ## lint, then run every test (unit, integration, end-to-end, infra) against the local services
+test: lint up sync-gateway lambda-rie cdk-deps cfn-lint-tool ## lint, then run every test (unit, integration, end-to-end, infra) against the local services
 	@$(ENV) $(GO) test -count=1 -timeout 45m ./...
 
 # Fuzz targets as package:Target. Their seed corpora (f.Add and testdata/fuzz)
@@ -76,13 +79,13 @@ fuzz: up ## run each fuzz target for FUZZTIME (30s); a failing input is written 
 	done; \
 	if [ -n "$$failed" ]; then echo "fuzz failures:$$failed"; exit 1; fi
 
-test-infra: up cdk-deps cfn-lint-tool ## only the CDK stack tests: assertions, IAM, cdk-nag, cfn-lint, the local variant deployed to LocalStack
+test-infra: up lambda-rie cdk-deps cfn-lint-tool ## only the CDK stack tests: assertions, IAM, cdk-nag, cfn-lint, the local variant deployed to LocalStack
 	@$(ENV) $(GO) test -count=1 ./infra/...
 
 demo: up ctl ## run the pipeline end to end on the local services and print a summary
 	@$(ENV) bash localstack/demo.sh $(CTL) $(CONFIG)
 
-bench: up ctl ## print throughput, latency, memory and failover figures (BENCH_ONLY=a,b: those benchmarks only); merge them into docs/bench-results.json and write docs/benchmarks.md
+bench: up sync-gateway lambda-rie cdk-deps ctl ## print throughput, latency, memory and failover figures (BENCH_ONLY=a,b: those benchmarks only); merge them into docs/bench-results.json and write docs/benchmarks.md
 	@$(ENV) $(GO) run ./tests/bench $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) -merge docs/bench-results.json
 	@$(GO) run ./tests/bench -report docs/bench-results.json > docs/benchmarks.md
 	@echo "docs/benchmarks.md written from docs/bench-results.json"
@@ -132,8 +135,8 @@ destroy: cdk-config build cdk-deps ## delete the stack (CDK_CONFIG required; ret
 localstack-up: ## start the same services as containers (localstack/docker-compose.yml; where a Docker engine runs)
 	docker compose -f localstack/docker-compose.yml up -d --wait
 
-localstack-demo: up ctl ## after make localstack-deploy: the demo's 1,000 documents through the deployed functions, with their cold starts and durations
+localstack-demo: up lambda-rie ctl ## after make localstack-deploy: the demo's 1,000 documents through the deployed functions, with their cold starts and durations
 	@$(ENV) bash localstack/demo-deployed.sh $(CTL) $(CONFIG)
 
-localstack-deploy: up cdk-deps ctl ## deploy the full stack to the local AWS, functions built for this machine (CDK_CONFIG, default the demo's)
+localstack-deploy: up lambda-rie cdk-deps ctl ## deploy the full stack to the local AWS, functions built for this machine (CDK_CONFIG, default the demo's)
 	@$(ENV) bash localstack/deploy.sh $(CTL) $(LOCALSTACK_CONFIG)

@@ -40,7 +40,8 @@ Usage:
   changesctl version                     the release this changesctl was built from
 
 Run "changesctl COMMAND -h" for a command's flags. The AWS endpoint comes from
-the standard AWS_ENDPOINT_URL (unset: AWS itself).
+the standard AWS_ENDPOINT_URL (unset: AWS itself); a command that talks to AWS
+first names its endpoint, region and account on stderr.
 `
 
 // command is one subcommand.

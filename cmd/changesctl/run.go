@@ -40,6 +40,7 @@ func load(ctx context.Context, env *cliEnv, path string, logOut io.Writer, verbo
 	if err != nil {
 		return nil, err
 	}
+	announceAWS(ctx, env.stderr, awsCfg, env.lookup)
 	if b, ok := env.lookup(pipeline.EnvBucket); (!ok || b == "") && cfg.Stack.Bucket == cfg.Stack.Prefix+"-data" {
 		useDeployedBucket(ctx, cfg, cloudformation.NewFromConfig(awsCfg), log)
 	}

@@ -211,4 +211,5 @@ func (f *File) SetDefaults() {
 			}
 		}
 	}
+	f.setDLQDefaults()
 }

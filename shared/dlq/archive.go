@@ -13,7 +13,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -301,6 +303,47 @@ func (a *Archive) Purge(ctx context.Context) (int, error) {
 		}
 	}
 	return len(keys), nil
+}
+
+// ErrArchiveExpires is CheckKept's error when a lifecycle rule of the
+// bucket deletes archived DLQ messages.
+var ErrArchiveExpires = errors.New("archived dlq messages expire")
+
+// CheckKept reads the lifecycle configuration of bucket and returns an
+// error wrapping ErrArchiveExpires, naming each rule, when an enabled rule
+// expires objects under the archive's prefix (dlq-archive/), whatever else
+// narrows it: the archive keeps what waits for an operator. It changes
+// nothing.
+func CheckKept(ctx context.Context, client claimcheck.LifecycleGetter, bucket string) error {
+	out, err := client.GetBucketLifecycleConfiguration(ctx, &s3.GetBucketLifecycleConfigurationInput{Bucket: &bucket})
+	var apiErr smithy.APIError
+	switch {
+	case errors.As(err, &apiErr) && apiErr.ErrorCode() == "NoSuchLifecycleConfiguration":
+		return nil
+	case err != nil:
+		return fmt.Errorf("get lifecycle configuration of bucket %s: %w", bucket, err)
+	}
+	var expiring []error
+	for _, r := range out.Rules {
+		if r.Status != s3types.ExpirationStatusEnabled || r.Expiration == nil {
+			continue
+		}
+		prefix, _ := claimcheck.RuleScope(r)
+		if !strings.HasPrefix(config.ArchivePrefix, prefix) && !strings.HasPrefix(prefix, config.ArchivePrefix) {
+			continue
+		}
+		id := aws.ToString(r.ID)
+		switch e := r.Expiration; {
+		case e.Date != nil:
+			expiring = append(expiring, fmt.Errorf("rule %q deletes archived DLQ messages (%s) on %s", id, config.ArchivePrefix, e.Date.Format("2006-01-02")))
+		case aws.ToInt32(e.Days) > 0:
+			expiring = append(expiring, fmt.Errorf("rule %q deletes archived DLQ messages (%s) after %d days", id, config.ArchivePrefix, aws.ToInt32(e.Days)))
+		}
+	}
+	if len(expiring) > 0 {
+		return fmt.Errorf("bucket %s: %w: %w", bucket, ErrArchiveExpires, errors.Join(expiring...))
+	}
+	return nil
 }
 
 // restoreClaimCheck writes m's claim check back where its envelope points,

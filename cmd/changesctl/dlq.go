@@ -136,9 +136,8 @@ func cmdDLQRedrive(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	defer d.deps.Close()
 	r := &dlq.Redriver{
-		SQS: d.deps.SQS,
-		Journal: &dlq.Journal{DB: d.deps.DynamoDB, Table: d.deps.Config.TableName(), Job: d.q.Job, Output: d.q.Output,
-			Retention: d.deps.Config.Stack.DLQ.Retention.D()},
+		SQS:        d.deps.SQS,
+		Journal:    &dlq.Journal{DB: d.deps.DynamoDB, Table: d.deps.Config.TableName(), Job: d.q.Job, Output: d.q.Output},
 		Queues:     d.q,
 		Archive:    d.archive,
 		Mode:       dlq.Mode(*mode),

@@ -47,6 +47,8 @@ func (d *Deps) archiveDLQs(ctx context.Context, job string, deadline time.Time) 
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		defer cancel()
+		next := time.NewTimer(every)
+		defer next.Stop()
 		for {
 			if d.Now.Now().Add(sweepMinTime).After(deadline) {
 				return
@@ -61,7 +63,8 @@ func (d *Deps) archiveDLQs(ctx context.Context, job string, deadline time.Time) 
 				return
 			case <-ctx.Done():
 				return
-			case <-time.After(every):
+			case <-next.C:
+				next.Reset(every)
 			}
 		}
 	})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/statetable/halt"
 	"github.com/changes-worker/changes-worker/shared/statetable/outage"
 	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
@@ -241,7 +242,7 @@ func (js *jobStack) placeInVPC(props *awslambda.FunctionProps, role awsiam.Role)
 
 // grantPoller lets the job's poller hold the job's lease and checkpoint and
 // record its quarantine entries in the table, send to the job's work queues,
-// write the job's claim checks and copy its attachments.
+// write the job's claim checks, archive its DLQs and copy its attachments.
 func (js *jobStack) grantPoller() {
 	j, role := js.job, js.poller.role
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
@@ -249,7 +250,7 @@ func (js *jobStack) grantPoller() {
 		Actions:   jsii.Strings("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"),
 		Resources: &[]*string{js.table.TableArn()},
 		Conditions: &map[string]any{
-			"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []string{j.ID, quarantine.Prefix(j.ID) + "*"}},
+			"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []string{j.ID, quarantine.Prefix(j.ID) + "*", dlq.SweepKey(j.ID)}},
 		},
 	}))
 	var queues []*string
@@ -267,6 +268,7 @@ func (js *jobStack) grantPoller() {
 		Resources: &[]*string{js.claimCheckObjects()},
 	}))
 	js.allowWildcards(nagObjectsReason, js.claimCheckPattern())
+	js.grantArchive()
 	a := j.Attachments
 	if a == nil || !a.Enabled {
 		return

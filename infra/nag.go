@@ -25,8 +25,8 @@ func suppress(c constructs.IConstruct, rule, reason string) {
 // Why the wildcards cdk-nag finds (AwsSolutions-IAM5) in a job's policies
 // are needed.
 const (
-	nagObjectsReason = "Object grants end in a prefix and '*': claim checks and attachments have generated keys and S3 outputs one key per document; " +
-		"each grant is confined to this job's claim-check/<job>/<stack prefix>/ prefix of the stack bucket (to read, claim-check/<job>/), its attachments prefix or one output's s3.prefix."
+	nagObjectsReason = "Object grants end in a prefix and '*': claim checks, attachments and archived DLQ messages have generated keys and S3 outputs one key per document; " +
+		"each grant is confined to this job's claim-check/<job>/<stack prefix>/ prefix of the stack bucket (to read, claim-check/<job>/), its dlq-archive/<stack prefix>/<job>/ prefix, its attachments prefix or one output's s3.prefix."
 	nagVPCReason = "Lambda creates and deletes the function's network interfaces in the configured subnets with the execution role; " +
 		"ec2:DescribeNetworkInterfaces and ec2:DescribeSubnets support no resource-level permissions."
 )

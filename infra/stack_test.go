@@ -474,15 +474,22 @@ func TestGrants(t *testing.T) {
 			if !strings.Contains(compact(st["Resource"]), table) {
 				t.Errorf("%s poller dynamodb resource = %s, want the table only", j.ID, compact(st["Resource"]))
 			}
-			// The job's item (lease and checkpoint) and its quarantine entries.
-			if want := leading(j.ID, "quarantine/"+j.ID+"/*"); compact(st["Condition"]) != want {
+			// The job's item (lease and checkpoint), its quarantine entries
+			// and the claim on its DLQs' archive sweep.
+			if want := leading(j.ID, "quarantine/"+j.ID+"/*", "dlq-archive/"+j.ID); compact(st["Condition"]) != want {
 				t.Errorf("%s poller dynamodb condition = %s, want %s", j.ID, compact(st["Condition"]), want)
 			}
 		}
-		wantActions(t, j.ID+" poller", poller, "sqs:", []string{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"})
+		wantActions(t, j.ID+" poller", poller, "sqs:", []string{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"})
 		wantResources(t, syn, j.ID+" poller", poller, "sqs:SendMessage", func(q map[string]any) bool {
 			return ownQueue(q) && !strings.Contains(q["QueueName"].(string), "-dlq")
 		})
+		// It archives its job's DLQs: receives and deletes there only.
+		for _, action := range []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"} {
+			wantResources(t, syn, j.ID+" poller", poller, action, func(q map[string]any) bool {
+				return ownQueue(q) && strings.Contains(q["QueueName"].(string), "-dlq")
+			})
+		}
 
 		writer := statementsOf(rolePolicy(t, syn, functionName(syn.cfg, j, fnWriter)))
 		halting := false
@@ -518,22 +525,26 @@ func TestGrants(t *testing.T) {
 		})
 	}
 
-	// Object grants are confined to the job's claim-check prefix, its
-	// attachments prefix and its outputs' prefixes.
+	// Object grants are confined to the job's claim-check prefix, its DLQ
+	// archive prefix, its attachments prefix and its outputs' prefixes.
 	for _, c := range []struct {
 		fn      string
 		actions []string
 		allowed []string
 		want    []string
-		list    string
+		list    []string
 	}{
 		{"cwtest-orders-poller", []string{"s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
-			[]string{"/claim-check/orders/cwtest/*", "/attachments/cwtest/orders/*"}, []string{"/attachments/cwtest/orders/*"}, `"s3:prefix":["attachments/cwtest/orders/*"]`},
-		{"cwtest-catalog-poller", []string{"s3:PutObject"}, []string{"/claim-check/catalog/cwtest/*"}, nil, ""},
+			[]string{"/claim-check/orders/cwtest/*", "/claim-check/orders/*", "/attachments/cwtest/orders/*", "/dlq-archive/cwtest/orders/*"},
+			[]string{"/attachments/cwtest/orders/*", "/dlq-archive/cwtest/orders/*"},
+			[]string{`"s3:prefix":["attachments/cwtest/orders/*"]`, `"s3:prefix":["dlq-archive/cwtest/orders/*"]`}},
+		{"cwtest-catalog-poller", []string{"s3:GetObject", "s3:ListBucket", "s3:PutObject"},
+			[]string{"/claim-check/catalog/cwtest/*", "/claim-check/catalog/*", "/dlq-archive/cwtest/catalog/*"}, []string{"/dlq-archive/cwtest/catalog/*"},
+			[]string{`"s3:prefix":["dlq-archive/cwtest/catalog/*"]`}},
 		{"cwtest-orders-writer", []string{"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
-			[]string{"/claim-check/orders/*", "/archive/orders/*"}, []string{"/archive/orders/*"}, `"s3:prefix":["archive/orders/*"]`},
+			[]string{"/claim-check/orders/*", "/archive/orders/*"}, []string{"/archive/orders/*"}, []string{`"s3:prefix":["archive/orders/*"]`}},
 		{"cwtest-catalog-writer", []string{"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
-			[]string{"/claim-check/catalog/*", "partner-exports/catalog/*"}, []string{"arn:\",{\"Ref\":\"AWS::Partition\"},\":s3:::partner-exports/catalog/*"}, `"s3:prefix":["catalog/*"]`},
+			[]string{"/claim-check/catalog/*", "partner-exports/catalog/*"}, []string{"arn:\",{\"Ref\":\"AWS::Partition\"},\":s3:::partner-exports/catalog/*"}, []string{`"s3:prefix":["catalog/*"]`}},
 	} {
 		sts := statementsOf(rolePolicy(t, syn, c.fn))
 		wantActions(t, c.fn, sts, "s3:", c.actions)
@@ -544,7 +555,7 @@ func TestGrants(t *testing.T) {
 					objects = append(objects, compact(st["Resource"]))
 				}
 			}
-			if contains(strs(st["Action"]), "s3:ListBucket") && !strings.Contains(compact(st["Condition"]), c.list) {
+			if contains(strs(st["Action"]), "s3:ListBucket") && !hasAny(compact(st["Condition"]), c.list...) {
 				t.Errorf("%s lists the bucket beyond its prefix: %s", c.fn, compact(st))
 			}
 		}
@@ -646,8 +657,8 @@ func TestAlarms(t *testing.T) {
 			want = append(want, j.ID+"-attachments-not-copied")
 		}
 		for _, o := range j.Outputs {
-			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-latency", j.ID+"-"+o.ID+"-output-auth-failures", j.ID+"-"+o.ID+"-backpressure",
-				j.ID+"-"+o.ID+"-output-down")
+			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-dlq-waiting", j.ID+"-"+o.ID+"-latency", j.ID+"-"+o.ID+"-output-auth-failures",
+				j.ID+"-"+o.ID+"-backpressure", j.ID+"-"+o.ID+"-output-down")
 			if o.Halts() {
 				want = append(want, j.ID+"-"+o.ID+"-halted")
 			}

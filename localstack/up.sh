@@ -377,6 +377,10 @@ start_localstack() {
 	# alarms read, but not a metric per call as well, which it would send
 	# through its own API from three threads, a core of this machine's two
 	# for minutes after a benchmark.
+	# SQS_ENABLE_MESSAGE_RETENTION_PERIOD=1: its SQS deletes a message once
+	# its queue's retention has passed, as AWS does (it keeps them for ever
+	# otherwise), so the DLQ archive is tested against a retention that
+	# runs out.
 	# LAMBDA_RUNTIME_EXECUTOR=host: Lambda functions run on the host under
 	# aws-lambda-rie (LAMBDA_HOST_RIE, looked for as each function starts),
 	# with the SDK's S3 and DynamoDB endpoints of this machine
@@ -388,6 +392,7 @@ start_localstack() {
 		SQS_ENDPOINT_STRATEGY=path \
 		SQS_CALL_METRICS=0 \
 		SQS_CLOUDWATCH_METRICS_REPORT_INTERVAL=20 \
+		SQS_ENABLE_MESSAGE_RETENTION_PERIOD=1 \
 		LAMBDA_RUNTIME_EXECUTOR=host \
 		LAMBDA_HOST_RIE="$RIE_BIN" \
 		LAMBDA_HOST_ENV="AWS_ENDPOINT_URL_S3=$S3_URL AWS_ENDPOINT_URL_DYNAMODB=$DYNAMODB_URL S3_USE_PATH_STYLE=true" \

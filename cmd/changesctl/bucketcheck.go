@@ -7,11 +7,13 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/dlq"
 )
 
 // cmdBucket checks the stack bucket. `bucket check` reads its lifecycle
 // configuration and fails unless claim checks expire as they do in a bucket
-// the stack creates; it prints the rule to add. It never changes the bucket:
+// the stack creates (it prints the rule to add), or when a rule expires the
+// DLQ archive. It never changes the bucket:
 // S3 replaces a lifecycle configuration as a whole, and an existing bucket's
 // other rules are its owner's.
 func cmdBucket(ctx context.Context, env *cliEnv, args []string) error {
@@ -42,6 +44,13 @@ func cmdBucket(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("bucket check: %w", err)
 	}
 	fmt.Fprintf(env.stdout, "bucket %s: claim checks under %s expire (rule %q)\n", bucket, config.ClaimCheckPrefix, id)
+	if err := dlq.CheckKept(ctx, deps.S3, bucket); err != nil {
+		if errors.Is(err, dlq.ErrArchiveExpires) {
+			fmt.Fprintf(env.stdout, "%v\n\nNo rule may expire objects under %s: the changes archived there wait for changesctl dlq redrive or purge.\n", err, config.ArchivePrefix)
+		}
+		return fmt.Errorf("bucket check: %w", err)
+	}
+	fmt.Fprintf(env.stdout, "bucket %s: no rule expires the DLQ archive under %s\n", bucket, config.ArchivePrefix)
 	return nil
 }
 

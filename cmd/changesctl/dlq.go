@@ -22,6 +22,10 @@ const dlqUsage = `usage: changesctl dlq list|show|redrive|purge --config FILE [-
   redrive   move the messages back to the work queue (SQS message move task, or copy)
   purge     delete every message of the DLQ (asks first, unless --yes)
 
+Each command covers the DLQ's archive too: the messages the job's poller
+moved to the stack bucket (dlq-archive/) before SQS's retention would drop
+them, marked archived.
+
 --job and --output may be left out when the configuration has only one.
 `
 
@@ -31,11 +35,12 @@ func cmdDLQ(ctx context.Context, env *cliEnv, args []string) error {
 		command{"list", cmdDLQList}, command{"show", cmdDLQShow}, command{"redrive", cmdDLQRedrive}, command{"purge", cmdDLQPurge})
 }
 
-// openedDLQ is the DLQ of one (job, output), with the dependencies that
-// reach it.
+// openedDLQ is the DLQ of one (job, output) and its archive, with the
+// dependencies that reach them.
 type openedDLQ struct {
-	deps *pipeline.Deps
-	q    dlq.Queues
+	deps    *pipeline.Deps
+	q       dlq.Queues
+	archive *dlq.Archive
 }
 
 // openDLQ loads the dependencies and resolves the queues of the job and
@@ -50,7 +55,7 @@ func openDLQ(ctx context.Context, env *cliEnv, sc *scope) (*openedDLQ, error) {
 		deps.Close()
 		return nil, fmt.Errorf("dlq: %w (run changesctl bootstrap first?)", err)
 	}
-	return &openedDLQ{deps: deps, q: q}, nil
+	return &openedDLQ{deps: deps, q: q, archive: dlq.NewArchive(deps.S3, deps.Config, j, o)}, nil
 }
 
 // name is "job/output".
@@ -134,6 +139,7 @@ func cmdDLQRedrive(ctx context.Context, env *cliEnv, args []string) error {
 		SQS:        d.deps.SQS,
 		Journal:    &dlq.Journal{DB: d.deps.DynamoDB, Table: d.deps.Config.TableName(), Job: d.q.Job, Output: d.q.Output},
 		Queues:     d.q,
+		Archive:    d.archive,
 		Mode:       dlq.Mode(*mode),
 		Rate:       *rate,
 		Limit:      *limit,
@@ -181,17 +187,29 @@ func route(f *config.File, jobID, outputID string) (*config.Job, *config.Output,
 }
 
 type dlqListing struct {
-	Job     string      `json:"job"`
-	Output  string      `json:"output"`
-	DLQ     string      `json:"dlq"`
-	Depth   dlq.Depth   `json:"depth"`
-	Scanned int         `json:"scanned"`
-	Groups  []dlq.Group `json:"groups"`
+	Job     string         `json:"job"`
+	Output  string         `json:"output"`
+	DLQ     string         `json:"dlq"`
+	Depth   dlq.Depth      `json:"depth"`
+	Archive archiveListing `json:"archive"`
+	Scanned int            `json:"scanned"`
+	Groups  []dlq.Group    `json:"groups"`
+}
+
+// archiveListing is what the DLQ's archive holds.
+type archiveListing struct {
+	Location string    `json:"location"`
+	Messages int       `json:"messages"`
+	Oldest   time.Time `json:"oldest_sent_at,omitzero"`
 }
 
 func (d *openedDLQ) list(ctx context.Context, env *cliEnv, samples, maxMsgs int, asJSON bool) error {
 	deps, q, name := d.deps, d.q, d.name()
 	depth, err := dlq.QueueDepth(ctx, deps.SQS, q.DLQURL)
+	if err != nil {
+		return err
+	}
+	stats, err := d.archive.Stats(ctx)
 	if err != nil {
 		return err
 	}
@@ -203,36 +221,49 @@ func (d *openedDLQ) list(ctx context.Context, env *cliEnv, samples, maxMsgs int,
 	if err != nil {
 		return err
 	}
-	l := dlqListing{Job: q.Job, Output: q.Output, DLQ: q.DLQName, Depth: depth, Scanned: n, Groups: dlq.Summarize(msgs, samples)}
+	read, err := d.readArchive(ctx, "", maxMsgs-n, func(m dlq.Message) bool {
+		msgs = append(msgs, m)
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	l := dlqListing{Job: q.Job, Output: q.Output, DLQ: q.DLQName, Depth: depth, Scanned: n + read, Groups: dlq.Summarize(msgs, samples),
+		Archive: archiveListing{Location: d.archive.Location(), Messages: stats.Count, Oldest: stats.Oldest}}
 	if asJSON {
 		return writeJSON(env.stdout, l)
 	}
+	now := time.Now()
 	fmt.Fprintf(env.stdout, "%s dead-letter queue %s: %d messages", name, q.DLQName, depth.Total())
 	if depth.InFlight > 0 {
 		fmt.Fprintf(env.stdout, " (%d in flight: held by a redrive or another reader)", depth.InFlight)
 	}
 	fmt.Fprintln(env.stdout)
-	if n == 0 {
+	fmt.Fprintf(env.stdout, "archive %s: %d archived", d.archive.Location(), stats.Count)
+	if stats.Count > 0 {
+		fmt.Fprintf(env.stdout, " (the first queued %s)", ago(now, stats.Oldest))
+	}
+	fmt.Fprintln(env.stdout)
+	if n+read == 0 {
 		return nil
 	}
-	if n < depth.Total() {
-		fmt.Fprintf(env.stdout, "read %d of them", n)
-		if q.FIFO {
+	if n < depth.Total() || read < stats.Count {
+		fmt.Fprintf(env.stdout, "read %d of the dlq's messages and %d of the archived", n, read)
+		if q.FIFO && n < depth.Total() {
 			fmt.Fprint(env.stdout, " (a FIFO DLQ shows one message per document at a time)")
 		}
 		fmt.Fprintln(env.stdout)
 	}
 	fmt.Fprintln(env.stdout)
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "COUNT\tCLASS\tREASON\tSTATUS\tLAST FAILURE\tSAMPLE DOC IDS\tERROR")
-	now := time.Now()
+	fmt.Fprintln(tw, "COUNT\tARCHIVED\tCLASS\tREASON\tSTATUS\tLAST FAILURE\tSAMPLE DOC IDS\tERROR")
 	for _, g := range l.Groups {
 		status := dash(failureStatus(g.HTTPStatus, g.SQLState))
 		last := "-"
 		if !g.LastAt.IsZero() {
 			last = ago(now, g.LastAt)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Count, dash(g.Class), dash(g.Reason), status, last,
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Count, g.Archived, dash(g.Class), dash(g.Reason), status, last,
 			truncate(strings.Join(printables(g.Samples), ", "), 60), truncate(printable(g.Error), 100))
 	}
 	if err := tw.Flush(); err != nil {
@@ -240,6 +271,37 @@ func (d *openedDLQ) list(ctx context.Context, env *cliEnv, samples, maxMsgs int,
 	}
 	fmt.Fprintf(env.stdout, "\nshow one:  changesctl dlq show --config ... --job %s --output %s\nredrive:   changesctl dlq redrive --config ... --job %s --output %s\n", q.Job, q.Output, q.Job, q.Output)
 	return nil
+}
+
+// readArchive reads the archived messages, in the DLQ's order, and calls fn
+// for each until fn returns false or max were read (none when max is 0 or
+// less); with an id, only that message is read. It returns how many it read.
+func (d *openedDLQ) readArchive(ctx context.Context, id string, maxMsgs int, fn func(dlq.Message) bool) (int, error) {
+	if maxMsgs <= 0 {
+		return 0, nil
+	}
+	var keys []string
+	err := d.archive.Keys(ctx, func(k dlq.ArchivedKey) bool {
+		if id == "" || k.MessageID == id {
+			keys = append(keys, k.Key)
+		}
+		return len(keys) < maxMsgs
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, k := range keys {
+		m, err := d.archive.Read(ctx, k)
+		if err != nil {
+			return n, err
+		}
+		n++
+		if !fn(m) {
+			break
+		}
+	}
+	return n, nil
 }
 
 // dlqShown is one message as `dlq show --json` prints it.
@@ -269,11 +331,22 @@ func (d *openedDLQ) show(ctx context.Context, env *cliEnv, id string, limit int,
 	if err != nil {
 		return err
 	}
+	if more := limit - len(found); id == "" && more > 0 || id != "" && len(found) == 0 {
+		if id != "" {
+			more = 1
+		}
+		if _, err := d.readArchive(ctx, id, more, func(m dlq.Message) bool {
+			found = append(found, m)
+			return true
+		}); err != nil {
+			return err
+		}
+	}
 	if id != "" && len(found) == 0 {
-		return fmt.Errorf("dlq show: no message %s in %s (gone, or held by another reader)", id, q.DLQName)
+		return fmt.Errorf("dlq show: no message %s in %s or its archive %s (gone, or held by another reader)", id, q.DLQName, d.archive.Location())
 	}
 	if len(found) == 0 {
-		fmt.Fprintf(env.stdout, "%s is empty\n", q.DLQName)
+		fmt.Fprintf(env.stdout, "%s and its archive are empty\n", q.DLQName)
 		return nil
 	}
 	if asJSON {
@@ -306,7 +379,13 @@ func printMessage(w io.Writer, m dlq.Message, now time.Time, body bool) {
 	defer tw.Flush()
 	fmt.Fprintf(tw, "message\t%s\n", m.ID)
 	if !m.SentAt.IsZero() {
-		fmt.Fprintf(tw, "in dlq since\t%s\n", when(now, m.SentAt))
+		fmt.Fprintf(tw, "queued\t%s\n", when(now, m.SentAt))
+	}
+	if a := m.Archived; a != nil {
+		fmt.Fprintf(tw, "archived\t%s, %s\n", when(now, a.At), printable(a.Key))
+		if m.ClaimCheckError != "" {
+			fmt.Fprintf(tw, "claim check\tnot kept: %s\n", printable(m.ClaimCheckError))
+		}
 	}
 	if e := m.Envelope; e != nil {
 		fmt.Fprintf(tw, "document\t%q\n", e.DocID)
@@ -377,10 +456,17 @@ func dlqRedrive(ctx context.Context, env *cliEnv, r *dlq.Redriver, name string, 
 		how += ", task " + res.TaskHandle
 	}
 	fmt.Fprintf(env.stdout, "redrive %s (%s): %d messages back on %s", name, how, res.Done(), r.Queues.WorkName)
+	if res.FromArchive > 0 {
+		fmt.Fprintf(env.stdout, " (%d from the archive)", res.FromArchive)
+	}
 	if res.Recovered > 0 || res.Resent > 0 {
 		fmt.Fprintf(env.stdout, " (%d finished for an interrupted redrive, %d re-sent because an interrupted send's outcome was unknown)", res.Recovered, res.Resent)
 	}
-	fmt.Fprintf(env.stdout, "; %d left in the dlq\n", res.Left)
+	fmt.Fprintf(env.stdout, "; %d left in the dlq", res.Left)
+	if r.Archive != nil {
+		fmt.Fprintf(env.stdout, ", %d in its archive", res.ArchiveLeft)
+	}
+	fmt.Fprintln(env.stdout)
 	if err != nil {
 		return fmt.Errorf("dlq redrive: %w", err)
 	}
@@ -393,17 +479,31 @@ func (d *openedDLQ) purge(ctx context.Context, env *cliEnv, yes bool) error {
 	if err != nil {
 		return err
 	}
-	if depth.Total() == 0 {
-		fmt.Fprintf(env.stdout, "%s is empty\n", q.DLQName)
-		return nil
-	}
-	if !yes && !confirm(env, fmt.Sprintf("delete all %d failed changes of %s for good (dlq %s)?", depth.Total(), name, q.DLQName)) {
-		return errors.New("dlq purge: not confirmed")
-	}
-	if err := dlq.Purge(ctx, deps.SQS, q.DLQURL); err != nil {
+	stats, err := d.archive.Stats(ctx)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.stdout, "purged %s: %d messages deleted (SQS may take up to a minute to finish)\n", q.DLQName, depth.Total())
+	if depth.Total() == 0 && stats.Count == 0 {
+		fmt.Fprintf(env.stdout, "%s and its archive are empty\n", q.DLQName)
+		return nil
+	}
+	if !yes && !confirm(env, fmt.Sprintf("delete all %d failed changes of %s for good (dlq %s: %d, archive %s: %d)?",
+		depth.Total()+stats.Count, name, q.DLQName, depth.Total(), d.archive.Location(), stats.Count)) {
+		return errors.New("dlq purge: not confirmed")
+	}
+	if depth.Total() > 0 {
+		if err := dlq.Purge(ctx, deps.SQS, q.DLQURL); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.stdout, "purged %s: %d messages deleted (SQS may take up to a minute to finish)\n", q.DLQName, depth.Total())
+	}
+	if stats.Count > 0 {
+		n, err := d.archive.Purge(ctx)
+		fmt.Fprintf(env.stdout, "purged %s: %d archived messages deleted\n", d.archive.Location(), n)
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -222,4 +222,5 @@ func (f *File) SetDefaults() {
 			}
 		}
 	}
+	f.setDLQDefaults()
 }

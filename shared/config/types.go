@@ -117,6 +117,28 @@ type Stack struct {
 	DocIDs string `json:"doc_ids,omitempty"`
 	// VPC places the functions in a VPC (to reach a private database).
 	VPC *VPC `json:"vpc,omitempty"`
+	// DLQ sets how long the DLQs keep failed changes, when the pollers
+	// archive them, and when the alarms call for an operator.
+	DLQ DLQ `json:"dlq"`
+}
+
+// DLQ sets what happens to the changes waiting in the DLQs. SQS deletes a
+// message Retention after it was queued (in a standard DLQ, its time in the
+// work queue counts). Before that, once it has waited ArchiveAfter, the
+// job's poller archives it to the stack bucket, where it stays until an
+// operator redrives or purges it: nothing expires unseen.
+type DLQ struct {
+	// Retention is every DLQ's message retention period. Default 14 days,
+	// SQS's maximum; lower it only to see the archive at work.
+	Retention Duration `json:"retention,omitempty"`
+	// ArchiveAfter is how long after it was queued (its SentTimestamp) a
+	// DLQ message is archived. Default: Retention less two days, or less
+	// half of it when that is shorter, or less twice what the pollers may go
+	// without archiving (see SweepGap) when that is longer.
+	ArchiveAfter Duration `json:"archive_after,omitempty"`
+	// AlarmAfter is how long a failed change may wait, in a DLQ or its
+	// archive, before an alarm fires. Default 1 day.
+	AlarmAfter Duration `json:"alarm_after,omitempty"`
 }
 
 // Values of Stack.DocIDs (docid.Exposure).

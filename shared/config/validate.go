@@ -124,6 +124,7 @@ func (f *File) problems() []error {
 		seen[j.ID] = true
 		errs = append(errs, j.validate(p)...)
 	}
+	errs = append(errs, f.validateDLQ()...)
 	errs = append(errs, f.checkNames()...)
 	errs = append(errs, f.checkObjectAreas()...)
 	return append(errs, f.checkPostgresTables()...)

@@ -102,10 +102,19 @@ const (
 //
 // Messages keep their body (the envelope, with its version) and message
 // attributes (the failure reason) in both modes.
+//
+// With an Archive, the messages archived from the DLQ go back too, in the
+// DLQ's order and before the DLQ's own (which were queued after them),
+// copied with the same journal discipline whatever the mode: each object
+// is deleted only once the work queue accepted its message, and a claim
+// check the archive kept is written back first. The archive is looked at
+// again after the DLQ, for what a sweep moved there meanwhile.
 type Redriver struct {
 	SQS     SQS
-	Journal *Journal // copy mode; required
+	Journal *Journal // copy mode and the archive; required there
 	Queues  Queues
+	// Archive, when set, is the DLQ's archive, redriven with it.
+	Archive *Archive
 	Mode    Mode
 	// Rate bounds messages per second; 0 means unbounded (task mode: SQS
 	// picks the rate). Task mode caps it at 500.
@@ -144,6 +153,11 @@ type Result struct {
 	// Left: messages still in the DLQ when the run ended (held by another
 	// reader, or failed to send).
 	Left int64 `json:"left"`
+	// FromArchive: of the messages counted above, those sent back from
+	// the DLQ's archive.
+	FromArchive int64 `json:"from_archive"`
+	// ArchiveLeft: messages still in the archive when the run ended.
+	ArchiveLeft int64 `json:"archive_left"`
 }
 
 // Done is every message that left the DLQ.
@@ -165,6 +179,14 @@ func (r *Redriver) log() *slog.Logger {
 // task per queue, so a second task fails to start). Redrive may be called
 // again on the same Redriver once it returned.
 func (r *Redriver) Redrive(ctx context.Context) (Result, error) {
+	if r.Archive == nil {
+		return r.redriveDLQ(ctx)
+	}
+	return r.withArchive(ctx)
+}
+
+// redriveDLQ moves the DLQ's messages in the Redriver's mode.
+func (r *Redriver) redriveDLQ(ctx context.Context) (Result, error) {
 	mode := r.Mode
 	if mode == "" {
 		mode = ModeAuto

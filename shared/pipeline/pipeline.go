@@ -66,6 +66,7 @@ type Deps struct {
 	// keys: the pool key each DSN reference (with its CA) last resolved to.
 	keys    map[poolRef]string
 	pollers map[string]*poll.Poller
+	dlqURLs map[string]string // by queue name
 }
 
 // poolRef is a DSN reference with the CA it is used with.

@@ -38,7 +38,9 @@ func TestRecordCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { q.DeleteQueue(context.WithoutCancel(t.Context()), &sqs.DeleteQueueInput{QueueUrl: created.QueueUrl}) })
+	t.Cleanup(func() {
+		q.DeleteQueue(context.WithoutCancel(t.Context()), &sqs.DeleteQueueInput{QueueUrl: created.QueueUrl})
+	})
 	if _, err := q.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name}); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +58,9 @@ func TestRecordCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	region, account := cfg.Region, "000000000000"
-	arn := func(service, res string) string { return "arn:aws:" + service + ":" + region + ":" + account + ":" + res }
+	arn := func(service, res string) string {
+		return "arn:aws:" + service + ":" + region + ":" + account + ":" + res
+	}
 	want := []awsconf.Call{
 		{Caller: "changesctl status", Service: "SQS", Operation: "GetQueueUrl", Region: region,
 			Requests: []iampolicy.Request{{Action: "sqs:GetQueueUrl", Resource: arn("sqs", name)}}},

@@ -220,7 +220,9 @@ func TestOtherOperators(t *testing.T) {
 	policy := func(cond string) []*iampolicy.Policy {
 		return []*iampolicy.Policy{iampolicy.MustParse("p", `{"Statement": [{"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": "*", "Condition": `+cond+`}]}`)}
 	}
-	r := func(ctx map[string][]string) iampolicy.Request { return req("sqs:SendMessage", "arn:aws:sqs:us-east-1:111122223333:q", ctx) }
+	r := func(ctx map[string][]string) iampolicy.Request {
+		return req("sqs:SendMessage", "arn:aws:sqs:us-east-1:111122223333:q", ctx)
+	}
 	src := func(v string) map[string][]string { return map[string][]string{"aws:SourceArn": {v}} }
 	runEval(t, []evalCase{
 		{name: "StringNotEquals without the key", policies: policy(`{"StringNotEquals": {"aws:SourceVpce": "vpce-1"}}`), req: r(nil), want: iampolicy.Allow},

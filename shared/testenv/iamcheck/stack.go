@@ -47,8 +47,8 @@ func FromStack(ctx context.Context, cfn CloudFormation, dir, name, region, accou
 // scope is one deployed stack: its template, the physical ids of its
 // resources, and its parameters' values.
 type scope struct {
-	name      string // the stack's name or id
-	label     string // the stack's name, or a nested stack's logical id
+	name      string                    // the stack's name or id
+	label     string                    // the stack's name, or a nested stack's logical id
 	resources map[string]map[string]any // logical id → resource
 	physical  map[string]string         // logical id → physical id
 	params    map[string]any

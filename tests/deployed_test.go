@@ -840,7 +840,7 @@ func (d *deployedStack) checkOperator(ctx context.Context, t *testing.T) {
 		{"dlq", "list", "--job", "orders", "--output", "pg"},
 		{"verify", "--job", "orders", "--output", "pg"},
 		{"verify", "--job", "orders", "--output", "archive"},
-		{"dlq", "redrive", "--job", "orders", "--output", "pg", "--yes"},
+		{"dlq", "redrive", "--job", "orders", "--output", "pg"},
 	} {
 		if out, err := run(args...); err != nil {
 			t.Errorf("changesctl %s: %v\n%s", strings.Join(args, " "), err, out)

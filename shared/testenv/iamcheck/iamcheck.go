@@ -21,6 +21,9 @@ import (
 type Principal struct {
 	ARN      string
 	Policies []*iampolicy.Policy
+	// EventSource: the role is a function's that an SQS event source
+	// mapping invokes; Lambda polls the queue with the role.
+	EventSource bool
 }
 
 // Policies are what the recorded calls are evaluated against.
@@ -61,6 +64,8 @@ type Report struct {
 	Checked, Skipped int
 	// ByCaller counts the requests evaluated per caller.
 	ByCaller map[string]int
+	// Calls is the number of calls the file held (Deployed.Check).
+	Calls int
 	// Denied describes each request that would be denied, and each call
 	// that could not be checked (no mapping, no policy for its caller).
 	Denied []string
@@ -68,13 +73,13 @@ type Report struct {
 	Unused []Unused
 }
 
-// lambdaActions are the actions Lambda performs with a function's role
-// rather than the function's code: writing its logs, and the SQS event
-// source mapping's polling.
-var lambdaActions = map[string]bool{
-	"logs:createlogstream": true, "logs:putlogevents": true,
-	"sqs:receivemessage": true, "sqs:deletemessage": true, "sqs:getqueueattributes": true,
-}
+// logActions and eventSourceActions are the actions Lambda performs with a
+// function's role rather than the function's code: writing its logs, and
+// the SQS event source mapping's polling.
+var (
+	logActions         = map[string]bool{"logs:createlogstream": true, "logs:putlogevents": true}
+	eventSourceActions = map[string]bool{"sqs:receivemessage": true, "sqs:deletemessage": true, "sqs:getqueueattributes": true}
+)
 
 // secureTransport is the request context every request has on AWS: the SDK
 // reaches the services' endpoints over HTTPS (the local emulators answer
@@ -141,7 +146,7 @@ func Check(calls []awsconf.Call, p *Policies) Report {
 					}
 					rep.Unused = append(rep.Unused, Unused{
 						Principal: strings.Join(names, ", "), Grant: iampolicy.Match{Policy: pol.Name, Statement: i, Sid: st.Sid},
-						Action: a, ByLambda: lambdaActions[strings.ToLower(a)],
+						Action: a, ByLambda: logActions[strings.ToLower(a)] || pr.EventSource && eventSourceActions[strings.ToLower(a)],
 					})
 				}
 			}

@@ -118,6 +118,7 @@ func (s *scope) collect(ctx context.Context, cfn CloudFormation, dir string, p *
 		roles[id] = pr
 		return pr, nil
 	}
+	functions := map[string]*Principal{} // by the function's logical id
 	ids := make([]string, 0, len(s.resources))
 	for id := range s.resources {
 		ids = append(ids, id)
@@ -141,6 +142,7 @@ func (s *scope) collect(ctx context.Context, cfn CloudFormation, dir string, p *
 				return err
 			}
 			p.Callers[fn] = pr
+			functions[id] = pr
 		case "AWS::IAM::Policy":
 			pol, err := s.policy(s.label+"/"+id, pp["PolicyDocument"])
 			if err != nil {
@@ -172,6 +174,15 @@ func (s *scope) collect(ctx context.Context, cfn CloudFormation, dir string, p *
 			p.Resource = append(p.Resource, pol)
 		case "AWS::IAM::ManagedPolicy":
 			return fmt.Errorf("stack %s: managed policy %s: not supported by the check", s.name, id)
+		}
+	}
+	for _, id := range ids {
+		r := s.resources[id]
+		if r["Type"] != "AWS::Lambda::EventSourceMapping" {
+			continue
+		}
+		if ref, ok := refOf(props(r)["FunctionName"]); ok && functions[ref] != nil {
+			functions[ref].EventSource = true
 		}
 	}
 	for _, id := range ids {

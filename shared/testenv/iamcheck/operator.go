@@ -159,31 +159,51 @@ func (d Deployed) Check(t testing.TB) Report {
 	return rep
 }
 
-// Log fails the test with each denied request and logs the summary.
+// Log fails the test with each denied request (once per kind, with how
+// often) and logs the summary.
 func (rep Report) Log(t testing.TB) {
 	t.Helper()
-	for _, d := range rep.Denied {
-		t.Errorf("denied: %s", d)
+	for _, d := range grouped(rep.Denied) {
+		t.Errorf("denied%s", d)
 	}
-	t.Log(rep.Summary())
+	var b strings.Builder
+	rep.summary(&b, false)
+	t.Log(b.String())
+}
+
+// grouped returns the sorted lines once each, prefixed with how often they
+// occur when more than once: ": line" or " (N times): line".
+func grouped(lines []string) []string {
+	var out []string
+	for i := 0; i < len(lines); {
+		n := 1
+		for i+n < len(lines) && lines[i+n] == lines[i] {
+			n++
+		}
+		if n > 1 {
+			out = append(out, fmt.Sprintf(" (%d times): %s", n, lines[i]))
+		} else {
+			out = append(out, ": "+lines[i])
+		}
+		i += n
+	}
+	return out
 }
 
 // Summary says what was checked, what would be denied and which granted
 // actions no request used.
 func (rep Report) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "IAM: %d requests checked %v, %d calls of unchecked callers, %d denied\n", rep.Checked, rep.ByCaller, rep.Skipped, len(rep.Denied))
-	for i := 0; i < len(rep.Denied); {
-		n := 1
-		for i+n < len(rep.Denied) && rep.Denied[i+n] == rep.Denied[i] {
-			n++
+	rep.summary(&b, true)
+	return b.String()
+}
+
+func (rep Report) summary(b *strings.Builder, denied bool) {
+	fmt.Fprintf(b, "IAM: %d requests checked %v, %d calls of unchecked callers, %d denied\n", rep.Checked, rep.ByCaller, rep.Skipped, len(rep.Denied))
+	if denied {
+		for _, d := range grouped(rep.Denied) {
+			b.WriteString("  denied" + d + "\n")
 		}
-		if n > 1 {
-			fmt.Fprintf(&b, "  denied (%d times): %s\n", n, rep.Denied[i])
-		} else {
-			b.WriteString("  denied: " + rep.Denied[i] + "\n")
-		}
-		i += n
 	}
 	if len(rep.Unused) > 0 {
 		b.WriteString("IAM: granted actions no request used:\n")
@@ -191,7 +211,6 @@ func (rep Report) Summary() string {
 			b.WriteString("  " + u.String() + "\n")
 		}
 	}
-	return b.String()
 }
 
 // TestStackPrefix and TestStackBucket stand for the stack prefix and bucket

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -358,18 +359,8 @@ func item(action, keyField string) func(*opArgs) ([]iampolicy.Request, error) {
 
 func leading(action, table string, keys ...string) iampolicy.Request {
 	sort.Strings(keys)
-	keys = slicesCompact(keys)
+	keys = slices.Compact(keys)
 	return iampolicy.Request{Action: action, Resource: table, Context: map[string][]string{"dynamodb:LeadingKeys": keys}}
-}
-
-func slicesCompact(s []string) []string {
-	out := s[:0]
-	for i, v := range s {
-		if i == 0 || v != s[i-1] {
-			out = append(out, v)
-		}
-	}
-	return out
 }
 
 // query reads the partition key from a KeyConditionExpression of the form

@@ -164,7 +164,9 @@ func TestDeployAddRemoveJob(t *testing.T) {
 	if !strings.Contains(strings.Join(moved, "\n"), "checkpoint_seq") {
 		t.Errorf("job %s's poller delivered %d more documents, yet the comparison sees no change of its checkpoint: %v", kept[0], later, moved)
 	}
-	f.checkIAM(t, outAfter, checked, added, kept[0])
+	// A warm writer may deliver to PostgreSQL without an AWS request of
+	// its own (Lambda's event source mapping receives and deletes).
+	f.checkIAM(t, outAfter, checked, added)
 }
 
 // checkIAM evaluates the AWS requests the functions made, from the

@@ -253,7 +253,7 @@ func TestParseRefuses(t *testing.T) {
 		{"unknown qualifier", `{"Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*", "Condition": {"ForSome:StringLike": {"s3:prefix": "a"}}}]}`, `unknown qualifier "ForSome"`},
 		{"policy variable", `{"Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/${aws:username}/*"}]}`, `policy variables are not supported`},
 		{"NotPrincipal", `{"Statement": [{"Effect": "Deny", "NotPrincipal": {"AWS": "x"}, "Action": "s3:GetObject", "Resource": "*"}]}`, `NotPrincipal: not supported`},
-		{"effect", `{"Statement": [{"Sid": "S1", "Effect": "allow", "Action": "s3:GetObject", "Resource": "*"}]}`, `S1: Effect "allow": want Allow or Deny`},
+		{"effect", `{"Statement": [{"Sid": "S1", "Effect": "allow", "Action": "s3:GetObject", "Resource": "*"}]}`, `S1: element Effect "allow": want Allow or Deny`},
 		{"no action", `{"Statement": [{"Effect": "Allow", "Resource": "*"}]}`, `want exactly one of Action and NotAction`},
 		{"no statement", `{"Version": "2012-10-17"}`, `no Statement`},
 		{"federated principal", `{"Statement": [{"Effect": "Allow", "Principal": {"Federated": "x"}, "Action": "s3:GetObject", "Resource": "*"}]}`, `Federated principals are not supported`},

@@ -153,7 +153,7 @@ func parseStatement(b json.RawMessage) (Statement, error) {
 		}
 	}
 	if st.Effect != EffectAllow && st.Effect != EffectDeny {
-		errs = append(errs, fmt.Errorf("Effect %q: want Allow or Deny", st.Effect))
+		errs = append(errs, fmt.Errorf("element Effect %q: want Allow or Deny", st.Effect))
 	}
 	if (st.Action == nil) == (st.NotAction == nil) {
 		errs = append(errs, errors.New("want exactly one of Action and NotAction"))
@@ -164,7 +164,7 @@ func parseStatement(b json.RawMessage) (Statement, error) {
 	for _, list := range [][]string{st.Resource, st.NotResource} {
 		for _, r := range list {
 			if strings.Contains(r, "${") {
-				errs = append(errs, fmt.Errorf("Resource %q: policy variables are not supported", r))
+				errs = append(errs, fmt.Errorf("element Resource %q: policy variables are not supported", r))
 			}
 		}
 	}

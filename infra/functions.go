@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/dlq"
@@ -28,6 +29,7 @@ const (
 	envConfigFile   = "CHANGES_CONFIG_FILE"
 	envBucket       = "CHANGES_BUCKET"
 	envSecretPrefix = "CHANGES_ENV_SECRET_PREFIX"
+	envAWSCalls     = awsconf.EnvCalls
 )
 
 const (
@@ -141,6 +143,9 @@ func (js *jobStack) newFunction(kind, name string, o functionOptions) *function 
 			envSecretPrefix: jsii.String(s.cfg.Stack.Prefix + "/"),
 		},
 		ReservedConcurrentExecutions: o.reserved,
+	}
+	if s.in.awsCalls != "" {
+		(*props.Environment)[envAWSCalls] = jsii.String(s.in.awsCalls)
 	}
 	if name == fnPoller {
 		// A schedule tick is worth nothing once the next one is due: never

@@ -46,6 +46,9 @@ type input struct {
 	variant variant
 	// schedulesDisabled creates the schedule rules disabled.
 	schedulesDisabled bool
+	// awsCalls, when set, is the file the functions record their AWS
+	// requests in (envAWSCalls).
+	awsCalls string
 	// arch is the functions' architecture, the one their bootstraps are
 	// built for: arm64 from `make build`, this machine's for a local deploy.
 	arch string

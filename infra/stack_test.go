@@ -237,7 +237,7 @@ func TestFunctions(t *testing.T) {
 				}
 				env, _ := p["Environment"].(map[string]any)
 				vars, _ := env["Variables"].(map[string]any)
-				if vars[envConfigFile] != "jobs.json" || vars[envSecretPrefix] != "cwtest/" {
+				if vars[envConfigFile] != "jobs.json" || vars[envSecretPrefix] != "cwtest/" || vars[envAWSCalls] != nil {
 					t.Errorf("environment = %s", compact(vars))
 				}
 				// The stack bucket's generated name comes from the shared

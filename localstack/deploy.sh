@@ -23,7 +23,9 @@
 # Environment: BUILD_DIR [.local/build/host] where the bootstraps are built;
 # CDK_OUT [cdk.out] where the cloud assembly is written (deploys running side
 # by side each need their own); SCHEDULES [enabled] or disabled: leave the
-# rules disabled (the tests invoke the poller themselves).
+# rules disabled (the tests invoke the poller themselves); CHANGES_AWS_CALLS
+# [unset] an absolute path: the functions record every AWS request they make
+# there (-c aws_calls), for the tests' IAM check.
 set -euo pipefail
 ctl=$1
 config=$2
@@ -53,7 +55,7 @@ for f in poller writer; do
 done
 
 say "removing the table and queues \`changesctl bootstrap\` (make demo) made under the stack's names, if any: CloudFormation creates its own"
-"$ctl" bootstrap --remove --config "$config" | sed 's/^/localstack-deploy: bootstrap --remove: /' >&2
+CHANGES_AWS_CALLS= "$ctl" bootstrap --remove --config "$config" | sed 's/^/localstack-deploy: bootstrap --remove: /' >&2
 
 # cdklocal is given the local AWS as 127.0.0.1 (its default host name does not
 # resolve everywhere), S3 included: CloudFormation reads the template from
@@ -61,6 +63,9 @@ say "removing the table and queues \`changesctl bootstrap\` (make demo) made und
 s3_functions="${AWS_ENDPOINT_URL_S3:-$AWS_ENDPOINT_URL}"
 export AWS_ENDPOINT_URL_S3="$AWS_ENDPOINT_URL" CDK_HOME="$ROOT/.local/cdk-home"
 ctx=(-c "config=$config" -c "build_dir=$BUILD_DIR" -c schedules=disabled -o "$CDK_OUT")
+if [[ -n "${CHANGES_AWS_CALLS:-}" ]]; then
+	ctx+=(-c "aws_calls=$CHANGES_AWS_CALLS")
+fi
 if ! "${AWSCLI[@]}" cloudformation describe-stacks --stack-name CDKToolkit >/dev/null 2>&1; then
 	"$CDKLOCAL" bootstrap "${ctx[@]}"
 fi

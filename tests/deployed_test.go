@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -35,6 +36,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/demo/receiver"
 	"github.com/changes-worker/changes-worker/shared/demo/sample"
@@ -43,6 +45,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/failure"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/iamcheck"
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
@@ -57,6 +60,9 @@ type deployedStack struct {
 	dsn    string // the PostgreSQL output's DSN; the stack is deployed with a wrong one
 	lambda *lambda.Client
 	sqs    *sqs.Client
+	// calls records every AWS request of the functions and of changesctl;
+	// assembly is the deploy's cloud assembly, ctl the changesctl it built.
+	calls, assembly, ctl string
 }
 
 // Settings of the deployed test stack: short timeouts so that retries,
@@ -102,6 +108,12 @@ func TestDeployedStack(t *testing.T) {
 	})
 	t.Run("log groups hold structured logs and EMF", func(t *testing.T) {
 		d.checkLogs(ctx, t)
+	})
+	t.Run("changesctl operates the deployed stack", func(t *testing.T) {
+		d.checkOperator(ctx, t)
+	})
+	t.Run("every AWS request allowed by its caller's policy", func(t *testing.T) {
+		d.checkIAM(t)
 	})
 }
 
@@ -155,9 +167,13 @@ func deployStack(t *testing.T) *deployedStack {
 	}
 	wrong.User = url.UserPassword(wrong.User.Username(), "not-the-password")
 	start := time.Now()
+	buildDir := t.TempDir()
+	d.assembly, d.ctl = t.TempDir(), filepath.Join(buildDir, "changesctl")
+	d.calls = filepath.Join(t.TempDir(), "aws-calls.jsonl")
 	if err := testenv.DeployLocal(t.Context(), testenv.LocalDeploy{
-		ConfigPath: s.ConfigPath, BuildDir: t.TempDir(), AssemblyDir: t.TempDir(),
-		Env: []string{testenv.DSNEnv + "=" + wrong.String()},
+		ConfigPath: s.ConfigPath, BuildDir: buildDir, AssemblyDir: d.assembly,
+		Env:      []string{testenv.DSNEnv + "=" + wrong.String()},
+		AWSCalls: d.calls,
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -820,6 +836,53 @@ func init() {
 		Gigabytes/Second Terabytes/Second Bits/Second Kilobits/Second Megabits/Second Gigabits/Second
 		Terabits/Second Count/Second None`) {
 		emfUnits[u] = true
+	}
+}
+
+// checkOperator runs changesctl's operator commands on the deployed stack
+// as an operator would, its requests recorded: status, the checkpoint, the
+// DLQ, verify of the PostgreSQL output (its DSN read from the stack's
+// secret, CHANGES_ENV_SECRET_PREFIX) and of the S3 output, a redrive of the
+// empty DLQ, the bucket's rules.
+func (d *deployedStack) checkOperator(ctx context.Context, t *testing.T) {
+	env := append(os.Environ(), awsconf.EnvCalls+"="+d.calls, "CHANGES_ENV_SECRET_PREFIX="+d.prefix+"/")
+	run := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, d.ctl, append(args, "--config", d.ConfigPath)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, args := range [][]string{
+		{"status"},
+		{"checkpoint", "get", "--job", "orders"},
+		{"dlq", "list", "--job", "orders", "--output", "pg"},
+		{"verify", "--job", "orders", "--output", "pg"},
+		{"verify", "--job", "orders", "--output", "archive"},
+		{"dlq", "redrive", "--job", "orders", "--output", "pg"},
+	} {
+		if out, err := run(args...); err != nil {
+			t.Errorf("changesctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	// The local S3 the functions use holds a copy of the stack's bucket
+	// without its lifecycle rule (deploy.sh): the check reports it missing,
+	// which is not what this test is about.
+	if out, err := run("bucket", "check"); err != nil && !strings.Contains(out, "claim-check") {
+		t.Errorf("changesctl bucket check: %v\n%s", err, out)
+	}
+}
+
+// checkIAM evaluates every AWS request the functions and changesctl made
+// during the test against the policy of its caller: the function's role in
+// the deployed templates, the operator policy of docs/deploy.md for
+// changesctl. Each function and changesctl must have made requests.
+func (d *deployedStack) checkIAM(t *testing.T) {
+	rep := iamcheck.Deployed{AWS: d.Deps.AWS, Calls: d.calls, Assembly: d.assembly, Stack: d.prefix,
+		Bucket: d.Config.Stack.Bucket, Root: ".."}.Check(t)
+	for _, caller := range []string{d.function("poller"), d.function("writer"), "changesctl verify"} {
+		if rep.ByCaller[caller] == 0 {
+			t.Errorf("no request of %s was recorded", caller)
+		}
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/changes-worker/changes-worker/shared/awsconf"
 )
 
 const usage = `changesctl operates changes-worker pipelines.
@@ -111,7 +113,9 @@ func realMain(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
-			return c.run(ctx, env, args[1:])
+			// With CHANGES_AWS_CALLS set, its AWS requests are recorded as
+			// the command's.
+			return c.run(awsconf.WithCaller(ctx, "changesctl "+c.name), env, args[1:])
 		}
 	}
 	fmt.Fprint(env.stderr, usage)

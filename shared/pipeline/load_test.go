@@ -17,11 +17,13 @@ func TestLoad(t *testing.T) {
 	testenv.SetAWSEnv()
 	dir := t.TempDir()
 	good := filepath.Join(dir, "jobs.json")
-	if err := os.WriteFile(good, []byte(`{"stack": {"prefix": "loadtest"},
+	doc := `{"stack": {"prefix": "loadtest"},
 		"jobs": [{"id": "orders", "source": {"type": "couchdb", "url": "http://127.0.0.1:5984/orders"},
-			"outputs": [{"id": "s3", "type": "s3", "s3": {}}]}]}`), 0o644); err != nil {
+			"outputs": [{"id": "s3", "type": "s3", "s3": {}}]}]}`
+	if err := os.WriteFile(good, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	other := strings.Replace(doc, "loadtest", "othertest", 1)
 	tests := []struct {
 		name       string
 		env        map[string]string
@@ -35,6 +37,12 @@ func TestLoad(t *testing.T) {
 		// the code is unpacked (/var/task on AWS).
 		{name: "relative to the task root", env: map[string]string{pipeline.EnvConfigFile: "jobs.json", pipeline.EnvTaskRoot: dir}, wantBucket: "loadtest-data"},
 		{name: "an absolute path whatever the task root", env: map[string]string{pipeline.EnvConfigFile: good, pipeline.EnvTaskRoot: t.TempDir()}, wantBucket: "loadtest-data"},
+		// The stack gives a job's functions its configuration in their
+		// environment, and their code is the same for every job.
+		{name: "in the environment", env: map[string]string{pipeline.EnvConfig: doc, pipeline.EnvTaskRoot: t.TempDir()}, wantBucket: "loadtest-data"},
+		{name: "in the environment, the deployed bucket", env: map[string]string{pipeline.EnvConfig: doc, pipeline.EnvBucket: "deployed-bucket"}, wantBucket: "deployed-bucket"},
+		{name: "a named file before the environment", env: map[string]string{pipeline.EnvConfigFile: good, pipeline.EnvConfig: other}, wantBucket: "loadtest-data"},
+		{name: "an invalid configuration in the environment", env: map[string]string{pipeline.EnvConfig: `{"stack": {"prefix": "loadtest"}, "jobs": []}`}, wantErr: "config in " + pipeline.EnvConfig + ": "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -80,7 +80,10 @@ type Lookup func(string) (string, bool)
 
 // Environment variables the functions read.
 const (
-	EnvConfigFile      = "CHANGES_CONFIG_FILE"
+	EnvConfigFile = "CHANGES_CONFIG_FILE"
+	// EnvConfig holds the configuration itself, when no file is named:
+	// the stack gives each job's functions their job's configuration so.
+	EnvConfig          = "CHANGES_CONFIG"
 	EnvBucket          = "CHANGES_BUCKET"
 	EnvEnvSecretPrefix = "CHANGES_ENV_SECRET_PREFIX"
 	// EnvTaskRoot is where Lambda unpacked the function's code (/var/task
@@ -88,18 +91,12 @@ const (
 	EnvTaskRoot = "LAMBDA_TASK_ROOT"
 )
 
-// LoadConfig reads the configuration named by CHANGES_CONFIG_FILE (default
-// jobs.json) and applies CHANGES_BUCKET. A relative path is taken from
-// LAMBDA_TASK_ROOT when that is set, else from the working directory.
+// LoadConfig reads the configuration named by CHANGES_CONFIG_FILE or, when
+// that is unset, the one CHANGES_CONFIG holds, else the file jobs.json, and
+// applies CHANGES_BUCKET. A relative path is taken from LAMBDA_TASK_ROOT
+// when that is set, else from the working directory.
 func LoadConfig(lookup Lookup) (*config.File, error) {
-	path, ok := lookup(EnvConfigFile)
-	if !ok || path == "" {
-		path = "jobs.json"
-	}
-	if root, ok := lookup(EnvTaskRoot); ok && root != "" && !filepath.IsAbs(path) {
-		path = filepath.Join(root, path)
-	}
-	f, err := config.Load(path)
+	f, err := readConfig(lookup)
 	if err != nil {
 		return nil, err
 	}
@@ -107,6 +104,24 @@ func LoadConfig(lookup Lookup) (*config.File, error) {
 		OverrideBucket(f, b)
 	}
 	return f, nil
+}
+
+func readConfig(lookup Lookup) (*config.File, error) {
+	path, ok := lookup(EnvConfigFile)
+	if !ok || path == "" {
+		if doc, ok := lookup(EnvConfig); ok && doc != "" {
+			f, err := config.Parse([]byte(doc))
+			if err != nil {
+				return nil, fmt.Errorf("config in %s: %w", EnvConfig, err)
+			}
+			return f, nil
+		}
+		path = "jobs.json"
+	}
+	if root, ok := lookup(EnvTaskRoot); ok && root != "" && !filepath.IsAbs(path) {
+		path = filepath.Join(root, path)
+	}
+	return config.Load(path)
 }
 
 // OverrideBucket points the stack bucket, and every S3 output that used it,

@@ -26,6 +26,7 @@ import (
 
 // Environment the functions read.
 const (
+	envJobConfig    = "CHANGES_CONFIG"
 	envConfigFile   = "CHANGES_CONFIG_FILE"
 	envBucket       = "CHANGES_BUCKET"
 	envSecretPrefix = "CHANGES_ENV_SECRET_PREFIX"
@@ -121,31 +122,38 @@ func (js *jobStack) newFunction(kind, name string, o functionOptions) *function 
 		return &function{name: fnName, role: role, logs: logs}
 	}
 
+	// The code is the kind's, the same for every job, and the job's
+	// configuration is in the environment; a configuration too large for
+	// it is in code of the job's own.
+	env := map[string]*string{envBucket: js.bucket().BucketName()}
+	for k, v := range s.in.environment() {
+		env[k] = jsii.String(v)
+	}
+	code := s.in.code[name]
+	if doc, ok := s.in.jobConfigs[js.job.ID]; ok {
+		env[envJobConfig] = jsii.String(doc)
+	} else {
+		code = s.in.ownCode[js.job.ID][name]
+		// Relative: the functions take it from LAMBDA_TASK_ROOT, where
+		// their code is unpacked (/var/task on AWS).
+		env[envConfigFile] = jsii.String(bundledConfigName)
+	}
 	props := &awslambda.FunctionProps{
 		FunctionName: jsii.String(fnName),
 		Description:  jsii.String(o.description),
 		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
 		Architecture: s.in.architecture(),
 		Handler:      jsii.String("bootstrap"),
-		Code:         awslambda.Code_FromAsset(jsii.String(s.in.code[js.job.ID][name]), nil),
+		Code:         awslambda.Code_FromAsset(jsii.String(code), nil),
 		MemorySize:   jsii.Number(o.memoryMB),
 		Timeout:      awscdk.Duration_Seconds(jsii.Number(o.timeout)),
 		Role:         role,
 		LogGroup:     logs,
 		// JSON logs: the functions log with slog through lambdacontext, which
 		// adds the request id and follows this format.
-		LoggingFormat: awslambda.LoggingFormat_JSON,
-		Environment: &map[string]*string{
-			// Relative: the functions take it from LAMBDA_TASK_ROOT, where
-			// their code is unpacked (/var/task on AWS).
-			envConfigFile:   jsii.String(bundledConfigName),
-			envBucket:       js.bucket().BucketName(),
-			envSecretPrefix: jsii.String(s.cfg.Stack.Prefix + "/"),
-		},
+		LoggingFormat:                awslambda.LoggingFormat_JSON,
+		Environment:                  &env,
 		ReservedConcurrentExecutions: o.reserved,
-	}
-	if s.in.awsCalls != "" {
-		(*props.Environment)[envAWSCalls] = jsii.String(s.in.awsCalls)
 	}
 	if name == fnPoller {
 		// A schedule tick is worth nothing once the next one is due: never

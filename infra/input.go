@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 
@@ -21,9 +23,24 @@ const (
 	fnWriter = config.FunctionWriter
 )
 
-// bundledConfigName is the file name of the job configuration inside each
-// function's code; the functions find it through CHANGES_CONFIG_FILE.
+// functionKinds are the functions every job has. Each kind's code is one
+// asset, its built bootstrap, shared by the functions of that kind of every
+// job: the cloud assembly and a deploy carry it once, whatever the number of
+// jobs.
+var functionKinds = []string{fnPoller, fnWriter}
+
+// bundledConfigName is the file name of the job configuration inside the
+// code of a job whose configuration does not fit in its functions'
+// environment; they find it through CHANGES_CONFIG_FILE.
 const bundledConfigName = "jobs.json"
+
+// maxEnvironmentBytes is the most Lambda takes of a function's environment
+// variables: 4 KB, counted over their JSON object.
+const maxEnvironmentBytes = 4096
+
+// longestBucketName stands for the stack bucket's name, which is known only
+// at deploy, in the size of an environment: S3 allows 63 characters.
+var longestBucketName = strings.Repeat("b", 63)
 
 // input is everything the stack is built from, read once before any construct
 // is created, so that a bad configuration fails synth with one clear message.
@@ -35,10 +52,17 @@ type input struct {
 	// bucketGiven reports whether stack.bucket was set in the file (an existing
 	// bucket to import) rather than defaulted (a bucket the stack creates).
 	bucketGiven bool
-	// code maps a job id and a function name to the directory holding that
-	// function's Lambda code: the built bootstrap plus the job's
-	// configuration (jobConfig) as jobs.json.
-	code map[string]map[string]string
+	// code maps a function kind to the directory holding its Lambda code:
+	// the built bootstrap, shared by every job.
+	code map[string]string
+	// jobConfigs maps a job id to the configuration its functions get
+	// (jobConfig, compact) in CHANGES_CONFIG.
+	jobConfigs map[string]string
+	// ownCode maps a job id and a function kind to the directory of code
+	// of the job's own: the bootstrap plus the job's configuration as
+	// jobs.json, for a job whose configuration does not fit in its
+	// functions' environment (it has no entry in jobConfigs).
+	ownCode map[string]map[string]string
 	// sourceSecrets and outputSecrets are the secret references the poller
 	// (sources) and the writer (outputs) resolve.
 	sourceSecrets, outputSecrets []config.SecretRef
@@ -55,8 +79,11 @@ type input struct {
 }
 
 // loadInput reads the configuration at configPath and, for a variant with
-// functions, stages each function's code from buildDir into stageDir.
-func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error) {
+// functions, stages each function kind's code from buildDir into stageDir,
+// and decides where each job's functions find their configuration: in
+// their environment, which holds awsCalls too when set, or, when it would
+// not fit there, in code of the job's own.
+func loadInput(configPath, buildDir, stageDir, awsCalls string, v variant) (*input, error) {
 	if v == "" {
 		v = variantFull
 	}
@@ -72,34 +99,73 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 	if err != nil {
 		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
 	}
-	in := &input{cfg: cfg, warnings: warnings, bucketGiven: given, code: map[string]map[string]string{}, variant: v}
+	in := &input{cfg: cfg, warnings: warnings, bucketGiven: given, variant: v, awsCalls: awsCalls,
+		code: map[string]string{}, jobConfigs: map[string]string{}, ownCode: map[string]map[string]string{}}
 	in.sourceSecrets, in.outputSecrets = secretRefs(cfg)
 	if !v.functions() {
 		return in, nil
+	}
+	for _, fn := range functionKinds {
+		dir, err := stageCode(filepath.Join(buildDir, fn), nil, filepath.Join(stageDir, "kinds", fn))
+		if err != nil {
+			return nil, err
+		}
+		in.code[fn] = dir
+		arch, err := bootstrapArch(filepath.Join(dir, "bootstrap"))
+		if err != nil {
+			return nil, err
+		}
+		if in.arch != "" && arch != in.arch {
+			return nil, fmt.Errorf("stage code: the bootstraps are built for %s and %s; build them all for one architecture", in.arch, arch)
+		}
+		in.arch = arch
 	}
 	for _, j := range cfg.Jobs {
 		jobRaw, err := jobConfig(raw, j.ID)
 		if err != nil {
 			return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
 		}
-		in.code[j.ID] = map[string]string{}
-		for _, fn := range []string{fnPoller, fnWriter} {
-			dir, err := stageCode(filepath.Join(buildDir, fn), jobRaw, filepath.Join(stageDir, j.ID, fn))
+		var doc bytes.Buffer
+		if err := json.Compact(&doc, jobRaw); err != nil {
+			return nil, fmt.Errorf("job configuration %s: job %s: %w", configPath, j.ID, err)
+		}
+		env := in.environment()
+		env[envBucket] = longestBucketName
+		env[envJobConfig] = doc.String()
+		if environmentSize(env) <= maxEnvironmentBytes {
+			in.jobConfigs[j.ID] = doc.String()
+			continue
+		}
+		in.ownCode[j.ID] = map[string]string{}
+		for _, fn := range functionKinds {
+			dir, err := stageCode(filepath.Join(buildDir, fn), jobRaw, filepath.Join(stageDir, "jobs", j.ID, fn))
 			if err != nil {
 				return nil, err
 			}
-			in.code[j.ID][fn] = dir
-			arch, err := bootstrapArch(filepath.Join(dir, "bootstrap"))
-			if err != nil {
-				return nil, err
-			}
-			if in.arch != "" && arch != in.arch {
-				return nil, fmt.Errorf("stage code: the bootstraps are built for %s and %s; build both for one architecture", in.arch, arch)
-			}
-			in.arch = arch
+			in.ownCode[j.ID][fn] = dir
 		}
 	}
 	return in, nil
+}
+
+// environment is what every function's environment holds but the stack
+// bucket's name, known at deploy, and the job's configuration or the file
+// that holds it.
+func (in *input) environment() map[string]string {
+	env := map[string]string{envSecretPrefix: in.cfg.Stack.Prefix + "/"}
+	if in.awsCalls != "" {
+		env[envAWSCalls] = in.awsCalls
+	}
+	return env
+}
+
+// environmentSize is the size of env as Lambda counts it: its JSON object.
+func environmentSize(env map[string]string) int {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(env) // a map of strings always encodes
+	return b.Len() - 1  // the newline Encode adds
 }
 
 // Lambda architectures.
@@ -146,7 +212,7 @@ func bootstrapArch(path string) (string, error) {
 // jobConfig returns the configuration a job's functions get: the file
 // without its comments and with that job alone in "jobs", every other
 // top-level key as it is. A change to another job leaves it unchanged, and
-// with it the function code of this job.
+// with it this job's functions.
 func jobConfig(raw []byte, jobID string) ([]byte, error) {
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(config.StripComments(raw), &doc); err != nil {
@@ -194,8 +260,8 @@ func bucketGiven(raw []byte) (bool, error) {
 	return doc.Stack.Bucket != "", nil
 }
 
-// stageCode copies the built function in src and the configuration (as it is,
-// comments included) into dst, replacing whatever dst held.
+// stageCode copies the built function in src and, when not nil, the
+// configuration as jobs.json into dst, replacing whatever dst held.
 func stageCode(src string, rawConfig []byte, dst string) (string, error) {
 	bootstrap := filepath.Join(src, "bootstrap")
 	if st, err := os.Stat(bootstrap); err != nil || st.IsDir() {
@@ -218,6 +284,9 @@ func stageCode(src string, rawConfig []byte, dst string) (string, error) {
 		if err := linkOrCopy(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
 			return "", fmt.Errorf("stage %s code: %w", filepath.Base(src), err)
 		}
+	}
+	if rawConfig == nil {
+		return dst, nil
 	}
 	if err := os.WriteFile(filepath.Join(dst, bundledConfigName), rawConfig, 0o644); err != nil {
 		return "", fmt.Errorf("stage %s code: %w", filepath.Base(src), err)

@@ -66,7 +66,7 @@ func TestLoadInputErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := loadInput(tt.configPath, tt.buildDir, t.TempDir(), variantFull)
+			_, err := loadInput(tt.configPath, tt.buildDir, t.TempDir(), "", variantFull)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("loadInput error = %v, want one containing %q", err, tt.want)
 			}

@@ -154,12 +154,11 @@ func buildApp(app awscdk.App, o appOptions) (*changesStack, error) {
 	if o.stageDir == "" {
 		o.stageDir = filepath.Join(*app.Outdir(), "staging")
 	}
-	in, err := loadInput(o.configPath, o.buildDir, o.stageDir, o.variant)
+	in, err := loadInput(o.configPath, o.buildDir, o.stageDir, o.awsCalls, o.variant)
 	if err != nil {
 		return nil, err
 	}
 	in.schedulesDisabled = o.schedulesDisabled
-	in.awsCalls = o.awsCalls
 	s := newStack(app, in, o.stackProps)
 	addChecks(app)
 	return s, nil

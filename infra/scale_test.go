@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,10 +94,16 @@ func TestScale(t *testing.T) {
 				}
 			}
 			checkSuppressions(t, syn)
+			assets, kinds := codeAssets(syn)
+			if len(assets) != len(kinds) {
+				t.Errorf("%d jobs: %d distinct code assets for the %d function kinds (%s), want one per kind, shared by every job",
+					n, len(assets), len(kinds), strings.Join(sortedKeys(kinds), ", "))
+			}
+			assembly := dirSize(t, syn.outdir)
 			lintStart := time.Now()
 			cfnLint(t, syn, lintSample)
-			t.Logf("%d jobs: synth %.1f s (cfn-lint %.1f s); shared stack %d bytes, %d resources; largest job stack %d bytes, %d resources; largest role policy %d bytes",
-				n, took.Seconds(), time.Since(lintStart).Seconds(), sharedBytes, sharedResources, largest, most, biggestPolicy)
+			t.Logf("%d jobs: synth %.1f s (cfn-lint %.1f s); cloud assembly %d bytes with stand-in code, %d code assets; shared stack %d bytes, %d resources; largest job stack %d bytes, %d resources; largest role policy %d bytes",
+				n, took.Seconds(), time.Since(lintStart).Seconds(), assembly, len(assets), sharedBytes, sharedResources, largest, most, biggestPolicy)
 			perJob = append(perJob, most)
 		})
 	}
@@ -209,4 +216,39 @@ func resolvedEstimate(v any) any {
 		return out
 	}
 	return v
+}
+
+// codeAssets returns the distinct code locations (S3 bucket and key) of the
+// app's functions and the function kinds, the part of each function's name
+// after its job (<prefix>-<job>-<kind>).
+func codeAssets(syn *synthesis) (assets, kinds map[string]bool) {
+	assets, kinds = map[string]bool{}, map[string]bool{}
+	for _, fn := range syn.resources("AWS::Lambda::Function") {
+		p := props(fn)
+		assets[compact(p["Code"])] = true
+		name, _ := p["FunctionName"].(string)
+		kinds[name[strings.LastIndexByte(name, '-')+1:]] = true
+	}
+	return assets, kinds
+}
+
+// dirSize is the size in bytes of the files under dir.
+func dirSize(t *testing.T, dir string) int64 {
+	t.Helper()
+	var size int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		size += info.Size()
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("size of %s: %v", dir, err)
+	}
+	return size
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -237,7 +239,7 @@ func TestFunctions(t *testing.T) {
 				}
 				env, _ := p["Environment"].(map[string]any)
 				vars, _ := env["Variables"].(map[string]any)
-				if vars[envConfigFile] != "jobs.json" || vars[envSecretPrefix] != "cwtest/" || vars[envAWSCalls] != nil {
+				if vars[envJobConfig] == nil || vars[envConfigFile] != nil || vars[envSecretPrefix] != "cwtest/" || vars[envAWSCalls] != nil {
 					t.Errorf("environment = %s", compact(vars))
 				}
 				// The stack bucket's generated name comes from the shared
@@ -268,48 +270,157 @@ func TestFunctions(t *testing.T) {
 	})
 }
 
-// TestFunctionCode checks the staged code of each function: the built
-// bootstrap plus, as jobs.json, the configuration of the function's job
-// alone (jobConfig), so that a change to another job leaves it unchanged.
+// TestFunctionCode checks the functions' code and configuration: the
+// functions of one kind run the same code asset, the built bootstrap alone,
+// and each gets the configuration of its job alone (jobConfig) in its
+// environment, so that a change to another job leaves it unchanged.
 func TestFunctionCode(t *testing.T) {
 	syn := synthesized(t)
-	entries, err := os.ReadDir(syn.outdir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	perJob := map[string]int{}
-	for _, e := range entries {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), "asset.") {
-			continue
-		}
-		dir := filepath.Join(syn.outdir, e.Name())
-		got, err := os.ReadFile(filepath.Join(dir, bundledConfigName))
-		if err != nil {
-			t.Fatalf("asset %s: %v", e.Name(), err)
-		}
-		f, err := config.Parse(got)
-		if err != nil || len(f.Jobs) != 1 {
-			t.Fatalf("asset %s: jobs.json: %v, want a valid configuration of one job", e.Name(), err)
-		}
-		id := f.Jobs[0].ID
-		want, err := jobConfig(syn.raw, id)
+	codeOf := map[string]string{} // by kind
+	for _, j := range syn.cfg.Jobs {
+		want, err := jobConfig(syn.raw, j.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(got) != string(want) {
-			t.Errorf("asset %s: jobs.json differs from job %s of %s:\n%s", e.Name(), id, testConfig, got)
-		}
-		perJob[id]++
-		st, err := os.Stat(filepath.Join(dir, "bootstrap"))
-		if err != nil || st.Mode().Perm()&0o111 == 0 {
-			t.Errorf("asset %s: bootstrap missing or not executable: %v", e.Name(), err)
+		for _, kind := range functionKinds {
+			name := functionName(syn.cfg, j, kind)
+			p := functionProps(t, syn, j.ID, kind)
+			code := compact(p["Code"])
+			if other, ok := codeOf[kind]; ok && code != other {
+				t.Errorf("%s: code %s, want the %s code every job's %s runs, %s", name, code, kind, kind, other)
+			}
+			codeOf[kind] = code
+			files := assetFiles(t, syn, p)
+			if len(files) != 1 || files[0] != "bootstrap" {
+				t.Errorf("%s: its code holds %v, want the bootstrap alone", name, files)
+			}
+			vars := environment(p)
+			if got := vars[envJobConfig]; got != compactJSON(t, want) {
+				t.Errorf("%s: %s = %v, want job %s of %s, compact:\n%s", name, envJobConfig, got, j.ID, testConfig, want)
+			}
+			if f, err := config.Parse([]byte(fmt.Sprint(vars[envJobConfig]))); err != nil || len(f.Jobs) != 1 || f.Jobs[0].ID != j.ID {
+				t.Errorf("%s: %s is not a valid configuration of job %s alone: %v", name, envJobConfig, j.ID, err)
+			}
 		}
 	}
-	for _, j := range syn.cfg.Jobs {
-		if perJob[j.ID] != 2 {
-			t.Errorf("job %s: %d function assets, want 2 (poller, writer)", j.ID, perJob[j.ID])
+	if len(codeOf) != len(functionKinds) {
+		t.Errorf("code of %d function kinds, want %d", len(codeOf), len(functionKinds))
+	}
+}
+
+// TestFunctionCodeOfItsOwn checks a job whose configuration does not fit in
+// its functions' environment (Lambda takes 4 KB): its functions get code of
+// their own, the bootstrap with the job's configuration as jobs.json, named
+// by CHANGES_CONFIG_FILE; the other job's functions still share their
+// kind's code.
+func TestFunctionCodeOfItsOwn(t *testing.T) {
+	synthesized(t) // one synthesis at a time through the jsii runtime
+	var columns []string
+	for i := range 100 {
+		columns = append(columns, fmt.Sprintf(`{"name": "c%02d", "path": "c%02d", "type": "text"}`, i, i))
+	}
+	doc := `{
+  "stack": {"prefix": "cwwide"},
+  "jobs": [
+    {"id": "narrow", "source": {"type": "couchdb", "url": "https://couch.example.com/narrow"},
+     "outputs": [{"id": "archive", "type": "s3", "s3": {"prefix": "narrow/"}}]},
+    {"id": "wide", "source": {"type": "couchdb", "url": "https://couch.example.com/wide"},
+     "outputs": [{"id": "pg", "type": "postgres", "postgres": {"dsn": {"env": "PG_DSN"},
+       "mapping": {"tables": [{"name": "wide", "columns": [` + strings.Join(columns, ", ") + `]}]}}}]}
+  ]
+}`
+	syn, err := synthesizeDoc(t, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide, err := jobConfig(syn.raw, "wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(compactJSON(t, wide)); n <= maxEnvironmentBytes {
+		t.Fatalf("job wide's configuration is %d bytes compact: the test needs more than %d", n, maxEnvironmentBytes)
+	}
+	for _, kind := range functionKinds {
+		narrow := functionProps(t, syn, "narrow", kind)
+		p := functionProps(t, syn, "wide", kind)
+		name := p["FunctionName"]
+		if compact(p["Code"]) == compact(narrow["Code"]) {
+			t.Errorf("%s: the %s code every job shares, want code of its own", name, kind)
+		}
+		vars := environment(p)
+		if vars[envConfigFile] != bundledConfigName || vars[envJobConfig] != nil {
+			t.Errorf("%s: environment %s, want %s=%s and no %s", name, compact(vars), envConfigFile, bundledConfigName, envJobConfig)
+		}
+		if environment(narrow)[envJobConfig] == nil {
+			t.Errorf("%s: no %s", narrow["FunctionName"], envJobConfig)
+		}
+		files := assetFiles(t, syn, p)
+		if strings.Join(files, " ") != "bootstrap "+bundledConfigName {
+			t.Errorf("%s: its code holds %v, want the bootstrap and %s", name, files, bundledConfigName)
+			continue
+		}
+		got, err := os.ReadFile(filepath.Join(assetDir(t, syn, p), bundledConfigName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(wide) {
+			t.Errorf("%s: %s is not job wide's configuration:\n%s", name, bundledConfigName, got)
 		}
 	}
+}
+
+// environment returns a function's environment variables.
+func environment(p map[string]any) map[string]any {
+	env, _ := p["Environment"].(map[string]any)
+	vars, _ := env["Variables"].(map[string]any)
+	return vars
+}
+
+// assetDir returns the directory in the cloud assembly of a function's code.
+func assetDir(t *testing.T, syn *synthesis, p map[string]any) string {
+	t.Helper()
+	code, _ := p["Code"].(map[string]any)
+	key, _ := code["S3Key"].(string)
+	if !strings.HasSuffix(key, ".zip") {
+		t.Fatalf("%v: code %s is not a zip asset", p["FunctionName"], compact(code))
+	}
+	return filepath.Join(syn.outdir, "asset."+strings.TrimSuffix(key, ".zip"))
+}
+
+// assetFiles lists the files of a function's code, checking that its
+// bootstrap is executable.
+func assetFiles(t *testing.T, syn *synthesis, p map[string]any) []string {
+	t.Helper()
+	dir := assetDir(t, syn, p)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("%v: %v", p["FunctionName"], err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if st, err := os.Stat(filepath.Join(dir, "bootstrap")); err != nil || st.Mode().Perm()&0o111 == 0 {
+		t.Errorf("%v: bootstrap missing or not executable: %v", p["FunctionName"], err)
+	}
+	return names
+}
+
+// compactJSON returns doc without insignificant space.
+func compactJSON(t *testing.T, doc []byte) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := json.Compact(&b, doc); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// functionProps returns the properties of job's function of kind.
+func functionProps(t *testing.T, syn *synthesis, job, kind string) map[string]any {
+	t.Helper()
+	_, fn := syn.resource(t, "AWS::Lambda::Function", "FunctionName", functionName(syn.cfg, syn.cfg.Job(job), kind))
+	return props(fn)
 }
 
 func TestStateTable(t *testing.T) {

@@ -102,6 +102,9 @@ type manyJob struct {
 	idle time.Duration     // from the start until idle; zero until then
 	// queues are its outputs' work queue URLs, resolved on first use.
 	queues []string
+	// busy is, by output, when its work queue was last seen holding
+	// messages, from the start.
+	busy map[string]time.Duration
 }
 
 // manyFleet is the jobs on one stack.
@@ -214,7 +217,7 @@ func (f *manyFleet) waitIdle(ctx context.Context, start time.Time, within time.D
 			if j.idle > 0 {
 				continue
 			}
-			ok, err := f.idle(ctx, j)
+			ok, err := f.idle(ctx, j, start)
 			if err != nil {
 				return fmt.Errorf("job %s: %w", j.id, err)
 			}
@@ -237,9 +240,11 @@ func (f *manyFleet) waitIdle(ctx context.Context, start time.Time, within time.D
 
 // idle reports whether job j is idle: its work queues hold nothing, its
 // PostgreSQL output holds its source's live documents at their winning
-// revisions, and its S3 output as many documents.
-func (f *manyFleet) idle(ctx context.Context, j *manyJob) (bool, error) {
+// revisions, and its S3 output as many documents. It records when each
+// work queue is seen holding messages (j.busy).
+func (f *manyFleet) idle(ctx context.Context, j *manyJob, start time.Time) (bool, error) {
 	if j.queues == nil {
+		j.busy = map[string]time.Duration{}
 		for _, out := range manyOutputs {
 			q, err := f.st.Queues(ctx, j.id, out)
 			if err != nil {
@@ -248,7 +253,8 @@ func (f *manyFleet) idle(ctx context.Context, j *manyJob) (bool, error) {
 			j.queues = append(j.queues, q.WorkURL)
 		}
 	}
-	for _, u := range j.queues {
+	drained := true
+	for i, u := range j.queues {
 		a, err := f.st.Deps.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &u,
 			AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages,
 				sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible, sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
@@ -257,9 +263,14 @@ func (f *manyFleet) idle(ctx context.Context, j *manyJob) (bool, error) {
 		}
 		for _, v := range a.Attributes {
 			if v != "0" {
-				return false, nil
+				j.busy[manyOutputs[i]] = time.Since(start)
+				drained = false
+				break
 			}
 		}
+	}
+	if !drained {
+		return false, nil
 	}
 	pg, err := f.st.Revs(ctx, j.id, manyOutputs[0])
 	if err != nil {
@@ -360,6 +371,13 @@ func (f *manyFleet) addIdleTimes(r *results, where string) {
 	r.add("time to idle slowest s", slowest, "")
 	r.add("time to idle fastest s", times[0], "")
 	r.add("slowest / median", slowest/med, "each job's time to idle, s: "+coreJoin(times, "%.1f"))
+	for _, out := range manyOutputs {
+		var last []float64
+		for _, j := range f.jobs {
+			last = append(last, j.busy[out].Seconds())
+		}
+		r.add("work queue last held messages, median s, "+out, median(last), "what paced the jobs: when each job's "+out+" queue was last seen holding messages")
+	}
 }
 
 // addTableRequests records the state table's requests per job per minute

@@ -95,9 +95,9 @@ func TestScale(t *testing.T) {
 			}
 			checkSuppressions(t, syn)
 			assets, kinds := codeAssets(syn)
-			if len(assets) != len(kinds) {
-				t.Errorf("%d jobs: %d distinct code assets for the %d function kinds (%s), want one per kind, shared by every job",
-					n, len(assets), len(kinds), strings.Join(sortedKeys(kinds), ", "))
+			if len(assets) != len(functionKinds) || len(kinds) != len(functionKinds) {
+				t.Errorf("%d jobs: %d distinct code assets for the %d function kinds (%s), want one per kind (%s), shared by every job",
+					n, len(assets), len(kinds), strings.Join(sortedKeys(kinds), ", "), strings.Join(functionKinds, ", "))
 			}
 			assembly := dirSize(t, syn.outdir)
 			lintStart := time.Now()

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -357,8 +358,14 @@ func (d *Deps) credentials(ctx context.Context, a *config.Auth) (user, pass, tok
 	return "", "", "", fmt.Errorf("auth type %q", a.Type)
 }
 
-// Hostname for lease owner records.
+// Hostname names where a lease holder runs, for the job item (`host` in
+// changesctl status --json): in a Lambda execution environment its log
+// stream, which holds that environment's records; elsewhere the machine's
+// name.
 func Hostname() string {
+	if s := lambdacontext.LogStreamName; s != "" {
+		return s
+	}
 	h, err := os.Hostname()
 	if err != nil {
 		return "unknown"

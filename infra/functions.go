@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"regexp"
-	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
@@ -33,9 +32,9 @@ const (
 const (
 	pollerMemoryMB = 256
 	writerMemoryMB = 512
-	// pollersPerJob is the poller's reserved concurrency per job: the active
-	// invocation plus the hot standby the next schedule tick starts.
-	pollersPerJob = 2
+	// minPollers is the least reserved concurrency of a job's poller: the
+	// active invocation and its standby.
+	minPollers = 2
 	// batchingWindowSeconds lets standard-queue batches fill up a little.
 	batchingWindowSeconds = 1
 	// minMaxConcurrency is the lowest MaximumConcurrency Lambda accepts.
@@ -49,9 +48,9 @@ const (
 func (js *jobStack) addFunctions() {
 	js.poller = js.newFunction("Poller", fnPoller, functionOptions{
 		description: "changes-worker poller of job " + js.job.ID + ": reads its _changes feed under a lease and queues the changes",
-		timeout:     js.cfg.Stack.PollerTimeout.D().Seconds(),
+		timeout:     js.cfg.PollerTimeout(js.job).Seconds(),
 		memoryMB:    pollerMemoryMB,
-		reserved:    jsii.Number(pollersPerJob),
+		reserved:    jsii.Number(float64(pollerConcurrency(js.cfg, js.job))),
 	})
 	js.writer = js.newFunction("Writer", fnWriter, functionOptions{
 		description: "changes-worker writer of job " + js.job.ID + ": delivers its queued changes to the outputs",
@@ -384,16 +383,27 @@ func (js *jobStack) grantWriter() {
 	}
 }
 
+// pollerConcurrency is the reserved concurrency of job j's poller: every
+// invocation that may run at once, from its tick (up to
+// config.PollerStandbyAllowance late) to its timeout, so that no tick's
+// invocation is throttled; three with the defaults (the active one, its
+// standby, and the next tick's for the seconds they overlap).
+func pollerConcurrency(cfg *config.File, j *config.Job) int {
+	s := j.Schedule.D()
+	return max(minPollers, int((cfg.PollerTimeout(j)+config.PollerStandbyAllowance+s-1)/s))
+}
+
 // addSchedule creates the EventBridge rule that invokes the job's poller
 // with {"job": "<id>"}.
 func (js *jobStack) addSchedule() {
 	j := js.job
-	if js.cfg.Stack.PollerTimeout.D() < j.Schedule.D()+15*time.Second {
-		// Not an error, but the pipeline pauses every cycle: the next
-		// invocation starts only after this one has released the lease.
+	if gap := js.cfg.StandbyGap(j); gap > 0 {
+		// Not an error, but a crash of the poller in that part of the
+		// cycle waits for the next tick, and where the invocations do not
+		// overlap the pipeline pauses every cycle.
 		awscdk.Annotations_Of(js.stack).AddWarningV2(jsii.String("changes-worker:no-standby-"+j.ID), jsii.String(fmt.Sprintf(
-			"stack.poller_timeout (%s) should exceed job %s's schedule (%s) by at least 15s so that a standby is always waiting",
-			js.cfg.Stack.PollerTimeout.D(), j.ID, j.Schedule.D())))
+			"job %s: with a poller timeout of %s and a schedule of %s, up to %s of every period has no poller standing by, and a poller that crashes then is replaced at the next tick; a standby at every moment needs a timeout of twice the schedule plus %s (the default, up to a 7m schedule)",
+			j.ID, js.cfg.PollerTimeout(j), j.Schedule.D(), gap, config.PollerStandbyAllowance)))
 	}
 	awsevents.NewRule(js.stack, jsii.String("Schedule-"+j.ID), &awsevents.RuleProps{
 		RuleName:    jsii.String(scheduleName(js.cfg, j)),

@@ -53,7 +53,7 @@ func cmdInvoke(ctx context.Context, env *cliEnv, args []string) error {
 	fs.Usage = func() { fmt.Fprint(env.stderr, invokeUsage); fs.PrintDefaults() }
 	sc := scopeFlags(fs, "job id (poller: replaces the event's job; writer: point the records at this job's output)", "writer: point the records at this output")
 	eventPath := fs.String("event", "", "Lambda event file (- for standard input)")
-	timeout := fs.Duration("timeout", 0, "the invocation's deadline (default: stack.poller_timeout or stack.writer_timeout)")
+	timeout := fs.Duration("timeout", 0, "the invocation's deadline (default: the job's poller timeout, or stack.writer_timeout)")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -74,14 +74,15 @@ func cmdInvoke(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	defer deps.Close()
 
+	// Without a deadline the poller's handler takes its job's poller timeout.
 	budget := *timeout
-	if budget == 0 {
+	if budget == 0 && fn == "writer" {
 		budget = deps.Config.Stack.WriterTimeout.D()
-		if fn == "poller" {
-			budget = deps.Config.Stack.PollerTimeout.D()
-		}
 	}
-	ictx, cancel := context.WithTimeout(ctx, budget)
+	ictx, cancel := ctx, context.CancelFunc(func() {})
+	if budget > 0 {
+		ictx, cancel = context.WithTimeout(ctx, budget)
+	}
 	defer cancel()
 	ictx = lambdacontext.NewContext(ictx, &lambdacontext.LambdaContext{AwsRequestID: requestID()})
 

@@ -123,7 +123,7 @@ func cmdRun(ctx context.Context, env *cliEnv, args []string) error {
 	jobs := fs.String("jobs", "", "comma-separated job ids (default: every job)")
 	untilIdle := fs.Bool("until-idle", false, "exit 0 once every job is caught up and every queue is drained")
 	tick := fs.Duration("tick", 0, "schedule interval (default: each job's schedule)")
-	pollerTimeout := fs.Duration("poller-timeout", 0, "poller invocation deadline (default: stack.poller_timeout)")
+	pollerTimeout := fs.Duration("poller-timeout", 0, "poller invocation deadline (default: each job's, stack.poller_timeout or two schedule periods plus 15s)")
 	noPoller := fs.Bool("no-poller", false, "run only the writers")
 	noWriter := fs.Bool("no-writer", false, "run only the pollers")
 	timeout := fs.Duration("timeout", 0, "stop after this long, with an error (0: never)")

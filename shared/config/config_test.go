@@ -420,6 +420,54 @@ func TestScheduleBounds(t *testing.T) {
 	}
 }
 
+// TestPollerTimeout: unset, a job's poller timeout is two of its schedule
+// periods plus the standby allowance, at most Lambda's 15 minutes; set, the
+// stack's applies to every job. StandbyGap is the part of each period the
+// timeout leaves without a standby.
+func TestPollerTimeout(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, stack, schedule string
+		want, gap             time.Duration
+	}{
+		{name: "the defaults", want: 2*time.Minute + 15*time.Second},
+		{name: "a 7m schedule", schedule: `"7m"`, want: 14*time.Minute + 15*time.Second},
+		{name: "an 8m schedule, past Lambda's 15 minutes", schedule: `"8m"`, want: 15 * time.Minute, gap: time.Minute + 15*time.Second},
+		{name: "a day", schedule: `"24h"`, want: 15 * time.Minute, gap: 24 * time.Hour},
+		{name: "set to 90s, the default schedule", stack: `"poller_timeout":"90s"`, want: 90 * time.Second, gap: 45 * time.Second},
+		{name: "set, no longer than the schedule", stack: `"poller_timeout":"1m"`, schedule: `"5m"`, want: time.Minute, gap: 5 * time.Minute},
+		{name: "set, long enough", stack: `"poller_timeout":"5m"`, schedule: `"2m"`, want: 5 * time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			schedule := ""
+			if tt.schedule != "" {
+				schedule = `"schedule":` + tt.schedule + `,`
+			}
+			f, err := Parse([]byte(`{"stack":{` + tt.stack + `},"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},` + schedule + `
+				"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"env":"D"}}}]}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := f.Jobs[0]
+			if got := f.PollerTimeout(j); got != tt.want {
+				t.Errorf("PollerTimeout = %s, want %s", got, tt.want)
+			}
+			if got := f.StandbyGap(j); got != tt.gap {
+				t.Errorf("StandbyGap = %s, want %s", got, tt.gap)
+			}
+		})
+	}
+	for _, bad := range []string{`"9s"`, `"15m1s"`, `"-1s"`} {
+		_, err := Parse([]byte(`{"stack":{"poller_timeout":` + bad + `},"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},
+			"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"env":"D"}}}]}]}`))
+		if want := "stack.poller_timeout: "; err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "must be between 10s and 15m") {
+			t.Errorf("poller_timeout %s: Parse error = %v, want %q ... must be between 10s and 15m", bad, err, want)
+		}
+	}
+}
+
 func TestOrderingAndFailurePolicy(t *testing.T) {
 	t.Parallel()
 	out := func(settings string) string {

@@ -18,7 +18,7 @@ func keyDocs() map[string]keyDoc {
 		"stack.bucket":                 {def: "deployed: a bucket the stack creates, with a generated name; `changesctl bootstrap`: `<prefix>-data`", meaning: "claim-check payloads and S3 outputs that name no bucket; set, an existing bucket the deploy leaves as it is"},
 		"stack.max_message_bytes":      {allowed: fmt.Sprintf("1024–%d", MaxMessageBytes), meaning: "largest message body put on a queue; a larger envelope travels as an S3 pointer (claim check). The top leaves room, in SQS's 1 MiB, for the attributes the writer adds to a message it holds back or moves to the DLQ"},
 		"stack.alarm_email":            {meaning: "an address subscribed to the alarm topic"},
-		"stack.poller_timeout":         {allowed: "10s–15m", meaning: "the poller's time budget per invocation (its Lambda timeout); longer than `schedule`, so that the next invocation stands by"},
+		"stack.poller_timeout":         {def: "per job: twice its `schedule` plus 15s (2m15s with the default `schedule`), at most 15m", allowed: "10s–15m", meaning: "the poller's time budget per invocation (its Lambda timeout), for every job; the default keeps an invocation standing by beside the active one at every moment, a shorter one leaves part of each `schedule` period without (a warning at synth)"},
 		"stack.writer_timeout":         {allowed: "1s–15m", meaning: "the writer's Lambda timeout; the work queues' visibility timeout is 6 times this"},
 		"stack.log_retention_days":     {allowed: intList(logRetentionDays), meaning: "how long the functions' CloudWatch logs are kept"},
 		"stack.retain":                 {meaning: "keeps the table, the buckets, the secrets and the log groups when the stack is deleted (not when its first deploy fails)"},

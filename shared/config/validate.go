@@ -72,8 +72,8 @@ func (f *File) problems() []error {
 		bad("stack.max_message_bytes", "%d must be between 1024 and %d (SQS's 1 MiB less the attributes of a message held back or dead-lettered)", f.Stack.MaxMessageBytes, MaxMessageBytes)
 	}
 	if t := f.Stack.PollerTimeout; t == zeroGiven {
-		bad("stack.poller_timeout", zeroRefused, DefaultPollerTimeout)
-	} else if t.D() < 10*time.Second || t.D() > 15*time.Minute {
+		bad("stack.poller_timeout", zeroRefused, fmt.Sprintf("two of each job's schedule periods plus %s", PollerStandbyAllowance))
+	} else if t != 0 && (t.D() < 10*time.Second || t.D() > MaxPollerTimeout) {
 		bad("stack.poller_timeout", "%s must be between 10s and 15m", t.D())
 	}
 	if t := f.Stack.WriterTimeout; t == zeroGiven {

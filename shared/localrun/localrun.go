@@ -36,7 +36,8 @@ type Options struct {
 	Jobs []string
 	// Tick is the schedule interval. Default: each job's schedule.
 	Tick time.Duration
-	// PollerTimeout is each poller invocation's deadline. Default: the stack's.
+	// PollerTimeout is each poller invocation's deadline. Default: each
+	// job's poller timeout (config.File.PollerTimeout).
 	PollerTimeout time.Duration
 	// WriterTimeout is each writer invocation's deadline. Default: the stack's.
 	WriterTimeout time.Duration
@@ -199,7 +200,7 @@ func (r *Runtime) schedule(ctx context.Context, j *config.Job, errc chan<- error
 func (r *Runtime) poll(ctx context.Context, j *config.Job, owner string, errc chan<- error) {
 	timeout := r.Opts.PollerTimeout
 	if timeout == 0 {
-		timeout = r.Deps.Config.Stack.PollerTimeout.D()
+		timeout = r.Deps.Config.PollerTimeout(j)
 	}
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

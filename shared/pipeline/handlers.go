@@ -19,8 +19,8 @@ type ScheduleEvent struct {
 }
 
 // HandleSchedule is the poller Lambda handler: one invocation for one job,
-// until the context's deadline (without one, the stack's poller timeout by
-// the Deps clock). The invocation's owner id is the Lambda request id from
+// until the context's deadline (without one, the job's poller timeout by the
+// Deps clock). The invocation's owner id is the Lambda request id from
 // the context. The local runtime calls it too, with a context built the
 // same way.
 func (d *Deps) HandleSchedule(ctx context.Context, ev ScheduleEvent) (poll.Result, error) {
@@ -33,7 +33,7 @@ func (d *Deps) HandleSchedule(ctx context.Context, ev ScheduleEvent) (poll.Resul
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		deadline = d.Now.Now().Add(d.Config.Stack.PollerTimeout.D())
+		deadline = d.Now.Now().Add(d.Config.PollerTimeout(p.Job))
 	}
 	owner := "unknown"
 	if lc, ok := lambdacontext.FromContext(ctx); ok {

@@ -78,7 +78,7 @@ func cloudIdleRun(ctx context.Context, r *results, sources *idleSources, idle st
 		return err
 	}
 	st, err := newCoreStack(ctx, "ci", coreStackSettings{limit: 500, feedTimeout: config.DefaultFeedTimeout,
-		pollerTimeout: config.DefaultPollerTimeout, source: src})
+		pollerTimeout: config.DefaultPollerTimeout(config.DefaultSchedule), source: src})
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func cloudIdleRun(ctx context.Context, r *results, sources *idleSources, idle st
 	j.Idle = idle
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rt := &localrun.Runtime{Deps: st.Deps, Log: log, Opts: localrun.Options{NoWriter: true,
-		Tick: config.DefaultSchedule, PollerTimeout: config.DefaultPollerTimeout}}
+		Tick: config.DefaultSchedule, PollerTimeout: config.DefaultPollerTimeout(config.DefaultSchedule)}}
 	// The first minute takes the ten documents and settles; then count,
 	// and stop the runtime only after the count, so that no invocation
 	// cut short by the stop is counted.

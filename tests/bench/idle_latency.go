@@ -134,7 +134,7 @@ func idleLatencyRun(ctx context.Context, r *results, cw *cloudAWS, sources *idle
 		return nil, nil, err
 	}
 	defer done()
-	st, err := newCoreStack(ctx, "il", coreStackSettings{limit: 500, pollerTimeout: config.DefaultPollerTimeout, createTables: true, logLevel: slog.LevelInfo, source: src})
+	st, err := newCoreStack(ctx, "il", coreStackSettings{limit: 500, pollerTimeout: config.DefaultPollerTimeout(config.DefaultSchedule), createTables: true, logLevel: slog.LevelInfo, source: src})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -83,7 +83,7 @@ func groupThousands(s string) string {
 var failoverTTLs = []string{"1s", "3s", "10s"}
 
 // figureRows are the page's rows, in the order of the table.
-var figureRows = append(mainRows, failoverRows(failoverTTLs)...)
+var figureRows = slices.Concat(mainRows, failoverRows(failoverTTLs), deployedFailoverRows(config.IdleWatch, config.IdleSleep))
 
 // mainRows are the rows of every benchmark but failover.
 var mainRows = []figureRow{
@@ -398,6 +398,43 @@ func failoverRows(ttls []string) []figureRow {
 			figureRow{bench: "failover", flags: flags, what: "lease TTL " + ttl + ": after the run, duplicate effects in PostgreSQL; documents differing from the source", goal: "0; 0",
 				value: func(f *figureReader) string {
 					return f.num(p+"pg_duplicate_effects", 0) + "; " + f.num(p+"pg_docs_differing_from_source", 0)
+				}},
+		)
+	}
+	return rows
+}
+
+// deployedFailoverRows are the deployed-failover benchmark's rows, for each
+// idle setting.
+func deployedFailoverRows(idles ...string) []figureRow {
+	var rows []figureRow
+	for _, idle := range idles {
+		p, flags := "idle "+idle+" ", "-idle-settings "+idle
+		three := func(a, b, c string) func(f *figureReader) string {
+			return func(f *figureReader) string {
+				return f.num(p+a, 2) + " / " + f.num(p+b, 2) + " / " + f.num(p+c, 2) + " s"
+			}
+		}
+		rows = append(rows,
+			figureRow{bench: "deployed-failover", flags: flags, what: "deployed stack on LocalStack, job defaults, `idle: " + idle + "`: SIGKILL of the lease holder's `bootstrap` at random moments of the schedule's cycle (kills; seconds after the tick of each) → the lease taken; → the new holder's first checkpoint, p50 / p99 / max each", goal: "first checkpoint ≤ TTL + 1 s (11 s)",
+				value: func(f *figureReader) string {
+					return f.num(p+"kills", 0) + " (" + strings.Join(strings.Fields(f.text(p+"kill moments s after the tick")), ", ") + " s); " +
+						three("kill_to_takeover_p50_s", "kill_to_takeover_p99_s", "kill_to_takeover_max_s")(f) + "; " +
+						three("kill_to_first_checkpoint_p50_s", "kill_to_first_checkpoint_p99_s", "kill_to_first_checkpoint_max_s")(f)
+				}},
+			figureRow{bench: "deployed-failover", flags: flags, what: "the same: changes queued by both the killed and the new generation, per failover, median / max; after the run, PostgreSQL documents differing from the source; live documents whose winning revision was never queued", goal: "≤ one batch (500); 0; 0",
+				value: func(f *figureReader) string {
+					return f.num(p+"replayed_per_failover_median", 0) + " / " + f.num(p+"replayed_per_failover_max", 0) + "; " +
+						f.num(p+"pg_docs_differing_from_source", 0) + "; " + f.num(p+"winners_never_queued", 0)
+				}},
+			figureRow{bench: "deployed-failover", flags: flags, what: "the same: LocalStack's schedule (`rate(1 minute)`), seconds between ticks, median (min, max)",
+				value: func(f *figureReader) string {
+					minMax := strings.Fields(f.text(p + "tick_interval_min_max_s"))
+					if len(minMax) != 2 {
+						f.missing = true
+						return ""
+					}
+					return f.num(p+"tick_interval_median_s", 1) + " (" + minMax[0] + ", " + minMax[1] + ")"
 				}},
 		)
 	}

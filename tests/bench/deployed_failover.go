@@ -29,6 +29,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -225,10 +226,11 @@ func deployedFailoverRun(ctx context.Context, r *results, idle string) error {
 	if err := clock.Sleep(ctx, st.Config.PollerTimeout(j)+20*time.Second); err != nil {
 		return err
 	}
-	ticks, err := pollerStarts(ctx, cloudwatchlogs.NewFromConfig(awsCfg), "/aws/lambda/"+function, scheduled)
+	firsts, err := pollerRecords(ctx, cloudwatchlogs.NewFromConfig(awsCfg), "/aws/lambda/"+function, scheduled)
 	if err != nil {
 		return err
 	}
+	ticks := invocationStarts(firsts, w.Samples())
 
 	msgs := tap.messages()
 	var toTaken, toCheckpoint, replayed, phases []float64
@@ -421,10 +423,11 @@ func missingFromTap(msgs []faults.Message, want map[string]string) []string {
 	return missing
 }
 
-// pollerStarts returns when each poller invocation since began: the first
-// record of each request id in the function's log group (records of the
-// pipeline's JSON logger carry the request id and a timestamp).
-func pollerStarts(ctx context.Context, logs *cloudwatchlogs.Client, group string, since time.Time) ([]time.Time, error) {
+// pollerRecords returns the time of the first record of each poller
+// invocation in the function's log group since a moment (records of the
+// pipeline's JSON logger carry the request id and a timestamp). An
+// invocation's records arrive when it ends, and a killed one's may not.
+func pollerRecords(ctx context.Context, logs *cloudwatchlogs.Client, group string, since time.Time) (map[string]time.Time, error) {
 	first := map[string]time.Time{}
 	p := cloudwatchlogs.NewFilterLogEventsPaginator(logs, &cloudwatchlogs.FilterLogEventsInput{
 		LogGroupName: &group, StartTime: aws.Int64(since.Add(-time.Minute).UnixMilli()),
@@ -447,12 +450,35 @@ func pollerStarts(ctx context.Context, logs *cloudwatchlogs.Client, group string
 			}
 		}
 	}
-	starts := make([]time.Time, 0, len(first))
-	for _, t := range first {
-		starts = append(starts, t)
+	return first, nil
+}
+
+// invocationStarts returns when each poller invocation began, in order: the
+// earlier of its first log record and the first sample of the job item
+// naming it, as the holder or as the standby (an invocation marks the item
+// as it starts standing by). A retried invocation keeps its request id and
+// so counts once.
+func invocationStarts(records map[string]time.Time, samples []faults.Sample) []time.Time {
+	first := maps.Clone(records)
+	seen := func(id string, at time.Time) {
+		if id == "" {
+			return
+		}
+		if t, ok := first[id]; !ok || at.Before(t) {
+			first[id] = at
+		}
 	}
+	for _, s := range samples {
+		if !s.State.AcquiredAt.IsZero() {
+			seen(s.State.Owner, s.State.AcquiredAt)
+		}
+		if !s.State.StandbySeenAt.IsZero() {
+			seen(s.State.Standby, s.State.StandbySeenAt)
+		}
+	}
+	starts := slices.Collect(maps.Values(first))
 	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
-	return starts, nil
+	return starts
 }
 
 // tickIntervals returns the seconds between consecutive starts that are at

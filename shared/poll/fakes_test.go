@@ -70,8 +70,14 @@ type fakeLeases struct {
 	freeAfterReads int
 	// perRead moves the clock on every read (Get).
 	perRead time.Duration
+	// renewing keeps the other owner's lease alive: every read (Get) sees
+	// it renewed.
+	renewing bool
 	reads   int
 	marks   int
+	// standby and standbyAt are the last standby mark: who, and when.
+	standby   string
+	standbyAt time.Time
 
 	// checkpointErr, when set, answers a checkpoint write of seq instead
 	// of the store.
@@ -83,7 +89,7 @@ var _ poll.Leases = (*fakeLeases)(nil)
 func (f *fakeLeases) state() *lease.State {
 	return &lease.State{Exists: f.owner != "", Owner: f.owner, Generation: f.generation, ExpiresAt: f.expires,
 		Released: f.released, Checkpoint: f.checkpoint, CheckpointAt: f.checkpointAt, HeartbeatAt: f.expires.Add(-ttl),
-		ReplayEpoch: f.replayEpoch}
+		ReplayEpoch: f.replayEpoch, Standby: f.standby, StandbySeenAt: f.standbyAt}
 }
 
 // holdBy makes owner the holder, as if it had just renewed.
@@ -98,6 +104,9 @@ func (f *fakeLeases) Get(context.Context, string) (*lease.State, error) {
 	defer f.mu.Unlock()
 	f.reads++
 	f.w.Advance(f.perRead)
+	if f.renewing {
+		f.expires = f.w.Now().Add(ttl)
+	}
 	if f.freeAfterReads > 0 && f.reads >= f.freeAfterReads {
 		f.released = true
 	}
@@ -176,11 +185,20 @@ func (f *fakeLeases) Release(_ context.Context, l *lease.Lease) error {
 	return nil
 }
 
-func (f *fakeLeases) MarkStandby(context.Context, string, string) error {
+func (f *fakeLeases) MarkStandby(_ context.Context, _, owner string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.marks++
+	f.standby, f.standbyAt = owner, f.w.Now()
 	return nil
+}
+
+// looks is how many times a standby read the job item (the holder never
+// does).
+func (f *fakeLeases) looks() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads
 }
 
 // standbys is how many times a standby marked the job item.

@@ -31,6 +31,7 @@ type invocation struct {
 
 	p     *Poller
 	log   *slog.Logger
+	owner string
 	sess  *lease.Session
 	lease *lease.Lease // held, from the session
 	end   time.Time    // the budget: the deadline minus a margin
@@ -45,6 +46,9 @@ type invocation struct {
 	started    time.Time // when the invocation began, for its idle stay
 	changedAt  time.Time // when the last batch with changes was read
 	standby    bool      // "standing by" was logged
+	marked     bool      // this invocation has marked the job item as a standby
+	duplicate  string    // why another invocation runs for this one's event, when it does
+	stopWait   context.CancelFunc
 	stopped    error     // the renewal that failed while Run's goroutine waited (see heartbeat)
 
 	str streaming // the streaming feed, when the job reads one
@@ -76,22 +80,78 @@ func (v *invocation) now() time.Time { return v.p.Clock.Now() }
 // lease is released or expires. A standby whose budget ends, or whose
 // context does, leaves v.lease nil and returns nil.
 func (v *invocation) acquire(ctx context.Context) error {
-	err := v.sess.Wait(ctx, v.end)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	v.stopWait = stop
+	err := v.sess.Wait(wctx, v.end)
 	switch {
 	case err == nil:
 		v.lease = v.sess.Lease()
 		return nil
+	case v.duplicate != "":
+		v.log.InfoContext(ctx, "another invocation runs for this event; ending", "seen", v.duplicate)
+		return nil
 	case errors.Is(err, lease.ErrLeaseHeld):
 		return nil // stood by for the whole budget
-	case ctx.Err() != nil && err == ctx.Err():
+	case wctx.Err() != nil && err == wctx.Err():
 		return nil // stopped while standing by (a failed write comes back wrapped)
 	}
 	v.p.count(metrics.PollerErrors, 1)
 	return err
 }
 
+// An asynchronous event can reach the poller twice with the same request id,
+// its owner id: AWS documents that an event may be delivered more than once,
+// and LocalStack invokes an event again when its invocation outlasts its
+// client's read timeout. Two invocations under one owner id cannot share the
+// lease (it is held by owner and generation), but the second would stand by
+// for its whole budget, two schedule periods, for nothing. So an invocation
+// that, before it marks the job item itself, finds its own owner id there,
+// holding the lease or marked as a standby within the last marking interval,
+// ends at once. It looks for the first markDelay of its watch and marks the
+// item only after it, so that it never mistakes its own mark for another's.
+
+// markDelay is how long a standby watches the job item before it marks it:
+// long enough to see the marks of every other standby at least once.
+func (v *invocation) markDelay() time.Duration {
+	return min(v.p.Job.Lease.TTL.D(), 10*time.Second)
+}
+
+// announce marks the job item with this standby once it has watched it for
+// markDelay (the session asks every third of a TTL).
+func (v *invocation) announce(ctx context.Context, job, owner string) error {
+	if v.now().Sub(v.started) < v.markDelay() {
+		return nil
+	}
+	v.marked = true
+	return v.p.Leases.MarkStandby(ctx, job, owner)
+}
+
+// duplicateOf says why holder shows another invocation with this one's owner
+// id, or "" when it does not.
+func (v *invocation) duplicateOf(holder *lease.State) string {
+	if v.marked || holder == nil {
+		return ""
+	}
+	now := v.now()
+	if holder.Owner == v.owner && holder.Held(now) {
+		return "holder"
+	}
+	// A standby marks every third of a TTL, at its next look.
+	recent := v.p.Job.Lease.TTL.D()/3 + 2*v.sess.Interval
+	if holder.Standby == v.owner && now.Sub(holder.StandbySeenAt) < recent {
+		return "standby"
+	}
+	return ""
+}
+
 // standingBy runs on every round of the standby's watch.
 func (v *invocation) standingBy(ctx context.Context, holder *lease.State) {
+	if why := v.duplicateOf(holder); why != "" {
+		v.duplicate = why
+		v.stopWait()
+		return
+	}
 	if !v.standby {
 		v.log.InfoContext(ctx, "standing by", "holder", holder.Owner, "generation", holder.Generation)
 		v.standby = true

@@ -51,8 +51,9 @@ build: ## build the Lambda bootstraps for linux/arm64 into build/<function>/boot
 		echo "build/$$f/bootstrap"; \
 	done
 
-test: lint up sync-gateway lambda-rie cdk-deps cfn-lint-tool ## lint, then run every test (unit, integration, end-to-end, infra) against the local services
-	@$(ENV) $(GO) test -count=1 -timeout 45m ./...
+test: lint up sync-gateway lambda-rie cdk-deps cfn-lint-tool ## lint, then run every test (unit, integration, end-to-end, infra) against the local services; prints the ten slowest tests
+	@$(GO) build -o $(LOCAL)/bin/testtimes ./tests/testtimes
+	@set -o pipefail; $(ENV) $(GO) test -count=1 -timeout 45m -json ./... | $(LOCAL)/bin/testtimes
 
 # Fuzz targets as package:Target. Their seed corpora (f.Add and testdata/fuzz)
 # also run as ordinary tests in `make test`.

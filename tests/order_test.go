@@ -152,9 +152,9 @@ func runBlindHold(t *testing.T, s *testStack, recv *blindReceiver, refuse func(h
 		recv.refused.Load(), length.Round(time.Second), writes, outcome, recv.applied.Load(), st)
 }
 
-// blindStack is a test stack whose HTTP output "rest" (per_document, the
+// newBlindStack returns a test stack whose HTTP output "rest" (per_document, the
 // default) is recv.
-func blindStack(t *testing.T, recv *blindReceiver) *testStack {
+func newBlindStack(t *testing.T, recv *blindReceiver) *testStack {
 	t.Helper()
 	return newStack(t, stackOptions{
 		outputs: []string{"rest"}, maxReceive: 3, rest: shortOutageRetry,
@@ -170,7 +170,7 @@ func blindStack(t *testing.T, recv *blindReceiver) *testStack {
 func TestHTTPOutageKeepsOrderAtABlindReceiver(t *testing.T) {
 	t.Parallel()
 	recv := newBlindReceiver()
-	runBlindHold(t, blindStack(t, recv), recv, unavailable, outageLength(t))
+	runBlindHold(t, newBlindStack(t, recv), recv, unavailable, outageLength(t))
 }
 
 // The same for an output that asks to slow down for minutes (429 with a
@@ -179,5 +179,5 @@ func TestHTTPOutageKeepsOrderAtABlindReceiver(t *testing.T) {
 func TestHTTPLongBackpressureKeepsOrderAtABlindReceiver(t *testing.T) {
 	t.Parallel()
 	recv := newBlindReceiver()
-	runBlindHold(t, blindStack(t, recv), recv, tooManyRequests(3), outageLength(t))
+	runBlindHold(t, newBlindStack(t, recv), recv, tooManyRequests(3), outageLength(t))
 }

@@ -271,6 +271,18 @@ func (h *Handler) probe(ctx context.Context, r config.Route) {
 			log.Warn("flush metrics", "error", err)
 		}
 	}()
+	cur, err := h.Outages.Get(ctx, r.Job.ID, r.Output.ID)
+	switch {
+	case err != nil:
+		log.WarnContext(ctx, "probe: read outage record", "error", err)
+		return
+	case cur == nil || cur.Intake == "":
+		return
+	case cur.Intake == outage.IntakeResuming:
+		// A resume that failed: turn the intake on again.
+		h.resumeIntake(ctx, log, rec, r, cur)
+		return
+	}
 	now := h.Now.Now()
 	until, ok := ctx.Deadline()
 	if !ok {
@@ -282,14 +294,7 @@ func (h *Handler) probe(ctx context.Context, r config.Route) {
 		return
 	}
 	if st == nil {
-		// Not paused, or another probe is under way; a record left
-		// resuming still needs its intake turned on.
-		if cur, err := h.Outages.Get(ctx, r.Job.ID, r.Output.ID); err != nil {
-			log.WarnContext(ctx, "probe: read outage record", "error", err)
-		} else if cur != nil && cur.Intake == outage.IntakeResuming {
-			h.resumeIntake(ctx, log, rec, r, cur)
-		}
-		return
+		return // resumed meanwhile, or another probe is under way
 	}
 	if e := h.tryProbe(ctx, log, rec, r, st); e != nil {
 		if isBackpressure(e, false) {

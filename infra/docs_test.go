@@ -20,6 +20,7 @@ var vpcEndpoints = map[string]struct{ name, kind string }{
 	"s3":             {"S3", "gateway"},
 	"sqs":            {"SQS", "interface"},
 	"secretsmanager": {"Secrets Manager", "interface"},
+	"lambda":         {"Lambda", "interface"},
 }
 
 // TestVPCEndpointsDocumented: docs/deploy.md names, for functions in a VPC,
@@ -58,7 +59,12 @@ func TestVPCEndpointsDocumented(t *testing.T) {
 	text := strings.Join(strings.Fields(string(doc)), " ")
 	for _, kind := range []string{"gateway", "interface"} {
 		sort.Strings(services[kind])
-		want := kind + " endpoints for " + strings.Join(services[kind], " and ")
+		names := services[kind]
+		list := strings.Join(names, " and ")
+		if len(names) > 2 {
+			list = strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+		}
+		want := kind + " endpoints for " + list
 		// A list of capitalized names joined by ", " and " and ".
 		name := `[A-Z][A-Za-z0-9]*(?: [A-Z][A-Za-z0-9]*)*`
 		lists := regexp.MustCompile(kind+` endpoints for (`+name+`(?:(?:, | and )`+name+`)*)`).FindAllStringSubmatch(text, -1)

@@ -74,6 +74,7 @@ func (js *jobStack) addFunctions() {
 	}
 	js.addSchedule()
 	js.addEventSources()
+	js.addProbe()
 }
 
 type functionOptions struct {
@@ -315,15 +316,16 @@ func prefixPattern(prefix string) string {
 }
 
 // grantWriter lets the job's writer send to the job's work queues and DLQs,
-// keep the halt records of the job's outputs, read the job's claim checks and
-// write its S3 outputs. Consuming the work queues is granted by the event
-// sources.
+// keep the halt records of the job's outputs, read the job's claim checks,
+// write its S3 outputs and turn its own event source mappings off and on.
+// Consuming the work queues is granted by the event sources.
 func (js *jobStack) grantWriter() {
 	j, role := js.job, js.writer.role
-	// The writer moves failures to the DLQs, and sends a message it holds
-	// back for an output that is down or asks it to slow down to the work
-	// queue again, with a fresh receive count (writer.deferMessage): without
-	// that send, SQS would dead-letter the held messages.
+	// The writer moves failures to the DLQs, and sends a message of a
+	// standard queue it holds back for an output that is down or asks it to
+	// slow down to the work queue again, with a fresh receive count
+	// (writer.deferMessage): without that send, SQS would dead-letter the
+	// held messages.
 	var queues []*string
 	for _, r := range js.routes {
 		queues = append(queues, r.queue.QueueArn(), r.dlq.QueueArn())
@@ -386,6 +388,70 @@ func (js *jobStack) grantWriter() {
 		}))
 		js.allowWildcards(nagObjectsReason, prefixPattern(o.S3.Prefix))
 	}
+	if js.app.in.variant.functions() && js.pausesIntake() {
+		// While it holds a FIFO output's changes, the writer turns its own
+		// event source mapping of the output's queue off, and its probe
+		// turns it on again (writer.Mappings). It finds the mapping among
+		// its function's (ListEventSourceMappings takes no resource) and
+		// may update the mappings of its own function only. The function's
+		// ARN is built from its name: a reference would make the role's
+		// policy and the function depend on each other.
+		fn := js.stack.FormatArn(&awscdk.ArnComponents{Service: jsii.String("lambda"), Resource: jsii.String("function"),
+			ResourceName: jsii.String(js.writer.name), ArnFormat: awscdk.ArnFormat_COLON_RESOURCE_NAME})
+		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:       jsii.String("FindOwnEventSourceMappings"),
+			Actions:   jsii.Strings("lambda:ListEventSourceMappings"),
+			Resources: jsii.Strings("*"),
+		}))
+		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:     jsii.String("SwitchOwnEventSourceMappings"),
+			Actions: jsii.Strings("lambda:UpdateEventSourceMapping"),
+			Resources: &[]*string{js.stack.FormatArn(&awscdk.ArnComponents{Service: jsii.String("lambda"), Resource: jsii.String("event-source-mapping"),
+				ResourceName: jsii.String("*"), ArnFormat: awscdk.ArnFormat_COLON_RESOURCE_NAME})},
+			Conditions: &map[string]any{"StringEquals": map[string]any{"lambda:FunctionArn": fn}},
+		}))
+		js.allowWildcards(nagMappingsReason, `^Resource::\*$`)
+		js.allowWildcards(nagMappingsReason, `^Resource::arn:.*:event-source-mapping:\*$`)
+	}
+}
+
+// pausesIntake reports whether the job has an output on a FIFO queue, whose
+// intake the writer pauses while it holds the output's changes.
+func (js *jobStack) pausesIntake() bool {
+	for _, r := range js.routes {
+		if r.out.FIFO() {
+			return true
+		}
+	}
+	return false
+}
+
+// probeName is the name of the rule that runs job j's writer probe.
+func probeName(cfg *config.File, j *config.Job) string {
+	return cfg.Stack.Prefix + "-" + j.ID + "-probe"
+}
+
+// addProbe creates, for a job with an output on a FIFO queue, the
+// EventBridge rule that invokes the job's writer every minute with
+// {"probe": {"job": "<id>"}}: the writer tries the outputs whose intake it
+// paused and resumes them once they take a change (writer.Handler.Probe).
+// The rule is enabled even when the schedules are not: it queues nothing,
+// and an intake paused during a deploy must come back.
+func (js *jobStack) addProbe() {
+	if !js.pausesIntake() {
+		return
+	}
+	j := js.job
+	awsevents.NewRule(js.stack, jsii.String("Probe-"+j.ID), &awsevents.RuleProps{
+		RuleName:    jsii.String(probeName(js.cfg, j)),
+		Description: jsii.String("Has the changes-worker writer of job " + j.ID + " try the outputs whose intake it paused"),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(js.writer.fn, &awseventstargets.LambdaFunctionProps{
+			Event:         awsevents.RuleTargetInput_FromObject(map[string]any{"probe": map[string]any{"job": j.ID}}),
+			MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(60)),
+			RetryAttempts: jsii.Number(0),
+		})},
+	})
 }
 
 // addSchedule creates the EventBridge rule that invokes the job's poller

@@ -131,11 +131,15 @@ func cmdRun(ctx context.Context, env *cliEnv, args []string) error {
 	verbose := fs.Bool("v", false, "debug logging")
 	skew := fs.Duration("clock-skew", 0, "offset this process's poller clock (fault testing)")
 	receivers := fs.Int("receivers", localrun.DefaultReceivers, "concurrent receivers per work queue, each invoking the writer on what it receives")
+	probeEvery := fs.Duration("probe-every", localrun.DefaultProbeEvery, "how often the writer tries an output whose intake it paused (FIFO outputs that are down)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *receivers < 1 {
 		return fmt.Errorf("run: --receivers is %d, must be at least 1", *receivers)
+	}
+	if *probeEvery <= 0 {
+		return fmt.Errorf("run: --probe-every is %s, must be above 0", *probeEvery)
 	}
 	deps, err := sc.load(ctx, env, *verbose)
 	if err != nil {
@@ -152,7 +156,7 @@ func cmdRun(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	opts := localrun.Options{
 		Tick: *tick, PollerTimeout: *pollerTimeout, UntilIdle: *untilIdle,
-		NoPoller: *noPoller, NoWriter: *noWriter, Concurrency: *receivers,
+		NoPoller: *noPoller, NoWriter: *noWriter, Concurrency: *receivers, ProbeEvery: *probeEvery,
 	}
 	if *jobs != "" {
 		opts.Jobs = strings.Split(*jobs, ",")

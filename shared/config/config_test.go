@@ -435,11 +435,13 @@ func TestOrderingAndFailurePolicy(t *testing.T) {
 		queueReceives  int
 	}{
 		{name: "defaults", settings: ``, queueReceives: 5},
-		{name: "total is fifo", settings: `,"ordering":"total"`, fifo: true, queueReceives: 5},
+		{name: "total is fifo", settings: `,"ordering":"total"`, fifo: true, queueReceives: 1000},
+		{name: "per_document is fifo", settings: `,"ordering":"per_document","max_receive_count":100`, fifo: true, queueReceives: 1000},
+		{name: "fifo bounds receives", settings: `,"ordering":"per_document","max_receive_count":101`, want: "jobs[a].outputs[p].max_receive_count: 101: on a FIFO queue (ordering per_document) at most 100"},
 		{name: "halt on total", settings: `,"ordering":"total","on_failure":"halt"`, fifo: true, halts: true, queueReceives: 1000},
 		{name: "halt on per_document", settings: `,"ordering":"per_document","on_failure":"halt","max_receive_count":100`, fifo: true, halts: true, queueReceives: 1000},
 		{name: "halt needs fifo", settings: `,"on_failure":"halt"`, want: "jobs[a].outputs[p].on_failure: halt needs a FIFO queue"},
-		{name: "halt bounds receives", settings: `,"ordering":"total","on_failure":"halt","max_receive_count":101`, want: "jobs[a].outputs[p].max_receive_count: 101: with on_failure halt at most 100"},
+		{name: "halt bounds receives", settings: `,"ordering":"total","on_failure":"halt","max_receive_count":101`, want: "jobs[a].outputs[p].max_receive_count: 101: on a FIFO queue (ordering total) at most 100"},
 		{name: "unknown policy", settings: `,"on_failure":"retry"`, want: `jobs[a].outputs[p].on_failure: "retry" is not dlq or halt`},
 		{name: "unknown ordering", settings: `,"ordering":"global"`, want: `jobs[a].outputs[p].ordering: "global" is not per_document, total or none`},
 	}

@@ -39,11 +39,12 @@ func (o *Output) FIFO() bool { return o.Ordering == OrderingPerDocument || o.Ord
 func (o *Output) Halts() bool { return o.OnFailure == OnFailureHalt }
 
 // QueueMaxReceiveCount is the work queue's redrive maxReceiveCount: the
-// output's max_receive_count, or SQS's maximum for a halting output, whose
-// writer keeps a halted change at the head of its group instead of letting
-// SQS dead-letter it.
+// output's max_receive_count on a standard queue; SQS's maximum on a FIFO
+// queue, whose writer counts max_receive_count itself and keeps a held or
+// halted change at the head of its group instead of letting SQS
+// dead-letter it.
 func (o *Output) QueueMaxReceiveCount() int {
-	if o.Halts() {
+	if o.FIFO() {
 		return 1000
 	}
 	return o.MaxReceiveCount

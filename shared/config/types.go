@@ -119,7 +119,7 @@ type Stack struct {
 	VPC *VPC `json:"vpc,omitempty"`
 	// DLQ sets how long the DLQs keep failed changes, when the pollers
 	// archive them, and when the alarms call for an operator.
-	DLQ DLQ `json:"dlq"`
+	DLQ DLQ `json:"dlq,omitzero"`
 }
 
 // DLQ sets what happens to the changes waiting in the DLQs. SQS deletes a

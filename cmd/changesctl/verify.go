@@ -39,11 +39,19 @@ func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("verify: unexpected argument %q", fs.Arg(0))
 	}
-	deps, j, o, err := sc.openOutput(ctx, env, "verify")
+	load := load
+	if *remote {
+		load = loadConfig // the function knows the stack's bucket
+	}
+	deps, err := load(ctx, env, *sc.path, env.stderr, false)
 	if err != nil {
 		return err
 	}
 	defer deps.Close()
+	j, o, err := route(deps.Config, *sc.job, *sc.output)
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
 	name := j.ID + "/" + o.ID
 	var noState *pipeline.NoStateError
 	if err := deps.NoState(o); errors.As(err, &noState) {

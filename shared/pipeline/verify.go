@@ -176,11 +176,11 @@ const verifyMargin = 10 * time.Second
 // HandleVerify is the verify function's handler: it compares the event's
 // output with the source, as `changesctl verify` does, repairs what
 // differs when asked (holding the job's lease as verify-<request id>), and
-// answers with the result, its samples cut to fit MaxVerifyAnswer. A failed
-// repair is part of the result (RepairError), after the report it follows;
-// any other failure is the invocation's error. The whole run must end
-// within the invocation's deadline: one that ends before the comparison
-// does says so.
+// answers with the result, its samples cut to fit MaxVerifyAnswer. It reads
+// the secrets it uses again at every invocation. A failed repair is part of
+// the result (RepairError), after the report it follows; any other failure
+// is the invocation's error. The whole run must end within the
+// invocation's deadline: one that ends before the comparison does says so.
 func (d *Deps) HandleVerify(ctx context.Context, ev VerifyEvent) (*verify.Result, error) {
 	j, o, err := d.verifyRoute(ev)
 	if err != nil {
@@ -193,6 +193,10 @@ func (d *Deps) HandleVerify(ctx context.Context, ev VerifyEvent) (*verify.Result
 			return nil, fmt.Errorf("verify %s: sample %d is negative", name, sample)
 		}
 	}
+	// Operators invoke the function seldom, often right after correcting
+	// a secret: every invocation reads the secrets again (no sooner than
+	// the resolver's floor), not only one that was refused.
+	d.Secrets.Refresh()
 	start := d.Now.Now()
 	if deadline, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc

@@ -4,11 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -133,4 +139,70 @@ func deadlineIn(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// TestHandleVerifyReadsSecretsAgain: an operator who corrects a secret the
+// verify function read wrong (a DSN PostgreSQL refuses) and runs verify
+// again at once gets the corrected one, though the same warm instance
+// answers: each invocation reads the secrets again (after the resolver's
+// floor), rather than only a poller or writer that was refused.
+func TestHandleVerifyReadsSecretsAgain(t *testing.T) {
+	t.Parallel()
+	s := stack.ForTest(t, stack.Options{Config: &config.File{
+		Stack: config.Stack{PollerTimeout: config.Duration(10 * time.Second), WriterTimeout: config.Duration(10 * time.Second)},
+		Jobs: []*config.Job{{
+			ID: "orders", Feed: config.Feed{Limit: 100, Timeout: config.Duration(time.Second)}, Lease: config.Lease{TTL: config.Duration(6 * time.Second)},
+			Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, MaxReceiveCount: 3, Postgres: &config.PostgresOutput{CreateTables: true}}},
+		}},
+	}})
+	ctx := t.Context()
+	if _, err := s.PutDoc(ctx, "doc-1", map[string]any{"n": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RunUntilIdle(ctx, localrun.Options{Tick: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The function's view: the DSN reference resolves through Secrets
+	// Manager, as <prefix>/<name>, never through the environment.
+	prefix := s.Name + "-secrets"
+	name := prefix + "/" + testenv.DSNEnv
+	dsn := testenv.PostgresDSN(t)
+	wrong, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong.User = url.UserPassword(wrong.User.Username(), "not-the-password")
+	sm := secretsmanager.NewFromConfig(s.Deps.AWS)
+	if _, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: &name, SecretString: aws.String(wrong.String())}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = sm.DeleteSecret(context.WithoutCancel(ctx), &secretsmanager.DeleteSecretInput{SecretId: &name, ForceDeleteWithoutRecovery: aws.Bool(true)})
+	})
+	lookup := func(k string) (string, bool) {
+		switch k {
+		case pipeline.EnvEnvSecretPrefix:
+			return prefix + "/", true
+		case testenv.DSNEnv:
+			return "", false
+		}
+		return os.LookupEnv(k)
+	}
+	deps := pipeline.New(s.Config, s.Deps.AWS, lookup, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
+	t.Cleanup(deps.Close)
+	deps.Secrets.Floor = time.Millisecond
+
+	ev := pipeline.VerifyEvent{Job: "orders", Output: "pg"}
+	if _, err := deps.HandleVerify(ctx, ev); err == nil {
+		t.Fatal("verify with a DSN PostgreSQL refuses: no error")
+	}
+	if _, err := sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: &name, SecretString: &dsn}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	res, err := deps.HandleVerify(ctx, ev)
+	if err != nil || !res.Report.Clean() || res.Report.OutputDocs != 1 {
+		t.Errorf("verify after the secret was corrected: %v, %+v; want in sync, 1 document", err, res)
+	}
 }

@@ -39,11 +39,14 @@ func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("verify: unexpected argument %q", fs.Arg(0))
 	}
-	load := load
-	if *remote {
-		load = loadConfig // the function knows the stack's bucket
+	if *sample < 0 {
+		return fmt.Errorf("verify: --sample %d is negative", *sample)
 	}
-	deps, err := load(ctx, env, *sc.path, env.stderr, false)
+	open := load
+	if *remote {
+		open = loadConfig // the function knows the stack's bucket
+	}
+	deps, err := open(ctx, env, *sc.path, env.stderr, false)
 	if err != nil {
 		return err
 	}

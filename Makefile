@@ -7,7 +7,7 @@ LOCAL     := .local
 CTL       := $(LOCAL)/bin/changesctl
 CONFIG    ?= localstack/jobs.json
 ENV       := source localstack/env.sh &&
-FUNCTIONS := poller writer
+FUNCTIONS := poller writer verify
 # The release stamped into changesctl and the functions (changesctl version,
 # their first log line, the lease item), with the commit they are built from.
 VERSION   := $(shell cat VERSION)

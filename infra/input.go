@@ -83,7 +83,7 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 			return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
 		}
 		in.code[j.ID] = map[string]string{}
-		for _, fn := range []string{fnPoller, fnWriter} {
+		for _, fn := range []string{fnPoller, fnWriter, fnVerify} {
 			dir, err := stageCode(filepath.Join(buildDir, fn), jobRaw, filepath.Join(stageDir, j.ID, fn))
 			if err != nil {
 				return nil, err
@@ -94,7 +94,7 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 				return nil, err
 			}
 			if in.arch != "" && arch != in.arch {
-				return nil, fmt.Errorf("stage code: the bootstraps are built for %s and %s; build both for one architecture", in.arch, arch)
+				return nil, fmt.Errorf("stage code: the bootstraps are built for %s and %s; build them all for one architecture", in.arch, arch)
 			}
 			in.arch = arch
 		}

@@ -250,6 +250,9 @@ func TestFunctions(t *testing.T) {
 		}{
 			{fnPoller, cfg.Stack.PollerTimeout.D().Seconds(), float64(cfg.Stack.PollerMemoryMB), float64(2)},
 			{fnWriter, cfg.Stack.WriterTimeout.D().Seconds(), float64(cfg.Stack.WriterMemoryMB), nil},
+			// Invoked by changesctl verify --remote, for at most Lambda's
+			// longest timeout.
+			{fnVerify, 900, 1024, nil},
 		} {
 			t.Run(j.ID+"/"+c.name, func(t *testing.T) {
 				name := functionName(cfg, j, c.name)
@@ -296,7 +299,7 @@ func TestFunctions(t *testing.T) {
 		}
 	}
 	assert(t, "log groups", func() {
-		syn.template.ResourceCountIs(jsii.String("AWS::Logs::LogGroup"), jsii.Number(float64(2*len(cfg.Jobs))))
+		syn.template.ResourceCountIs(jsii.String("AWS::Logs::LogGroup"), jsii.Number(float64(3*len(cfg.Jobs))))
 	})
 }
 
@@ -338,8 +341,8 @@ func TestFunctionCode(t *testing.T) {
 		}
 	}
 	for _, j := range syn.cfg.Jobs {
-		if perJob[j.ID] != 2 {
-			t.Errorf("job %s: %d function assets, want 2 (poller, writer)", j.ID, perJob[j.ID])
+		if perJob[j.ID] != 3 {
+			t.Errorf("job %s: %d function assets, want 3 (poller, writer, verify)", j.ID, perJob[j.ID])
 		}
 	}
 }

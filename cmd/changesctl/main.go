@@ -35,8 +35,9 @@ Usage:
   changesctl halt show|retry|skip|clear --job J --output O
                                          inspect a halted output's blocked change, retry it, skip it
                                          into the DLQ, or clear a halt whose change left the queue
-  changesctl verify --job J --output O [--repair]
-                                         compare an output with the source (exit 2 on drift)
+  changesctl verify --job J --output O [--repair] [--remote]
+                                         compare an output with the source (exit 2 on drift),
+                                         here or, with --remote, in the stack's verify function
   changesctl bucket check --config FILE  check that the stack bucket expires claim checks
   changesctl docid hash ID...            the form of an id in logs and records with stack.doc_ids hash
   changesctl version                     the release this changesctl was built from

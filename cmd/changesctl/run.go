@@ -20,8 +20,23 @@ import (
 	"github.com/changes-worker/changes-worker/shared/provision"
 )
 
-// load reads the configuration and builds the shared dependencies.
+// load reads the configuration and builds the shared dependencies, on the
+// bucket of the stack deployed from the configuration (when it names none).
 func load(ctx context.Context, env *cliEnv, path string, logOut io.Writer, verbose bool) (*pipeline.Deps, error) {
+	deps, err := loadConfig(ctx, env, path, logOut, verbose)
+	if err != nil {
+		return nil, err
+	}
+	cfg := deps.Config
+	if b, ok := env.lookup(pipeline.EnvBucket); (!ok || b == "") && cfg.Stack.Bucket == cfg.Stack.Prefix+"-data" {
+		useDeployedBucket(ctx, cfg, cloudformation.NewFromConfig(deps.AWS), deps.Log)
+	}
+	return deps, nil
+}
+
+// loadConfig is load without looking the deployed stack's bucket up: for a
+// command that only invokes the stack's functions, which know it.
+func loadConfig(ctx context.Context, env *cliEnv, path string, logOut io.Writer, verbose bool) (*pipeline.Deps, error) {
 	if path == "" {
 		return nil, fmt.Errorf("--config is required")
 	}
@@ -41,9 +56,6 @@ func load(ctx context.Context, env *cliEnv, path string, logOut io.Writer, verbo
 		return nil, err
 	}
 	announceAWS(ctx, env.stderr, awsCfg, env.lookup)
-	if b, ok := env.lookup(pipeline.EnvBucket); (!ok || b == "") && cfg.Stack.Bucket == cfg.Stack.Prefix+"-data" {
-		useDeployedBucket(ctx, cfg, cloudformation.NewFromConfig(awsCfg), log)
-	}
 	return pipeline.New(cfg, awsCfg, env.lookup, log, io.Discard), nil
 }
 

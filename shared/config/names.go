@@ -18,14 +18,17 @@ func (f *File) DLQName(j *Job, o *Output) string {
 	return f.Stack.Prefix + "-" + j.ID + "-" + o.ID + "-dlq" + o.queueSuffix()
 }
 
-// Functions of a job, each deployed as <prefix>-<job>-<function>.
+// Functions of a job, each deployed as <prefix>-<job>-<function>. The verify
+// function compares an output with the source, and repairs it, from inside
+// the stack (`changesctl verify --remote`).
 const (
 	FunctionPoller = "poller"
 	FunctionWriter = "writer"
+	FunctionVerify = "verify"
 )
 
-// FunctionName is the name of job j's function fn (FunctionPoller or
-// FunctionWriter).
+// FunctionName is the name of job j's function fn (FunctionPoller,
+// FunctionWriter or FunctionVerify).
 func (f *File) FunctionName(j *Job, fn string) string { return f.Stack.Prefix + "-" + j.ID + "-" + fn }
 
 // ScheduleName is the name of the rule that starts job j's poller.

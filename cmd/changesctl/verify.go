@@ -17,19 +17,21 @@ import (
 )
 
 // cmdVerify compares an output with the source and, with --repair,
-// re-enqueues what differs. Exit status 2 when drift was found (or the
-// output cannot be verified), 0 when the output matches the source.
+// re-enqueues what differs. Exit status 2 when drift was found, 3 when the
+// output cannot be verified, 0 when the output matches the source.
 func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "verify")
 	sc := scopeFlags(fs, helpOneJob, helpOneOutput)
 	repair := fs.Bool("repair", false, "re-enqueue the missing, stale, differing and unexpected documents with their current source state")
 	content := fs.Bool("content", true, "compare the content of documents held at the source's revision (reads every body from the source and the output); false compares revisions only")
-	sample := fs.Int("sample", 10, "sample documents shown per kind of drift")
+	sample := fs.Int("samples", 10, "sample documents shown per kind of drift")
+	renamedFlag(env, fs, "sample", "samples")
 	yes := fs.Bool("yes", false, "repair without asking")
-	wait := fs.Duration("lease-wait", 3*time.Minute, "repair: how long to wait for the running poller to hand the job's lease over")
+	wait := fs.Duration("wait", 3*time.Minute, "repair: how long to wait for the running poller to hand the job's lease over")
+	renamedFlag(env, fs, "lease-wait", "wait")
 	force := fs.Bool("force", false, "repair: take the lease at once, fencing out a running poller")
 	noRecheck := fs.Bool("no-recheck", false, "report first-pass drift without reading drifted documents a second time")
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -43,7 +45,7 @@ func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 	var noState *pipeline.NoStateError
 	if errors.As(err, &noState) {
 		fmt.Fprintf(env.stderr, "verify is not supported for %s outputs: %s (%s is %s; verify reads postgres and s3 outputs)\n", noState.Type, noState.Reason, name, noState.Type)
-		return fmt.Errorf("verify %s: not supported for %s outputs: %w", name, noState.Type, exitError(2))
+		return fmt.Errorf("verify %s: %w for %s outputs", name, errUnsupported, noState.Type)
 	}
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", name, err)
@@ -55,7 +57,7 @@ func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 
 	q, err := dlq.Resolve(ctx, deps.SQS, deps.Config, j, o)
 	if err != nil {
-		return fmt.Errorf("verify: %w (run changesctl bootstrap first?)", err)
+		return fmt.Errorf("verify: %w%s", err, missingQueueHint(deps, err))
 	}
 	if busy := pipelineBusy(ctx, deps, j, q); busy != "" {
 		fmt.Fprintf(env.stderr, "note: %s; drift may include changes still on their way\n", busy)
@@ -125,7 +127,7 @@ func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 			return err
 		}
 	}
-	return fmt.Errorf("verify %s: %d documents differ: %w", name, len(rep.Drift), exitError(2))
+	return fmt.Errorf("verify %s: %d documents differ: %w", name, len(rep.Drift), exitError(exitDrift))
 }
 
 type verifyResult struct {

@@ -47,7 +47,7 @@ func TestLoadFindsDeployedBucket(t *testing.T) {
 				}
 				return os.LookupEnv(k)
 			}}
-			deps, err := load(t.Context(), env, configFile{path: tt.path, from: "--config"}, &logs, false)
+			deps, err := load(t.Context(), env, tt.path, &logs, false)
 			if err != nil {
 				t.Fatal(err)
 			}

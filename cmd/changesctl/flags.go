@@ -344,9 +344,13 @@ type configFile struct{ path, from string }
 
 // configFile returns the file --config names, else the one CHANGESCTL_CONFIG
 // names; neither is a usage error.
-func (s *scope) configFile(env *cliEnv) (configFile, error) {
-	if *s.path != "" {
-		return configFile{*s.path, "--config"}, nil
+func (s *scope) configFile(env *cliEnv) (configFile, error) { return findConfig(env, *s.path) }
+
+// findConfig returns the file path names (--config), else the one
+// CHANGESCTL_CONFIG names; neither is a usage error.
+func findConfig(env *cliEnv, path string) (configFile, error) {
+	if path != "" {
+		return configFile{path, "--config"}, nil
 	}
 	if v, ok := env.lookup(envConfig); ok && v != "" {
 		return configFile{v, envConfig}, nil
@@ -365,11 +369,7 @@ func (c configFile) wrap(err error) error {
 
 // load reads the configuration file and builds the dependencies.
 func (s *scope) load(ctx context.Context, env *cliEnv, verbose bool) (*pipeline.Deps, error) {
-	c, err := s.configFile(env)
-	if err != nil {
-		return nil, err
-	}
-	return load(ctx, env, c, env.stderr, verbose)
+	return load(ctx, env, *s.path, env.stderr, verbose)
 }
 
 // openJob loads the dependencies and finds the job; cmd prefixes a failure

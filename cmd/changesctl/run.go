@@ -20,8 +20,13 @@ import (
 	"github.com/changes-worker/changes-worker/shared/provision"
 )
 
-// load reads the configuration and builds the shared dependencies.
-func load(ctx context.Context, env *cliEnv, file configFile, logOut io.Writer, verbose bool) (*pipeline.Deps, error) {
+// load reads the configuration file path names (empty: the one
+// CHANGESCTL_CONFIG names) and builds the shared dependencies.
+func load(ctx context.Context, env *cliEnv, path string, logOut io.Writer, verbose bool) (*pipeline.Deps, error) {
+	file, err := findConfig(env, path)
+	if err != nil {
+		return nil, err
+	}
 	lookup := func(k string) (string, bool) {
 		if k == pipeline.EnvConfigFile {
 			return file.path, true

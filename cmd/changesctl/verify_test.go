@@ -142,7 +142,7 @@ func (s *testStack) verifyJSON(output string) verify.Result {
 func TestVerifyHTTPUnsupported(t *testing.T) {
 	ctx, s := parallelStack(t, outPG, outHTTP)
 	_, errOut, err := s.cli(ctx, "", "verify", "--output", "rest")
-	if exitCode(err) != 2 || !strings.Contains(errOut, "verify is not supported for http outputs") {
+	if exitCode(err) != exitUnsupported || !strings.Contains(errOut, "verify is not supported for http outputs") {
 		t.Errorf("verify of an http output: exit %d (%v), stderr:\n%s", exitCode(err), err, errOut)
 	}
 }

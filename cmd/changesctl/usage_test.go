@@ -50,7 +50,7 @@ func TestArgumentErrors(t *testing.T) {
 		{"halt no action", []string{"halt"}, "want show, retry, skip or clear"},
 		{"checkpoint unknown action", []string{"checkpoint", "move"}, `unknown action "move" (want get, set or reset)`},
 		{"verify argument", []string{"verify", "pg"}, `verify: unexpected argument "pg"`},
-		{"verify negative sample", []string{"verify", "--sample", "-1"}, `verify: --sample -1 is negative`},
+		{"verify negative sample", []string{"verify", "--samples", "-1"}, `verify: --samples -1 is negative`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

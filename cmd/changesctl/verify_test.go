@@ -310,7 +310,7 @@ func TestVerifyRemoteNeedsItsFunction(t *testing.T) {
 		t.Errorf("verify --remote without the function: exit %d (%v), want 1 naming %s and the local mode\n%s", exitCode(err), err, fn, errOut)
 	}
 	_, errOut, err = s.cli(ctx, "", "verify", "--output", "rest", "--remote")
-	if exitCode(err) != 2 || !strings.Contains(errOut, "verify is not supported for http outputs") {
+	if exitCode(err) != exitUnsupported || !strings.Contains(errOut, "verify is not supported for http outputs") {
 		t.Errorf("verify --remote of an http output: exit %d (%v), stderr:\n%s", exitCode(err), err, errOut)
 	}
 }

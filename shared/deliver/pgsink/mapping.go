@@ -33,6 +33,8 @@ const (
 // statements that write them. It is immutable and safe for concurrent use.
 type mapper struct {
 	tables []*mappedTable
+	// roots counts the root tables, rootCols the columns they store.
+	roots, rootCols int
 	// filter is nil when every document is mapped.
 	filter *docFilter
 
@@ -132,7 +134,12 @@ func newMapper(out config.PostgresOutput, names *tableNames) (*mapper, error) {
 		if rt.Name == versions || rt.Name == quality {
 			return nil, fmt.Errorf("mapping: table %q is also the versions or quality table", rt.Name)
 		}
-		mp.tables = append(mp.tables, layout(rt, names.schema, mp.tables))
+		t := layout(rt, names.schema, mp.tables)
+		mp.tables = append(mp.tables, t)
+		if t.Parent < 0 {
+			mp.roots++
+			mp.rootCols += len(t.cols)
+		}
 	}
 	mp.clearSQL = mp.buildClearSQL()
 	mp.writeSQL = mp.buildWriteSQL(false)

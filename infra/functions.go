@@ -259,14 +259,10 @@ func (js *jobStack) grantPoller() {
 			"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []string{j.ID, quarantine.Prefix(j.ID) + "*", dlq.SweepKey(j.ID)}},
 		},
 	}))
-	var queues []*string
-	for _, r := range js.routes {
-		queues = append(queues, r.queue.QueueArn())
-	}
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("SendToWorkQueues"),
 		Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes"),
-		Resources: &queues,
+		Resources: js.workQueueARNs(),
 	}))
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("WriteClaimChecks"),
@@ -299,6 +295,15 @@ func (js *jobStack) grantPoller() {
 
 // claimCheckObjects are the claim checks the job's poller writes:
 // claim-check/<job>/<prefix>/* in the stack bucket.
+// workQueueARNs are the ARNs of the job's work queues.
+func (js *jobStack) workQueueARNs() *[]*string {
+	queues := make([]*string, 0, len(js.routes))
+	for _, r := range js.routes {
+		queues = append(queues, r.queue.QueueArn())
+	}
+	return &queues
+}
+
 func (js *jobStack) claimCheckObjects() *string {
 	return js.bucket().ArnForObjects(jsii.String(js.claimCheckPrefix() + "*"))
 }

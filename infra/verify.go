@@ -58,14 +58,10 @@ func (js *jobStack) grantVerify() {
 		},
 	}))
 	// The work queue's URL and depth (Busy), and the repair's sends.
-	var queues []*string
-	for _, r := range js.routes {
-		queues = append(queues, r.queue.QueueArn())
-	}
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("RepairToWorkQueues"),
 		Actions:   jsii.Strings("sqs:GetQueueUrl", "sqs:GetQueueAttributes", "sqs:SendMessage"),
-		Resources: &queues,
+		Resources: js.workQueueARNs(),
 	}))
 	// A repaired document too large for a message travels as a claim check,
 	// as the poller writes it.

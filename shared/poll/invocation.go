@@ -45,6 +45,7 @@ type invocation struct {
 	started    time.Time // when the invocation began, for its idle stay
 	changedAt  time.Time // when the last batch with changes was read
 	standby    bool      // "standing by" was logged
+	reportedAt time.Time // when report last wrote the metrics
 	stopped    error     // the renewal that failed while Run's goroutine waited (see heartbeat)
 
 	str streaming // the streaming feed, when the job reads one
@@ -844,6 +845,16 @@ func (v *invocation) report(ctx context.Context, b *feed.Batch) {
 	if age, ok := v.ledger.age(v.now()); ok {
 		v.p.Metrics.Add(metrics.CheckpointAgeSeconds, age.Seconds(), metrics.Seconds)
 	}
+	// A batch that read nothing is published with the next that reads
+	// something, or with the first of the next minute: a watched idle feed
+	// writes one record a minute, not one per long poll, and every
+	// minute the lease is held still has its data point (the alarms' periods
+	// are whole minutes). Its values are stamped at most a long poll late.
+	now := v.now()
+	if len(b.Rows) == 0 && !v.reportedAt.IsZero() && now.Truncate(time.Minute).Equal(v.reportedAt.Truncate(time.Minute)) {
+		return
+	}
+	v.reportedAt = now
 	if err := v.p.Metrics.Flush(); err != nil {
 		v.log.WarnContext(ctx, "flush metrics", "error", err)
 	}

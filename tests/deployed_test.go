@@ -984,7 +984,7 @@ func TestDeployedVerify(t *testing.T) {
 		t.Errorf("verify pg --remote does not report order-07 missing:\n%s", got)
 	}
 	t.Logf("verify --output pg --remote after a row was deleted:\n%s", got)
-	same("after a row was deleted", 2, "--output", "pg", "--json", "--sample", "3")
+	same("after a row was deleted", 2, "--output", "pg", "--json", "--samples", "3")
 	got, errOut, code := verify("", "--output", "pg", "--remote", "--repair", "--yes")
 	t.Logf("verify --output pg --remote --repair --yes:\n%s%s", got, errOut)
 	if code != 2 || !strings.Contains(got, "repair: enqueued 1 documents and 0 tombstones at generation") {

@@ -72,9 +72,10 @@ const (
 
 // TestDeployWalkthrough runs the step-by-step walkthrough of docs/deploy.md
 // as the page writes it, against the local AWS: every fenced sh block of the
-// section, in order, each in bash -euo pipefail at the repository root, in a
-// terminal whose questions (the CDK's "(y/n)") are answered y as the reader
-// does. Only what is the reader's own is substituted: the account and
+// section, in order, each in bash -euo pipefail, in a terminal whose
+// questions (the CDK's "(y/n)") are answered y as the reader does; the first
+// starts at the repository root, and the exported variables and working
+// directory one leaves carry over to the next, as in the reader's shell. Only what is the reader's own is substituted: the account and
 // region, the endpoints (the environment of localstack/env.sh, with the S3
 // of LocalStack, where CloudFormation reads templates; the Makefile's CDK is
 // cdklocal, the CLI that sends the CDK's calls there, and the functions are
@@ -232,7 +233,12 @@ type walkthrough struct {
 	table      string // postgres.table
 	configPath string // where the walkthrough writes its configuration
 	bin        string // changesctl and aws
+	dir        string // the test's files
 	env        []string
+	// shell and cwd are the reader's shell as the last block left it: its
+	// exported variables and its working directory.
+	shell      []string
+	cwd        string
 	db         *testenv.SGDatabase
 	dsn        string
 	awsCfg     aws.Config
@@ -279,7 +285,9 @@ func newWalkthrough(t *testing.T, root string) *walkthrough {
 	if err := os.WriteFile(filepath.Join(w.bin, "aws"), []byte("#!/bin/sh\nexec "+awsCLI+" -m awscli \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	w.dir = dir
 	w.env = w.environ(dir)
+	w.shell, w.cwd = w.env, root
 
 	// The reader's Sync Gateway: the job's channel and another one, with
 	// an update and a delete.
@@ -478,19 +486,28 @@ func (w *walkthrough) runBlock(ctx context.Context, t *testing.T, b pageBlock) {
 	}
 }
 
-// run runs script in bash -euo pipefail at the repository root, in a
-// terminal of its own whose every "(y/n)" question is answered y, and
-// returns what the terminal showed.
+// run runs script in bash -euo pipefail, in a terminal of its own whose
+// every "(y/n)" question is answered y, and returns what the terminal
+// showed. It starts with the exported variables and working directory the
+// last block left (the repository root at first), as the reader's shell
+// would, and keeps those this one leaves when it succeeds.
 func (w *walkthrough) run(ctx context.Context, script string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, walkthroughBlockTimeout)
 	defer cancel()
+	state, err := os.CreateTemp(w.dir, "shell-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(state.Name())
+	defer state.Close()
 	master, slave, err := openPTY()
 	if err != nil {
 		return "", err
 	}
 	defer master.Close()
-	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
-	cmd.Dir, cmd.Env = w.root, w.env
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script+"env -0 >&3\n")
+	cmd.Dir, cmd.Env = w.cwd, w.shell
+	cmd.ExtraFiles = []*os.File{state} // fd 3
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	// A group of its own, killed whole when the block runs out of time.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -510,7 +527,21 @@ func (w *walkthrough) run(ctx context.Context, script string) (string, error) {
 	}
 	master.Close()
 	<-term.done
-	return term.text(), err
+	if err != nil {
+		return term.text(), err
+	}
+	raw, err := os.ReadFile(state.Name())
+	if err != nil {
+		return term.text(), fmt.Errorf("read the shell's environment: %w", err)
+	}
+	w.shell = nil
+	for _, kv := range strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00") {
+		w.shell = append(w.shell, kv)
+		if dir, ok := strings.CutPrefix(kv, "PWD="); ok {
+			w.cwd = dir
+		}
+	}
+	return term.text(), nil
 }
 
 // terminal reads a pseudo-terminal's master and answers y to each "(y/n)".

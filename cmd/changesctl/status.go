@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -127,8 +126,8 @@ type outageShown struct {
 // a recorded reason.
 func cmdStatus(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "status")
-	sc := scopeFlags(fs, "only this job", "")
-	asJSON := fs.Bool("json", false, "print JSON")
+	sc := scopeFlags(fs, "only this job `id`", "")
+	asJSON := outputFlag(fs)
 	watch := fs.Bool("watch", false, "redraw until interrupted")
 	interval := fs.Duration("interval", 2*time.Second, "--watch: time between redraws")
 	peek := fs.Bool("peek", false, "sample work queues for the age of their oldest message (counts as a receive; see -h)")
@@ -136,10 +135,10 @@ func cmdStatus(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	if *watch && *peek {
-		return errors.New("status: --peek cannot be combined with --watch: every peek counts as a receive toward max_receive_count")
+		return usagef("status: --peek cannot be combined with --watch: every peek counts as a receive toward max_receive_count")
 	}
 	if *interval < 100*time.Millisecond {
-		return fmt.Errorf("status: --interval %s is too short", *interval)
+		return usagef("status: --interval %s is too short", *interval)
 	}
 	deps, err := sc.load(ctx, env, false)
 	if err != nil {

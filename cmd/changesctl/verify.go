@@ -19,28 +19,30 @@ import (
 // cmdVerify compares an output with the source and, with --repair,
 // re-enqueues what differs: here, or with --remote in the job's verify
 // function of the deployed stack, which prints the same report. Exit
-// status 2 when drift was found (or the output cannot be verified), 0 when
-// the output matches the source.
+// status 2 when drift was found, 3 when the output cannot be verified, 0
+// when the output matches the source.
 func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "verify")
 	sc := scopeFlags(fs, helpOneJob, helpOneOutput)
 	repair := fs.Bool("repair", false, "re-enqueue the missing, stale, differing and unexpected documents with their current source state")
 	content := fs.Bool("content", true, "compare the content of documents held at the source's revision (reads every body from the source and the output); false compares revisions only")
-	sample := fs.Int("sample", 10, "sample documents shown per kind of drift")
+	sample := fs.Int("samples", 10, "sample documents shown per kind of drift")
+	renamedFlag(env, fs, "sample", "samples")
 	yes := fs.Bool("yes", false, "repair without asking")
-	wait := fs.Duration("lease-wait", 3*time.Minute, "repair: how long to wait for the running poller to hand the job's lease over")
+	wait := fs.Duration("wait", 3*time.Minute, "repair: how long to wait for the running poller to hand the job's lease over")
+	renamedFlag(env, fs, "lease-wait", "wait")
 	force := fs.Bool("force", false, "repair: take the lease at once, fencing out a running poller")
 	noRecheck := fs.Bool("no-recheck", false, "report first-pass drift without reading drifted documents a second time")
 	remote := fs.Bool("remote", false, "run the comparison, and the repair, in the job's verify function of the deployed stack (P-<job>-verify), where the source and the output are reachable (its VPC); at most 15 minutes")
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("verify: unexpected argument %q", fs.Arg(0))
+		return usagef("verify: unexpected argument %q", fs.Arg(0))
 	}
 	if *sample < 0 {
-		return fmt.Errorf("verify: --sample %d is negative", *sample)
+		return usagef("verify: --samples %d is negative", *sample)
 	}
 	open := load
 	if *remote {
@@ -59,7 +61,7 @@ func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 	var noState *pipeline.NoStateError
 	if err := deps.NoState(o); errors.As(err, &noState) {
 		fmt.Fprintf(env.stderr, "verify is not supported for %s outputs: %s (%s is %s; verify reads postgres and s3 outputs)\n", noState.Type, noState.Reason, name, noState.Type)
-		return fmt.Errorf("verify %s: not supported for %s outputs: %w", name, noState.Type, exitError(2))
+		return fmt.Errorf("verify %s: %w for %s outputs", name, errUnsupported, noState.Type)
 	} else if err != nil {
 		return fmt.Errorf("verify %s: %w", name, err)
 	}
@@ -87,7 +89,7 @@ func cmdVerify(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		var noQueue *sqstypes.QueueDoesNotExist
 		if errors.As(err, &noQueue) {
-			return fmt.Errorf("verify: %w (run changesctl bootstrap first?)", err)
+			return fmt.Errorf("verify: %w%s", err, missingQueueHint(deps, err))
 		}
 		return fmt.Errorf("verify %s: %w", name, err)
 	}
@@ -179,7 +181,7 @@ func (v verifyRun) finish(res *verify.Result, queue string, repairErr error) err
 	case res.Report.Clean():
 		return nil
 	}
-	return fmt.Errorf("verify %s: %d documents differ: %w", v.name, driftCount(res.Report), exitError(2))
+	return fmt.Errorf("verify %s: %d documents differ: %w", v.name, driftCount(res.Report), exitError(exitDrift))
 }
 
 // driftCount is the number of drifted documents of a report.

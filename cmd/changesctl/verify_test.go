@@ -142,7 +142,7 @@ func (s *testStack) verifyJSON(output string) verify.Result {
 func TestVerifyHTTPUnsupported(t *testing.T) {
 	ctx, s := parallelStack(t, outPG, outHTTP)
 	_, errOut, err := s.cli(ctx, "", "verify", "--output", "rest")
-	if exitCode(err) != 2 || !strings.Contains(errOut, "verify is not supported for http outputs") {
+	if exitCode(err) != exitUnsupported || !strings.Contains(errOut, "verify is not supported for http outputs") {
 		t.Errorf("verify of an http output: exit %d (%v), stderr:\n%s", exitCode(err), err, errOut)
 	}
 }
@@ -310,7 +310,7 @@ func TestVerifyRemoteNeedsItsFunction(t *testing.T) {
 		t.Errorf("verify --remote without the function: exit %d (%v), want 1 naming %s and the local mode\n%s", exitCode(err), err, fn, errOut)
 	}
 	_, errOut, err = s.cli(ctx, "", "verify", "--output", "rest", "--remote")
-	if exitCode(err) != 2 || !strings.Contains(errOut, "verify is not supported for http outputs") {
+	if exitCode(err) != exitUnsupported || !strings.Contains(errOut, "verify is not supported for http outputs") {
 		t.Errorf("verify --remote of an http output: exit %d (%v), stderr:\n%s", exitCode(err), err, errOut)
 	}
 }

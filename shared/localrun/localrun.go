@@ -243,7 +243,7 @@ func (r *Runtime) queue(ctx context.Context, name string, o *config.Output) (que
 	c := r.Deps.SQS
 	u, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name})
 	if err != nil {
-		return queue{}, fmt.Errorf("get queue url %s (run changesctl bootstrap first): %w", name, err)
+		return queue{}, fmt.Errorf("get queue url %s in region %s (check the region and stack.prefix; on the local services, changesctl bootstrap creates the queues): %w", name, r.Deps.AWS.Region, err)
 	}
 	a, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: u.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn},

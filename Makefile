@@ -8,6 +8,10 @@ CTL       := $(LOCAL)/bin/changesctl
 CONFIG    ?= localstack/jobs.json
 ENV       := source localstack/env.sh &&
 FUNCTIONS := poller writer verify
+# How many tests of one package make test runs at once. The end-to-end tests
+# mostly wait (deploys, lease TTLs, outages), so more run side by side than
+# the machine has cores.
+TEST_PARALLEL ?= 6
 # The release stamped into changesctl and the functions (changesctl version,
 # their first log line, the lease item), with the commit they are built from.
 VERSION   := $(shell cat VERSION)
@@ -63,7 +67,7 @@ build: ## build the Lambda bootstraps for linux/arm64 (FUNCTION_ARCH) into build
 
 test: lint up sync-gateway lambda-rie cdk-deps cfn-lint-tool ## lint, then run every test (unit, integration, end-to-end, infra) against the local services; prints the ten slowest tests
 	@$(GO) build -o $(LOCAL)/bin/testtimes ./tests/testtimes
-	@set -o pipefail; $(ENV) $(GO) test -count=1 -timeout 45m -json ./... | $(LOCAL)/bin/testtimes
+	@set -o pipefail; $(ENV) $(GO) test -count=1 -timeout 45m -parallel $(TEST_PARALLEL) -json ./... | $(LOCAL)/bin/testtimes
 
 # Fuzz targets as package:Target. Their seed corpora (f.Add and testdata/fuzz)
 # also run as ordinary tests in `make test`.

@@ -253,7 +253,7 @@ func (js *jobStack) grantPoller() {
 	j, role := js.job, js.poller.role
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("LeaseAndCheckpoint"),
-		Actions:   jsii.Strings("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"),
+		Actions:   jsii.Strings("dynamodb:GetItem", "dynamodb:UpdateItem"),
 		Resources: &[]*string{js.table.TableArn()},
 		Conditions: &map[string]any{
 			"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []string{j.ID, quarantine.Prefix(j.ID) + "*", dlq.SweepKey(j.ID)}},
@@ -261,7 +261,7 @@ func (js *jobStack) grantPoller() {
 	}))
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("SendToWorkQueues"),
-		Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes"),
+		Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueUrl"),
 		Resources: js.workQueueARNs(),
 	}))
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{

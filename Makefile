@@ -11,7 +11,7 @@ FUNCTIONS := poller writer verify
 # How many tests of one package make test runs at once. The end-to-end tests
 # mostly wait (deploys, lease TTLs, outages), so more run side by side than
 # the machine has cores.
-TEST_PARALLEL ?= 6
+TEST_PARALLEL ?= 8
 # The release stamped into changesctl and the functions (changesctl version,
 # their first log line, the lease item), with the commit they are built from.
 VERSION   := $(shell cat VERSION)

@@ -28,19 +28,22 @@ import (
 )
 
 // TestDeployedHeldChangesKeepOrder deploys the full stack with one job whose
-// one output is an HTTP endpoint on a FIFO queue (per_document) that applies
+// two outputs are HTTP endpoints on FIFO queues (per_document) that apply
 // every request as it comes (blindReceiver), and checks, as LocalStack runs
-// it: an endpoint answering 503 for minutes while documents are updated
-// several times each at different moments, then an endpoint answering 429
-// (Retry-After) for minutes. Each time the writer pauses its event source
-// mapping of the queue, the probe rule's invocations of the writer resume
-// it once the endpoint takes a change again, and the endpoint ends holding
+// it, with both refusing at once for minutes while documents are updated
+// several times each at different moments: one answering 503, the other
+// 429 (Retry-After). For each, the writer pauses its event source mapping of
+// the output's queue, the probe rule's invocations of the writer resume it
+// once the endpoint takes a change again, and the endpoint ends holding
 // exactly the newest revision of every document, with nothing
 // dead-lettered and the outage record gone.
 func TestDeployedHeldChangesKeepOrder(t *testing.T) {
 	t.Parallel()
-	recv := newBlindReceiver()
-	d := deployBlindStack(t, recv)
+	outs := []*heldOutput{
+		{name: "503 for minutes", id: "unavailable", refuse: unavailable},
+		{name: "429 with Retry-After for minutes", id: "throttled", refuse: tooManyRequests(3)},
+	}
+	d := deployBlindStack(t, outs)
 	ctx := t.Context()
 	length := outageLength(t)
 
@@ -60,50 +63,65 @@ func TestDeployedHeldChangesKeepOrder(t *testing.T) {
 	for i := range 40 {
 		docs.put(ctx, t, i)
 	}
-	d.waitBlind(ctx, t, recv, 3*time.Minute)
+	for _, o := range outs {
+		d.waitBlind(ctx, t, o, 3*time.Minute)
+	}
 
-	for _, c := range []struct {
-		name   string
-		refuse func(http.ResponseWriter)
-	}{
-		{"503 for minutes", unavailable},
-		{"429 with Retry-After for minutes", tooManyRequests(3)},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			refused := recv.refused.Load()
-			recv.set(c.refuse)
-			start := time.Now()
-			paused := false
-			for i := 0; time.Since(start) < length; i++ {
-				docs.put(ctx, t, 40+docs.n)
-				if i%8 == 0 && !paused {
-					paused = d.mappingState(ctx, t) == "Disabled"
-				}
-				time.Sleep(250 * time.Millisecond)
+	refused := map[*heldOutput]int64{}
+	for _, o := range outs {
+		refused[o] = o.recv.refused.Load()
+		o.recv.set(o.refuse)
+	}
+	start := time.Now()
+	paused := map[*heldOutput]bool{}
+	for i := 0; time.Since(start) < length; i++ {
+		docs.put(ctx, t, 40+docs.n)
+		if i%8 == 0 {
+			for _, o := range outs {
+				paused[o] = paused[o] || d.mappingState(ctx, t, o) == "Disabled"
 			}
-			if !paused {
-				t.Errorf("the writer's event source mapping of %s was never disabled while the endpoint refused", d.queue.WorkName)
-			}
-			rec, err := d.outages.Get(ctx, "orders", "rest")
-			if err != nil || rec == nil || rec.Intake != outage.IntakePaused {
-				t.Errorf("outage record while the endpoint refused: %+v, %v; want the intake paused", rec, err)
-			}
-			recv.set(nil)
-			back := time.Now()
-			d.waitBlind(ctx, t, recv, 4*time.Minute)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	for _, o := range outs {
+		if !paused[o] {
+			t.Errorf("%s: the writer's event source mapping of %s was never disabled while the endpoint refused", o.name, o.queue.WorkName)
+		}
+		rec, err := d.outages.Get(ctx, "orders", o.id)
+		if err != nil || rec == nil || rec.Intake != outage.IntakePaused {
+			t.Errorf("%s: outage record while the endpoint refused: %+v, %v; want the intake paused", o.name, rec, err)
+		}
+	}
+	for _, o := range outs {
+		o.recv.set(nil)
+	}
+	back := time.Now()
+	for _, o := range outs {
+		t.Run(o.name, func(t *testing.T) {
+			d.waitBlind(ctx, t, o, 4*time.Minute)
 			t.Logf("refused %d requests for %s (the held changes' tries, then the probe's), %d document writes so far; the endpoint equalled the source %s after it accepted again",
-				recv.refused.Load()-refused, length.Round(time.Second), docs.n, time.Since(back).Round(time.Second))
-			if st := d.mappingState(ctx, t); st != "Enabled" {
+				o.recv.refused.Load()-refused[o], length.Round(time.Second), docs.n, time.Since(back).Round(time.Second))
+			if st := d.mappingState(ctx, t, o); st != "Enabled" {
 				t.Errorf("event source mapping %s after recovery, want Enabled", st)
 			}
-			if n := d.queueDepth(ctx, t, d.queue.DLQURL); n != 0 {
-				t.Errorf("DLQ %s holds %d messages, want none", d.queue.DLQName, n)
+			if n := d.queueDepth(ctx, t, o.queue.DLQURL); n != 0 {
+				t.Errorf("DLQ %s holds %d messages, want none", o.queue.DLQName, n)
 			}
-			if rec, err := d.outages.Get(ctx, "orders", "rest"); err != nil || rec != nil {
+			if rec, err := d.outages.Get(ctx, "orders", o.id); err != nil || rec != nil {
 				t.Errorf("outage record after recovery: %+v, %v; want none", rec, err)
 			}
 		})
 	}
+}
+
+// heldOutput is one HTTP output of TestDeployedHeldChangesKeepOrder: its
+// receiver, how it refuses during the outage, and its queues.
+type heldOutput struct {
+	name   string
+	id     string
+	refuse func(http.ResponseWriter)
+	recv   *blindReceiver
+	queue  dlq.Queues
 }
 
 // blindWrites updates 40 documents in turn, each write the next revision.
@@ -137,28 +155,33 @@ func (w *blindWrites) put(ctx context.Context, t *testing.T, i int) {
 // blindStack is the deployed stack of TestDeployedHeldChangesKeepOrder.
 type blindStack struct {
 	*deployedStack
-	queue   dlq.Queues
 	outages *outage.Store
 }
 
 // deployBlindStack deploys, with localstack/deploy.sh, a stack of one job
-// "orders" reading a source database of its own into one HTTP output
-// "rest" (per_document, max_receive_count 3, short outage retries), recv,
-// and deletes it when the test ends.
-func deployBlindStack(t *testing.T, recv *blindReceiver) *blindStack {
+// "orders" reading a source database of its own into one HTTP output per
+// element of outs (per_document, max_receive_count 3, short outage
+// retries), each with a blindReceiver of its own, and deletes it when the
+// test ends.
+func deployBlindStack(t *testing.T, outs []*heldOutput) *blindStack {
 	t.Helper()
-	srv := httptest.NewServer(recv)
-	t.Cleanup(srv.Close)
-	out := &config.Output{ID: "rest", Type: config.OutputHTTP, MaxReceiveCount: 3,
-		HTTP: &config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}", Timeout: config.Duration(3 * time.Second)}}
-	shortOutageRetry(out)
+	var outputs []*config.Output
+	for _, o := range outs {
+		o.recv = newBlindReceiver()
+		srv := httptest.NewServer(o.recv)
+		t.Cleanup(srv.Close)
+		out := &config.Output{ID: o.id, Type: config.OutputHTTP, MaxReceiveCount: 3,
+			HTTP: &config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}", Timeout: config.Duration(3 * time.Second)}}
+		shortOutageRetry(out)
+		outputs = append(outputs, out)
+	}
 	cfg := &config.File{
 		Stack: config.Stack{PollerTimeout: config.Duration(deployedPollerTimeout), WriterTimeout: config.Duration(deployedWriterTimeout), LogRetentionDays: 1},
 		Jobs: []*config.Job{{
 			ID: "orders", Schedule: config.Duration(time.Minute),
 			Feed:    config.Feed{Limit: 100, Timeout: config.Duration(2 * time.Second)},
 			Lease:   config.Lease{TTL: config.Duration(deployedLeaseTTL)},
-			Outputs: []*config.Output{out},
+			Outputs: outputs,
 		}},
 	}
 	s := &testStack{Stack: stack.ForTest(t, stack.Options{Name: "blind", Config: cfg}), t: t}
@@ -182,21 +205,22 @@ func deployBlindStack(t *testing.T, recv *blindReceiver) *blindStack {
 		t.Fatal(err)
 	}
 	pipeline.OverrideBucket(s.Config, bucket)
-	q, err := s.Queues(t.Context(), "orders", "rest")
-	if err != nil {
-		t.Fatal(err)
+	for _, o := range outs {
+		if o.queue, err = s.Queues(t.Context(), "orders", o.id); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return &blindStack{deployedStack: d, queue: q, outages: &outage.Store{DB: s.Deps.DynamoDB, Table: s.Config.TableName()}}
+	return &blindStack{deployedStack: d, outages: &outage.Store{DB: s.Deps.DynamoDB, Table: s.Config.TableName()}}
 }
 
-// waitBlind waits until recv holds exactly the source's newest revision of
-// every document and the work queue is empty.
-func (d *blindStack) waitBlind(ctx context.Context, t *testing.T, recv *blindReceiver, limit time.Duration) {
+// waitBlind waits until o's receiver holds exactly the source's newest
+// revision of every document and o's work queue is empty.
+func (d *blindStack) waitBlind(ctx context.Context, t *testing.T, o *heldOutput, limit time.Duration) {
 	t.Helper()
 	var want, got map[string]string
 	err := testenv.Poll(ctx, limit, 2*time.Second, func(ctx context.Context) (bool, error) {
-		want, got = d.sourceState(ctx), recv.state()
-		return maps.Equal(want, got) && d.queueDepth(ctx, t, d.queue.WorkURL) == 0, nil
+		want, got = d.sourceState(ctx), o.recv.state()
+		return maps.Equal(want, got) && d.queueDepth(ctx, t, o.queue.WorkURL) == 0, nil
 	})
 	if err != nil {
 		var older []string
@@ -205,27 +229,27 @@ func (d *blindStack) waitBlind(ctx context.Context, t *testing.T, recv *blindRec
 				older = append(older, fmt.Sprintf("%s at %q, not %q", id, got[id], rev))
 			}
 		}
-		t.Fatalf("the endpoint does not hold the source's newest revisions after %s (%d of %d differ: %s), work queue %d: %v",
-			limit, len(older), len(want), strings.Join(older[:min(len(older), 5)], "; "), d.queueDepth(ctx, t, d.queue.WorkURL), err)
+		t.Fatalf("endpoint %s does not hold the source's newest revisions after %s (%d of %d differ: %s), work queue %d: %v",
+			o.id, limit, len(older), len(want), strings.Join(older[:min(len(older), 5)], "; "), d.queueDepth(ctx, t, o.queue.WorkURL), err)
 	}
 }
 
 // mappingState returns the state of the writer's event source mapping of
-// the output's work queue.
-func (d *blindStack) mappingState(ctx context.Context, t *testing.T) string {
+// o's work queue.
+func (d *blindStack) mappingState(ctx context.Context, t *testing.T, o *heldOutput) string {
 	t.Helper()
-	out, err := d.lambda.ListEventSourceMappings(ctx, &lambda.ListEventSourceMappingsInput{FunctionName: aws.String(d.function("writer")), EventSourceArn: &d.queue.WorkARN})
+	out, err := d.lambda.ListEventSourceMappings(ctx, &lambda.ListEventSourceMappingsInput{FunctionName: aws.String(d.function("writer")), EventSourceArn: &o.queue.WorkARN})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var found []lambdatypes.EventSourceMappingConfiguration
 	for _, m := range out.EventSourceMappings {
-		if aws.ToString(m.EventSourceArn) == d.queue.WorkARN {
+		if aws.ToString(m.EventSourceArn) == o.queue.WorkARN {
 			found = append(found, m)
 		}
 	}
 	if len(found) != 1 {
-		t.Fatalf("%d event source mappings of %s, want one", len(found), d.queue.WorkARN)
+		t.Fatalf("%d event source mappings of %s, want one", len(found), o.queue.WorkARN)
 	}
 	return aws.ToString(found[0].State)
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deployed"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/iamcheck"
 )
 
 // TestDeployAddRemoveJob deploys the full stack of three jobs to the local
@@ -103,6 +104,7 @@ func TestDeployAddRemoveJob(t *testing.T) {
 	}
 	f.runPollers(ctx, t, kept[0], kept[1], removed)
 	f.waitDelivered(ctx, t, map[string]int{kept[0]: docs, kept[1]: docs, removed: docs})
+	checked := f.checkIAM(t, outBefore, 0, kept[0], kept[1], removed)
 
 	jobsBefore := jobStacks(ctx, t, f.cfn, f.prefix, outBefore)
 	state := map[string]jobState{}
@@ -162,7 +164,32 @@ func TestDeployAddRemoveJob(t *testing.T) {
 	if !strings.Contains(strings.Join(moved, "\n"), "checkpoint_seq") {
 		t.Errorf("job %s's poller delivered %d more documents, yet the comparison sees no change of its checkpoint: %v", kept[0], later, moved)
 	}
+	// A warm writer may deliver to PostgreSQL without an AWS request of
+	// its own (Lambda's event source mapping receives and deletes).
+	f.checkIAM(t, outAfter, checked, added)
 }
+
+// checkIAM evaluates the AWS requests the functions made, from the
+// from-th recorded on, against their roles in the stack deployed from the
+// cloud assembly outdir; each job named must have had requests of both its
+// functions. It returns the number of requests recorded so far.
+func (f *jobFleet) checkIAM(t *testing.T, outdir string, from int, jobs ...string) int {
+	t.Helper()
+	rep := iamcheck.Deployed{AWS: testenv.AWS(t), Calls: f.calls(), Assembly: outdir, Stack: f.prefix, Root: "..", From: from}.Check(t)
+	for _, j := range jobs {
+		for _, fn := range []string{fnPoller, fnWriter} {
+			if name := functionName(f.cfg, f.jobs[j], fn); rep.ByCaller[name] == 0 {
+				t.Errorf("no request of %s was recorded", name)
+			}
+		}
+	}
+	return rep.Calls
+}
+
+// calls is the file the functions record their AWS requests in: one for
+// both deploys, so that a kept job's function configuration stays as it
+// was.
+func (f *jobFleet) calls() string { return filepath.Join(f.dir, "aws-calls.jsonl") }
 
 // jobFleet is the stack of the test's jobs, deployed to the local AWS.
 type jobFleet struct {
@@ -219,7 +246,8 @@ func (f *jobFleet) deploy(ctx context.Context, t *testing.T, cfgPath, outdir str
 	start := time.Now()
 	if err := testenv.DeployLocal(ctx, testenv.LocalDeploy{
 		ConfigPath: cfgPath, BuildDir: filepath.Join(f.dir, "build"), AssemblyDir: outdir,
-		Env: []string{"PG_DSN=" + f.dsn},
+		Env:      []string{"PG_DSN=" + f.dsn},
+		AWSCalls: f.calls(),
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +486,7 @@ func (f *jobFleet) readJobState(ctx context.Context, t *testing.T, stack, job st
 
 	j := f.jobs[job]
 	st.functions, st.mappings = map[string]string{}, map[string]string{}
-	for _, fn := range []string{fnPoller, fnWriter} {
+	for _, fn := range []string{fnPoller, fnWriter, fnVerify} {
 		name := functionName(f.cfg, j, fn)
 		got, err := f.lambda.GetFunction(ctx, &lambda.GetFunctionInput{FunctionName: &name})
 		if err != nil {

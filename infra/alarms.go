@@ -242,6 +242,7 @@ func leaseAlarmPeriods(j *config.Job, pollerTimeout time.Duration) (held, late i
 func (js *jobStack) addRouteAlarms(r *route) {
 	id := r.job.ID + "-" + r.out.ID
 	js.alarmAbove("DLQNotEmpty-"+id, id+"-dlq-not-empty", dlqAlarmDescription(js.cfg, r), r.dlq.MetricApproximateNumberOfMessagesVisible(maxOver(time.Minute)), 0)
+	js.addArchiveAlarm(r)
 	js.alarmAbove("OutputAuthFailures-"+id, id+"-output-auth-failures", fmt.Sprintf("Output %s of job %s refused our credentials (HTTP 401/403, S3 AccessDenied, PostgreSQL 28P01/28000; OutputAuthFailures). Check the output's credentials.", r.out.ID, r.job.ID), outputMetric(metrics.OutputAuthFailures, r.job, r.out, "Sum", errorPeriod), 0)
 	js.alarm("Backpressure-"+id, id+"-backpressure", fmt.Sprintf("Output %s of job %s has been slow or refusing (429/503, too many connections) for %s; the writer is holding its changes back (BackpressureActive).", r.out.ID, r.job.ID, backpressurePeriods*errorPeriod), &awscloudwatch.AlarmProps{
 		Metric:             outputMetric(metrics.BackpressureActive, r.job, r.out, "Minimum", errorPeriod),

@@ -33,7 +33,7 @@ esac
 // assembly directory (-o).
 const deployStubCDK = `#!/usr/bin/env bash
 set -euo pipefail
-printf 'cdklocal %s\n' "$1" >>"$STUB_LOG"
+printf 'cdklocal %s\n' "$*" >>"$STUB_LOG"
 [[ "$1" == deploy ]] || exit 0
 while [[ $# -gt 0 ]]; do
 	case "$1" in
@@ -63,7 +63,8 @@ esac
 // docs/deploy.md uses. Each secret the stack created gets the value of the
 // environment variable it names, whatever that name; a secret the stack did
 // not create is left alone, even when a variable of its name is set; and the
-// script goes on to enable the schedule rules.
+// script goes on to enable the schedule rules. CHANGES_AWS_CALLS becomes
+// the functions' (-c aws_calls), not the bootstrap's.
 func TestDeployScriptSecrets(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -84,7 +85,7 @@ func TestDeployScriptSecrets(t *testing.T) {
 		".local/localstack/venv/bin/python": deployStubAWS,
 		"infra/node_modules/.bin/cdklocal":  deployStubCDK,
 		"bin/go":                            deployStubGo,
-		"bin/changesctl":                    "#!/bin/sh\n",
+		"bin/changesctl":                    "#!/bin/sh\nprintf 'changesctl %s (calls recorded in %s)\\n' \"$1\" \"$CHANGES_AWS_CALLS\" >>\"$STUB_LOG\"\n",
 		"template.json":                     string(template),
 		"jobs.json":                         "{}\n",
 	} {
@@ -110,6 +111,7 @@ func TestDeployScriptSecrets(t *testing.T) {
 		"PG_DSN=postgres://u:pw@db/x",
 		"crm-token=the token",
 		"orders-dsn=not for the stack",
+		"CHANGES_AWS_CALLS=/calls/aws.jsonl",
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -124,6 +126,10 @@ func TestDeployScriptSecrets(t *testing.T) {
 		"call secretsmanager put-secret-value --secret-id shop/PG_DSN --secret-string file:///dev/stdin\nvalue postgres://u:pw@db/x\n",
 		"call secretsmanager put-secret-value --secret-id shop/crm-token --secret-string file:///dev/stdin\nvalue the token\n",
 		"call events enable-rule --name shop-orders-schedule\n",
+		// The functions record their AWS requests; the bootstrap --remove
+		// before the deploy does not.
+		"-c aws_calls=/calls/aws.jsonl",
+		"changesctl bootstrap (calls recorded in )\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("deploy.sh did not call\n%s\ncalls:\n%s\noutput:\n%s", want, got, out)

@@ -15,8 +15,10 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/claimcheck"
 	"github.com/changes-worker/changes-worker/shared/config"
+	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/statetable/halt"
 	"github.com/changes-worker/changes-worker/shared/statetable/outage"
 	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
@@ -27,11 +29,10 @@ const (
 	envConfigFile   = "CHANGES_CONFIG_FILE"
 	envBucket       = "CHANGES_BUCKET"
 	envSecretPrefix = "CHANGES_ENV_SECRET_PREFIX"
+	envAWSCalls     = awsconf.EnvCalls
 )
 
 const (
-	pollerMemoryMB = 256
-	writerMemoryMB = 512
 	// minPollers is the least reserved concurrency of a job's poller: the
 	// active invocation and its standby.
 	minPollers = 2
@@ -49,13 +50,13 @@ func (js *jobStack) addFunctions() {
 	js.poller = js.newFunction("Poller", fnPoller, functionOptions{
 		description: "changes-worker poller of job " + js.job.ID + ": reads its _changes feed under a lease and queues the changes",
 		timeout:     js.cfg.PollerTimeout(js.job).Seconds(),
-		memoryMB:    pollerMemoryMB,
+		memoryMB:    float64(js.cfg.Stack.PollerMemoryMB),
 		reserved:    jsii.Number(float64(pollerConcurrency(js.cfg, js.job))),
 	})
 	js.writer = js.newFunction("Writer", fnWriter, functionOptions{
 		description: "changes-worker writer of job " + js.job.ID + ": delivers its queued changes to the outputs",
 		timeout:     js.cfg.Stack.WriterTimeout.D().Seconds(),
-		memoryMB:    writerMemoryMB,
+		memoryMB:    float64(js.cfg.Stack.WriterMemoryMB),
 	})
 
 	js.grantPoller()
@@ -73,6 +74,7 @@ func (js *jobStack) addFunctions() {
 	}
 	js.addSchedule()
 	js.addEventSources()
+	js.addProbe()
 }
 
 type functionOptions struct {
@@ -142,6 +144,9 @@ func (js *jobStack) newFunction(kind, name string, o functionOptions) *function 
 			envSecretPrefix: jsii.String(s.cfg.Stack.Prefix + "/"),
 		},
 		ReservedConcurrentExecutions: o.reserved,
+	}
+	if s.in.awsCalls != "" {
+		(*props.Environment)[envAWSCalls] = jsii.String(s.in.awsCalls)
 	}
 	if name == fnPoller {
 		// A schedule tick is worth nothing once the next one is due: never
@@ -243,25 +248,21 @@ func (js *jobStack) placeInVPC(props *awslambda.FunctionProps, role awsiam.Role)
 
 // grantPoller lets the job's poller hold the job's lease and checkpoint and
 // record its quarantine entries in the table, send to the job's work queues,
-// write the job's claim checks and copy its attachments.
+// write the job's claim checks, archive its DLQs and copy its attachments.
 func (js *jobStack) grantPoller() {
 	j, role := js.job, js.poller.role
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("LeaseAndCheckpoint"),
-		Actions:   jsii.Strings("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"),
+		Actions:   jsii.Strings("dynamodb:GetItem", "dynamodb:UpdateItem"),
 		Resources: &[]*string{js.table.TableArn()},
 		Conditions: &map[string]any{
-			"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []string{j.ID, quarantine.Prefix(j.ID) + "*"}},
+			"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []string{j.ID, quarantine.Prefix(j.ID) + "*", dlq.SweepKey(j.ID)}},
 		},
 	}))
-	var queues []*string
-	for _, r := range js.routes {
-		queues = append(queues, r.queue.QueueArn())
-	}
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("SendToWorkQueues"),
-		Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes"),
-		Resources: &queues,
+		Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueUrl"),
+		Resources: js.workQueueARNs(),
 	}))
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("WriteClaimChecks"),
@@ -269,6 +270,7 @@ func (js *jobStack) grantPoller() {
 		Resources: &[]*string{js.claimCheckObjects()},
 	}))
 	js.allowWildcards(nagObjectsReason, js.claimCheckPattern())
+	js.grantArchive()
 	a := j.Attachments
 	if a == nil || !a.Enabled {
 		return
@@ -291,8 +293,17 @@ func (js *jobStack) grantPoller() {
 	js.allowWildcards(nagObjectsReason, prefixPattern(a.Prefix))
 }
 
-// claimCheckObjects are the job's claim checks: claim-check/<prefix>/<job>/*
-// in the stack bucket.
+// claimCheckObjects are the claim checks the job's poller writes:
+// claim-check/<job>/<prefix>/* in the stack bucket.
+// workQueueARNs are the ARNs of the job's work queues.
+func (js *jobStack) workQueueARNs() *[]*string {
+	queues := make([]*string, 0, len(js.routes))
+	for _, r := range js.routes {
+		queues = append(queues, r.queue.QueueArn())
+	}
+	return &queues
+}
+
 func (js *jobStack) claimCheckObjects() *string {
 	return js.bucket().ArnForObjects(jsii.String(js.claimCheckPrefix() + "*"))
 }
@@ -310,15 +321,16 @@ func prefixPattern(prefix string) string {
 }
 
 // grantWriter lets the job's writer send to the job's work queues and DLQs,
-// keep the halt records of the job's outputs, read the job's claim checks and
-// write its S3 outputs. Consuming the work queues is granted by the event
-// sources.
+// keep the halt records of the job's outputs, read the job's claim checks,
+// write its S3 outputs and turn its own event source mappings off and on.
+// Consuming the work queues is granted by the event sources.
 func (js *jobStack) grantWriter() {
 	j, role := js.job, js.writer.role
-	// The writer moves failures to the DLQs, and sends a message it holds
-	// back for an output that is down or asks it to slow down to the work
-	// queue again, with a fresh receive count (writer.deferMessage): without
-	// that send, SQS would dead-letter the held messages.
+	// The writer moves failures to the DLQs, and sends a message of a
+	// standard queue it holds back for an output that is down or asks it to
+	// slow down to the work queue again, with a fresh receive count
+	// (writer.deferMessage): without that send, SQS would dead-letter the
+	// held messages.
 	var queues []*string
 	for _, r := range js.routes {
 		queues = append(queues, r.queue.QueueArn(), r.dlq.QueueArn())
@@ -347,16 +359,16 @@ func (js *jobStack) grantWriter() {
 		},
 	}))
 	// Without s3:ListBucket, S3 answers a GetObject of a missing claim check
-	// with 403 instead of 404; the writer counts both as permanent. Under
-	// claim-check/<job>/, without the stack prefix, are the claim checks
-	// that messages still queued may point at (claimcheck.UnscopedPrefix).
+	// with 403 instead of 404; the writer counts both as permanent. The job's
+	// prefix claim-check/<job>/ holds the poller's (claim-check/<job>/<prefix>/)
+	// and those that messages queued by a release before 1.0.0 may point at
+	// (claimcheck.UnscopedPrefix).
 	unscoped := claimcheck.UnscopedPrefix(j.ID)
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("ReadClaimChecks"),
 		Actions:   jsii.Strings("s3:GetObject"),
-		Resources: &[]*string{js.claimCheckObjects(), js.bucket().ArnForObjects(jsii.String(unscoped + "*"))},
+		Resources: &[]*string{js.bucket().ArnForObjects(jsii.String(unscoped + "*"))},
 	}))
-	js.allowWildcards(nagObjectsReason, js.claimCheckPattern())
 	js.allowWildcards(nagObjectsReason, prefixPattern(unscoped))
 	for n, r := range js.routes {
 		o := r.out
@@ -381,6 +393,70 @@ func (js *jobStack) grantWriter() {
 		}))
 		js.allowWildcards(nagObjectsReason, prefixPattern(o.S3.Prefix))
 	}
+	if js.app.in.variant.functions() && js.pausesIntake() {
+		// While it holds a FIFO output's changes, the writer turns its own
+		// event source mapping of the output's queue off, and its probe
+		// turns it on again (writer.Mappings). It finds the mapping among
+		// its function's (ListEventSourceMappings takes no resource) and
+		// may update the mappings of its own function only. The function's
+		// ARN is built from its name: a reference would make the role's
+		// policy and the function depend on each other.
+		fn := js.stack.FormatArn(&awscdk.ArnComponents{Service: jsii.String("lambda"), Resource: jsii.String("function"),
+			ResourceName: jsii.String(js.writer.name), ArnFormat: awscdk.ArnFormat_COLON_RESOURCE_NAME})
+		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:       jsii.String("FindOwnEventSourceMappings"),
+			Actions:   jsii.Strings("lambda:ListEventSourceMappings"),
+			Resources: jsii.Strings("*"),
+		}))
+		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:     jsii.String("SwitchOwnEventSourceMappings"),
+			Actions: jsii.Strings("lambda:UpdateEventSourceMapping"),
+			Resources: &[]*string{js.stack.FormatArn(&awscdk.ArnComponents{Service: jsii.String("lambda"), Resource: jsii.String("event-source-mapping"),
+				ResourceName: jsii.String("*"), ArnFormat: awscdk.ArnFormat_COLON_RESOURCE_NAME})},
+			Conditions: &map[string]any{"StringEquals": map[string]any{"lambda:FunctionArn": fn}},
+		}))
+		js.allowWildcards(nagMappingsReason, `^Resource::\*$`)
+		js.allowWildcards(nagMappingsReason, `^Resource::arn:.*:event-source-mapping:\*$`)
+	}
+}
+
+// pausesIntake reports whether the job has an output on a FIFO queue, whose
+// intake the writer pauses while it holds the output's changes.
+func (js *jobStack) pausesIntake() bool {
+	for _, r := range js.routes {
+		if r.out.FIFO() {
+			return true
+		}
+	}
+	return false
+}
+
+// probeName is the name of the rule that runs job j's writer probe.
+func probeName(cfg *config.File, j *config.Job) string {
+	return cfg.Stack.Prefix + "-" + j.ID + "-probe"
+}
+
+// addProbe creates, for a job with an output on a FIFO queue, the
+// EventBridge rule that invokes the job's writer every minute with
+// {"probe": {"job": "<id>"}}: the writer tries the outputs whose intake it
+// paused and resumes them once they take a change (writer.Handler.Probe).
+// The rule is enabled even when the schedules are not: it queues nothing,
+// and an intake paused during a deploy must come back.
+func (js *jobStack) addProbe() {
+	if !js.pausesIntake() {
+		return
+	}
+	j := js.job
+	awsevents.NewRule(js.stack, jsii.String("Probe-"+j.ID), &awsevents.RuleProps{
+		RuleName:    jsii.String(probeName(js.cfg, j)),
+		Description: jsii.String("Has the changes-worker writer of job " + j.ID + " try the outputs whose intake it paused"),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(js.writer.fn, &awseventstargets.LambdaFunctionProps{
+			Event:         awsevents.RuleTargetInput_FromObject(map[string]any{"probe": map[string]any{"job": j.ID}}),
+			MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(60)),
+			RetryAttempts: jsii.Number(0),
+		})},
+	})
 }
 
 // pollerConcurrency is the reserved concurrency of job j's poller: every
@@ -397,14 +473,6 @@ func pollerConcurrency(cfg *config.File, j *config.Job) int {
 // with {"job": "<id>"}.
 func (js *jobStack) addSchedule() {
 	j := js.job
-	if gap := js.cfg.StandbyGap(j); gap > 0 {
-		// Not an error, but a crash of the poller in that part of the
-		// cycle waits for the next tick, and where the invocations do not
-		// overlap the pipeline pauses every cycle.
-		awscdk.Annotations_Of(js.stack).AddWarningV2(jsii.String("changes-worker:no-standby-"+j.ID), jsii.String(fmt.Sprintf(
-			"job %s: with a poller timeout of %s and a schedule of %s, up to %s of every period has no poller standing by, and a poller that crashes then is replaced at the next tick; a standby at every moment needs a timeout of twice the schedule plus %s (the default, up to a 7m schedule)",
-			j.ID, js.cfg.PollerTimeout(j), j.Schedule.D(), gap, config.PollerStandbyAllowance)))
-	}
 	awsevents.NewRule(js.stack, jsii.String("Schedule-"+j.ID), &awsevents.RuleProps{
 		RuleName:    jsii.String(scheduleName(js.cfg, j)),
 		Description: jsii.String("Starts the changes-worker poller for job " + j.ID),

@@ -116,7 +116,7 @@ func synthesize(configPath string, v variant, root string) (*synthesis, error) {
 	// local variant has no function code and must not need a build.
 	buildDir := filepath.Join(root, "build")
 	if v.functions() {
-		for _, fn := range []string{fnPoller, fnWriter} {
+		for _, fn := range []string{fnPoller, fnWriter, fnVerify} {
 			if err := os.MkdirAll(filepath.Join(buildDir, fn), 0o755); err != nil {
 				return nil, err
 			}

@@ -30,6 +30,8 @@ const bundledConfigName = "jobs.json"
 type input struct {
 	// cfg is the loaded, defaulted and validated job configuration.
 	cfg *config.File
+	// warnings are what the deploy takes of cfg but its operator should act on.
+	warnings []config.Warning
 	// bucketGiven reports whether stack.bucket was set in the file (an existing
 	// bucket to import) rather than defaulted (a bucket the stack creates).
 	bucketGiven bool
@@ -44,6 +46,9 @@ type input struct {
 	variant variant
 	// schedulesDisabled creates the schedule rules disabled.
 	schedulesDisabled bool
+	// awsCalls, when set, is the file the functions record their AWS
+	// requests in (envAWSCalls).
+	awsCalls string
 	// arch is the functions' architecture, the one their bootstraps are
 	// built for: arm64 from `make build`, this machine's for a local deploy.
 	arch string
@@ -59,7 +64,7 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 	if err != nil {
 		return nil, fmt.Errorf("read job configuration: %w", err)
 	}
-	cfg, err := config.ParseForDeploy(raw)
+	cfg, warnings, err := config.CheckForDeploy(raw)
 	if err != nil {
 		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
 	}
@@ -67,7 +72,7 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 	if err != nil {
 		return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
 	}
-	in := &input{cfg: cfg, bucketGiven: given, code: map[string]map[string]string{}, variant: v}
+	in := &input{cfg: cfg, warnings: warnings, bucketGiven: given, code: map[string]map[string]string{}, variant: v}
 	in.sourceSecrets, in.outputSecrets = secretRefs(cfg)
 	if !v.functions() {
 		return in, nil
@@ -78,7 +83,7 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 			return nil, fmt.Errorf("job configuration %s: %w", configPath, err)
 		}
 		in.code[j.ID] = map[string]string{}
-		for _, fn := range []string{fnPoller, fnWriter} {
+		for _, fn := range []string{fnPoller, fnWriter, fnVerify} {
 			dir, err := stageCode(filepath.Join(buildDir, fn), jobRaw, filepath.Join(stageDir, j.ID, fn))
 			if err != nil {
 				return nil, err
@@ -89,7 +94,7 @@ func loadInput(configPath, buildDir, stageDir string, v variant) (*input, error)
 				return nil, err
 			}
 			if in.arch != "" && arch != in.arch {
-				return nil, fmt.Errorf("stage code: the bootstraps are built for %s and %s; build both for one architecture", in.arch, arch)
+				return nil, fmt.Errorf("stage code: the bootstraps are built for %s and %s; build them all for one architecture", in.arch, arch)
 			}
 			in.arch = arch
 		}

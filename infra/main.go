@@ -17,7 +17,10 @@
 // or local: everything but the functions, see variant.go) and schedules
 // (enabled, the default, or disabled: the rules that start the poller are
 // created disabled, for a local deploy that enables them once the secrets
-// and bucket are in place).
+// and bucket are in place) and aws_calls (an absolute path: the functions
+// record every AWS request they make in that file, CHANGES_AWS_CALLS, which
+// only a local deploy whose functions run on this machine can read; the
+// tests use it to check each request against the function's role).
 package main
 
 import (
@@ -37,6 +40,7 @@ const (
 	contextBuildDir = "build_dir"
 	contextVariant  = "variant"
 	contextSchedule = "schedules"
+	contextAWSCalls = "aws_calls"
 	// envConfig names the job configuration when the context does not.
 	envConfig       = "CHANGES_CDK_CONFIG"
 	defaultBuildDir = "build"
@@ -71,6 +75,10 @@ func realMain() error {
 	if err != nil {
 		return err
 	}
+	awsCalls := contextString(app, contextAWSCalls)
+	if awsCalls != "" && !filepath.IsAbs(awsCalls) {
+		return fmt.Errorf("context %s=%q: want an absolute path", contextAWSCalls, awsCalls)
+	}
 	buildDir := contextString(app, contextBuildDir)
 	if buildDir == "" {
 		buildDir = defaultBuildDir
@@ -86,6 +94,7 @@ func realMain() error {
 		variant:    v,
 
 		schedulesDisabled: schedulesDisabled,
+		awsCalls:          awsCalls,
 	}); err != nil {
 		return err
 	}
@@ -133,6 +142,9 @@ type appOptions struct {
 	variant variant
 	// schedulesDisabled creates the schedule rules disabled.
 	schedulesDisabled bool
+	// awsCalls, when set, is the file the functions record their AWS
+	// requests in.
+	awsCalls string
 	// stackProps are passed to the stack (tests turn analytics off, say).
 	stackProps *awscdk.StackProps
 }
@@ -147,6 +159,7 @@ func buildApp(app awscdk.App, o appOptions) (*changesStack, error) {
 		return nil, err
 	}
 	in.schedulesDisabled = o.schedulesDisabled
+	in.awsCalls = o.awsCalls
 	s := newStack(app, in, o.stackProps)
 	addChecks(app)
 	return s, nil

@@ -12,8 +12,10 @@ const (
 	// maxMessageBytes is the largest message SQS accepts (1 MiB); envelopes
 	// above stack.max_message_bytes travel as claim checks anyway.
 	maxMessageBytes = 1024 * 1024
-	// queueRetentionDays is how long a message waits in a work queue or a DLQ: the
-	// SQS maximum, so that a long outage of an output loses nothing.
+	// queueRetentionDays is how long a message waits in a work queue: the
+	// SQS maximum, so that a long outage of an output loses nothing. A DLQ
+	// keeps its messages for stack.dlq.retention, and the poller archives
+	// them before that.
 	queueRetentionDays = 14
 	// visibilityFactor multiplies the writer's timeout to give the work
 	// queues' visibility timeout, as the Lambda SQS event source requires.
@@ -39,7 +41,7 @@ func (js *jobStack) addRoute(j *config.Job, o *config.Output, visibility awscdk.
 	queueARN := js.stack.FormatArn(&awscdk.ArnComponents{Service: jsii.String("sqs"), Resource: jsii.String(queueName)})
 	dlqProps := &awssqs.QueueProps{
 		QueueName:           jsii.String(js.cfg.DLQName(j, o)),
-		RetentionPeriod:     awscdk.Duration_Days(jsii.Number(queueRetentionDays)),
+		RetentionPeriod:     seconds(js.cfg.Stack.DLQ.Retention.D()),
 		MaxMessageSizeBytes: jsii.Number(maxMessageBytes),
 		Encryption:          awssqs.QueueEncryption_SQS_MANAGED,
 		EnforceSSL:          jsii.Bool(true),

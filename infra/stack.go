@@ -48,6 +48,7 @@ func newStack(scope constructs.Construct, in *input, props *awscdk.StackProps) *
 		props.Description = jsii.String("changes-worker: follows CouchDB/Sync Gateway _changes feeds and delivers every change to PostgreSQL, HTTP and S3 outputs")
 	}
 	s := &changesStack{stack: awscdk.NewStack(scope, jsii.String(name), props), in: in, cfg: in.cfg}
+	s.addWarnings()
 	s.addState()
 	s.addStorage()
 	s.addAlarmTopic()
@@ -67,6 +68,13 @@ func (s *changesStack) addOutputs() {
 		Value:       s.bucket.BucketName(),
 		Description: jsii.String("The bucket of claim checks and of S3 outputs without a bucket of their own"),
 	})
+}
+
+// addWarnings shows synth the configuration's warnings (config.Warning).
+func (s *changesStack) addWarnings() {
+	for _, w := range s.in.warnings {
+		awscdk.Annotations_Of(s.stack).AddWarningV2(jsii.String("changes-worker:"+w.Key), jsii.String(w.String()))
+	}
 }
 
 // retain reports whether stateful resources outlive the stack (stack.retain).

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -199,12 +198,44 @@ func TestSchedules(t *testing.T) {
 			t.Errorf("%s: Input = %v", j.ID, target["Input"])
 		}
 	}
-	assert(t, "the poller may be invoked by each rule", func() {
+	// Each job of the test configuration has a FIFO output, so its writer
+	// has a probe rule too (TestProbeSchedules).
+	assert(t, "the poller and the writer may be invoked by each rule", func() {
 		syn.template.ResourcePropertiesCountIs(jsii.String("AWS::Lambda::Permission"), &map[string]any{
 			"Action":    "lambda:InvokeFunction",
 			"Principal": "events.amazonaws.com",
-		}, jsii.Number(float64(len(syn.cfg.Jobs))))
+		}, jsii.Number(float64(2*len(syn.cfg.Jobs))))
 	})
+}
+
+// TestProbeSchedules: a job with an output on a FIFO queue has a rule that
+// invokes its writer every minute with {"probe": {"job": "<id>"}}, enabled
+// (it queues nothing), never retried nor delivered late.
+func TestProbeSchedules(t *testing.T) {
+	syn := synthesized(t)
+	for _, j := range syn.cfg.Jobs {
+		writerID, _ := syn.resource(t, "AWS::Lambda::Function", "FunctionName", functionName(syn.cfg, j, fnWriter))
+		_, rule := syn.resource(t, "AWS::Events::Rule", "Name", probeName(syn.cfg, j))
+		p := props(rule)
+		if p["ScheduleExpression"] != "rate(1 minute)" || p["State"] != "ENABLED" {
+			t.Errorf("%s: %v %v, want ENABLED rate(1 minute)", j.ID, p["State"], p["ScheduleExpression"])
+		}
+		targets, _ := p["Targets"].([]any)
+		if len(targets) != 1 {
+			t.Fatalf("%s: %d targets", j.ID, len(targets))
+		}
+		target := targets[0].(map[string]any)
+		if refID(target["Arn"]) != writerID {
+			t.Errorf("%s: target %s, want the job's writer", j.ID, compact(target["Arn"]))
+		}
+		if want := fmt.Sprintf(`{"probe":{"job":"%s"}}`, j.ID); target["Input"] != want {
+			t.Errorf("%s: Input = %v, want %s", j.ID, target["Input"], want)
+		}
+		retry, _ := target["RetryPolicy"].(map[string]any)
+		if retry["MaximumRetryAttempts"] != float64(0) || retry["MaximumEventAgeInSeconds"] != float64(60) {
+			t.Errorf("%s: RetryPolicy = %s, want no retry and at most 60 s of age", j.ID, compact(retry))
+		}
+	}
 }
 
 func TestFunctions(t *testing.T) {
@@ -214,10 +245,14 @@ func TestFunctions(t *testing.T) {
 		for _, c := range []struct {
 			name     string
 			timeout  float64
+			memory   float64
 			reserved any
 		}{
-			{fnPoller, cfg.Stack.PollerTimeout.D().Seconds(), float64(2)},
-			{fnWriter, cfg.Stack.WriterTimeout.D().Seconds(), nil},
+			{fnPoller, cfg.Stack.PollerTimeout.D().Seconds(), float64(cfg.Stack.PollerMemoryMB), float64(2)},
+			{fnWriter, cfg.Stack.WriterTimeout.D().Seconds(), float64(cfg.Stack.WriterMemoryMB), nil},
+			// Invoked by changesctl verify --remote, for at most Lambda's
+			// longest timeout.
+			{fnVerify, 900, 1024, nil},
 		} {
 			t.Run(j.ID+"/"+c.name, func(t *testing.T) {
 				name := functionName(cfg, j, c.name)
@@ -229,12 +264,15 @@ func TestFunctions(t *testing.T) {
 				if p["Timeout"] != c.timeout {
 					t.Errorf("Timeout = %v, want %v", p["Timeout"], c.timeout)
 				}
+				if p["MemorySize"] != c.memory {
+					t.Errorf("MemorySize = %v, want %v", p["MemorySize"], c.memory)
+				}
 				if p["ReservedConcurrentExecutions"] != c.reserved {
 					t.Errorf("ReservedConcurrentExecutions = %v, want %v", p["ReservedConcurrentExecutions"], c.reserved)
 				}
 				env, _ := p["Environment"].(map[string]any)
 				vars, _ := env["Variables"].(map[string]any)
-				if vars[envConfigFile] != "jobs.json" || vars[envSecretPrefix] != "cwtest/" {
+				if vars[envConfigFile] != "jobs.json" || vars[envSecretPrefix] != "cwtest/" || vars[envAWSCalls] != nil {
 					t.Errorf("environment = %s", compact(vars))
 				}
 				// The stack bucket's generated name comes from the shared
@@ -261,7 +299,7 @@ func TestFunctions(t *testing.T) {
 		}
 	}
 	assert(t, "log groups", func() {
-		syn.template.ResourceCountIs(jsii.String("AWS::Logs::LogGroup"), jsii.Number(float64(2*len(cfg.Jobs))))
+		syn.template.ResourceCountIs(jsii.String("AWS::Logs::LogGroup"), jsii.Number(float64(3*len(cfg.Jobs))))
 	})
 }
 
@@ -303,8 +341,8 @@ func TestFunctionCode(t *testing.T) {
 		}
 	}
 	for _, j := range syn.cfg.Jobs {
-		if perJob[j.ID] != 2 {
-			t.Errorf("job %s: %d function assets, want 2 (poller, writer)", j.ID, perJob[j.ID])
+		if perJob[j.ID] != 3 {
+			t.Errorf("job %s: %d function assets, want 3 (poller, writer, verify)", j.ID, perJob[j.ID])
 		}
 	}
 }
@@ -463,7 +501,7 @@ func TestGrants(t *testing.T) {
 			return strings.HasPrefix(q["QueueName"].(string), "cwtest-"+j.ID+"-")
 		}
 		poller := statementsOf(rolePolicy(t, syn, functionName(syn.cfg, j, fnPoller)))
-		wantActions(t, j.ID+" poller", poller, "dynamodb:", []string{"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"})
+		wantActions(t, j.ID+" poller", poller, "dynamodb:", []string{"dynamodb:GetItem", "dynamodb:UpdateItem"})
 		for _, st := range poller {
 			if !hasPrefixAny(strs(st["Action"])[0], "dynamodb:") {
 				continue
@@ -471,15 +509,22 @@ func TestGrants(t *testing.T) {
 			if !strings.Contains(compact(st["Resource"]), table) {
 				t.Errorf("%s poller dynamodb resource = %s, want the table only", j.ID, compact(st["Resource"]))
 			}
-			// The job's item (lease and checkpoint) and its quarantine entries.
-			if want := leading(j.ID, "quarantine/"+j.ID+"/*"); compact(st["Condition"]) != want {
+			// The job's item (lease and checkpoint), its quarantine entries
+			// and the claim on its DLQs' archive sweep.
+			if want := leading(j.ID, "quarantine/"+j.ID+"/*", "dlq-archive/"+j.ID); compact(st["Condition"]) != want {
 				t.Errorf("%s poller dynamodb condition = %s, want %s", j.ID, compact(st["Condition"]), want)
 			}
 		}
-		wantActions(t, j.ID+" poller", poller, "sqs:", []string{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"})
+		wantActions(t, j.ID+" poller", poller, "sqs:", []string{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"})
 		wantResources(t, syn, j.ID+" poller", poller, "sqs:SendMessage", func(q map[string]any) bool {
 			return ownQueue(q) && !strings.Contains(q["QueueName"].(string), "-dlq")
 		})
+		// It archives its job's DLQs: receives and deletes there only.
+		for _, action := range []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"} {
+			wantResources(t, syn, j.ID+" poller", poller, action, func(q map[string]any) bool {
+				return ownQueue(q) && strings.Contains(q["QueueName"].(string), "-dlq")
+			})
+		}
 
 		writer := statementsOf(rolePolicy(t, syn, functionName(syn.cfg, j, fnWriter)))
 		halting := false
@@ -506,31 +551,52 @@ func TestGrants(t *testing.T) {
 			}
 		}
 		wantActions(t, j.ID+" writer", writer, "sqs:", []string{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"})
-		// The writer moves failures to the DLQs and sends a message it holds
-		// back (an output that is down or asks to slow down) to its work
-		// queue again, with a fresh receive count.
+		// It turns its own event source mappings off and on (each job here
+		// has a FIFO output): it lists them (no resource) and updates only
+		// its own function's.
+		wantActions(t, j.ID+" writer", writer, "lambda:", []string{"lambda:ListEventSourceMappings", "lambda:UpdateEventSourceMapping"})
+		for _, st := range writer {
+			switch a := strs(st["Action"]); {
+			case contains(a, "lambda:UpdateEventSourceMapping"):
+				if res := compact(st["Resource"]); !strings.HasSuffix(res, `:event-source-mapping:*"]]}`) {
+					t.Errorf("%s writer updates mappings %s, want event-source-mapping:*", j.ID, res)
+				}
+				if cond := compact(st["Condition"]); !strings.Contains(cond, `"lambda:FunctionArn"`) || !strings.Contains(cond, ":function:"+functionName(syn.cfg, j, fnWriter)+`"`) {
+					t.Errorf("%s writer updates mappings under %s, want lambda:FunctionArn its own function", j.ID, cond)
+				}
+			case contains(a, "lambda:ListEventSourceMappings") && len(a) != 1:
+				t.Errorf("%s writer lists mappings with %v on Resource \"*\": want that action alone", j.ID, a)
+			}
+		}
+		// The writer moves failures to the DLQs and sends a message of a
+		// standard queue it holds back (an output that is down or asks to
+		// slow down) to its work queue again, with a fresh receive count.
 		wantResources(t, syn, j.ID+" writer", writer, "sqs:SendMessage", ownQueue)
 		wantResources(t, syn, j.ID+" writer", writer, "sqs:ReceiveMessage", func(q map[string]any) bool {
 			return ownQueue(q) && !strings.Contains(q["QueueName"].(string), "-dlq")
 		})
 	}
 
-	// Object grants are confined to the job's claim-check prefix, its
-	// attachments prefix and its outputs' prefixes.
+	// Object grants are confined to the job's claim-check prefix, its DLQ
+	// archive prefix, its attachments prefix and its outputs' prefixes.
 	for _, c := range []struct {
 		fn      string
 		actions []string
 		allowed []string
 		want    []string
-		list    string
+		list    []string
 	}{
 		{"cwtest-orders-poller", []string{"s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
-			[]string{"/claim-check/cwtest/orders/*", "/attachments/cwtest/orders/*"}, []string{"/attachments/cwtest/orders/*"}, `"s3:prefix":["attachments/cwtest/orders/*"]`},
-		{"cwtest-catalog-poller", []string{"s3:PutObject"}, []string{"/claim-check/cwtest/catalog/*"}, nil, ""},
+			[]string{"/claim-check/orders/cwtest/*", "/claim-check/orders/*", "/attachments/cwtest/orders/*", "/dlq-archive/cwtest/orders/*"},
+			[]string{"/attachments/cwtest/orders/*", "/dlq-archive/cwtest/orders/*"},
+			[]string{`"s3:prefix":["attachments/cwtest/orders/*"]`, `"s3:prefix":["dlq-archive/cwtest/orders/*"]`}},
+		{"cwtest-catalog-poller", []string{"s3:GetObject", "s3:ListBucket", "s3:PutObject"},
+			[]string{"/claim-check/catalog/cwtest/*", "/claim-check/catalog/*", "/dlq-archive/cwtest/catalog/*"}, []string{"/dlq-archive/cwtest/catalog/*"},
+			[]string{`"s3:prefix":["dlq-archive/cwtest/catalog/*"]`}},
 		{"cwtest-orders-writer", []string{"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
-			[]string{"/claim-check/cwtest/orders/*", "/claim-check/orders/*", "/archive/orders/*"}, []string{"/archive/orders/*"}, `"s3:prefix":["archive/orders/*"]`},
+			[]string{"/claim-check/orders/*", "/archive/orders/*"}, []string{"/archive/orders/*"}, []string{`"s3:prefix":["archive/orders/*"]`}},
 		{"cwtest-catalog-writer", []string{"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
-			[]string{"/claim-check/cwtest/catalog/*", "/claim-check/catalog/*", "partner-exports/catalog/*"}, []string{"arn:\",{\"Ref\":\"AWS::Partition\"},\":s3:::partner-exports/catalog/*"}, `"s3:prefix":["catalog/*"]`},
+			[]string{"/claim-check/catalog/*", "partner-exports/catalog/*"}, []string{"arn:\",{\"Ref\":\"AWS::Partition\"},\":s3:::partner-exports/catalog/*"}, []string{`"s3:prefix":["catalog/*"]`}},
 	} {
 		sts := statementsOf(rolePolicy(t, syn, c.fn))
 		wantActions(t, c.fn, sts, "s3:", c.actions)
@@ -541,7 +607,7 @@ func TestGrants(t *testing.T) {
 					objects = append(objects, compact(st["Resource"]))
 				}
 			}
-			if contains(strs(st["Action"]), "s3:ListBucket") && !strings.Contains(compact(st["Condition"]), c.list) {
+			if contains(strs(st["Action"]), "s3:ListBucket") && !hasAny(compact(st["Condition"]), c.list...) {
 				t.Errorf("%s lists the bucket beyond its prefix: %s", c.fn, compact(st))
 			}
 		}
@@ -567,11 +633,12 @@ func hasAny(s string, subs ...string) bool {
 	return false
 }
 
-// TestClaimCheckGrants: the poller may write and the writer may read claim
-// checks only under the claim-check prefix of its own stack and job, in the
-// stack bucket (the writer also under its job's prefix without the stack's,
-// which queued messages may name): never another job's, so a message naming
-// another job's or stack's claim check is refused by IAM too.
+// TestClaimCheckGrants: the poller may write claim checks only under the
+// claim-check prefix of its own job and stack, and the writer read them only
+// under its job's (which holds its stack's and those a release before 1.0.0
+// wrote, without the stack prefix), in the stack bucket: never another
+// job's, so a message naming another job's claim check is refused by IAM
+// too.
 func TestClaimCheckGrants(t *testing.T) {
 	syn := synthesized(t)
 	claimRes := regexp.MustCompile(`/claim-check/[^"]*`)
@@ -600,11 +667,10 @@ func TestClaimCheckGrants(t *testing.T) {
 					}
 				}
 			}
-			want := []string{"/claim-check/" + syn.cfg.Stack.Prefix + "/" + j.ID + "/*"}
+			want := []string{"/claim-check/" + j.ID + "/" + syn.cfg.Stack.Prefix + "/*"}
 			if c.action == "s3:GetObject" {
-				want = append(want, "/claim-check/"+j.ID+"/*")
+				want = []string{"/claim-check/" + j.ID + "/*"}
 			}
-			slices.Sort(want)
 			if d := cmp.Diff(want, sortedKeys(got)); d != "" {
 				t.Errorf("%s %s claim-check resources (-want +got):\n%s", c.fn, c.action, d)
 			}
@@ -643,8 +709,8 @@ func TestAlarms(t *testing.T) {
 			want = append(want, j.ID+"-attachments-not-copied")
 		}
 		for _, o := range j.Outputs {
-			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-latency", j.ID+"-"+o.ID+"-output-auth-failures", j.ID+"-"+o.ID+"-backpressure",
-				j.ID+"-"+o.ID+"-output-down")
+			want = append(want, j.ID+"-"+o.ID+"-dlq-not-empty", j.ID+"-"+o.ID+"-dlq-waiting", j.ID+"-"+o.ID+"-latency", j.ID+"-"+o.ID+"-output-auth-failures",
+				j.ID+"-"+o.ID+"-backpressure", j.ID+"-"+o.ID+"-output-down")
 			if o.Halts() {
 				want = append(want, j.ID+"-"+o.ID+"-halted")
 			}

@@ -66,7 +66,7 @@ func TestPollerStandbyEveryMoment(t *testing.T) {
 		t.Run(j.ID, func(t *testing.T) {
 			warned := false
 			for _, m := range syn.messages {
-				warned = warned || strings.EqualFold(m.level, "warning") && strings.Contains(m.text, "job "+j.ID+": ") && strings.Contains(m.text, "no poller standing by")
+				warned = warned || strings.EqualFold(m.level, "warning") && strings.Contains(m.text, "jobs["+j.ID+"].schedule: ") && strings.Contains(m.text, "no invocation standing by")
 			}
 			if warned != jobs[i].gap {
 				t.Errorf("warned of a standby gap: %v, want %v (messages %v)", warned, jobs[i].gap, syn.messages)

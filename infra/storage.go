@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
 	"github.com/aws/jsii-runtime-go"
@@ -26,15 +24,11 @@ const (
 // expiry rule the created bucket has, but S3 replaces a bucket's lifecycle
 // configuration as a whole: a stack that put the rule would drop the owner's
 // other rules, or have them dropped by whatever else manages the bucket. So
-// synth warns instead, and `changesctl bucket check` reads the bucket's rules.
+// the configuration's check warns instead (config.CheckForDeploy, shown by
+// addWarnings), and `changesctl bucket check` reads the bucket's rules.
 func (s *changesStack) addStorage() {
 	if s.in.bucketGiven {
 		s.bucket = awss3.Bucket_FromBucketName(s.stack, jsii.String("DataBucket"), jsii.String(s.cfg.Stack.Bucket))
-		awscdk.Annotations_Of(s.stack).AddWarningV2(jsii.String("changes-worker:claim-check-expiry"), jsii.String(fmt.Sprintf(
-			"stack.bucket %s is an existing bucket, whose lifecycle configuration the stack does not change: add a rule that expires "+
-				"the objects under %s after %d days (docs/deploy.md shows it), and verify it with `changesctl bucket check --config FILE`; "+
-				"without it, claim checks are never deleted",
-			s.cfg.Stack.Bucket, config.ClaimCheckPrefix, claimCheckExpiryDays)))
 		return
 	}
 	accessLogs := awss3.NewBucket(s.stack, jsii.String("AccessLogs"), &awss3.BucketProps{

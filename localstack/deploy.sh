@@ -15,7 +15,7 @@
 #     under the prefix are left alone), as
 #     docs/deploy.md tells a user to do on AWS; the stack's bucket is also
 #     created in the S3 the functions use (moto, AWS_ENDPOINT_URL_S3), since
-#     CloudFormation creates it in LocalStack's S3; both functions must be
+#     CloudFormation creates it in LocalStack's S3; every function must be
 #     Active. Only then are the schedule rules, deployed disabled, enabled:
 #     a poller started by the schedule during the deploy would queue changes
 #     for a writer without its secret or bucket.
@@ -23,7 +23,9 @@
 # Environment: BUILD_DIR [.local/build/host] where the bootstraps are built;
 # CDK_OUT [cdk.out] where the cloud assembly is written (deploys running side
 # by side each need their own); SCHEDULES [enabled] or disabled: leave the
-# rules disabled (the tests invoke the poller themselves).
+# rules disabled (the tests invoke the poller themselves); CHANGES_AWS_CALLS
+# [unset] an absolute path: the functions record every AWS request they make
+# there (-c aws_calls), for the tests' IAM check.
 set -euo pipefail
 ctl=$1
 config=$2
@@ -43,14 +45,17 @@ die() { printf 'localstack-deploy: ERROR: %s\n' "$*" >&2; exit 1; }
 [[ -x "${AWSCLI[0]}" ]] || die "LocalStack's virtualenv is missing: run make up"
 
 goarch="$(go env GOARCH)"
-say "building the functions for linux/$goarch into $BUILD_DIR"
-for f in poller writer; do
-	GOOS=linux GOARCH="$goarch" CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags='-s -w' \
+# The release and commit stamped into the functions, as make build stamps them.
+version_pkg=github.com/changes-worker/changes-worker/shared/version
+ldflags="-s -w -X $version_pkg.version=$(cat VERSION) -X $version_pkg.commit=$(git rev-parse --short=12 HEAD 2>/dev/null || true)"
+say "building the functions $(cat VERSION) for linux/$goarch into $BUILD_DIR"
+for f in poller writer verify; do
+	GOOS=linux GOARCH="$goarch" CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags="$ldflags" \
 		-o "$BUILD_DIR/$f/bootstrap" "./functions/$f"
 done
 
 say "removing the table and queues \`changesctl bootstrap\` (make demo) made under the stack's names, if any: CloudFormation creates its own"
-"$ctl" bootstrap --remove --config "$config" | sed 's/^/localstack-deploy: bootstrap --remove: /' >&2
+CHANGES_AWS_CALLS= "$ctl" bootstrap --remove --config "$config" | sed 's/^/localstack-deploy: bootstrap --remove: /' >&2
 
 # cdklocal is given the local AWS as 127.0.0.1 (its default host name does not
 # resolve everywhere), S3 included: CloudFormation reads the template from
@@ -58,6 +63,9 @@ say "removing the table and queues \`changesctl bootstrap\` (make demo) made und
 s3_functions="${AWS_ENDPOINT_URL_S3:-$AWS_ENDPOINT_URL}"
 export AWS_ENDPOINT_URL_S3="$AWS_ENDPOINT_URL" CDK_HOME="$ROOT/.local/cdk-home"
 ctx=(-c "config=$config" -c "build_dir=$BUILD_DIR" -c schedules=disabled -o "$CDK_OUT")
+if [[ -n "${CHANGES_AWS_CALLS:-}" ]]; then
+	ctx+=(-c "aws_calls=$CHANGES_AWS_CALLS")
+fi
 if ! "${AWSCLI[@]}" cloudformation describe-stacks --stack-name CDKToolkit >/dev/null 2>&1; then
 	"$CDKLOCAL" bootstrap "${ctx[@]}"
 fi
@@ -98,7 +106,8 @@ if [[ "$s3_functions" != "$AWS_ENDPOINT_URL" ]]; then
 	say "bucket $bucket also on $s3_functions, the S3 the functions use"
 fi
 
-# One poller and one writer per job, each named <prefix>-<job>-<function>.
+# One poller, one writer and one verify function per job, each named
+# <prefix>-<job>-<function>.
 functions="$("${AWSCLI[@]}" lambda list-functions \
 	--query "Functions[?starts_with(FunctionName, \`$prefix-\`)].FunctionName" --output text)"
 [[ -n "$functions" ]] || die "the stack $prefix deployed no functions"

@@ -11,6 +11,11 @@
 # localstack/README.md for why. Set one empty to send that service's calls to
 # AWS_ENDPOINT_URL too.
 #
+# The settings stay in the shell that sourced this file: a later `make deploy`,
+# `changesctl` or AWS CLI command there goes to the local services too (each
+# changesctl command that talks to AWS names its endpoint on stderr). Use
+# another shell for AWS.
+#
 # pouchdb-server runs in "admin party" mode: COUCH_URL carries no credentials
 # on purpose (see localstack/README.md). For the CouchDB container, put the
 # admin credentials in the URL: http://admin:PASSWORD@127.0.0.1:5984.

@@ -4,15 +4,25 @@
 # answers on its port is left alone, whoever started it.
 #
 #   AWS (SQS, ...)      LocalStack 2026.3.0 on the host (PyPI)   127.0.0.1:4566
-#                       running Lambda functions on the host: the runtime
-#                       executor in localstack/lambdahost and AWS's Lambda
-#                       Runtime Interface Emulator, built from its Go module
+#                       with the runtime executor in localstack/lambdahost,
+#                       which runs Lambda functions under aws-lambda-rie
 #   S3                  moto's server 5.2.1 (PyPI)               127.0.0.1:4567
 #   DynamoDB            DynamoDB Local 2.6.1 (Maven Central)     127.0.0.1:8000
 #   CouchDB source      pouchdb-server 4.2.0, in memory (npm)    127.0.0.1:5984
 #   PostgreSQL          Debian cluster "15 main"                 127.0.0.1:5432
-#   Sync Gateway        3.1.0 built from its Go module           .local/bin/sync_gateway
-#                       (installed only: tests start their own, on free ports)
+#
+# Tools that only some targets need have scripts of their own, which those
+# make targets run: aws-lambda-rie (lambda-rie.sh), without which LocalStack
+# runs no Lambda function, and Sync Gateway (syncgateway.sh) for the tests.
+#
+# First, up.sh installs with one apt-get the Debian packages that the
+# services it must start lack (maven and openjdk-17-jre-headless for
+# DynamoDB Local, nodejs and npm for pouchdb-server, postgresql), which needs
+# root, as setting up the PostgreSQL cluster does. DynamoDB Local's native
+# library is fetched for linux/amd64 only: on another architecture up.sh
+# stops before installing anything, unless a DynamoDB answers on
+# DYNAMODB_PORT already. Then it installs the services it must start, all at
+# once (each waits mostly on its downloads), and starts them.
 #
 # LocalStack runs from a virtualenv made with Python 3.13 (pyenv's, or
 # python3.13 on PATH) and installed from localstack/requirements.txt with
@@ -23,7 +33,9 @@
 # three keep their state in memory.
 #
 # State (installs, pid files, logs) lives in .local/ at the repository root,
-# which git ignores. localstack/down.sh stops what this script started.
+# which git ignores; pip, npm and Maven keep their download caches where
+# they always do (Maven's in ~/.m2). localstack/down.sh stops what this
+# script started.
 #
 # Environment knobs (defaults in brackets):
 #   LOCALSTACK_PORT [4566]  S3_PORT [4567]  DYNAMODB_PORT [8000]  COUCH_PORT [5984]
@@ -39,8 +51,6 @@ LOGS="$LOCAL/logs"
 RUN="$LOCAL/run"
 
 LOCALSTACK_VERSION=2026.3.0
-RIE_MODULE=github.com/aws/aws-lambda-runtime-interface-emulator
-RIE_VERSION=v0.0.0-20261030222936-bef5c4ba774d
 DYNAMODB_LOCAL_VERSION=2.6.1
 MOTO_VERSION=5.2.1
 POUCHDB_SERVER_VERSION=4.2.0
@@ -52,6 +62,7 @@ COUCH_PORT="${COUCH_PORT:-5984}"
 PG_VERSION="${PG_VERSION:-15}"
 PG_CLUSTER="${PG_CLUSTER:-main}"
 PG_PORT=5432
+PG_BIN="/usr/lib/postgresql/$PG_VERSION/bin/postgres"
 UP_TIMEOUT="${UP_TIMEOUT:-60}"
 
 LOCALSTACK_URL="http://127.0.0.1:$LOCALSTACK_PORT"
@@ -75,14 +86,17 @@ answers() { [[ "$(http_code "$1")" != 000 ]]; }
 # port_open PORT is true when something accepts TCP connections on 127.0.0.1:PORT.
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-APT_UPDATED=
+# need_root WHAT fails unless this script runs as root, which WHAT needs.
+need_root() {
+	[[ "$(id -u)" == 0 ]] || die "$1 needs root, and up.sh runs as $(id -un): run make up as root, or do that by hand first"
+}
+
+# apt_install PACKAGE... installs Debian packages (one apt-get for all).
 apt_install() {
 	command -v apt-get >/dev/null || die "apt-get not found; install $* by hand"
-	if [[ -z "$APT_UPDATED" ]]; then
-		say "apt-get update"
-		DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-		APT_UPDATED=1
-	fi
+	need_root "installing the Debian packages $*"
+	say "apt-get update"
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
 	say "apt-get install $*"
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2
 }
@@ -143,7 +157,8 @@ stamp_matches() {
 # write_stamp STAMP FILE records FILE's checksum in STAMP.
 write_stamp() { sha256sum "$2" | cut -d' ' -f1 >"$1"; }
 
-STATUS=()  # lines for the closing table
+# The closing table: for each service's key, "ADDRESS|WHAT".
+declare -A STATUS=()
 
 # started_before NAME KEY URL PORTVAR PIDFILE PATTERN READY WHAT is true,
 # with the service's status line recorded, when this script started it
@@ -154,7 +169,7 @@ started_before() {
 	local name="$1" key="$2" url="$3" pid
 	pid="$(pid_alive "$5" "$6")" || return 1
 	"$7" "$url" || die "$name started by up.sh (pid $pid) does not answer on $url (another $4?); run localstack/down.sh first"
-	STATUS+=("$key|$url|$8 (pid $pid, started by up.sh)")
+	STATUS[$key]="$url|$8 (pid $pid, started by up.sh)"
 }
 
 # start_service NAME KEY URL DIR PIDFILE LOG WHAT READY -- COMMAND... runs
@@ -173,7 +188,7 @@ start_service() {
 	pid=$!
 	echo "$pid" >"$pidfile"
 	wait_until "$name" "$pid" "$log" "$ready" "$url"
-	STATUS+=("$key|$url|$what (pid $pid, started now)")
+	STATUS[$key]="$url|$what (pid $pid, started now)"
 }
 
 # install_venv VENV REQUIREMENTS LOG installs the pinned REQUIREMENTS into
@@ -181,14 +196,15 @@ start_service() {
 # checks the result and writes the stamp.
 install_venv() {
 	local venv="$1" requirements="$2" log="$3" py
-	py="$(find_python)" || die "no Python 3.13 found to install ${requirements#"$ROOT"/} \
-(looked in \$(pyenv root)/versions/3.13.*, /root/.pyenv/versions/3.13.0 and python3.13 on PATH). \
-Install one (pyenv install 3.13) or set LOCALSTACK_PYTHON=/path/to/python3.13"
+	py="$(find_python)" || no_python
 	say "installing ${requirements#"$ROOT"/} into ${venv#"$ROOT"/} with $py (pinned; log ${log#"$ROOT"/})"
 	rm -rf "$venv"
 	"$py" -m venv "$venv" >"$log" 2>&1 || die_log "$log" "python -m venv failed; see $log"
 	# --no-deps: pip installs exactly the pinned set and resolves nothing else.
-	"$venv/bin/python" -m pip install --no-deps --no-input --disable-pip-version-check \
+	# --no-compile: Python compiles a module when it is first imported, a few
+	# hundred of them when LocalStack starts, where pip would compile all of
+	# them (over 11,000 for LocalStack, half of its install time).
+	"$venv/bin/python" -m pip install --no-deps --no-compile --no-input --disable-pip-version-check \
 		-r "$requirements" >>"$log" 2>&1 ||
 		die_log "$log" "pip install -r ${requirements#"$ROOT"/} failed; see $log"
 }
@@ -225,36 +241,48 @@ find_python() {
 	return 1
 }
 
+# The runtime executor (localstack/lambdahost) goes into LocalStack's
+# virtualenv; the stamp holds the checksum of its files. It runs the
+# aws-lambda-rie that localstack/lambda-rie.sh builds, once there is one.
+LH_SRC="$ROOT/localstack/lambdahost"
+LH_STAMP="$LS_VENV/.lambdahost.sha256"
+RIE_BIN="$LOCAL/bin/aws-lambda-rie"
+
+# no_python fails, saying where find_python looked.
+no_python() {
+	die "no Python 3.13 found for the virtualenvs of LocalStack and moto \
+(looked in \$(pyenv root)/versions/3.13.*, /root/.pyenv/versions/3.13.0 and python3.13 on PATH). \
+Install one (pyenv install 3.13) or set LOCALSTACK_PYTHON=/path/to/python3.13"
+}
+
 localstack_installed() {
-	[[ -x "$LS_VENV/bin/python" ]] && stamp_matches "$LS_STAMP" "$LS_REQUIREMENTS"
+	[[ -x "$LS_VENV/bin/python" ]] && stamp_matches "$LS_STAMP" "$LS_REQUIREMENTS" && lambdahost_installed
 }
 
 install_localstack() {
 	local log="$LOGS/pip-localstack.log"
-	say "LocalStack $LOCALSTACK_VERSION takes 1-2 minutes to install"
-	install_venv "$LS_VENV" "$LS_REQUIREMENTS" "$log"
-	"$LS_VENV/bin/python" - "$LOCALSTACK_VERSION" >>"$log" 2>&1 <<-'EOF' ||
-		import sys, importlib.metadata as md
-		import localstack.runtime.main  # noqa: F401
-		got = md.version("localstack-core")
-		sys.exit(f"localstack-core {got} installed, want {sys.argv[1]}" if got != sys.argv[1] else 0)
-	EOF
-		die_log "$log" "LocalStack does not import after the install; see $log"
-	write_stamp "$LS_STAMP" "$LS_REQUIREMENTS"
+	if ! [[ -x "$LS_VENV/bin/python" ]] || ! stamp_matches "$LS_STAMP" "$LS_REQUIREMENTS"; then
+		install_venv "$LS_VENV" "$LS_REQUIREMENTS" "$log"
+		"$LS_VENV/bin/python" - "$LOCALSTACK_VERSION" >>"$log" 2>&1 <<-'EOF' ||
+			import sys, importlib.metadata as md
+			import localstack.runtime.main  # noqa: F401
+			got = md.version("localstack-core")
+			sys.exit(f"localstack-core {got} installed, want {sys.argv[1]}" if got != sys.argv[1] else 0)
+		EOF
+			die_log "$log" "LocalStack does not import after the install; see $log"
+		write_stamp "$LS_STAMP" "$LS_REQUIREMENTS"
+	fi
+	install_lambdahost
 }
-
-# The runtime executor (localstack/lambdahost) goes into LocalStack's
-# virtualenv; the stamp holds the checksum of its files.
-LH_SRC="$ROOT/localstack/lambdahost"
-LH_STAMP="$LS_VENV/.lambdahost.sha256"
-RIE_BIN="$LOCAL/bin/aws-lambda-rie"
 
 lambdahost_sum() {
 	(cd "$LH_SRC" && sha256sum pyproject.toml changes_lambda_host/*.py) | sha256sum | cut -d' ' -f1
 }
 
+lambdahost_installed() { [[ -f "$LH_STAMP" && "$(cat "$LH_STAMP")" == "$(lambdahost_sum)" ]]; }
+
 install_lambdahost() {
-	[[ -f "$LH_STAMP" && "$(cat "$LH_STAMP")" == "$(lambdahost_sum)" ]] && return
+	lambdahost_installed && return
 	local log="$LOGS/pip-lambdahost.log" build
 	say "installing the Lambda runtime executor ${LH_SRC#"$ROOT"/} into ${LS_VENV#"$ROOT"/}"
 	# Built from a copy: the build leaves its files beside the sources.
@@ -265,20 +293,6 @@ install_lambdahost() {
 		{ rm -rf "$build"; die_log "$log" "pip install ${LH_SRC#"$ROOT"/} failed; see $log"; }
 	rm -rf "$build"
 	lambdahost_sum >"$LH_STAMP"
-}
-
-# install_rie builds aws-lambda-rie at RIE_VERSION into .local/bin, unless
-# the binary there embeds that version.
-install_rie() {
-	local have=
-	# Not built yet on a new machine: go version -m fails, have stays empty.
-	[[ -x "$RIE_BIN" ]] && have="$(go version -m "$RIE_BIN" | awk '$1 == "mod" { print $3; exit }')"
-	[[ "$have" == "$RIE_VERSION" ]] && return
-	command -v go >/dev/null || die "go not found on PATH (needed to build aws-lambda-rie)"
-	say "building aws-lambda-rie $RIE_VERSION into ${RIE_BIN#"$ROOT"/} (about two minutes the first time)"
-	mkdir -p "$LOCAL/bin"
-	GOWORK=off CGO_ENABLED=0 GOBIN="$LOCAL/bin" go install -trimpath "$RIE_MODULE/cmd/aws-lambda-rie@$RIE_VERSION" >&2 ||
-		die "go install $RIE_MODULE/cmd/aws-lambda-rie@$RIE_VERSION failed"
 }
 
 # localstack_ready URL is true when LocalStack's health endpoint reports SQS
@@ -302,7 +316,7 @@ localstack_version() {
 }
 
 # front_dynamodb_local makes LocalStack's DynamoDB (which CloudFormation uses
-# to create a stack's table) forward to the DynamoDB Local that up_dynamodb
+# to create a stack's table) forward to the DynamoDB Local that start_dynamodb
 # runs. LocalStack would download DynamoDB Local and a Java 21 of its own at
 # the first DynamoDB call, which no package registry serves; it skips both
 # when they are already in its library folder, then starts the server with
@@ -314,23 +328,26 @@ front_dynamodb_local() {
 	local lib="$LS_DIR/filesystem/var/lib/localstack/lib"
 	mkdir -p "$lib/dynamodb-local/2" "$lib/java/21/bin"
 	[[ -f "$lib/dynamodb-local/2/DynamoDBLocal.jar" ]] || : >"$lib/dynamodb-local/2/DynamoDBLocal.jar"
-	printf '#!/bin/sh\n# placeholder: DynamoDB Local runs on its own (localstack/up.sh, up_dynamodb)\nexec sleep infinity\n' >"$lib/java/21/bin/java"
+	printf '#!/bin/sh\n# placeholder: DynamoDB Local runs on its own (localstack/up.sh, start_dynamodb)\nexec sleep infinity\n' >"$lib/java/21/bin/java"
 	chmod +x "$lib/java/21/bin/java"
 }
 
-up_localstack() {
-	local pidfile="$RUN/localstack.pid" log="$LOGS/localstack.log"
+# localstack_answers is true, with the status line recorded, when
+# LocalStack answers on its port; false when it is to be started; it fails
+# when something else holds the port.
+localstack_answers() {
+	local pidfile="$RUN/localstack.pid"
 	if started_before LocalStack aws "$LOCALSTACK_URL" LOCALSTACK_PORT "$pidfile" localstack.runtime.main localstack_ready "LocalStack $LOCALSTACK_VERSION"; then
 		# Started by an up.sh from before the runtime executor, it cannot run
 		# Lambda functions (make localstack-deploy, the deployed-stack tests).
 		if ! tr '\0' '\n' <"/proc/$(cat "$pidfile")/environ" 2>/dev/null | grep -qx LAMBDA_RUNTIME_EXECUTOR=host; then
 			say "LocalStack (pid $(cat "$pidfile")) was started without the host Lambda executor and cannot run Lambda functions: run make down && make up"
 		fi
-		return
+		return 0
 	fi
 	if localstack_ready "$LOCALSTACK_URL"; then
-		STATUS+=("aws|$LOCALSTACK_URL|LocalStack $(localstack_version "$LOCALSTACK_URL") (already running, not managed by up.sh)")
-		return
+		STATUS[aws]="$LOCALSTACK_URL|LocalStack $(localstack_version "$LOCALSTACK_URL") (already running, not managed by up.sh)"
+		return 0
 	fi
 	# LocalStack does not stop when its port is taken (it logs the error and
 	# keeps running), so a busy port is refused here.
@@ -341,10 +358,11 @@ up_localstack() {
 		fi
 		die "127.0.0.1:$LOCALSTACK_PORT is taken by something that is not LocalStack; stop it or set LOCALSTACK_PORT (and AWS_ENDPOINT_URL)"
 	fi
+	return 1
+}
 
-	localstack_installed || install_localstack
-	install_lambdahost
-	install_rie
+start_localstack() {
+	local pidfile="$RUN/localstack.pid" log="$LOGS/localstack.log"
 	mkdir -p "$LS_DIR/filesystem" "$LS_DIR/tmp"
 	front_dynamodb_local
 	# OVERRIDE_IN_DOCKER=0: this host can look like a container to LocalStack,
@@ -359,9 +377,14 @@ up_localstack() {
 	# alarms read, but not a metric per call as well, which it would send
 	# through its own API from three threads, a core of this machine's two
 	# for minutes after a benchmark.
+	# SQS_ENABLE_MESSAGE_RETENTION_PERIOD=1: its SQS deletes a message once
+	# its queue's retention has passed, as AWS does (it keeps them for ever
+	# otherwise), so the DLQ archive is tested against a retention that
+	# runs out.
 	# LAMBDA_RUNTIME_EXECUTOR=host: Lambda functions run on the host under
-	# aws-lambda-rie (LAMBDA_HOST_RIE), with the SDK's S3 and DynamoDB
-	# endpoints of this machine (LAMBDA_HOST_ENV), as the tools have them.
+	# aws-lambda-rie (LAMBDA_HOST_RIE, looked for as each function starts),
+	# with the SDK's S3 and DynamoDB endpoints of this machine
+	# (LAMBDA_HOST_ENV), as the tools have them.
 	start_service LocalStack aws "$LOCALSTACK_URL" "$LS_DIR" "$pidfile" "$log" "LocalStack $LOCALSTACK_VERSION" localstack_ready -- \
 		env OVERRIDE_IN_DOCKER=0 \
 		GATEWAY_LISTEN="127.0.0.1:$LOCALSTACK_PORT" \
@@ -369,6 +392,7 @@ up_localstack() {
 		SQS_ENDPOINT_STRATEGY=path \
 		SQS_CALL_METRICS=0 \
 		SQS_CLOUDWATCH_METRICS_REPORT_INTERVAL=20 \
+		SQS_ENABLE_MESSAGE_RETENTION_PERIOD=1 \
 		LAMBDA_RUNTIME_EXECUTOR=host \
 		LAMBDA_HOST_RIE="$RIE_BIN" \
 		LAMBDA_HOST_ENV="AWS_ENDPOINT_URL_S3=$S3_URL AWS_ENDPOINT_URL_DYNAMODB=$DYNAMODB_URL S3_USE_PATH_STYLE=true" \
@@ -388,11 +412,11 @@ MOTO_VENV="$MOTO_DIR/venv"
 MOTO_REQUIREMENTS="$ROOT/localstack/moto-requirements.txt"
 MOTO_STAMP="$MOTO_VENV/.requirements.sha256"
 
-moto_installed() {
+s3_installed() {
 	[[ -x "$MOTO_VENV/bin/python" ]] && stamp_matches "$MOTO_STAMP" "$MOTO_REQUIREMENTS"
 }
 
-install_moto() {
+install_s3() {
 	local log="$LOGS/pip-moto.log"
 	install_venv "$MOTO_VENV" "$MOTO_REQUIREMENTS" "$log"
 	"$MOTO_VENV/bin/python" -c 'import moto.server' >>"$log" 2>&1 ||
@@ -408,15 +432,21 @@ s3_ready() {
 		"$1/" 2>/dev/null | grep -q ListAllMyBucketsResult
 }
 
-up_s3() {
-	local pidfile="$RUN/moto-s3.pid" log="$LOGS/moto-s3.log" what="moto $MOTO_VERSION, S3 only"
-	started_before "moto (S3)" s3 "$S3_URL" S3_PORT "$pidfile" moto.server s3_ready "$what" && return
+S3_WHAT="moto $MOTO_VERSION, S3 only"
+
+# s3_answers: as localstack_answers, for S3.
+s3_answers() {
+	started_before "moto (S3)" s3 "$S3_URL" S3_PORT "$RUN/moto-s3.pid" moto.server s3_ready "$S3_WHAT" && return 0
 	if s3_ready "$S3_URL"; then
-		STATUS+=("s3|$S3_URL|S3 (already running, not managed by up.sh)")
-		return
+		STATUS[s3]="$S3_URL|S3 (already running, not managed by up.sh)"
+		return 0
 	fi
 	port_open "$S3_PORT" && die "127.0.0.1:$S3_PORT is taken by something that does not answer S3 calls; stop it or set S3_PORT (and AWS_ENDPOINT_URL_S3)"
-	moto_installed || install_moto
+	return 1
+}
+
+start_s3() {
+	local pidfile="$RUN/moto-s3.pid" log="$LOGS/moto-s3.log" what="$S3_WHAT"
 	start_service "moto (S3)" s3 "$S3_URL" "$MOTO_DIR" "$pidfile" "$log" "$what" s3_ready -- \
 		"$MOTO_VENV/bin/python" -m moto.server -H 127.0.0.1 -p "$S3_PORT"
 }
@@ -439,11 +469,11 @@ dynamodb_installed() { stamp_matches "$DDB_STAMP" "$DDB_POM"; }
 
 install_dynamodb() {
 	local log="$LOGS/mvn-dynamodb-local.log"
-	command -v mvn >/dev/null || apt_install maven
-	say "fetching DynamoDB Local $DYNAMODB_LOCAL_VERSION with Maven into ${DDB_DIR#"$ROOT"/}/lib (takes under a minute; log ${log#"$ROOT"/})"
+	say "fetching DynamoDB Local $DYNAMODB_LOCAL_VERSION with Maven into ${DDB_DIR#"$ROOT"/}/lib (log ${log#"$ROOT"/})"
 	rm -rf "$DDB_DIR/lib.new"
-	# Maven's own repository stays under .local too.
-	mvn -B -q -f "$DDB_POM" -Dmaven.repo.local="$LOCAL/m2" dependency:copy-dependencies \
+	# Maven fetches into its own repository (~/.m2/repository), its cache
+	# for every checkout, and copies from there.
+	mvn -B -q -f "$DDB_POM" dependency:copy-dependencies \
 		-DincludeScope=runtime -DoutputDirectory="$DDB_DIR/lib.new" >"$log" 2>&1 ||
 		die_log "$log" "mvn dependency:copy-dependencies failed; see $log"
 	ls "$DDB_DIR/lib.new"/DynamoDBLocal-*.jar "$DDB_DIR/lib.new"/libsqlite4java-linux-amd64-*.so >/dev/null 2>&1 ||
@@ -462,21 +492,21 @@ dynamodb_ready() {
 		-d '{}' "$1/" 2>/dev/null)" == 200 ]]
 }
 
-up_dynamodb() {
-	local pidfile="$RUN/dynamodb-local.pid" log="$LOGS/dynamodb-local.log" what="DynamoDB Local $DYNAMODB_LOCAL_VERSION in memory"
-	started_before "DynamoDB Local" dynamodb "$DYNAMODB_URL" DYNAMODB_PORT "$pidfile" "$DDB_MAIN" dynamodb_ready "$what" && return
+DDB_WHAT="DynamoDB Local $DYNAMODB_LOCAL_VERSION in memory"
+
+# dynamodb_answers: as localstack_answers, for DynamoDB.
+dynamodb_answers() {
+	started_before "DynamoDB Local" dynamodb "$DYNAMODB_URL" DYNAMODB_PORT "$RUN/dynamodb-local.pid" "$DDB_MAIN" dynamodb_ready "$DDB_WHAT" && return 0
 	if dynamodb_ready "$DYNAMODB_URL"; then
-		STATUS+=("dynamodb|$DYNAMODB_URL|DynamoDB (already running, not managed by up.sh)")
-		return
+		STATUS[dynamodb]="$DYNAMODB_URL|DynamoDB (already running, not managed by up.sh)"
+		return 0
 	fi
 	port_open "$DYNAMODB_PORT" && die "127.0.0.1:$DYNAMODB_PORT is taken by something that does not answer DynamoDB calls; stop it or set DYNAMODB_PORT (and AWS_ENDPOINT_URL_DYNAMODB)"
+	return 1
+}
 
-	[[ "$(uname -m)" == x86_64 ]] || die "DynamoDB Local's native SQLite library is fetched for linux/amd64 only, and this machine is $(uname -m)"
-	if (("$(java_major)" < 17)); then
-		apt_install openjdk-17-jre-headless
-		(("$(java_major)" >= 17)) || die "DynamoDB Local $DYNAMODB_LOCAL_VERSION needs Java 17 or later; \`java -version\` says $(java -version 2>&1 | head -n1)"
-	fi
-	dynamodb_installed || install_dynamodb
+start_dynamodb() {
+	local pidfile="$RUN/dynamodb-local.pid" log="$LOGS/dynamodb-local.log" what="$DDB_WHAT"
 	# -inMemory: state goes with the process, as LocalStack's. -sharedDb: one
 	# database whatever the credentials and region of a request. It listens
 	# on every interface: DynamoDB Local has no option to bind one address.
@@ -490,20 +520,19 @@ up_dynamodb() {
 POUCH_DIR="$LOCAL/pouchdb-server"
 POUCH_BIN="$POUCH_DIR/node_modules/pouchdb-server/bin/pouchdb-server"
 
-pouch_installed() {
+couch_installed() {
 	[[ -f "$POUCH_DIR/node_modules/pouchdb-server/package.json" ]] &&
 		grep -q "\"version\": \"$POUCHDB_SERVER_VERSION\"" "$POUCH_DIR/node_modules/pouchdb-server/package.json"
 }
 
-install_pouch() {
-	if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
-		apt_install nodejs npm
-	fi
-	say "npm install pouchdb-server@$POUCHDB_SERVER_VERSION into $POUCH_DIR (takes about a minute)"
+install_couch() {
+	say "npm install pouchdb-server@$POUCHDB_SERVER_VERSION into ${POUCH_DIR#"$ROOT"/} (log ${LOGS#"$ROOT"/}/npm.log)"
 	mkdir -p "$POUCH_DIR"
 	# --ignore-scripts: the in-memory adapter needs no native build, and
 	# sqlite3's install script would try to download a prebuilt binary.
-	npm install --prefix "$POUCH_DIR" --no-audit --no-fund --no-save --ignore-scripts \
+	# --prefer-offline: what npm's cache holds is taken without asking the
+	# registry whether it is current; only what it lacks is fetched.
+	npm install --prefix "$POUCH_DIR" --no-audit --no-fund --no-save --ignore-scripts --prefer-offline \
 		--loglevel=error "pouchdb-server@$POUCHDB_SERVER_VERSION" >"$LOGS/npm.log" 2>&1 ||
 		die_log "$LOGS/npm.log" "npm install pouchdb-server failed; see $LOGS/npm.log"
 }
@@ -511,19 +540,25 @@ install_pouch() {
 # couch_ready URL is true when something answers HTTP at URL.
 couch_ready() { answers "$1/"; }
 
-up_couch() {
-	local pidfile="$RUN/pouchdb-server.pid" log="$LOGS/pouchdb-server.log" what="pouchdb-server $POUCHDB_SERVER_VERSION in memory" pid
-	if pid="$(pid_alive "$pidfile" pouchdb-server)" && couch_ready "$COUCH_URL_LOCAL"; then
-		STATUS+=("couch|$COUCH_URL_LOCAL|$what (pid $pid, started by up.sh)")
-		return
+COUCH_WHAT="pouchdb-server $POUCHDB_SERVER_VERSION in memory"
+
+# couch_answers: as localstack_answers, for the CouchDB-compatible source.
+couch_answers() {
+	local pid
+	if pid="$(pid_alive "$RUN/pouchdb-server.pid" pouchdb-server)" && couch_ready "$COUCH_URL_LOCAL"; then
+		STATUS[couch]="$COUCH_URL_LOCAL|$COUCH_WHAT (pid $pid, started by up.sh)"
+		return 0
 	fi
 	if couch_ready "$COUCH_URL_LOCAL"; then
-		STATUS+=("couch|$COUCH_URL_LOCAL|already running, not managed by up.sh")
-		return
+		STATUS[couch]="$COUCH_URL_LOCAL|already running, not managed by up.sh"
+		return 0
 	fi
 	port_open "$COUCH_PORT" && die "127.0.0.1:$COUCH_PORT is taken by something that does not speak HTTP"
+	return 1
+}
 
-	pouch_installed || install_pouch
+start_couch() {
+	local pidfile="$RUN/pouchdb-server.pid" log="$LOGS/pouchdb-server.log" what="$COUCH_WHAT"
 	# pouchdb-server writes config.json and log.txt into its working
 	# directory: run it from .local/pouchdb-server so they stay out of the repo.
 	# No admin is configured (admin party), as in CouchDB 1.x: every request is
@@ -537,12 +572,23 @@ up_couch() {
 
 as_postgres() { runuser -u postgres -- "$@"; }
 
+# postgres_answers is true, with the status line recorded, when the role
+# changes logs in over TCP with its password and is a superuser: there is
+# nothing to set up (and nothing that needs root).
+postgres_answers() {
+	local got
+	got="$(PGPASSWORD=changes PGCONNECT_TIMEOUT=3 psql -X -q -At "$PG_URL?sslmode=disable" \
+		-c "select rolsuper, current_setting('server_version') from pg_roles where rolname = current_user" 2>/dev/null)" || return 1
+	[[ "$got" == "t|"* ]] || return 1
+	STATUS[postgres]="127.0.0.1:$PG_PORT|PostgreSQL ${got#t|} (running; role and database changes in place)"
+}
+
+# up_postgres creates and starts the Debian cluster PG_VERSION PG_CLUSTER
+# as needed, and its role and database changes.
 up_postgres() {
-	local bin="/usr/lib/postgresql/$PG_VERSION/bin/postgres" info status port how=running hba
-	if [[ ! -x "$bin" ]] || ! command -v pg_ctlcluster >/dev/null; then
-		apt_install postgresql
-		[[ -x "$bin" ]] || die "PostgreSQL $PG_VERSION binaries not found after installing Debian's postgresql package; set PG_VERSION"
-	fi
+	local info status port how=running hba
+	need_root "setting up PostgreSQL (cluster $PG_VERSION $PG_CLUSTER, role and database changes)"
+	[[ -x "$PG_BIN" ]] || die "PostgreSQL $PG_VERSION binaries not found ($PG_BIN) after installing Debian's postgresql package; set PG_VERSION"
 	info="$(pg_lsclusters -h "$PG_VERSION" "$PG_CLUSTER" 2>/dev/null || true)"
 	if [[ -z "$info" ]]; then
 		say "creating cluster $PG_VERSION $PG_CLUSTER on port $PG_PORT"
@@ -587,25 +633,71 @@ up_postgres() {
 		PGPASSWORD=changes PGCONNECT_TIMEOUT=3 psql -X -q -At "$PG_URL?sslmode=disable" -c 'select 1' >/dev/null ||
 			die "cannot log in as changes over TCP at 127.0.0.1:$PG_PORT"
 	fi
-	STATUS+=("postgres|127.0.0.1:$PG_PORT|PostgreSQL $PG_VERSION cluster $PG_CLUSTER ($how)")
-}
-
-# ---------------------------------------------------------------- Sync Gateway
-
-install_syncgateway() {
-	local bin
-	bin="$(bash "$ROOT/localstack/syncgateway.sh")" || die "could not build Sync Gateway; see above"
-	STATUS+=("syncgw|${bin#"$ROOT"/}|Sync Gateway 3.1.0 (walrus); each test starts its own on free ports")
+	STATUS[postgres]="127.0.0.1:$PG_PORT|PostgreSQL $PG_VERSION cluster $PG_CLUSTER ($how)"
 }
 
 # ------------------------------------------------------------------------ main
 
-up_dynamodb
-up_localstack
-up_s3
-up_couch
-up_postgres
-install_syncgateway
+# preflight SERVICE... checks that this machine can run the services to
+# start, then installs with one apt-get the Debian packages that they, and
+# PostgreSQL when it is to be set up, lack.
+preflight() {
+	local pkgs=() s
+	for s; do
+		case "$s" in
+		dynamodb)
+			[[ "$(uname -m)" == x86_64 ]] || die "DynamoDB Local's native SQLite library is fetched for linux/amd64 only, and this machine is $(uname -m)"
+			(("$(java_major)" >= 17)) || pkgs+=(openjdk-17-jre-headless)
+			dynamodb_installed || command -v mvn >/dev/null || pkgs+=(maven)
+			;;
+		localstack | s3)
+			"${s}_installed" || find_python >/dev/null || no_python
+			;;
+		couch)
+			command -v node >/dev/null || pkgs+=(nodejs)
+			couch_installed || command -v npm >/dev/null || pkgs+=(npm)
+			;;
+		esac
+	done
+	if [[ -z "$PG_READY" ]] && { [[ ! -x "$PG_BIN" ]] || ! command -v pg_ctlcluster >/dev/null; }; then
+		pkgs+=(postgresql)
+	fi
+	((${#pkgs[@]} == 0)) || apt_install "${pkgs[@]}"
+	if [[ " $* " == *" dynamodb "* ]] && (("$(java_major)" < 17)); then
+		die "DynamoDB Local $DYNAMODB_LOCAL_VERSION needs Java 17 or later; \`java -version\` says $(java -version 2>&1 | head -n1)"
+	fi
+}
+
+# install_missing SERVICE... installs what each service lacks, all at once:
+# each install waits mostly on its downloads, and logs to a file of its own.
+install_missing() {
+	local s i pids=() names=() failed=()
+	for s; do
+		"${s}_installed" && continue
+		"install_$s" &
+		pids+=("$!")
+		names+=("$s")
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || failed+=("${names[$i]}")
+	done
+	((${#failed[@]} == 0)) || die "could not install ${failed[*]}; see above"
+}
+
+# The services in the order they start: LocalStack's DynamoDB forwards to
+# DynamoDB Local.
+TO_START=()
+for s in dynamodb localstack s3 couch; do
+	"${s}_answers" || TO_START+=("$s")
+done
+PG_READY=
+postgres_answers && PG_READY=1
+preflight "${TO_START[@]}"
+install_missing "${TO_START[@]}"
+for s in "${TO_START[@]}"; do
+	"start_$s"
+done
+[[ -n "$PG_READY" ]] || up_postgres
 
 inspect() {
 	case "$1" in
@@ -614,13 +706,12 @@ inspect() {
 	dynamodb) echo "aws --endpoint-url $DYNAMODB_URL dynamodb list-tables" ;;
 	couch) echo "curl $COUCH_URL_LOCAL/_all_dbs" ;;
 	postgres) echo "psql $PG_URL" ;;
-	syncgw) echo "go version -m .local/bin/sync_gateway" ;;
 	esac
 }
 
 printf '\n%-9s %-23s %s\n' SERVICE ADDRESS INSPECT
-for line in "${STATUS[@]}"; do
-	IFS='|' read -r svc addr what <<<"$line"
+for svc in dynamodb aws s3 couch postgres; do
+	IFS='|' read -r addr what <<<"${STATUS[$svc]:-}"
 	printf '%-9s %-23s %s\n' "$svc" "$addr" "$(inspect "$svc")"
 	printf '%-9s %-23s   %s\n' "" "" "$what"
 done

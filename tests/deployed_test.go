@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -35,6 +36,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/demo/receiver"
 	"github.com/changes-worker/changes-worker/shared/demo/sample"
@@ -44,6 +46,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 	"github.com/changes-worker/changes-worker/shared/statetable/lease"
 	"github.com/changes-worker/changes-worker/shared/testenv"
+	"github.com/changes-worker/changes-worker/shared/testenv/iamcheck"
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 	"github.com/changes-worker/changes-worker/tests/faults"
 )
@@ -59,6 +62,9 @@ type deployedStack struct {
 	dsn    string // the PostgreSQL output's DSN; the stack is deployed with a wrong one
 	lambda *lambda.Client
 	sqs    *sqs.Client
+	// calls records every AWS request of the functions and of changesctl;
+	// assembly is the deploy's cloud assembly, ctl the changesctl it built.
+	calls, assembly, ctl string
 }
 
 // Settings of the deployed test stack: short timeouts so that retries,
@@ -104,6 +110,12 @@ func TestDeployedStack(t *testing.T) {
 	})
 	t.Run("log groups hold structured logs and EMF", func(t *testing.T) {
 		d.checkLogs(ctx, t)
+	})
+	t.Run("changesctl operates the deployed stack", func(t *testing.T) {
+		d.checkOperator(ctx, t)
+	})
+	t.Run("every AWS request allowed by its caller's policy", func(t *testing.T) {
+		d.checkIAM(t)
 	})
 }
 
@@ -157,9 +169,13 @@ func deployStack(t *testing.T) *deployedStack {
 	}
 	wrong.User = url.UserPassword(wrong.User.Username(), "not-the-password")
 	start := time.Now()
+	buildDir := t.TempDir()
+	d.assembly, d.ctl = t.TempDir(), filepath.Join(buildDir, "changesctl")
+	d.calls = filepath.Join(t.TempDir(), "aws-calls.jsonl")
 	if err := testenv.DeployLocal(t.Context(), testenv.LocalDeploy{
-		ConfigPath: s.ConfigPath, BuildDir: t.TempDir(), AssemblyDir: t.TempDir(),
-		Env: []string{testenv.DSNEnv + "=" + wrong.String()},
+		ConfigPath: s.ConfigPath, BuildDir: buildDir, AssemblyDir: d.assembly,
+		Env:      []string{testenv.DSNEnv + "=" + wrong.String()},
+		AWSCalls: d.calls,
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -650,12 +666,15 @@ func killBootstraps(t *testing.T, function string) []int {
 // checkLogs reads both functions' log groups: every line an invocation
 // writes is a platform line (START, END, REPORT), a JSON log record with
 // level, message and request id, or an EMF record valid against the
-// specification; each function wrote records of both kinds.
+// specification; each function wrote records of both kinds. Each cold start
+// wrote its start record, naming the release VERSION names, as deploy.sh
+// stamps it.
 func (d *deployedStack) checkLogs(ctx context.Context, t *testing.T) {
 	logs := cloudwatchlogs.NewFromConfig(d.Deps.AWS)
+	release := releaseVersion(t, repoRoot(t))
 	for _, fn := range []string{"poller", "writer"} {
 		group := "/aws/lambda/" + d.function(fn)
-		var records, emf, reports, sdk int
+		var records, emf, reports, sdk, starts int
 		p := cloudwatchlogs.NewFilterLogEventsPaginator(logs, &cloudwatchlogs.FilterLogEventsInput{LogGroupName: &group})
 		for p.HasMorePages() {
 			page, err := p.NextPage(ctx)
@@ -675,21 +694,28 @@ func (d *deployedStack) checkLogs(ctx context.Context, t *testing.T) {
 					reports++
 				case kind == "sdk":
 					sdk++
+				case kind == "start":
+					starts++
+					var rec struct{ Function, Version string }
+					if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Function != fn || rec.Version != release {
+						t.Errorf("%s: start record names function %q version %q, want %s %s: %s", group, rec.Function, rec.Version, fn, release, line)
+					}
 				}
 			}
 		}
-		t.Logf("%s: %d log records, %d EMF records, %d REPORT lines, %d AWS SDK lines", group, records, emf, reports, sdk)
-		if records == 0 || emf == 0 || reports == 0 {
-			t.Errorf("%s: %d log records, %d EMF records, %d REPORT lines; want some of each", group, records, emf, reports)
+		t.Logf("%s: %d log records, %d EMF records, %d REPORT lines, %d AWS SDK lines, %d start records", group, records, emf, reports, sdk, starts)
+		if records == 0 || emf == 0 || reports == 0 || starts == 0 {
+			t.Errorf("%s: %d log records, %d EMF records, %d REPORT lines, %d start records; want some of each", group, records, emf, reports, starts)
 		}
 	}
 }
 
 // classifyLogLine says what a function's log line is: "platform" (START,
 // END, a returned error as aws-lambda-go prints it), "report" (REPORT),
-// "sdk" (the AWS SDK's own log), "record" (a JSON log record with
-// timestamp, level, message and request id), "emf" (an EMF record, checked
-// against the specification), or an error.
+// "sdk" (the AWS SDK's own log), "start" (the record a cold start writes
+// before any invocation, without request id), "record" (a JSON log record
+// with timestamp, level, message and request id), "emf" (an EMF record,
+// checked against the specification), or an error.
 func classifyLogLine(line string) (string, error) {
 	switch {
 	case strings.HasPrefix(line, "START RequestId: "), strings.HasPrefix(line, "END RequestId: "):
@@ -712,6 +738,14 @@ func classifyLogLine(line string) (string, error) {
 	}
 	if _, ok := doc["_aws"]; ok {
 		return "emf", validateEMF(doc)
+	}
+	if _, ok := doc["requestId"]; !ok && string(doc["message"]) == `"starting"` {
+		for _, k := range []string{"timestamp", "level", "function", "version"} {
+			if _, ok := doc[k]; !ok {
+				return "", fmt.Errorf("start record without %q", k)
+			}
+		}
+		return "start", nil
 	}
 	for _, k := range []string{"timestamp", "level", "message", "requestId"} {
 		if _, ok := doc[k]; !ok {
@@ -804,6 +838,53 @@ func init() {
 		Gigabytes/Second Terabytes/Second Bits/Second Kilobits/Second Megabits/Second Gigabits/Second
 		Terabits/Second Count/Second None`) {
 		emfUnits[u] = true
+	}
+}
+
+// checkOperator runs changesctl's operator commands on the deployed stack
+// as an operator would, its requests recorded: status, the checkpoint, the
+// DLQ, verify of the PostgreSQL output (its DSN read from the stack's
+// secret, CHANGES_ENV_SECRET_PREFIX) and of the S3 output, a redrive of the
+// empty DLQ, the bucket's rules.
+func (d *deployedStack) checkOperator(ctx context.Context, t *testing.T) {
+	env := append(os.Environ(), awsconf.EnvCalls+"="+d.calls, "CHANGES_ENV_SECRET_PREFIX="+d.prefix+"/")
+	run := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, d.ctl, append(args, "--config", d.ConfigPath)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, args := range [][]string{
+		{"status"},
+		{"checkpoint", "get", "--job", "orders"},
+		{"dlq", "list", "--job", "orders", "--output", "pg"},
+		{"verify", "--job", "orders", "--output", "pg"},
+		{"verify", "--job", "orders", "--output", "archive"},
+		{"dlq", "redrive", "--job", "orders", "--output", "pg"},
+	} {
+		if out, err := run(args...); err != nil {
+			t.Errorf("changesctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	// The local S3 the functions use holds a copy of the stack's bucket
+	// without its lifecycle rule (deploy.sh): the check reports it missing,
+	// which is not what this test is about.
+	if out, err := run("bucket", "check"); err != nil && !strings.Contains(out, "claim-check") {
+		t.Errorf("changesctl bucket check: %v\n%s", err, out)
+	}
+}
+
+// checkIAM evaluates every AWS request the functions and changesctl made
+// during the test against the policy of its caller: the function's role in
+// the deployed templates, the operator policy of docs/deploy.md for
+// changesctl. Each function and changesctl must have made requests.
+func (d *deployedStack) checkIAM(t *testing.T) {
+	rep := iamcheck.Deployed{AWS: d.Deps.AWS, Calls: d.calls, Assembly: d.assembly, Stack: d.prefix,
+		Bucket: d.Config.Stack.Bucket, Root: ".."}.Check(t)
+	for _, caller := range []string{d.function("poller"), d.function("writer"), "changesctl verify"} {
+		if rep.ByCaller[caller] == 0 {
+			t.Errorf("no request of %s was recorded", caller)
+		}
 	}
 }
 
@@ -938,3 +1019,105 @@ func TestDeployedFailover(t *testing.T) {
 		t.Fatalf("PostgreSQL not exact after the failover (-source +pg):\n%s", cmp.Diff(want, got))
 	}
 }
+
+// TestDeployedVerify deploys the full stack and runs changesctl verify
+// --remote on it: the comparison and the repair run in the job's verify
+// function, where the data is (its VPC on AWS), and changesctl prints the
+// report verify prints when it runs where it can reach the data itself (on
+// LocalStack, this machine), with the same exit status. A row deleted from
+// the PostgreSQL output behind the writer's back is found by the remote
+// verify, the remote repair re-queues it, the writer delivers it, and the
+// next remote verify is clean.
+func TestDeployedVerify(t *testing.T) {
+	t.Parallel()
+	d := deployStack(t)
+	ctx := t.Context()
+	secret := d.prefix + "/" + testenv.DSNEnv
+	if _, err := secretsmanager.NewFromConfig(d.Deps.AWS).PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{
+		SecretId: &secret, SecretString: &d.dsn,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		if _, err := d.PutDoc(ctx, fmt.Sprintf("order-%02d", i), map[string]any{"total": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.invokePoller(ctx, t)
+	d.waitExact(ctx, t, 3*time.Minute)
+
+	ctl := changesctl(t)
+	verify := func(stdin string, args ...string) (stdout, stderr string, code int) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, ctl, append([]string{"verify", "--config", d.ConfigPath, "--job", "orders"}, args...)...)
+		cmd.Env = testenv.Environ()
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			code = ee.ExitCode()
+		case err != nil:
+			t.Fatalf("changesctl verify %s: %v", strings.Join(args, " "), err)
+		}
+		return out.String(), errOut.String(), code
+	}
+	// same runs verify with args here and in the stack and checks that both
+	// print the same report and exit with code, and returns what they
+	// printed.
+	same := func(when string, code int, args ...string) string {
+		t.Helper()
+		local, localErr, localCode := verify("", args...)
+		remote, remoteErr, remoteCode := verify("", append(args, "--remote")...)
+		if localCode != code || remoteCode != code {
+			t.Fatalf("verify %s %s: exit %d here, %d in the stack; want %d\nhere:\n%s%s\nin the stack:\n%s%s",
+				strings.Join(args, " "), when, localCode, remoteCode, code, local, localErr, remote, remoteErr)
+		}
+		if diff := cmp.Diff(local, remote); diff != "" {
+			t.Fatalf("verify %s %s: the stack's report differs from the local one (-here +stack):\n%s\nstack's stderr:\n%s", strings.Join(args, " "), when, diff, remoteErr)
+		}
+		return remote
+	}
+	for _, o := range []string{"pg", "archive"} {
+		if got := same("in sync", 0, "--output", o); !strings.Contains(got, "in sync") || !strings.Contains(got, "the source has 30 live documents, the output holds 30") {
+			t.Errorf("verify %s --remote in sync:\n%s", o, got)
+		}
+	}
+
+	// Drift: a document's rows deleted from PostgreSQL behind the writer's back.
+	data, versions, err := d.PostgresTables("orders", "pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := testenv.Postgres(t)
+	for _, table := range []pgx.Identifier{data, versions} {
+		if _, err := pool.Exec(ctx, "DELETE FROM "+table.Sanitize()+" WHERE doc_id = $1", "order-07"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rev := d.sourceState(ctx)["order-07"]
+	got := same("after a row was deleted", 2, "--output", "pg")
+	if !strings.Contains(squeezeSpace(got), `missing 1 "order-07" source `+rev) {
+		t.Errorf("verify pg --remote does not report order-07 missing:\n%s", got)
+	}
+	t.Logf("verify --output pg --remote after a row was deleted:\n%s", got)
+	same("after a row was deleted", 2, "--output", "pg", "--json", "--samples", "3")
+	got, errOut, code := verify("", "--output", "pg", "--remote", "--repair", "--yes")
+	t.Logf("verify --output pg --remote --repair --yes:\n%s%s", got, errOut)
+	if code != 2 || !strings.Contains(got, "repair: enqueued 1 documents and 0 tombstones at generation") {
+		t.Fatalf("verify pg --remote --repair: exit %d, want 2 and one document enqueued\n%s%s", code, got, errOut)
+	}
+	if err := testenv.Poll(ctx, 2*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
+		return d.pgState(ctx)["order-07"] == rev, nil
+	}); err != nil {
+		t.Fatalf("order-07 not delivered again after the remote repair: %v", err)
+	}
+	if got := same("after the repair", 0, "--output", "pg"); !strings.Contains(got, "in sync") {
+		t.Errorf("verify pg --remote after the repair:\n%s", got)
+	}
+}
+
+// squeezeSpace collapses runs of white space to one space.
+func squeezeSpace(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -5,6 +5,7 @@ package tests
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -49,6 +50,10 @@ type stackOptions struct {
 	secrets map[string]string
 	// idle is the job's idle setting; default watch.
 	idle string
+	// docIDs is stack.doc_ids; default plain.
+	docIDs string
+	// logLevel is the level of the captured pipeline log; default info.
+	logLevel slog.Level
 }
 
 // parallelStack marks t parallel and returns its context and a new stack
@@ -108,10 +113,10 @@ func newStack(t *testing.T, o stackOptions) *testStack {
 		job.Outputs = append(job.Outputs, out)
 	}
 	cfg := &config.File{
-		Stack: config.Stack{PollerTimeout: config.Duration(20 * time.Second), WriterTimeout: config.Duration(10 * time.Second)},
+		Stack: config.Stack{PollerTimeout: config.Duration(20 * time.Second), WriterTimeout: config.Duration(10 * time.Second), DocIDs: o.docIDs},
 		Jobs:  []*config.Job{job},
 	}
-	return &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg, HTTPClient: o.httpClient, Secrets: o.secrets}), t: t, recv: recv}
+	return &testStack{Stack: stack.ForTest(t, stack.Options{Config: cfg, HTTPClient: o.httpClient, Secrets: o.secrets, LogLevel: o.logLevel}), t: t, recv: recv}
 }
 
 // load writes the sample documents o describes into the stack's source

@@ -16,7 +16,8 @@ import (
 
 // TestBucketCheck: `changesctl bucket check` reads the lifecycle rules of an
 // existing stack bucket, fails while no rule expires the claim checks and
-// prints the rule to add, and passes once that very rule is in place.
+// prints the rule to add, passes once that very rule is in place, and fails
+// again, naming it, when a rule would expire the DLQ archive.
 func TestBucketCheck(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -67,6 +68,22 @@ func TestBucketCheck(t *testing.T) {
 	if err != nil || !strings.Contains(out, claimcheck.RuleID) {
 		t.Errorf("bucket check with the printed rule: %v\n%s", err, out)
 	}
+
+	// A rule that expires everything after 90 days would delete the DLQ
+	// archive, whose changes wait there for an operator.
+	all := claimcheck.Rule()
+	all.ID, all.Filter, all.Expiration = strPtr("expire-all"), &s3types.LifecycleRuleFilter{Prefix: strPtr("")}, &s3types.LifecycleExpiration{Days: int32Ptr(90)}
+	if _, err := client.PutBucketLifecycleConfiguration(ctx, &s3.PutBucketLifecycleConfigurationInput{
+		Bucket: &bucket, LifecycleConfiguration: &s3types.BucketLifecycleConfiguration{Rules: []s3types.LifecycleRule{other, rule, all}},
+	}); err != nil {
+		t.Fatalf("put a rule expiring everything: %v", err)
+	}
+	out, err = run()
+	if err == nil || !strings.Contains(err.Error(), `rule "expire-all" deletes archived DLQ messages (dlq-archive/) after 90 days`) {
+		t.Errorf("bucket check with a rule that expires the DLQ archive: %v, want a failure naming the rule\n%s", err, out)
+	}
 }
+
+func int32Ptr(n int32) *int32 { return &n }
 
 func strPtr(s string) *string { return &s }

@@ -7,6 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/changes-worker/changes-worker/shared/statetable"
 	"github.com/changes-worker/changes-worker/shared/statetable/lease"
 	"github.com/changes-worker/changes-worker/shared/statetable/outage"
 	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
@@ -148,8 +153,9 @@ func TestStatusShowsQuarantine(t *testing.T) {
 }
 
 // TestStatusShowsOutputDown shows an output a writer found down: since
-// when, the last error and the messages held; a record no writer has
-// refreshed for long is shown as a past outage.
+// when, the last error and the messages held, and whether its intake is
+// paused; a record no writer has refreshed for long is shown as a past
+// outage, unless its intake is paused.
 func TestStatusShowsOutputDown(t *testing.T) {
 	ctx, s := parallelStack(t, outPG, outS3)
 	store := &outage.Store{DB: s.Deps.DynamoDB, Table: s.Config.TableName()}
@@ -162,6 +168,11 @@ func TestStatusShowsOutputDown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	paused := now.Add(-2 * time.Minute)
+	if _, err := store.Pause(ctx, outage.State{Job: "orders", Output: "pg", Since: now.Add(-3 * time.Minute), LastAt: paused,
+		LastError: "transient connection: connect: connection refused", ProbeMessageID: "m1"}); err != nil {
+		t.Fatal(err)
+	}
 	var rows []jobStatus
 	if err := json.Unmarshal([]byte(s.mustCLI(ctx, "status", "--json")), &rows); err != nil {
 		t.Fatal(err)
@@ -169,7 +180,8 @@ func TestStatusShowsOutputDown(t *testing.T) {
 	if len(rows) != 1 || len(rows[0].Outputs) != 2 {
 		t.Fatalf("status --json: %+v", rows)
 	}
-	if d := rows[0].Outputs[0].Down; d == nil || !d.Current || d.Held != 42 || !d.Since.Equal(now.Add(-3*time.Minute)) || !strings.Contains(d.LastError, "connection refused") {
+	if d := rows[0].Outputs[0].Down; d == nil || !d.Current || d.Held != 42 || !d.Since.Equal(now.Add(-3*time.Minute)) || !strings.Contains(d.LastError, "connection refused") ||
+		d.Intake != outage.IntakePaused || d.PausedAt == nil || !d.PausedAt.Equal(paused) {
 		t.Errorf("pg down: %+v", d)
 	}
 	if d := rows[0].Outputs[1].Down; d == nil || d.Current {
@@ -178,6 +190,7 @@ func TestStatusShowsOutputDown(t *testing.T) {
 	table := squeeze(s.mustCLI(ctx, "status"))
 	for _, w := range []string{" pg DOWN 0 ", "orders/pg DOWN since " + now.Add(-3*time.Minute).Format(time.RFC3339),
 		"transient connection: connect: connection refused; messages held 42 times, 0 in the queue",
+		"intake paused since " + paused.Format(time.RFC3339), "no message is received, the writer's probe tries the output",
 		"orders/s3 was DOWN from " + now.Add(-3*time.Hour).Format(time.RFC3339)} {
 		if !strings.Contains(table, w) {
 			t.Errorf("status table lacks %q:\n%s", w, table)
@@ -185,5 +198,45 @@ func TestStatusShowsOutputDown(t *testing.T) {
 	}
 	if strings.Contains(table, " s3 DOWN") {
 		t.Errorf("a past outage is shown as current:\n%s", table)
+	}
+}
+
+// TestStatusShowsHolderVersion: status names the version of the release
+// that holds (or last held) a job's lease, as its take recorded it, and
+// says so when the holder recorded none (a release before versions).
+func TestStatusShowsHolderVersion(t *testing.T) {
+	ctx, s := parallelStack(t, outPG)
+	s.pollerCheckpoint()
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(s.mustCLI(ctx, "status", "--json")), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0]["holder_version"] != "devel" {
+		t.Errorf("status --json: holder_version %v, want devel (a test binary's)", rows[0]["holder_version"])
+	}
+	if out := s.mustCLI(ctx, "status"); !strings.Contains(out, "orders: lease holder version devel\n") {
+		t.Errorf("status does not name the holder's version:\n%s", out)
+	}
+
+	// A take by a release that records no version (here the previous
+	// release's update, by hand) leaves the holder's version unknown.
+	_, err := s.Deps.DynamoDB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(s.Config.TableName()), Key: statetable.Key("orders"),
+		UpdateExpression:          aws.String("SET #owner = :owner, #gen = #gen + :one, #released = :false"),
+		ExpressionAttributeNames:  map[string]string{"#owner": "owner", "#gen": "generation", "#released": "released"},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":owner": statetable.Str("older-poller"), ":one": statetable.Num(1), ":false": &ddbtypes.AttributeValueMemberBOOL{Value: false}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after []map[string]any
+	if err := json.Unmarshal([]byte(s.mustCLI(ctx, "status", "--json")), &after); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := after[0]["holder_version"]; ok {
+		t.Errorf("status --json after an older release's take: holder_version %v, want none", v)
+	}
+	if out := s.mustCLI(ctx, "status"); !strings.Contains(out, "orders: lease holder version not recorded (a release before 1.0.0)\n") {
+		t.Errorf("status after an older release's take does not say the version is unknown:\n%s", out)
 	}
 }

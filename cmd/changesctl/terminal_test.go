@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/docid"
 	"github.com/changes-worker/changes-worker/shared/statetable/halt"
 	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
 )
@@ -152,5 +153,19 @@ func TestPrintable(t *testing.T) {
 		if got := printable(in); got != want {
 			t.Errorf("printable(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestDocIDHash: docid hash prints the form stack.doc_ids hash gives each id.
+func TestDocIDHash(t *testing.T) {
+	t.Parallel()
+	var out, errb strings.Builder
+	if err := realMain(t.Context(), &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, lookup: func(string) (string, bool) { return "", false }},
+		[]string{"docid", "hash", "order-1", "alice@example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	want := docid.Hash("order-1") + "\torder-1\n" + docid.Hash("alice@example.com") + "\talice@example.com\n"
+	if out.String() != want {
+		t.Errorf("docid hash printed %q, want %q", out.String(), want)
 	}
 }

@@ -105,6 +105,9 @@ type Stage struct {
 	// Quarantine records the attachments delivered without their copy.
 	// Nil: they are only logged.
 	Quarantine Quarantine
+	// IDs is how the quarantine records show document ids (the logs show
+	// them as Log does). Zero: as they are.
+	IDs docid.Exposure
 	// Concurrency bounds the attachments fetched and uploaded at a time.
 	// Default DefaultConcurrency.
 	Concurrency int
@@ -395,7 +398,7 @@ func (s *Stage) quarantine(ctx context.Context, rows []feed.Row, docs []*docAtts
 		var found []quarantine.Entry
 		if d.invalid != nil {
 			raw, _ := json.Marshal(map[string]json.RawMessage{"_attachments": d.doc["_attachments"]})
-			found = append(found, quarantine.Entry{Job: s.Job, Kind: quarantine.Attachment, Seq: r.Seq, Reason: d.invalid.Error(), Raw: raw})
+			found = append(found, quarantine.Entry{Job: s.Job, Kind: quarantine.Attachment, Seq: r.Seq, Reason: s.IDs.Scrub(d.invalid.Error(), r.ID), Raw: raw})
 			s.logger().Error("attachments cannot be read; document delivered as it is",
 				"doc_id", r.ID, "rev", r.Rev, "seq", string(r.Seq), "error", d.invalid, "quarantine_key", found[0].Key())
 		}
@@ -404,7 +407,7 @@ func (s *Stage) quarantine(ctx context.Context, rows []feed.Row, docs []*docAtts
 				continue
 			}
 			raw, _ := json.Marshal(map[string]json.RawMessage{name: d.raw[name]})
-			e := quarantine.Entry{Job: s.Job, Kind: quarantine.Attachment, Seq: r.Seq, Reason: o.err.Error(), Raw: raw, Attempts: int64(o.attempts)}
+			e := quarantine.Entry{Job: s.Job, Kind: quarantine.Attachment, Seq: r.Seq, Reason: s.IDs.Scrub(o.err.Error(), r.ID), Raw: raw, Attempts: int64(o.attempts)}
 			s.logger().Error("attachment not copied; delivered without it",
 				"doc_id", r.ID, "rev", r.Rev, "seq", string(r.Seq), "name", name, "reason", o.skipped, "error", o.err, "quarantine_key", e.Key())
 			found = append(found, e)

@@ -26,8 +26,9 @@ const MaxIdleConnsPerHost = 128
 
 // Load returns the default SDK configuration, with an HTTP client that keeps
 // MaxIdleConnsPerHost idle connections per endpoint, the SDK's own log lines
-// sent to log (see Logger), and DynamoDB answers checked against their CRC32
-// only when they carry one (see checkCRC32).
+// sent to log (see Logger), DynamoDB answers checked against their CRC32
+// only when they carry one (see checkCRC32), and every request recorded
+// when EnvCalls names a file.
 func Load(ctx context.Context, log *slog.Logger) (aws.Config, error) {
 	hc := awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 		t.MaxIdleConns = 4 * MaxIdleConnsPerHost
@@ -38,6 +39,7 @@ func Load(ctx context.Context, log *slog.Logger) (aws.Config, error) {
 	if err != nil {
 		return aws.Config{}, fmt.Errorf("load aws config: %w", err)
 	}
+	recordCalls(&cfg)
 	return cfg, nil
 }
 

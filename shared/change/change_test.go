@@ -87,3 +87,21 @@ func TestSeqText(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeAcrossReleases pins the rules docs/versioning.md states for
+// envelopes written by another release: a field this release does not know
+// is ignored (a minor release may add one), while a v other than
+// EnvelopeVersion, older, newer or absent, is refused as invalid, a
+// permanent failure that waits in the DLQ for a writer that reads it.
+func TestDecodeAcrossReleases(t *testing.T) {
+	t.Parallel()
+	const rest = `"job":"j","output":"o","doc_id":"d","seq":1,"generation":1,"counter":1,"doc":{}`
+	if e, err := Decode([]byte(`{"v":1,` + rest + `,"added_later":{"x":[1,2]}}`)); err != nil || e.DocID != "d" {
+		t.Errorf("an envelope with a field unknown to this release: %+v, %v; want it decoded", e, err)
+	}
+	for _, v := range []string{`"v":0,`, `"v":2,`, ``} {
+		if _, err := Decode([]byte(`{` + v + rest + `}`)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "want 1") {
+			t.Errorf("envelope with %q: %v, want ErrInvalid naming v", v, err)
+		}
+	}
+}

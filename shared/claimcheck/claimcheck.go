@@ -1,6 +1,6 @@
 // Package claimcheck owns the claim checks: the S3 objects that carry a
 // document body too large for a queue message. It says where the poller puts
-// them (one prefix per stack and job in the stack bucket), which references the writer
+// them (one prefix per job and stack in the stack bucket), which references the writer
 // may follow (only those), how large a body may be, and how long the objects
 // are kept.
 package claimcheck
@@ -54,19 +54,22 @@ var (
 )
 
 // Prefix is the key prefix of one job's claim checks in the stack bucket:
-// claim-check/<stack>/<job>/, stack being the stack's prefix, so that two
+// claim-check/<job>/<stack>/, stack being the stack's prefix, so that two
 // deployments sharing a bucket, with jobs of the same id, never write each
-// other's keys. Stack prefixes and job ids contain no '/', so no prefix is
-// inside another's.
+// other's keys. It lies under UnscopedPrefix(jobID), which is all a writer
+// of a release before 1.0.0 follows (and its role may read): during a
+// rolling deploy such a writer still delivers what this poller queues.
+// Stack prefixes and job ids contain no '/', and the keys under Prefix have
+// one segment more than the unscoped ones, so no two meet.
 func Prefix(stack, jobID string) string {
-	return config.ClaimCheckPrefix + stack + "/" + jobID + "/"
+	return config.ClaimCheckPrefix + jobID + "/" + stack + "/"
 }
 
-// UnscopedPrefix is claim-check/<job>/, where claim checks are kept without
-// the stack prefix. Messages queued by a poller that wrote them there may
+// UnscopedPrefix is claim-check/<job>/, where the releases before 1.0.0
+// kept claim checks, without the stack prefix. Messages they queued may
 // still wait in a queue or a DLQ: Check accepts such a key, of the one
-// shape that poller gave it (<generation>/<counter>.json), so that they are
-// delivered; nothing is written there.
+// shape they gave it (<generation>/<counter>.json), so that they are
+// delivered; nothing is written there but under Prefix.
 func UnscopedPrefix(jobID string) string { return config.ClaimCheckPrefix + jobID + "/" }
 
 // unscoped reports whether key is under jobID's unscoped prefix and of the

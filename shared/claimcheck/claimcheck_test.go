@@ -28,7 +28,7 @@ import (
 func TestCheck(t *testing.T) {
 	t.Parallel()
 	key := claimcheck.Key("cw", "orders", change.Version{Generation: 3, Counter: 41})
-	if key != "claim-check/cw/orders/3/41.json" {
+	if key != "claim-check/orders/cw/3/41.json" {
 		t.Fatalf("Key = %q", key)
 	}
 	tests := []struct {
@@ -42,22 +42,22 @@ func TestCheck(t *testing.T) {
 		{"negative size", change.ObjectRef{Bucket: "stack", Key: key, Size: -1}, claimcheck.ErrSize},
 		{"other bucket", change.ObjectRef{Bucket: "stack2", Key: key, Size: 1}, claimcheck.ErrRefused},
 		{"empty bucket", change.ObjectRef{Key: key, Size: 1}, claimcheck.ErrRefused},
-		{"job whose id extends ours", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders-eu/3/41.json", Size: 1}, claimcheck.ErrRefused},
-		{"job prefix without slash", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders", Size: 1}, claimcheck.ErrRefused},
-		{"another stack's", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw2/orders/3/41.json", Size: 1}, claimcheck.ErrRefused},
-		{"a stack whose prefix extends ours", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw-eu/orders/3/41.json", Size: 1}, claimcheck.ErrRefused},
+		{"job whose id extends ours", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders-eu/cw/3/41.json", Size: 1}, claimcheck.ErrRefused},
+		{"stack prefix without slash", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/cw", Size: 1}, claimcheck.ErrRefused},
+		{"another stack's", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/cw2/3/41.json", Size: 1}, claimcheck.ErrRefused},
+		{"a stack whose prefix extends ours", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/cw-eu/3/41.json", Size: 1}, claimcheck.ErrRefused},
 		{"another output's prefix", change.ObjectRef{Bucket: "stack", Key: "archive/orders/1.json", Size: 1}, claimcheck.ErrRefused},
-		{"double slash", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders//41.json", Size: 1}, claimcheck.ErrRefused},
-		{"dot segment", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders/./41.json", Size: 1}, claimcheck.ErrRefused},
-		{"escape upwards", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders/../../x", Size: 1}, claimcheck.ErrRefused},
-		{"control character", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders/a\nb", Size: 1}, claimcheck.ErrRefused},
-		{"invalid UTF-8", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders/\xff", Size: 1}, claimcheck.ErrRefused},
-		{"too long", change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/orders/" + strings.Repeat("x", 1010), Size: 1}, claimcheck.ErrRefused},
-		// Keys without the stack prefix, which queued messages may name, in
-		// the one shape Key gave them.
+		{"double slash", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/cw//41.json", Size: 1}, claimcheck.ErrRefused},
+		{"dot segment", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/cw/./41.json", Size: 1}, claimcheck.ErrRefused},
+		{"escape upwards", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/cw/../../x", Size: 1}, claimcheck.ErrRefused},
+		{"control character", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/cw/a\nb", Size: 1}, claimcheck.ErrRefused},
+		{"invalid UTF-8", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/cw/\xff", Size: 1}, claimcheck.ErrRefused},
+		{"too long", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/cw/" + strings.Repeat("x", 1010), Size: 1}, claimcheck.ErrRefused},
+		// Keys without the stack prefix, which messages queued by a release
+		// before 1.0.0 may name, in the one shape it gave them.
 		{"unscoped", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/3/41.json", Size: 1}, nil},
 		{"unscoped, another job", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders-eu/3/41.json", Size: 1}, claimcheck.ErrRefused},
-		{"unscoped, another stack's job named like ours", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/other/3/41.json", Size: 1}, claimcheck.ErrRefused},
+		{"unscoped, a claim check of another stack's job named like ours", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/other/3/41.json", Size: 1}, claimcheck.ErrRefused},
 		{"unscoped, no counter", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/3/x.json", Size: 1}, claimcheck.ErrRefused},
 		{"unscoped, dot-dot", change.ObjectRef{Bucket: "stack", Key: "claim-check/orders/../41.json", Size: 1}, claimcheck.ErrRefused},
 	}
@@ -144,7 +144,7 @@ func TestFetchWithoutLength(t *testing.T) {
 				BaseEndpoint: aws.String(srv.URL), UsePathStyle: true, Region: "us-east-1", RetryMaxAttempts: 1,
 				Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", ""),
 			})}
-			ref := &change.ObjectRef{Bucket: "stack", Key: "claim-check/cw/j/1/1.json", Size: declared}
+			ref := &change.ObjectRef{Bucket: "stack", Key: "claim-check/j/cw/1/1.json", Size: declared}
 			b, err := claimcheck.Fetch(t.Context(), c, ref, "stack", "cw", "j")
 			sentinel := errors.Is(err, claimcheck.ErrSize) || errors.Is(err, claimcheck.ErrRefused) ||
 				errors.Is(err, claimcheck.ErrMissing) || errors.Is(err, claimcheck.ErrDenied)
@@ -215,8 +215,8 @@ func TestRebase(t *testing.T) {
 	tests := []struct {
 		key, want string // want "" for no claim-check key
 	}{
-		{"claim-check/changes-worker/orders/3/1210.json", "claim-check/cw/j/3/1210.json"},
-		{"claim-check/orders/3/1210.json", "claim-check/cw/j/3/1210.json"},
+		{"claim-check/orders/changes-worker/3/1210.json", "claim-check/j/cw/3/1210.json"},
+		{"claim-check/orders/3/1210.json", "claim-check/j/cw/3/1210.json"},
 		{"claim-check/orders/3/x.json", ""},
 		{"claim-check/a/b/c/3/1.json", ""},
 		{"archive/orders/3/1.json", ""},
@@ -226,5 +226,46 @@ func TestRebase(t *testing.T) {
 		if got != tt.want || ok != (tt.want != "") {
 			t.Errorf("Rebase(%q) = %q, %t; want %q", tt.key, got, ok, tt.want)
 		}
+	}
+}
+
+// previousReleaseFollows is the rule by which the writer of the release
+// before 1.0.0 follows a claim check of job: a key under claim-check/<job>/
+// whose rest is non-empty segments, none "." or "..". Its IAM grant is the
+// same prefix.
+func previousReleaseFollows(key, job string) bool {
+	rest, ok := strings.CutPrefix(key, "claim-check/"+job+"/")
+	if !ok {
+		return false
+	}
+	for _, seg := range strings.Split(rest, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// TestKeyReadByPreviousRelease: during a rolling deploy, a writer of the
+// release before 1.0.0 may receive what this release's poller queued, so
+// every key Key makes is one that writer follows (and its role may read);
+// and the keys of two stacks sharing a bucket, or of one stack and the
+// previous release's unscoped keys, never meet.
+func TestKeyReadByPreviousRelease(t *testing.T) {
+	t.Parallel()
+	v := change.Version{Generation: 3, Counter: 41}
+	for _, stack := range []string{"cw", "changes-worker", "cw2"} {
+		if key := claimcheck.Key(stack, "orders", v); !previousReleaseFollows(key, "orders") {
+			t.Errorf("Key(%q, orders, %s) = %q: the previous release's writer refuses it", stack, v, key)
+		}
+	}
+	keys := map[string]string{
+		claimcheck.Key("cw", "orders", v):                 "stack cw",
+		claimcheck.Key("cw2", "orders", v):                "stack cw2",
+		claimcheck.Key("cw", "orders-eu", v):              "job orders-eu",
+		claimcheck.UnscopedPrefix("orders") + "3/41.json": "the previous release",
+	}
+	if len(keys) != 4 {
+		t.Errorf("claim-check keys meet: %v", keys)
 	}
 }

@@ -72,7 +72,7 @@ func CheckExpiry(ctx context.Context, client LifecycleGetter, bucket string) (st
 		if r.Status != s3types.ExpirationStatusEnabled || r.Expiration == nil {
 			continue
 		}
-		prefix, narrowed := ruleScope(r)
+		prefix, narrowed := RuleScope(r)
 		reaches := strings.HasPrefix(config.ClaimCheckPrefix, prefix) || strings.HasPrefix(prefix, config.ClaimCheckPrefix)
 		if !reaches {
 			continue
@@ -102,10 +102,10 @@ func CheckExpiry(ctx context.Context, client LifecycleGetter, bucket string) (st
 	return covering, nil
 }
 
-// ruleScope returns the key prefix a rule applies to, and whether it is
+// RuleScope returns the key prefix a rule applies to, and whether it is
 // narrowed further (by tags or object size), so that it may leave some
 // objects under that prefix alone.
-func ruleScope(r s3types.LifecycleRule) (prefix string, narrowed bool) {
+func RuleScope(r s3types.LifecycleRule) (prefix string, narrowed bool) {
 	//lint:ignore SA1019 rules written before filters existed still carry a top-level prefix
 	prefix = aws.ToString(r.Prefix)
 	f := r.Filter

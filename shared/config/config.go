@@ -2,12 +2,14 @@
 // sources, feed options, outputs and the names of the AWS resources they use.
 //
 // The file is JSON with snake_case keys. Line (//) and block (/* */) comments are
-// allowed so that a sample can explain itself; they are stripped before decoding.
+// allowed so that a sample can explain itself; they are blanked out before
+// decoding, so that a problem's line and column are the file's.
 //
 // Parse checks what every component needs (Validate); ParseForDeploy adds
-// what AWS would refuse, and is what the CDK app and changesctl validate
-// run. The reference docs/configuration.md is generated from this package
-// (reference.go, keydocs.go).
+// what AWS would refuse; CheckForDeploy, which the CDK app and changesctl
+// validate run, also returns the deploy's warnings. The reference
+// docs/configuration.md is generated from this package (reference.go,
+// keydocs.go).
 package config
 
 import (
@@ -33,46 +35,98 @@ func Load(path string) (*File, error) {
 }
 
 // Parse decodes, defaults and validates a configuration document.
-// Unknown keys are errors, so a misspelt setting is never silently ignored.
-// The error reports every unknown key and every problem Validate finds.
+// Unknown keys are errors, so a misspelt setting is never silently ignored;
+// so are keys in another case and keys given twice. The error reports every
+// problem at once, each under its key as the file writes it: values of the
+// wrong type, unknown keys and every problem Validate finds. A file that is
+// not JSON is reported at the line and column where it breaks.
 func Parse(b []byte) (*File, error) {
-	return parse(b, (*File).problems)
+	f, _, err := parse(b, (*File).problems)
+	return f, err
 }
 
 // ParseForDeploy is Parse with the checks a deploy makes on top: what AWS
 // refuses of a file that is valid here (log retention, resource name
-// lengths, secret ARNs). Its error reports the problems of both at once.
+// lengths, secret names and ARNs). Its error reports the problems of both
+// at once.
 func ParseForDeploy(b []byte) (*File, error) {
+	f, _, err := CheckForDeploy(b)
+	return f, err
+}
+
+// CheckForDeploy is ParseForDeploy that also returns, for a file it
+// accepts, what a deploy of it would take but its operator should act on
+// (see Warning).
+func CheckForDeploy(b []byte) (*File, []Warning, error) {
 	return parse(b, func(f *File) []error { return append(f.problems(), f.deployProblems()...) })
 }
 
-// parse decodes, defaults and checks b with check.
-func parse(b []byte, check func(*File) []error) (*File, error) {
-	b = StripComments(b)
-	var doc any
-	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&doc); err != nil {
-		return nil, fmt.Errorf("decode: %w", err)
+// parse reads, decodes, defaults and checks b with check.
+func parse(b []byte, check func(*File) []error) (*File, []Warning, error) {
+	src, err := newSource(b)
+	if err != nil {
+		return nil, nil, err
 	}
-	unknown := unknownKeys("", doc, reflect.TypeFor[File]())
+	doc, err := src.read()
+	if err != nil {
+		return nil, nil, err
+	}
+	var c checker
+	if _, ok := doc.(*object); !ok {
+		c.wrong("", doc, "an object")
+		return nil, nil, errors.Join(c.problems...)
+	}
+	c.value("", []int{}, doc, reflect.TypeFor[File]())
+	text := src.json
+	if len(c.problems) > 0 {
+		// What is left once the problems are dropped, to be checked for
+		// the rest.
+		if text, err = json.Marshal(doc); err != nil {
+			return nil, nil, fmt.Errorf("decode: %w", err)
+		}
+	}
 	var f File
-	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&f); err != nil {
-		return nil, errors.Join(append(unknown, fmt.Errorf("decode: %w", err))...)
+	if err := json.NewDecoder(bytes.NewReader(text)).Decode(&f); err != nil {
+		return nil, nil, errors.Join(append(c.problems, fmt.Errorf("decode: %w", err))...)
 	}
+	bucketGiven := f.Stack.Bucket != ""
 	f.SetDefaults()
-	if err := errors.Join(append(unknown, check(&f)...)...); err != nil {
-		return nil, err
+	problems := append(c.problems, c.zeroProblems(&f)...)
+	for _, err := range check(&f) {
+		if !c.covers(err) {
+			problems = append(problems, err)
+		}
 	}
-	return &f, nil
+	if len(problems) > 0 {
+		return nil, nil, errors.Join(problems...)
+	}
+	return &f, f.warnings(bucketGiven), nil
 }
 
-// StripComments removes // and /* */ comments that are outside JSON strings.
+// StripComments blanks out the // and /* */ comments that are outside JSON
+// strings: each of their characters but a newline becomes a space, so that
+// every line and column stays where it was.
 func StripComments(b []byte) []byte {
-	out := make([]byte, 0, len(b))
+	out, _ := stripComments(b)
+	return out
+}
+
+// stripComments is StripComments, and the offset of a /* comment that is
+// never closed, or -1.
+func stripComments(b []byte) ([]byte, int) {
+	out := bytes.Clone(b)
+	blank := func(from, to int) {
+		for i := from; i < to; i++ {
+			if out[i] != '\n' {
+				out[i] = ' '
+			}
+		}
+	}
 	inString, escaped := false, false
 	for i := 0; i < len(b); i++ {
 		c := b[i]
-		if inString {
-			out = append(out, c)
+		switch {
+		case inString:
 			switch {
 			case escaped:
 				escaped = false
@@ -81,30 +135,24 @@ func StripComments(b []byte) []byte {
 			case c == '"':
 				inString = false
 			}
-			continue
-		}
-		if c == '"' {
+		case c == '"':
 			inString = true
-			out = append(out, c)
-			continue
-		}
-		if c == '/' && i+1 < len(b) && b[i+1] == '/' {
-			for i < len(b) && b[i] != '\n' {
-				i++
+		case c == '/' && i+1 < len(b) && b[i+1] == '/':
+			end := bytes.IndexByte(b[i:], '\n')
+			if end < 0 {
+				end = len(b) - i
 			}
-			out = append(out, '\n')
-			continue
-		}
-		if c == '/' && i+1 < len(b) && b[i+1] == '*' {
-			i += 2
-			for i+1 < len(b) && !(b[i] == '*' && b[i+1] == '/') {
-				i++
+			blank(i, i+end)
+			i += end
+		case c == '/' && i+1 < len(b) && b[i+1] == '*':
+			end := bytes.Index(b[i+2:], []byte("*/"))
+			if end < 0 {
+				blank(i, len(b))
+				return out, i
 			}
-			i++
-			out = append(out, ' ')
-			continue
+			blank(i, i+2+end+2)
+			i += 2 + end + 1
 		}
-		out = append(out, c)
 	}
-	return out
+	return out, -1
 }

@@ -222,11 +222,13 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	}
 }
 
+// TestStripComments: comments outside strings become spaces, their
+// newlines kept, so that every line and column stays where it was.
 func TestStripComments(t *testing.T) {
 	t.Parallel()
-	in := "{\"a\": \"http://x//y\", // comment\n /* block */ \"b\": \"/* not */\"}"
+	in := "{\"a\": \"http://x//y\", // comment\n /* block\n */ \"b\": \"/* not */\"} // end"
 	got := string(StripComments([]byte(in)))
-	want := "{\"a\": \"http://x//y\", \n   \"b\": \"/* not */\"}"
+	want := "{\"a\": \"http://x//y\",           \n         \n    \"b\": \"/* not */\"}       "
 	if got != want {
 		t.Errorf("got %q want %q", got, want)
 	}
@@ -481,11 +483,13 @@ func TestOrderingAndFailurePolicy(t *testing.T) {
 		queueReceives  int
 	}{
 		{name: "defaults", settings: ``, queueReceives: 5},
-		{name: "total is fifo", settings: `,"ordering":"total"`, fifo: true, queueReceives: 5},
+		{name: "total is fifo", settings: `,"ordering":"total"`, fifo: true, queueReceives: 1000},
+		{name: "per_document is fifo", settings: `,"ordering":"per_document","max_receive_count":100`, fifo: true, queueReceives: 1000},
+		{name: "fifo bounds receives", settings: `,"ordering":"per_document","max_receive_count":101`, want: "jobs[a].outputs[p].max_receive_count: 101: on a FIFO queue (ordering per_document) at most 100"},
 		{name: "halt on total", settings: `,"ordering":"total","on_failure":"halt"`, fifo: true, halts: true, queueReceives: 1000},
 		{name: "halt on per_document", settings: `,"ordering":"per_document","on_failure":"halt","max_receive_count":100`, fifo: true, halts: true, queueReceives: 1000},
 		{name: "halt needs fifo", settings: `,"on_failure":"halt"`, want: "jobs[a].outputs[p].on_failure: halt needs a FIFO queue"},
-		{name: "halt bounds receives", settings: `,"ordering":"total","on_failure":"halt","max_receive_count":101`, want: "jobs[a].outputs[p].max_receive_count: 101: with on_failure halt at most 100"},
+		{name: "halt bounds receives", settings: `,"ordering":"total","on_failure":"halt","max_receive_count":101`, want: "jobs[a].outputs[p].max_receive_count: 101: on a FIFO queue (ordering total) at most 100"},
 		{name: "unknown policy", settings: `,"on_failure":"retry"`, want: `jobs[a].outputs[p].on_failure: "retry" is not dlq or halt`},
 		{name: "unknown ordering", settings: `,"ordering":"global"`, want: `jobs[a].outputs[p].ordering: "global" is not per_document, total or none`},
 	}
@@ -604,4 +608,80 @@ func TestOutageSettings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAlarmEmail: stack.alarm_email is one bare e-mail address, which the
+// alarm topic can subscribe.
+func TestAlarmEmail(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		email string
+		ok    bool
+	}{
+		{email: "ops@example.com", ok: true},
+		{email: "ops+alarms@mail.example.co.uk", ok: true},
+		{email: "not-an-email"},
+		{email: "ops@localhost"},
+		{email: "Ops <ops@example.com>"},
+		{email: "ops@example.com, dev@example.com"},
+		{email: " ops@example.com"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.email, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse(fmt.Appendf(nil, `{"stack":{"alarm_email":%q},"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},
+				"outputs":[{"id":"s","type":"s3","s3":{}}]}]}`, tt.email))
+			switch {
+			case tt.ok && err != nil:
+				t.Errorf("Parse: %v", err)
+			case !tt.ok:
+				wantErrorWith(t, err, "Parse succeeded, want an error", fmt.Sprintf("stack.alarm_email: %q is not one e-mail address (name@example.com)", tt.email))
+			}
+		})
+	}
+}
+
+// TestSourceURLQueryRefused: a source URL has no query or fragment (the
+// feed client refuses them), so no credential can hide there; the error
+// does not quote it.
+func TestSourceURLQueryRefused(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"https://h/db?password=pw-456", "https://h/db?access_token=pw-456", "https://h/db#pw-456", "https://h/db?"} {
+		t.Run(u, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse(fmt.Appendf(nil, `{"jobs":[{"id":"a","source":{"type":"couchdb","url":%q},"outputs":[{"id":"s","type":"s3","s3":{}}]}]}`, u))
+			wantErrorWith(t, err, "Parse succeeded, want an error",
+				"jobs[a].source.url: must not have a query or fragment: credentials go in source.auth, by reference (the URL is not shown)")
+			if strings.Contains(err.Error(), "pw-456") {
+				t.Errorf("the error quotes the URL: %v", err)
+			}
+		})
+	}
+}
+
+// TestFunctionMemory: the functions' memory defaults to 256 MB (poller)
+// and 512 MB (writer) and takes what Lambda allows.
+func TestFunctionMemory(t *testing.T) {
+	t.Parallel()
+	parse := func(stack string) (*File, error) {
+		return Parse([]byte(`{"stack":{` + stack + `},"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"outputs":[{"id":"s","type":"s3","s3":{}}]}]}`))
+	}
+	f, err := parse(``)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []int{f.Stack.PollerMemoryMB, f.Stack.WriterMemoryMB}; got[0] != 256 || got[1] != 512 {
+		t.Errorf("poller, writer memory = %v, want [256 512]", got)
+	}
+	f, err = parse(`"poller_memory_mb":1769,"writer_memory_mb":10240`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []int{f.Stack.PollerMemoryMB, f.Stack.WriterMemoryMB}; got[0] != 1769 || got[1] != 10240 {
+		t.Errorf("poller, writer memory = %v, want [1769 10240]", got)
+	}
+	_, err = parse(`"poller_memory_mb":127,"writer_memory_mb":10241`)
+	wantErrorWith(t, err, "Parse succeeded, want errors",
+		"stack.poller_memory_mb: 127 must be between 128 and 10240 (MB, what Lambda allows)",
+		"stack.writer_memory_mb: 10241 must be between 128 and 10240 (MB, what Lambda allows)")
 }

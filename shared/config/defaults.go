@@ -20,6 +20,8 @@ const (
 	DefaultLatencyObjective = 60 * time.Second
 	DefaultWriterTimeout    = 30 * time.Second
 	DefaultLogRetentionDays = 30
+	DefaultPollerMemoryMB   = 256
+	DefaultWriterMemoryMB   = 512
 	DefaultHTTPTimeout      = 10 * time.Second
 	DefaultFloodThreshold   = 10000
 	DefaultIdle             = IdleWatch
@@ -120,6 +122,12 @@ func (f *File) SetDefaults() {
 	if f.Stack.LogRetentionDays == 0 {
 		f.Stack.LogRetentionDays = DefaultLogRetentionDays
 	}
+	if f.Stack.PollerMemoryMB == 0 {
+		f.Stack.PollerMemoryMB = DefaultPollerMemoryMB
+	}
+	if f.Stack.WriterMemoryMB == 0 {
+		f.Stack.WriterMemoryMB = DefaultWriterMemoryMB
+	}
 	if f.Stack.Retain == nil {
 		t := true
 		f.Stack.Retain = &t
@@ -127,6 +135,9 @@ func (f *File) SetDefaults() {
 	if f.Stack.Dashboards == nil {
 		t := true
 		f.Stack.Dashboards = &t
+	}
+	if f.Stack.DocIDs == "" {
+		f.Stack.DocIDs = DocIDsPlain
 	}
 	for _, j := range f.Jobs {
 		if j == nil {
@@ -251,4 +262,5 @@ func (f *File) SetDefaults() {
 			}
 		}
 	}
+	f.setDLQDefaults()
 }

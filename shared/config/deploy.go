@@ -21,7 +21,7 @@ func (f *File) deployProblems() []error {
 			continue
 		}
 		p := item("jobs", i, j.ID)
-		for _, name := range []string{f.FunctionName(j, FunctionPoller), f.FunctionName(j, FunctionWriter), f.ScheduleName(j)} {
+		for _, name := range []string{f.FunctionName(j, FunctionPoller), f.FunctionName(j, FunctionWriter), f.FunctionName(j, FunctionVerify), f.ScheduleName(j)} {
 			if len(name) > maxNameLength {
 				errs = append(errs, fmt.Errorf("%s.id: the name %s is %d characters, AWS allows %d: shorten the job's id or stack.prefix",
 					p, name, len(name), maxNameLength))
@@ -33,7 +33,13 @@ func (f *File) deployProblems() []error {
 				continue
 			}
 			if _, err := ClassifySecret(s.Ref.Secret); err != nil {
-				errs = append(errs, fmt.Errorf("%s.%s.secret: %q is %w", p, s.Key, s.Ref.Secret, err))
+				if strings.HasPrefix(s.Ref.Secret, "arn:") {
+					errs = append(errs, fmt.Errorf("%s.%s.secret: %q is %w", p, s.Key, s.Ref.Secret, err))
+				} else {
+					// A name Secrets Manager refuses may be the secret
+					// itself, pasted in the wrong place.
+					errs = append(errs, fmt.Errorf("%s.%s.secret: is %w (the value is not shown)", p, s.Key, err))
+				}
 			}
 		}
 	}
@@ -115,17 +121,47 @@ const (
 var completeSecretARN = regexp.MustCompile(`^arn:[a-z0-9-]+:secretsmanager:[a-z0-9-]+:\d{12}:secret:.+-[A-Za-z0-9]{6}$`)
 
 // ClassifySecret tells how ref names its secret. An ARN that is neither a
-// complete nor a well-formed partial Secrets Manager ARN is an error.
+// complete nor a well-formed partial Secrets Manager ARN is an error, and
+// so is a name, or an ARN's name, that Secrets Manager does not allow.
 func ClassifySecret(ref string) (SecretKind, error) {
 	if !strings.HasPrefix(ref, "arn:") {
-		return SecretByName, nil
+		return SecretByName, checkSecretName(ref)
+	}
+	errARN := errors.New("not a Secrets Manager secret ARN (arn:PARTITION:secretsmanager:REGION:ACCOUNT:secret:NAME)")
+	parts := strings.SplitN(ref, ":", 7)
+	if len(parts) < 7 || parts[2] != "secretsmanager" || parts[5] != "secret" || parts[6] == "" {
+		return 0, errARN
+	}
+	if checkSecretName(parts[6]) != nil {
+		return 0, errARN
 	}
 	if completeSecretARN.MatchString(ref) {
 		return SecretByCompleteARN, nil
 	}
-	parts := strings.SplitN(ref, ":", 7)
-	if len(parts) == 7 && parts[2] == "secretsmanager" && parts[5] == "secret" && parts[6] != "" {
-		return SecretByPartialARN, nil
+	return SecretByPartialARN, nil
+}
+
+// maxSecretName is the longest name Secrets Manager allows a secret.
+const maxSecretName = 512
+
+// checkSecretName refuses a name Secrets Manager does not allow a secret:
+// 1 to 512 of ASCII letters, digits and /_+=.@-, or '!' in the names of
+// the secrets AWS services manage ("rds!cluster-...").
+func checkSecretName(name string) error {
+	const allowed = "/_+=.@-!"
+	switch {
+	case name == "":
+		return errors.New("not a Secrets Manager secret name: it is empty")
+	case len(name) > maxSecretName:
+		return fmt.Errorf("not a Secrets Manager secret name: it is longer than %d characters", maxSecretName)
+	case strings.Contains(name, " "):
+		return errors.New("not a Secrets Manager secret name: it holds a space; a name holds ASCII letters, digits and /_+=.@- only")
 	}
-	return 0, errors.New("not a Secrets Manager secret ARN (arn:PARTITION:secretsmanager:REGION:ACCOUNT:secret:NAME)")
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(allowed, c) >= 0) {
+			return errors.New("not a Secrets Manager secret name: it holds a character other than ASCII letters, digits and /_+=.@-")
+		}
+	}
+	return nil
 }

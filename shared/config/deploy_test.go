@@ -1,6 +1,9 @@
 package config
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestParseForDeploy: ParseForDeploy reports Validate's problems and the
 // deploy's own at once, each naming its key; Parse leaves the deploy's to
@@ -39,6 +42,16 @@ func TestParseForDeploy(t *testing.T) {
 			parseOK: true,
 		},
 		{
+			name: "secret names Secrets Manager refuses, not quoted",
+			in: `{"jobs":[{"id":"a","source":{"type":"sync_gateway","url":"https://h/db","auth":{"type":"basic","username":"u","password":{"secret":"pw 456"}}},
+				"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"secret":"orders/pg#dsn"}}}]}]}`,
+			want: []string{
+				"jobs[a].source.auth.password.secret: is not a Secrets Manager secret name: it holds a space; a name holds ASCII letters, digits and /_+=.@- only (the value is not shown)",
+				"jobs[a].outputs[p].postgres.dsn.secret: is not a Secrets Manager secret name: it holds a character other than ASCII letters, digits and /_+=.@- (the value is not shown)",
+			},
+			parseOK: true,
+		},
+		{
 			name: "the deploy's problems and Validate's together",
 			in: `{"stack":{"log_retention_days":2},"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},"feed":{"limit":-1},
 				"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"secret":"arn:aws:iam::123456789012:role/x"}}}]}]}`,
@@ -71,6 +84,12 @@ func TestClassifySecret(t *testing.T) {
 		{name: "other partition", ref: "arn:aws-us-gov:secretsmanager:us-gov-west-1:123456789012:secret:x-AbC123", want: SecretByCompleteARN},
 		{name: "not a secret ARN", ref: "arn:aws:ssm:eu-west-1:123456789012:parameter/x", wantErr: true},
 		{name: "ARN without name", ref: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:", wantErr: true},
+		{name: "every character a name may hold", ref: "a-Z_0/9+=.@x", want: SecretByName},
+		{name: "a secret AWS manages", ref: "rds!cluster-1a96bebc", want: SecretByName},
+		{name: "name with a space", ref: "orders pg", wantErr: true},
+		{name: "empty name", ref: "", wantErr: true},
+		{name: "name too long", ref: strings.Repeat("n", 513), wantErr: true},
+		{name: "ARN whose name has a space", ref: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:orders pg", wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,10 +2,7 @@ package config
 
 import (
 	"encoding/json"
-	"fmt"
-	"maps"
 	"reflect"
-	"slices"
 	"strings"
 )
 
@@ -32,52 +29,13 @@ func fields(t reflect.Type) []field {
 	return out
 }
 
-// Types whose values the key walkers do not enter: they decode themselves.
+// Types whose values the key walkers do not enter as structs: they decode
+// themselves.
 var (
 	durationType    = reflect.TypeFor[Duration]()
 	headerValueType = reflect.TypeFor[HeaderValue]()
 	rawMessageType  = reflect.TypeFor[json.RawMessage]()
 )
-
-// unknownKeys reports every key of doc, a decoded JSON value of Go type t
-// at key p, that names no setting, each under the key of the object that
-// holds it. A key matches a setting as encoding/json matches it, ignoring
-// case. Values of the wrong JSON type are left to the decoder to report.
-func unknownKeys(p string, doc any, t reflect.Type) []error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == durationType || t == headerValueType || t == rawMessageType {
-		return nil
-	}
-	var errs []error
-	switch t.Kind() {
-	case reflect.Struct:
-		obj, _ := doc.(map[string]any)
-		known := fields(t)
-		for _, k := range slices.Sorted(maps.Keys(obj)) {
-			i := slices.IndexFunc(known, func(f field) bool { return strings.EqualFold(f.name, k) })
-			if i < 0 {
-				errs = append(errs, fmt.Errorf("%sunknown field %q", keyPrefix(p), k))
-				continue
-			}
-			errs = append(errs, unknownKeys(joinKey(p, known[i].name), obj[k], known[i].typ)...)
-		}
-	case reflect.Slice:
-		list, _ := doc.([]any)
-		for i, e := range list {
-			obj, _ := e.(map[string]any)
-			id, _ := obj["id"].(string)
-			errs = append(errs, unknownKeys(item(p, i, id), e, t.Elem())...)
-		}
-	case reflect.Map:
-		obj, _ := doc.(map[string]any)
-		for _, k := range slices.Sorted(maps.Keys(obj)) {
-			errs = append(errs, unknownKeys(fmt.Sprintf("%s[%s]", p, k), obj[k], t.Elem())...)
-		}
-	}
-	return errs
-}
 
 // joinKey is key k of the object at key p.
 func joinKey(p, k string) string {

@@ -8,7 +8,8 @@ import (
 )
 
 // TestUnknownKeysEveryOne: every misspelt key is reported at once, under the
-// key of the object holding it, with the problems Validate finds.
+// key of the object holding it, a key in another case too, with the
+// problems Validate finds.
 func TestUnknownKeysEveryOne(t *testing.T) {
 	t.Parallel()
 	_, err := Parse([]byte(`{"stack":{"prefx":"x","Retain":false},"jobz":1,"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db","auht":{}},
@@ -24,6 +25,7 @@ func TestUnknownKeysEveryOne(t *testing.T) {
 		`jobs[a].outputs[1].s3: unknown field "buckt"`,
 		`jobs[a].source: unknown field "auht"`,
 		`unknown field "jobz"`,
+		`stack: unknown field "Retain", did you mean "retain"? (keys are case-sensitive)`,
 		`stack: unknown field "prefx"`,
 		`jobs[a].outputs[1].id: "" must be 1-32 lowercase letters, digits or '-'`,
 	}

@@ -6,22 +6,23 @@ import (
 )
 
 // objectArea is a part of a bucket that one owner writes: an S3 output,
-// a job's attachments, the claim checks.
+// a job's attachments, the claim checks, the DLQ archive.
 type objectArea struct {
 	owner          string // as an error names it
 	bucket, prefix string
 }
 
 // checkObjectAreas refuses two S3 outputs, or an S3 output and a job's
-// attachments or the claim checks, whose keys may meet: same bucket, one
-// prefix starting the other. An output would read, overwrite or delete the
-// other's objects (its writer is granted <prefix>*, verify scans the
-// prefix and repairs what it finds there), and what lies under claim-check/
-// expires. Jobs' attachments may share a prefix: their keys hold the
+// attachments, the claim checks or the DLQ archive, whose keys may meet:
+// same bucket, one prefix starting the other. An output would read,
+// overwrite or delete the other's objects (its writer is granted <prefix>*,
+// verify scans the prefix and repairs what it finds there), what lies under
+// claim-check/ expires, and what lies under dlq-archive/ is redriven. Jobs' attachments may share a prefix: their keys hold the
 // content's digest, so one key never holds two contents. Each problem
 // names both owners.
 func (f *File) checkObjectAreas() []error {
 	claims := objectArea{owner: "the claim checks (stack.bucket)", bucket: f.Stack.Bucket, prefix: ClaimCheckPrefix}
+	archive := objectArea{owner: "the DLQ archive (stack.bucket)", bucket: f.Stack.Bucket, prefix: ArchivePrefix}
 	var outputs, attachments []objectArea
 	for _, j := range f.Jobs {
 		if j == nil {
@@ -50,9 +51,11 @@ func (f *File) checkObjectAreas() []error {
 			overlap(a, b)
 		}
 		overlap(a, claims)
+		overlap(a, archive)
 	}
 	for _, a := range attachments {
 		overlap(a, claims)
+		overlap(a, archive)
 	}
 	return errs
 }

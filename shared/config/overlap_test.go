@@ -5,10 +5,10 @@ import (
 	"testing"
 )
 
-// TestOutputsKeepApart: S3 outputs, attachments and claim checks never share
-// keys, two PostgreSQL outputs never share a table of one dsn, and an S3
-// prefix never widens the writer's grant; every problem is reported at
-// once, each naming both owners.
+// TestOutputsKeepApart: S3 outputs, attachments, claim checks and the DLQ
+// archive never share keys, two PostgreSQL outputs never share a table of
+// one dsn, and an S3 prefix never widens the writer's grant; every problem
+// is reported at once, each naming both owners.
 func TestOutputsKeepApart(t *testing.T) {
 	t.Parallel()
 	job := func(id, extra string, outputs ...string) string {
@@ -41,6 +41,10 @@ func TestOutputsKeepApart(t *testing.T) {
 		{name: "under the claim checks", jobs: []string{job("a", "", s3("s", `{"prefix":"claim-check/a/"}`))},
 			want: []string{"jobs[a].outputs[s].s3: s3://changes-worker-data/claim-check/a/ overlaps s3://changes-worker-data/claim-check/, where the claim checks (stack.bucket) write"}},
 		{name: "the claim checks' prefix in another bucket", jobs: []string{job("a", "", s3("s", `{"bucket":"mine","prefix":"claim-check/"}`))}},
+		{name: "over the DLQ archive", jobs: []string{job("a", "", s3("s", `{"prefix":"dlq-archive/"}`))},
+			want: []string{"jobs[a].outputs[s].s3: s3://changes-worker-data/dlq-archive/ overlaps s3://changes-worker-data/dlq-archive/, where the DLQ archive (stack.bucket) writes"}},
+		{name: "attachments under the DLQ archive", jobs: []string{job("a", `,"attachments":{"enabled":true,"prefix":"dlq-archive/files/"}`, s3("s", `{}`))},
+			want: []string{"jobs[a].attachments: s3://changes-worker-data/dlq-archive/files/ overlaps s3://changes-worker-data/dlq-archive/"}},
 		{name: "over a job's attachments", jobs: []string{job("a", `,"attachments":{"enabled":true}`, s3("s", `{"prefix":"attachments/"}`))},
 			want: []string{"jobs[a].outputs[s].s3: s3://changes-worker-data/attachments/ overlaps s3://changes-worker-data/attachments/changes-worker/a/, where jobs[a].attachments writes"}},
 		{name: "attachments under the claim checks", jobs: []string{job("a", `,"attachments":{"enabled":true,"prefix":"claim-check/files/"}`, s3("s", `{}`))},

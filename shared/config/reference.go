@@ -239,8 +239,9 @@ func writeReference(w io.Writer) error {
 
 // referenceValues explains the file and the types of its values.
 var referenceValues = [][2]string{
-	{"the file", "JSON with snake_case keys; `//` and `/* */` comments are allowed; an unknown key is an error"},
+	{"the file", "JSON with snake_case keys, each given once and written in lowercase as below; `//` and `/* */` comments are allowed; an unknown key is an error"},
 	{"duration", "a string such as `\"10s\"`, `\"1m\"` or `\"500ms\"`, or a number of seconds; 0 is refused: leave the key out for its default"},
+	{"integer, number", "0 is refused where the key has a default other than 0: leave the key out for it"},
 	{"secret reference", "`{\"env\": \"NAME\"}` or `{\"secret\": \"name or ARN\", \"json_key\": \"key\"}`; the value itself never goes in the file"},
 	{"path", "`a.b`, `items[0].sku`, `[\"odd.key\"]`; `$` starts at the document root, `@` (or nothing) at the current element"},
 	{"key in an error", "`jobs[<id>].outputs[<id>].<key>`, by id, or by index for an element without one"},

@@ -85,7 +85,7 @@ type Stack struct {
 	// MaxMessageBytes is the largest message body put on a queue; a larger
 	// envelope travels as an S3 pointer (claim check). Default 262144, at
 	// most the package's MaxMessageBytes.
-	MaxMessageBytes int `json:"max_message_bytes"`
+	MaxMessageBytes int `json:"max_message_bytes,omitempty"`
 	// AlarmEmail, when set, is subscribed to the alarm topic.
 	AlarmEmail string `json:"alarm_email"`
 	// PollerTimeout is the timeout of every job's poller function, its time
@@ -96,7 +96,12 @@ type Stack struct {
 	// WriterTimeout is the writer function's timeout. Default 30s.
 	WriterTimeout Duration `json:"writer_timeout,omitempty"`
 	// LogRetentionDays for the functions' log groups. Default 30.
-	LogRetentionDays int `json:"log_retention_days"`
+	LogRetentionDays int `json:"log_retention_days,omitempty"`
+	// PollerMemoryMB and WriterMemoryMB are the functions' memory, which
+	// their CPU share follows (1,769 MB is one vCPU). Default 256 and 512;
+	// 128 to 10240.
+	PollerMemoryMB int `json:"poller_memory_mb,omitempty"`
+	WriterMemoryMB int `json:"writer_memory_mb,omitempty"`
 	// Retain keeps the table, the buckets, the secrets and the log groups
 	// when the stack is deleted. Default true.
 	Retain *bool `json:"retain,omitempty"`
@@ -106,9 +111,42 @@ type Stack struct {
 	// job with idle sleep, which may want it off (the alarms and changesctl
 	// status still show where each job stands).
 	Dashboards *bool `json:"dashboards,omitempty"`
+	// DocIDs is how document ids appear in the functions' logs, the
+	// failure attributes of DLQ messages and the halt and quarantine
+	// records: DocIDsPlain, DocIDsHash or DocIDsOff. Default plain.
+	DocIDs string `json:"doc_ids,omitempty"`
 	// VPC places the functions in a VPC (to reach a private database).
 	VPC *VPC `json:"vpc,omitempty"`
+	// DLQ sets how long the DLQs keep failed changes, when the pollers
+	// archive them, and when the alarms call for an operator.
+	DLQ DLQ `json:"dlq,omitzero"`
 }
+
+// DLQ sets what happens to the changes waiting in the DLQs. SQS deletes a
+// message Retention after it was queued (in a standard DLQ, its time in the
+// work queue counts). Before that, once it has waited ArchiveAfter, the
+// job's poller archives it to the stack bucket, where it stays until an
+// operator redrives or purges it: nothing expires unseen.
+type DLQ struct {
+	// Retention is every DLQ's message retention period. Default 14 days,
+	// SQS's maximum; lower it only to see the archive at work.
+	Retention Duration `json:"retention,omitempty"`
+	// ArchiveAfter is how long after it was queued (its SentTimestamp) a
+	// DLQ message is archived. Default: Retention less two days, or less
+	// half of it when that is shorter, or less twice what the pollers may go
+	// without archiving (see SweepGap) when that is longer.
+	ArchiveAfter Duration `json:"archive_after,omitempty"`
+	// AlarmAfter is how long a failed change may wait, in a DLQ or its
+	// archive, before an alarm fires. Default 1 day.
+	AlarmAfter Duration `json:"alarm_after,omitempty"`
+}
+
+// Values of Stack.DocIDs (docid.Exposure).
+const (
+	DocIDsPlain = "plain" // as they are
+	DocIDsHash  = "hash"  // sha256: and 16 hex digits of the id's SHA-256
+	DocIDsOff   = "off"   // not at all
+)
 
 // VPC names an existing VPC and where in it the functions run.
 type VPC struct {
@@ -204,7 +242,7 @@ type SecretRef struct {
 // Feed sets how the _changes feed is read.
 type Feed struct {
 	// Limit bounds the rows of one _changes request. Default 500.
-	Limit int `json:"limit"`
+	Limit int `json:"limit,omitempty"`
 	// Timeout is the long-poll timeout sent to the source. Default 10s.
 	Timeout Duration `json:"timeout,omitempty"`
 	// Fetch is include_docs (default) or bulk_get.
@@ -233,7 +271,7 @@ type Feed struct {
 	// FloodThreshold is how many changes one poller invocation may read
 	// before it counts as a flood (metric FloodBatches, a warning in the
 	// log). Default 10000.
-	FloodThreshold int `json:"flood_threshold"`
+	FloodThreshold int `json:"flood_threshold,omitempty"`
 }
 
 // Processing filters changes before they are queued.
@@ -263,14 +301,14 @@ type Output struct {
 	OnFailure string `json:"on_failure"`
 	// MaxReceiveCount is how many deliveries a message gets before it moves
 	// to the DLQ. Default 5.
-	MaxReceiveCount int `json:"max_receive_count"`
+	MaxReceiveCount int `json:"max_receive_count,omitempty"`
 	// BatchSize is how many messages the writer takes at once: at most 10 on
 	// a FIFO queue, at most 10,000 on a standard one (gathered for up to the
 	// batching window). Default DefaultBatchSize for postgres outputs on a
 	// standard queue, 10 otherwise.
-	BatchSize int `json:"batch_size"`
+	BatchSize int `json:"batch_size,omitempty"`
 	// MaxConcurrency bounds concurrent writer invocations for this output.
-	MaxConcurrency int `json:"max_concurrency"`
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
 	// Backpressure tunes how the writer detects that this output is
 	// struggling.
 	Backpressure Backpressure `json:"backpressure"`
@@ -289,13 +327,13 @@ type Output struct {
 type Backpressure struct {
 	// Threshold is the ratio of the rolling average latency to the baseline
 	// above which the writer slows down. Default 2; must be above 1.
-	Threshold float64 `json:"threshold"`
+	Threshold float64 `json:"threshold,omitempty"`
 	// BaselineRequests is how many first successful requests of a writer
 	// instance make the baseline. Default 50.
-	BaselineRequests int `json:"baseline_requests"`
+	BaselineRequests int `json:"baseline_requests,omitempty"`
 	// Window is how many latest requests the rolling average covers.
 	// Default 20.
-	Window int `json:"window"`
+	Window int `json:"window,omitempty"`
 	// MinIncrease is how far above the baseline the rolling average must
 	// also be: a 1 ms output at 2.5 ms is not struggling. Default 10ms.
 	MinIncrease Duration `json:"min_increase,omitempty"`
@@ -335,7 +373,7 @@ type PostgresOutput struct {
 	// CreateTables creates missing tables when the writer starts.
 	CreateTables bool `json:"create_tables"`
 	// MaxConns bounds the pool per writer instance. Default 4.
-	MaxConns int `json:"max_conns"`
+	MaxConns int `json:"max_conns,omitempty"`
 	// Mapping, when set, maps documents to relational tables instead of document mode.
 	Mapping *Mapping `json:"mapping,omitempty"`
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/mail"
 	"net/url"
 	"regexp"
 	"slices"
@@ -16,10 +17,12 @@ import (
 
 // Limits of the settings.
 const (
-	// MaxHaltReceiveCount bounds max_receive_count under on_failure halt:
-	// the queue's redrive policy allows SQS's maximum (1000) receives, and a
-	// halted change needs the rest of them while it waits for the operator.
-	MaxHaltReceiveCount = 100
+	// MaxFIFOReceiveCount bounds max_receive_count on a FIFO queue: the
+	// queue's redrive policy allows SQS's maximum (1000) receives, and the
+	// writer counts max_receive_count itself; the rest of the receives are
+	// spent by changes held while their output is down or asks to slow down,
+	// and by a halted change while it waits for the operator.
+	MaxFIFOReceiveCount = 100
 	// MaxFIFOBatchSize is SQS's (and Lambda's) cap on a FIFO queue's batch;
 	// MaxBatchSize is Lambda's cap on a standard queue's.
 	MaxFIFOBatchSize = 10
@@ -41,14 +44,22 @@ const (
 	// the DLQ, with its failure record too; one moved to the DLQ goes with
 	// its failure record (failure.MaxSize).
 	MaxMessageBytes = SQSMessageBytes - failure.MaxSize - HeldCounterBytes
+	// MinMemoryMB and MaxMemoryMB bound the functions' memory: what
+	// Lambda allows.
+	MinMemoryMB = 128
+	MaxMemoryMB = 10240
 	// MaxSchedule bounds a job's schedule: its lease-holder alarm evaluates
 	// a few schedule periods, and CloudWatch evaluates an alarm over at most
 	// seven days.
 	MaxSchedule = 24 * time.Hour
 )
 
-// zeroRefused is Validate's message for a duration written as 0.
+// zeroRefused is the message for a duration or a number written as 0.
 const zeroRefused = "0 is not allowed: leave the key out for the default (%s)"
+
+// memoryRefused is Validate's message for a function's memory out of
+// Lambda's bounds.
+const memoryRefused = "%d must be between %d and %d (MB, what Lambda allows)"
 
 var (
 	idPattern     = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
@@ -68,6 +79,12 @@ func (f *File) problems() []error {
 	if !prefixPattern.MatchString(f.Stack.Prefix) {
 		bad("stack.prefix", "%q must be 1-30 lowercase letters, digits or '-'", f.Stack.Prefix)
 	}
+	if d := f.Stack.DocIDs; d != DocIDsPlain && d != DocIDsHash && d != DocIDsOff {
+		bad("stack.doc_ids", "%q is not plain, hash or off", d)
+	}
+	if e := f.Stack.AlarmEmail; e != "" && !emailAddress(e) {
+		bad("stack.alarm_email", "%q is not one e-mail address (name@example.com)", e)
+	}
 	if f.Stack.MaxMessageBytes < 1024 || f.Stack.MaxMessageBytes > MaxMessageBytes {
 		bad("stack.max_message_bytes", "%d must be between 1024 and %d (SQS's 1 MiB less the attributes of a message held back or dead-lettered)", f.Stack.MaxMessageBytes, MaxMessageBytes)
 	}
@@ -83,6 +100,12 @@ func (f *File) problems() []error {
 	}
 	if v := f.Stack.VPC; v != nil && (v.ID == "" || len(v.SubnetIDs) == 0 || len(v.SecurityGroupIDs) == 0) {
 		bad("stack.vpc", "id, subnet_ids and security_group_ids are all required")
+	}
+	if mb := f.Stack.PollerMemoryMB; mb < MinMemoryMB || mb > MaxMemoryMB {
+		bad("stack.poller_memory_mb", memoryRefused, mb, MinMemoryMB, MaxMemoryMB)
+	}
+	if mb := f.Stack.WriterMemoryMB; mb < MinMemoryMB || mb > MaxMemoryMB {
+		bad("stack.writer_memory_mb", memoryRefused, mb, MinMemoryMB, MaxMemoryMB)
 	}
 	if len(f.Jobs) == 0 {
 		bad("jobs", "at least one job is required")
@@ -103,6 +126,7 @@ func (f *File) problems() []error {
 		seen[j.ID] = true
 		errs = append(errs, j.validate(p)...)
 	}
+	errs = append(errs, f.validateDLQ()...)
 	errs = append(errs, f.checkNames()...)
 	errs = append(errs, f.checkObjectAreas()...)
 	return append(errs, f.checkPostgresTables()...)
@@ -132,6 +156,9 @@ func (j *Job) validate(p string) []error {
 	}
 	if err := checkURL(s.URL); err != nil {
 		bad("source.url", "%v", err)
+	} else if strings.ContainsAny(s.URL, "?#") {
+		// The feed client refuses them: it adds its own paths to the URL.
+		bad("source.url", "must not have a query or fragment: credentials go in source.auth, by reference (the URL is not shown)")
 	} else if s.Auth != nil && !s.AllowCleartextCredentials {
 		if host, clear := cleartextHost(s.URL); clear {
 			bad("source.url", cleartextRefused, "source.auth", host, "source")
@@ -283,14 +310,14 @@ func (o *Output) validate(p string) []error {
 		if o.Ordering == OrderingNone {
 			bad("on_failure", "halt needs a FIFO queue: set ordering to total or per_document")
 		}
-		if o.MaxReceiveCount > MaxHaltReceiveCount {
-			bad("max_receive_count", "%d: with on_failure halt at most %d (the rest of SQS's 1000 receives keep the halted change in the queue)", o.MaxReceiveCount, MaxHaltReceiveCount)
-		}
 	default:
 		bad("on_failure", "%q is not dlq or halt", o.OnFailure)
 	}
-	if o.MaxReceiveCount < 1 || o.MaxReceiveCount > 1000 {
+	switch {
+	case o.MaxReceiveCount < 1 || o.MaxReceiveCount > 1000:
 		bad("max_receive_count", "%d must be between 1 and 1000", o.MaxReceiveCount)
+	case o.FIFO() && o.MaxReceiveCount > MaxFIFOReceiveCount:
+		bad("max_receive_count", "%d: on a FIFO queue (ordering %s) at most %d (the rest of SQS's 1000 receives keep held and halted changes in the queue)", o.MaxReceiveCount, o.Ordering, MaxFIFOReceiveCount)
 	}
 	switch {
 	case o.FIFO() && (o.BatchSize < 1 || o.BatchSize > MaxFIFOBatchSize):
@@ -500,6 +527,17 @@ func cleartextHost(u string) (string, bool) {
 		return host, false
 	}
 	return host, true
+}
+
+// emailAddress reports whether s is one bare e-mail address, which SNS can
+// subscribe: no display name, no list, a domain with a dot.
+func emailAddress(s string) bool {
+	a, err := mail.ParseAddress(s)
+	if err != nil || a.Name != "" || a.Address != s {
+		return false
+	}
+	_, domain, _ := strings.Cut(s, "@")
+	return strings.Contains(strings.Trim(domain, "."), ".")
 }
 
 // validHeaderName reports whether name is an RFC 9110 token.

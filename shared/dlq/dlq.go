@@ -130,10 +130,18 @@ type Message struct {
 	Envelope      *change.Envelope `json:"envelope,omitempty"`
 	EnvelopeError string           `json:"envelope_error,omitempty"`
 	BodyBytes     int              `json:"body_bytes"`
+	// Archived is set for a message read from the DLQ's archive (Archive):
+	// it left the DLQ for the archive then.
+	Archived *Archived `json:"archived,omitempty"`
+	// ClaimCheckError, for an archived message whose envelope names a
+	// claim check, says why the archive could not keep its content.
+	ClaimCheckError string `json:"claim_check_error,omitempty"`
 
 	body          string
 	receiptHandle string
 	attributes    map[string]sqstypes.MessageAttributeValue
+	sequence      string // FIFO sequence number in the DLQ
+	claimCheck    []byte // an archived message's claim check content
 }
 
 // Body is the message body exactly as queued: the envelope JSON, document
@@ -162,6 +170,7 @@ func Decode(m sqstypes.Message) Message {
 		out.SentAt = time.UnixMilli(ms).UTC()
 	}
 	out.Receives, _ = strconv.Atoi(m.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
+	out.sequence = m.Attributes[string(sqstypes.MessageSystemAttributeNameSequenceNumber)]
 
 	out.Failure = failure.Parse(failure.SQSValues(m.MessageAttributes))
 
@@ -271,6 +280,7 @@ type Group struct {
 	HTTPStatus int       `json:"http_status,omitempty"`
 	SQLState   string    `json:"sql_state,omitempty"`
 	Count      int       `json:"count"`
+	Archived   int       `json:"archived"` // of Count, those read from the DLQ's archive
 	Samples    []string  `json:"sample_doc_ids"`
 	Error      string    `json:"error"` // the most recent failure's error text
 	FirstAt    time.Time `json:"first_failure_at,omitzero"`
@@ -301,6 +311,9 @@ func Summarize(msgs []Message, samples int) []Group {
 			order = append(order, k)
 		}
 		g.Count++
+		if m.Archived != nil {
+			g.Archived++
+		}
 		if id := m.DocID(); id != "" && len(g.Samples) < samples && !slices.Contains(g.Samples, id) {
 			g.Samples = append(g.Samples, id)
 		}

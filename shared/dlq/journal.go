@@ -56,7 +56,8 @@ type Journal struct {
 	DB          DynamoDB
 	Table       string
 	Job, Output string
-	// Retention sets expires_at; default 14 days (provision.DLQRetention).
+	// Retention sets expires_at; default 14 days, the longest a DLQ keeps a
+	// message.
 	Retention time.Duration
 	Now       clock.Clock // zero: the system clock
 }

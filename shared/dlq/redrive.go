@@ -102,10 +102,19 @@ const (
 //
 // Messages keep their body (the envelope, with its version) and message
 // attributes (the failure reason) in both modes.
+//
+// With an Archive, the messages archived from the DLQ go back too, in the
+// DLQ's order and before the DLQ's own (which were queued after them),
+// copied with the same journal discipline whatever the mode: each object
+// is deleted only once the work queue accepted its message, and a claim
+// check the archive kept is written back first. The archive is looked at
+// again after the DLQ, for what a sweep moved there meanwhile.
 type Redriver struct {
 	SQS     SQS
-	Journal *Journal // copy mode; required
+	Journal *Journal // copy mode and the archive; required there
 	Queues  Queues
+	// Archive, when set, is the DLQ's archive, redriven with it.
+	Archive *Archive
 	Mode    Mode
 	// Rate bounds messages per second; 0 means unbounded (task mode: SQS
 	// picks the rate). Task mode caps it at 500.
@@ -144,6 +153,11 @@ type Result struct {
 	// Left: messages still in the DLQ when the run ended (held by another
 	// reader, or failed to send).
 	Left int64 `json:"left"`
+	// FromArchive: of the messages counted above, those sent back from
+	// the DLQ's archive.
+	FromArchive int64 `json:"from_archive"`
+	// ArchiveLeft: messages still in the archive when the run ended.
+	ArchiveLeft int64 `json:"archive_left"`
 }
 
 // Done is every message that left the DLQ.
@@ -165,6 +179,14 @@ func (r *Redriver) log() *slog.Logger {
 // task per queue, so a second task fails to start). Redrive may be called
 // again on the same Redriver once it returned.
 func (r *Redriver) Redrive(ctx context.Context) (Result, error) {
+	if r.Archive == nil {
+		return r.redriveDLQ(ctx)
+	}
+	return r.withArchive(ctx)
+}
+
+// redriveDLQ moves the DLQ's messages in the Redriver's mode.
+func (r *Redriver) redriveDLQ(ctx context.Context) (Result, error) {
 	mode := r.Mode
 	if mode == "" {
 		mode = ModeAuto
@@ -450,22 +472,9 @@ func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time)
 		}
 	}
 
-	var accepted []Message
-	var sendErr error
-	if len(send) > 0 {
-		if err := r.Journal.Mark(ctx, messageIDs(send), Sending, nil); err != nil {
-			return err
-		}
-		var workIDs map[string]string
-		// What was accepted before a failed request is recorded and
-		// deleted from the DLQ all the same; the failed request's messages
-		// stay Sending in the journal.
-		accepted, workIDs, sendErr = c.send(ctx, send)
-		if len(accepted) > 0 {
-			if err := r.Journal.Mark(ctx, messageIDs(accepted), Sent, workIDs); err != nil {
-				return errors.Join(sendErr, err)
-			}
-		}
+	accepted, sendErr, err := c.journaledSend(ctx, send)
+	if err != nil {
+		return err
 	}
 
 	toDelete := slices.Concat(accepted, recovered)
@@ -512,6 +521,29 @@ func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time)
 		r.Progress(done, max(c.total, done))
 	}
 	return sendErr
+}
+
+// journaledSend sends msgs to the work queue (send) between their journal
+// entries: Sending before, Sent with the work queue's message id for those
+// SQS accepted. What was accepted before a failed request is returned with
+// that request's error (sendErr), to be recorded and deleted all the same;
+// the failed request's messages stay Sending. err is a journal write that
+// failed: then nothing is to be deleted.
+func (c *copyRun) journaledSend(ctx context.Context, msgs []Message) (accepted []Message, sendErr, err error) {
+	if len(msgs) == 0 {
+		return nil, nil, nil
+	}
+	j := c.r.Journal
+	if err := j.Mark(ctx, messageIDs(msgs), Sending, nil); err != nil {
+		return nil, nil, err
+	}
+	accepted, workIDs, sendErr := c.send(ctx, msgs)
+	if len(accepted) > 0 {
+		if err := j.Mark(ctx, messageIDs(accepted), Sent, workIDs); err != nil {
+			return nil, nil, errors.Join(sendErr, err)
+		}
+	}
+	return accepted, sendErr, nil
 }
 
 // messageIDs returns the DLQ message ids of msgs.

@@ -83,6 +83,12 @@ const (
 	OutputAuthFailures = "OutputAuthFailures" // 401/403, S3 AccessDenied, SQLSTATE 28P01/28000
 	OutputRequestTime  = "OutputRequestTime"  // milliseconds per request
 
+	// DLQ archive, poller, dimensions Job and Output: at every sweep of the
+	// output's DLQ, while its archive holds messages, how many and how long
+	// ago the one queued first was queued.
+	ArchivedMessages = "ArchivedMessages"
+	ArchiveOldestAge = "ArchiveOldestAge"
+
 	// Source requests and floods, poller, dimension Job: "our credentials".
 	SourceRequests     = "SourceRequests"     // requests to the source
 	SourceAuthFailures = "SourceAuthFailures" // 401/403 from the source

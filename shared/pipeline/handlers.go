@@ -20,20 +20,27 @@ type ScheduleEvent struct {
 
 // HandleSchedule is the poller Lambda handler: one invocation for one job,
 // until the context's deadline (without one, the job's poller timeout by the
-// Deps clock). The invocation's owner id is the Lambda request id from
+// Deps clock). Beside the poll loop it archives the job's DLQs when due
+// (archiveDLQs). The invocation's owner id is the Lambda request id from
 // the context. The local runtime calls it too, with a context built the
 // same way.
 func (d *Deps) HandleSchedule(ctx context.Context, ev ScheduleEvent) (poll.Result, error) {
 	if ev.Job == "" {
 		return poll.Result{}, errors.New("handle schedule: event has no job (want {\"job\": \"<id>\"})")
 	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		timeout := d.Config.Stack.PollerTimeout.D()
+		if j := d.Config.Job(ev.Job); j != nil {
+			timeout = d.Config.PollerTimeout(j)
+		}
+		deadline = d.Now.Now().Add(timeout)
+	}
+	stopArchiving := d.archiveDLQs(ctx, ev.Job, deadline)
+	defer stopArchiving()
 	p, err := d.cachedPoller(ctx, ev.Job)
 	if err != nil {
 		return poll.Result{}, err
-	}
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = d.Now.Now().Add(d.Config.PollerTimeout(p.Job))
 	}
 	owner := "unknown"
 	if lc, ok := lambdacontext.FromContext(ctx); ok {

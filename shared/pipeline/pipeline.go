@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -29,6 +30,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
 	"github.com/changes-worker/changes-worker/shared/deliver/pgsink"
+	"github.com/changes-worker/changes-worker/shared/docid"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
 	"github.com/changes-worker/changes-worker/shared/metrics"
@@ -52,6 +54,11 @@ type Deps struct {
 	DynamoDB *dynamodb.Client
 	SQS      *sqs.Client
 	S3       *s3.Client
+	// Lambda and Function are set in a Lambda function: its client and
+	// the function's name, with which the writer turns its event source
+	// mappings off and on (writer.Mappings).
+	Lambda   *lambda.Client
+	Function string
 
 	// Now is the clock of the poller and its lease decisions; fault tests
 	// skew it. Zero: the system clock.
@@ -66,6 +73,7 @@ type Deps struct {
 	// keys: the pool key each DSN reference (with its CA) last resolved to.
 	keys    map[poolRef]string
 	pollers map[string]*poll.Poller
+	dlqURLs map[string]string // by queue name
 }
 
 // poolRef is a DSN reference with the CA it is used with.
@@ -85,6 +93,8 @@ const (
 	// EnvTaskRoot is where Lambda unpacked the function's code (/var/task
 	// on AWS); a relative CHANGES_CONFIG_FILE is taken from there.
 	EnvTaskRoot = "LAMBDA_TASK_ROOT"
+	// EnvFunctionName is the function's name, which Lambda sets.
+	EnvFunctionName = "AWS_LAMBDA_FUNCTION_NAME"
 )
 
 // LoadConfig reads the configuration named by CHANGES_CONFIG_FILE (default
@@ -122,13 +132,22 @@ func OverrideBucket(f *config.File, bucket string) {
 	}
 }
 
-// New builds the shared dependencies.
+// New builds the shared dependencies. Its logger shows document ids as
+// stack.doc_ids says (docid.Logger). In a Lambda function (the environment
+// names it) they include the Lambda client.
 func New(f *config.File, awsCfg aws.Config, lookup Lookup, log *slog.Logger, metricsOut io.Writer) *Deps {
 	prefix, _ := lookup(EnvEnvSecretPrefix)
+	fn, _ := lookup(EnvFunctionName)
+	var lc *lambda.Client
+	if fn != "" {
+		lc = lambda.NewFromConfig(awsCfg)
+	}
 	return &Deps{
+		Lambda:   lc,
+		Function: fn,
 		Config:   f,
 		AWS:      awsCfg,
-		Log:      log,
+		Log:      docid.Logger(log, docid.Exposure(f.Stack.DocIDs)),
 		Metrics:  metricsOut,
 		Secrets:  &secret.Resolver{Lookup: lookup, SM: secretsmanager.NewFromConfig(awsCfg), EnvSecretPrefix: prefix},
 		DynamoDB: dynamodb.NewFromConfig(awsCfg),
@@ -162,7 +181,8 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 	if a := j.Attachments; a != nil && a.Enabled {
 		source = &attach.Feed{
 			Inner: fc,
-			Stage: &attach.Stage{Config: a, Source: fc, S3: d.S3, Log: d.Log.With("job", j.ID), Job: j.ID, Quarantine: quarantined},
+			Stage: &attach.Stage{Config: a, Source: fc, S3: d.S3, Log: d.Log.With("job", j.ID), Job: j.ID, Quarantine: quarantined,
+				IDs: docid.Exposure(d.Config.Stack.DocIDs)},
 			OnStats: func(s attach.Stats) {
 				rec.Add(metrics.AttachmentsUploaded, float64(s.Uploaded), metrics.Count)
 				rec.Add(metrics.AttachmentsPresent, float64(s.Present), metrics.Count)
@@ -172,12 +192,14 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 			},
 		}
 	}
+	source, sender := scrubbed(docid.Exposure(d.Config.Stack.DocIDs), source,
+		&fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, Stack: d.Config.Stack.Prefix, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency})
 	return &poll.Poller{
 		Job:        j,
 		Feed:       source,
 		OpenStream: openStream(fc, j.Feed.Mode),
 		Leases:     &lease.Store{DB: d.DynamoDB, Table: d.Config.TableName(), Clock: d.Now},
-		Sender:     &fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, Stack: d.Config.Stack.Prefix, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency},
+		Sender:     sender,
 		Targets:    targets,
 		SendDepth:  j.SendDepth,
 		Quarantine: quarantined,
@@ -252,8 +274,15 @@ func (d *Deps) feed(ctx context.Context, j *config.Job, onRequest func(string, i
 }
 
 // Writer builds the writer handler for every output of the configuration.
+// In a Lambda function its intake is the function's event source mappings;
+// elsewhere it has none, and the host sets its own (the local runtime).
 func (d *Deps) Writer() *writer.Handler {
+	var intake writer.Intake
+	if d.Lambda != nil {
+		intake = &writer.Mappings{Lambda: d.Lambda, Function: d.Function, Config: d.Config}
+	}
 	return &writer.Handler{
+		Intake:  intake,
 		Config:  d.Config,
 		Sinks:   d.Sink,
 		SQS:     d.SQS,

@@ -73,8 +73,8 @@ type fakeLeases struct {
 	// renewing keeps the other owner's lease alive: every read (Get) sees
 	// it renewed.
 	renewing bool
-	reads   int
-	marks   int
+	reads    int
+	marks    int
 	// standby and standbyAt are the last standby mark: who, and when.
 	standby   string
 	standbyAt time.Time
@@ -199,13 +199,6 @@ func (f *fakeLeases) looks() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.reads
-}
-
-// standbys is how many times a standby marked the job item.
-func (f *fakeLeases) standbys() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.marks
 }
 
 // takeOver makes another poller take the lease: every later write of the

@@ -49,6 +49,7 @@ type invocation struct {
 	marked     bool      // this invocation has marked the job item as a standby
 	duplicate  string    // why another invocation runs for this one's event, when it does
 	stopWait   context.CancelFunc
+	reportedAt time.Time // when report last wrote the metrics
 	stopped    error     // the renewal that failed while Run's goroutine waited (see heartbeat)
 
 	str streaming // the streaming feed, when the job reads one
@@ -904,6 +905,16 @@ func (v *invocation) report(ctx context.Context, b *feed.Batch) {
 	if age, ok := v.ledger.age(v.now()); ok {
 		v.p.Metrics.Add(metrics.CheckpointAgeSeconds, age.Seconds(), metrics.Seconds)
 	}
+	// A batch that read nothing is published with the next that reads
+	// something, or with the first of the next minute: a watched idle feed
+	// writes one record a minute, not one per long poll, and every
+	// minute the lease is held still has its data point (the alarms' periods
+	// are whole minutes). Its values are stamped at most a long poll late.
+	now := v.now()
+	if len(b.Rows) == 0 && !v.reportedAt.IsZero() && now.Truncate(time.Minute).Equal(v.reportedAt.Truncate(time.Minute)) {
+		return
+	}
+	v.reportedAt = now
 	if err := v.p.Metrics.Flush(); err != nil {
 		v.log.WarnContext(ctx, "flush metrics", "error", err)
 	}

@@ -35,8 +35,9 @@ type Clients struct {
 
 // Settings shared with the CDK stack.
 const (
-	// DLQRetention is how long failed messages are kept.
-	DLQRetention = 14 * 24 * time.Hour
+	// QueueRetention is how long a work queue keeps a message: SQS's
+	// maximum. The DLQs keep theirs for stack.dlq.retention.
+	QueueRetention = 14 * 24 * time.Hour
 	// VisibilityFactor: work-queue visibility timeout = factor × writer timeout.
 	VisibilityFactor = 6
 )
@@ -107,7 +108,7 @@ func createQueues(ctx context.Context, c *sqs.Client, f *config.File, j *config.
 		}
 	}
 	dlqURL, dlqARN, err := upsertQueueARN(ctx, c, f.DLQName(j, o), fifo, map[string]string{
-		string(sqstypes.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(int(DLQRetention.Seconds())),
+		string(sqstypes.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(int(f.Stack.DLQ.Retention.D().Seconds())),
 		string(sqstypes.QueueAttributeNameSqsManagedSseEnabled):   "true",
 	})
 	if err != nil {
@@ -115,9 +116,10 @@ func createQueues(ctx context.Context, c *sqs.Client, f *config.File, j *config.
 	}
 	redrive, _ := json.Marshal(map[string]any{"deadLetterTargetArn": dlqARN, "maxReceiveCount": o.QueueMaxReceiveCount()})
 	qURL, qARN, err := upsertQueueARN(ctx, c, f.QueueName(j, o), fifo, map[string]string{
-		string(sqstypes.QueueAttributeNameVisibilityTimeout):    strconv.Itoa(int(VisibilityFactor * f.Stack.WriterTimeout.D().Seconds())),
-		string(sqstypes.QueueAttributeNameRedrivePolicy):        string(redrive),
-		string(sqstypes.QueueAttributeNameSqsManagedSseEnabled): "true",
+		string(sqstypes.QueueAttributeNameVisibilityTimeout):      strconv.Itoa(int(VisibilityFactor * f.Stack.WriterTimeout.D().Seconds())),
+		string(sqstypes.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(int(QueueRetention.Seconds())),
+		string(sqstypes.QueueAttributeNameRedrivePolicy):          string(redrive),
+		string(sqstypes.QueueAttributeNameSqsManagedSseEnabled):   "true",
 	})
 	if err != nil {
 		return qp, err

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/changes-worker/changes-worker/shared/awsconf"
 )
 
 // LocalDeploy is one run of localstack/deploy.sh (`make localstack-deploy`).
@@ -21,6 +23,9 @@ type LocalDeploy struct {
 	// Env is added to this process's environment: the values of the
 	// stack's secrets ({"env": NAME} references), say.
 	Env []string
+	// AWSCalls, when set, is the file the deployed functions record every
+	// AWS request they make in (awsconf.EnvCalls).
+	AWSCalls string
 }
 
 // DeployLocal deploys the full stack of d.ConfigPath to the local AWS with
@@ -47,7 +52,8 @@ func DeployLocal(ctx context.Context, d LocalDeploy) error {
 	}
 	cmd := exec.CommandContext(ctx, "bash", "localstack/deploy.sh", ctl, d.ConfigPath)
 	cmd.Dir = root
-	cmd.Env = append(append(os.Environ(), "SCHEDULES=disabled", "BUILD_DIR="+d.BuildDir, "CDK_OUT="+d.AssemblyDir), d.Env...)
+	cmd.Env = append(append(os.Environ(), "SCHEDULES=disabled", "BUILD_DIR="+d.BuildDir, "CDK_OUT="+d.AssemblyDir,
+		awsconf.EnvCalls+"="+d.AWSCalls), d.Env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("localstack/deploy.sh %s: %w\n%s\n(LocalStack runs Lambda functions only with the host runtime executor: make down && make up)",
 			d.ConfigPath, err, tailText(string(out), 60))

@@ -140,15 +140,15 @@ func TestClaimCheckConfined(t *testing.T) {
 	}
 	const good = `{"ok":true}`
 	big := bytes.Repeat([]byte("x"), 64<<20)
-	put(stack, "claim-check/cw/j/1/1.json", []byte(good))
+	put(stack, "claim-check/j/cw/1/1.json", []byte(good))
 	put(stack, "claim-check/j/1/8.json", []byte(good))
-	put(stack, "claim-check/cw/other/1/2.json", []byte(`{"job":"other"}`))
-	put(stack, "claim-check/cw2/j/1/1.json", []byte(`{"stack":"cw2"}`))
-	put(foreign, "claim-check/cw/j/1/3.json", []byte(`{"bucket":"foreign"}`))
+	put(stack, "claim-check/other/cw/1/2.json", []byte(`{"job":"other"}`))
+	put(stack, "claim-check/j/cw2/1/1.json", []byte(`{"stack":"cw2"}`))
+	put(foreign, "claim-check/j/cw/1/3.json", []byte(`{"bucket":"foreign"}`))
 	put(stack, "archive/orders/4.json", []byte(`{"output":"archive"}`))
-	put(stack, "claim-check/cw/other/1/5.json", []byte(`{"traversal":true}`))
-	put(stack, "claim-check/cw/j/1/6.json", big)
-	put(stack, "claim-check/cw/j/1/7.json", []byte(`{"short":1}`))
+	put(stack, "claim-check/other/cw/1/5.json", []byte(`{"traversal":true}`))
+	put(stack, "claim-check/j/cw/1/6.json", big)
+	put(stack, "claim-check/j/cw/1/7.json", []byte(`{"short":1}`))
 	f := claimConfig(t, stack)
 
 	tests := []struct {
@@ -159,31 +159,31 @@ func TestClaimCheckConfined(t *testing.T) {
 		wantCalls  int64  // GetObject calls
 		wantMaxLen int64  // body bytes read at most
 	}{
-		{name: "own claim check", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/cw/j/1/1.json", Size: int64(len(good))},
+		{name: "own claim check", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/j/cw/1/1.json", Size: int64(len(good))},
 			want: outcome{delivered: good}, wantCalls: 1, wantMaxLen: int64(len(good))},
 		{name: "own claim check without the stack prefix", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/j/1/8.json", Size: int64(len(good))},
 			want: outcome{delivered: good}, wantCalls: 1, wantMaxLen: int64(len(good))},
-		{name: "another job's prefix", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/cw/other/1/2.json", Size: 15},
-			want: outcome{dlqClass: "permanent", dlqReason: "claim_check_refused"}, wantErr: `not under "claim-check/cw/j/"`},
-		{name: "another stack's job of the same id", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/cw2/j/1/1.json", Size: 15},
-			want: outcome{dlqClass: "permanent", dlqReason: "claim_check_refused"}, wantErr: `not under "claim-check/cw/j/"`},
-		{name: "another bucket", ref: change.ObjectRef{Bucket: foreign, Key: "claim-check/cw/j/1/3.json", Size: 20},
+		{name: "another job's prefix", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/other/cw/1/2.json", Size: 15},
+			want: outcome{dlqClass: "permanent", dlqReason: "claim_check_refused"}, wantErr: `not under "claim-check/j/cw/"`},
+		{name: "another stack's job of the same id", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/j/cw2/1/1.json", Size: 15},
+			want: outcome{dlqClass: "permanent", dlqReason: "claim_check_refused"}, wantErr: `not under "claim-check/j/cw/"`},
+		{name: "another bucket", ref: change.ObjectRef{Bucket: foreign, Key: "claim-check/j/cw/1/3.json", Size: 20},
 			want: outcome{dlqClass: "permanent", dlqReason: "claim_check_refused"}, wantErr: "is not the stack bucket"},
 		{name: "outside the claim-check prefix", ref: change.ObjectRef{Bucket: stack, Key: "archive/orders/4.json", Size: 20},
-			want: outcome{dlqClass: "permanent", dlqReason: "claim_check_refused"}, wantErr: `not under "claim-check/cw/j/"`},
-		{name: "dot segments", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/cw/j/../other/1/5.json", Size: 18},
+			want: outcome{dlqClass: "permanent", dlqReason: "claim_check_refused"}, wantErr: `not under "claim-check/j/cw/"`},
+		{name: "dot segments", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/j/cw/../../other/cw/1/5.json", Size: 18},
 			want: outcome{dlqClass: "permanent", dlqReason: "claim_check_refused"}, wantErr: "segment"},
-		{name: "prefix only", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/cw/j/", Size: 18},
+		{name: "prefix only", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/j/cw/", Size: 18},
 			want: outcome{dlqClass: "permanent", dlqReason: "claim_check_refused"}, wantErr: "segment"},
-		{name: "larger than declared", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/cw/j/1/6.json", Size: 10},
+		{name: "larger than declared", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/j/cw/1/6.json", Size: 10},
 			want: outcome{dlqClass: "permanent", dlqReason: "claim_check_size"}, wantErr: "10 bytes", wantCalls: 1, wantMaxLen: 10},
-		{name: "smaller than declared", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/cw/j/1/7.json", Size: 100},
+		{name: "smaller than declared", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/j/cw/1/7.json", Size: 100},
 			want: outcome{dlqClass: "permanent", dlqReason: "claim_check_size"}, wantErr: "100 bytes", wantCalls: 1, wantMaxLen: 11},
-		{name: "declared size above any document", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/cw/j/1/6.json", Size: 1 << 40},
+		{name: "declared size above any document", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/j/cw/1/6.json", Size: 1 << 40},
 			want: outcome{dlqClass: "permanent", dlqReason: "claim_check_size"}, wantErr: "largest"},
-		{name: "declared size zero", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/cw/j/1/1.json", Size: 0},
+		{name: "declared size zero", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/j/cw/1/1.json", Size: 0},
 			want: outcome{dlqClass: "permanent", dlqReason: "claim_check_size"}, wantErr: "0 bytes"},
-		{name: "missing object", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/cw/j/9/9.json", Size: 10},
+		{name: "missing object", ref: change.ObjectRef{Bucket: stack, Key: "claim-check/j/cw/9/9.json", Size: 10},
 			want: outcome{dlqClass: "permanent", dlqReason: "claim_check_missing"}, wantErr: "NoSuchKey", wantCalls: 1},
 	}
 	for _, tt := range tests {
@@ -245,7 +245,7 @@ func TestClaimCheckS3Errors(t *testing.T) {
 				Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", ""),
 			})
 			f := claimConfig(t, "stack-bucket")
-			got := handleOne(t, f, client, refRecord(t, f, &change.ObjectRef{Bucket: "stack-bucket", Key: "claim-check/cw/j/1/7.json", Size: 10}))
+			got := handleOne(t, f, client, refRecord(t, f, &change.ObjectRef{Bucket: "stack-bucket", Key: "claim-check/j/cw/1/7.json", Size: 10}))
 			gotErr := got.dlqError
 			got.dlqError = ""
 			if got != tt.want {

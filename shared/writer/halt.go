@@ -12,6 +12,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/docid"
 	"github.com/changes-worker/changes-worker/shared/metrics"
 	"github.com/changes-worker/changes-worker/shared/statetable/halt"
 )
@@ -93,7 +94,7 @@ func (b *batch) readHalts(ctx context.Context) {
 		if b.h.Halts == nil {
 			err = fmt.Errorf("no halt store configured")
 		} else {
-			st, err = b.h.Halts.Get(ctx, b.route.Job.ID, b.route.Output.ID, it.group)
+			st, err = b.h.Halts.Get(ctx, b.route.Job.ID, b.route.Output.ID, b.h.ids().Key(it.group))
 		}
 		if err != nil {
 			// Without the halt state nothing of the group may be applied.
@@ -111,7 +112,7 @@ func (b *batch) readHalts(ctx context.Context) {
 		if it.rec.MessageId != st.MessageID {
 			for _, other := range b.items {
 				if other.group == it.group {
-					other.err = deliver.TransientError("halted", fmt.Errorf("group %s is halted at message %s (doc %s)", it.group, st.MessageID, st.DocID))
+					other.err = deliver.TransientError("halted", fmt.Errorf("group %s is halted at message %s (doc %s)", b.h.ids().Key(it.group), st.MessageID, st.DocID))
 					other.held = true
 				}
 			}
@@ -245,6 +246,22 @@ func (b *batch) disposeHalted(ctx context.Context, it *item) (retry bool, hs hal
 		return false, haltNone
 	case it.skip:
 		return b.skipHalted(ctx, lg, it)
+	case it.hold == heldForIntake:
+		// Not tried: the output's intake is paused. A halted change keeps
+		// its record and its attempts.
+		hs := haltNone
+		if it.halted != nil {
+			hs = haltStanding
+		}
+		return b.holdBack(ctx, lg, it, receiveCount(it.rec)), hs
+	case it.hold != notHeld && it.halted == nil && receiveCount(it.rec) < config.MaxFIFOReceiveCount:
+		// Not the change's fault (blame), nor that of the held change it
+		// waits behind: it is held back without counting toward the halt,
+		// as on any FIFO output, in flight at the head of its group while
+		// the writer pauses the output's intake. Where the intake cannot
+		// be paused it halts below after config.MaxFIFOReceiveCount
+		// receives, far from the 1000 at which SQS dead-letters it.
+		return b.holdBack(ctx, lg, it, receiveCount(it.rec)), haltNone
 	case it.held:
 		delay := time.Duration(0)
 		if it.err.Reason == "halted" || it.err.Reason == "halt_state" {
@@ -255,14 +272,6 @@ func (b *batch) disposeHalted(ctx context.Context, it *item) (retry bool, hs hal
 			return true, haltStanding
 		}
 		return true, haltNone
-	case it.hold != notHeld && it.halted == nil && receiveCount(it.rec) < config.MaxHaltReceiveCount:
-		// Not the change's fault (blame): it is held back without
-		// counting toward the halt, as on any output. Under ordering
-		// total, where a resend would pass later changes, it waits in
-		// flight at the head of the output's group until
-		// config.MaxHaltReceiveCount receives and then halts below,
-		// far from the 1000 at which SQS dead-letters it.
-		return b.holdBack(ctx, lg, it, receiveCount(it.rec)), haltNone
 	}
 	return b.haltGroup(ctx, lg, it)
 }
@@ -326,13 +335,18 @@ func (b *batch) recordHalt(ctx context.Context, it *item) (*halt.State, error) {
 		return nil, fmt.Errorf("record halt: no halt store configured")
 	}
 	now := b.h.Now.Now().UTC()
+	ids := b.h.ids()
 	st := halt.State{
-		Job: b.route.Job.ID, Output: b.route.Output.ID, Group: it.group, MessageID: it.rec.MessageId,
+		Job: b.route.Job.ID, Output: b.route.Output.ID, Group: ids.Key(it.group), MessageID: it.rec.MessageId,
 		ReceiptHandle: it.rec.ReceiptHandle, Class: string(it.err.Class), Reason: it.err.Reason, Error: it.err.Error(),
-		HTTPStatus: it.err.HTTPStatus, SQLState: it.err.SQLState, Since: now, LastAt: now, Body: it.rec.Body,
+		HTTPStatus: it.err.HTTPStatus, SQLState: it.err.SQLState, Since: now, LastAt: now,
+	}
+	if ids == "" || ids == docid.Plain {
+		// The body names the document: kept only where ids are shown.
+		st.Body = it.rec.Body
 	}
 	if it.env != nil {
-		st.DocID, st.Rev, st.Seq = it.env.DocID, it.env.Rev, string(it.env.Seq)
+		st.DocID, st.Rev, st.Seq = ids.Show(it.env.DocID), it.env.Rev, string(it.env.Seq)
 	}
 	return b.h.Halts.Record(ctx, st)
 }
@@ -357,7 +371,7 @@ func (b *batch) clearHalt(ctx context.Context, lg *slog.Logger, it *item, how st
 	var err error
 	wait := clearBackoff
 	for try := 1; try <= clearTries; try++ {
-		if err = b.h.Halts.Clear(ctx, b.route.Job.ID, b.route.Output.ID, it.group, it.rec.MessageId); err == nil {
+		if err = b.h.Halts.Clear(ctx, b.route.Job.ID, b.route.Output.ID, b.h.ids().Key(it.group), it.rec.MessageId); err == nil {
 			lg.InfoContext(ctx, "halt cleared", "how", how, "halted_since", it.halted.Since)
 			return nil
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/deliver"
+	"github.com/changes-worker/changes-worker/shared/docid"
 	"github.com/changes-worker/changes-worker/shared/failure"
 	"github.com/changes-worker/changes-worker/shared/statetable/halt"
 	"github.com/changes-worker/changes-worker/shared/testenv"
@@ -399,11 +400,11 @@ func TestHaltRequestDuringAttempt(t *testing.T) {
 // An output that asks to slow down (429 with Retry-After) for a long time
 // never takes a halting output's change to the DLQ: the change is not
 // counted toward the halt, and the receives it spends while it waits stay
-// well below the queue's redrive maxReceiveCount (1000). Under
-// per_document it goes back to its queue with a fresh receive count before
-// its max_receive_count-th receive; under ordering total, where a resend
-// would pass later changes, it waits in flight until
-// config.MaxHaltReceiveCount receives and then halts the output.
+// well below the queue's redrive maxReceiveCount (1000). In either ordering
+// it waits in flight at the head of its group, never sent back behind later
+// changes (the writer pauses the output's intake instead, see
+// TestIntakePausedAndProbed); where nothing pauses the intake it halts the
+// output after config.MaxFIFOReceiveCount receives.
 func TestHaltBackpressureNeverDeadLetters(t *testing.T) {
 	t.Parallel()
 	slow := &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 429, Backpressure: true, RetryAfter: 7 * time.Second, Err: errors.New("slow down")}
@@ -416,10 +417,10 @@ func TestHaltBackpressureNeverDeadLetters(t *testing.T) {
 		wantHalt   bool
 	}{
 		{name: "per_document early receive waits in flight", ordering: "per_document", receives: 1, wantFailed: []string{"m1", "m2"}},
-		{name: "per_document before the last receive is resent", ordering: "per_document", receives: 2, wantFailed: []string{"m2"}, wantResent: true},
-		{name: "per_document never waits past its last receive", ordering: "per_document", receives: 3, wantFailed: []string{"m2"}, wantResent: true},
+		{name: "per_document before the last receive waits in flight", ordering: "per_document", receives: 2, wantFailed: []string{"m1", "m2"}},
+		{name: "per_document waits in flight past its last receive", ordering: "per_document", receives: 3, wantFailed: []string{"m1", "m2"}},
 		{name: "total waits in flight past max_receive_count", ordering: "total", receives: 3, wantFailed: []string{"m1", "m2"}},
-		{name: "total halts well before the redrive limit", ordering: "total", receives: config.MaxHaltReceiveCount, wantFailed: []string{"m1", "m2"}, wantHalt: true},
+		{name: "total halts well before the redrive limit", ordering: "total", receives: config.MaxFIFOReceiveCount, wantFailed: []string{"m1", "m2"}, wantHalt: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -457,7 +458,8 @@ func TestHaltBackpressureNeverDeadLetters(t *testing.T) {
 				t.Fatalf("halt record %+v, want halted: %v", st, tt.wantHalt)
 			}
 			if tt.wantHalt {
-				if d := cmp.Diff([]int32{int32(haltFirstDelay.Seconds()), 0}, r.sqs.visibility); d != "" {
+				// m2 waits behind it, held as long as the output asked.
+				if d := cmp.Diff([]int32{int32(haltFirstDelay.Seconds()), 7}, r.sqs.visibility); d != "" {
 					t.Errorf("visibility (-want +got):\n%s", d)
 				}
 				return
@@ -509,8 +511,8 @@ func TestHaltClearFailureKeepsTheHalt(t *testing.T) {
 }
 
 // With ordering total (and on_failure dlq), backpressure never sends a change
-// back behind later ones: it waits in flight, and on its last receive it goes
-// to the DLQ with its reason.
+// back behind later ones: it waits in flight, on its last receive too, and
+// never goes to the DLQ for it.
 func TestTotalBackpressureNeverResends(t *testing.T) {
 	t.Parallel()
 	f, err := config.Parse([]byte(`{"jobs":[{"id":"j","source":{"type":"couchdb","url":"http://h/db"},
@@ -539,8 +541,8 @@ func TestTotalBackpressureNeverResends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(resp.BatchItemFailures) != 0 || len(q.sent) != 1 || aws.ToString(q.sent[0].QueueUrl) != "https://queue/"+f.DLQName(f.Jobs[0], f.Jobs[0].Outputs[0]) {
-		t.Fatalf("receive 3 of 3: failures %v, %d sent; want the change in the DLQ, not back in the work queue", resp.BatchItemFailures, len(q.sent))
+	if len(resp.BatchItemFailures) != 1 || len(q.sent) != 0 || len(q.visibility) != 2 {
+		t.Fatalf("receive 3 of 3: failures %v, %d sent, visibility %v; want the change held in flight, not in the DLQ nor back in the work queue", resp.BatchItemFailures, len(q.sent), q.visibility)
 	}
 }
 
@@ -558,11 +560,11 @@ func TestHaltDelay(t *testing.T) {
 	}
 	// The halted change's receives must outlast SQS's retention within the
 	// redrive policy's 1000 receives.
-	for n := 1; n <= 1000-config.MaxHaltReceiveCount; n++ {
+	for n := 1; n <= 1000-config.MaxFIFOReceiveCount; n++ {
 		total += haltDelay(n)
 	}
 	if total < 14*24*time.Hour {
-		t.Errorf("%d halted receives last %s, less than the 14 days SQS keeps a message", 1000-config.MaxHaltReceiveCount, total)
+		t.Errorf("%d halted receives last %s, less than the 14 days SQS keeps a message", 1000-config.MaxFIFOReceiveCount, total)
 	}
 }
 
@@ -644,4 +646,38 @@ func TestOutputHaltedFollowsTheRecords(t *testing.T) {
 			t.Errorf("OutputHalted %s after the last halted group was delivered, want 0", got)
 		}
 	})
+}
+
+// TestHaltRecordDocIDs: with stack.doc_ids hash, the halt record of a
+// per_document output is keyed by the hash of the document's group and
+// holds neither its id (the hash instead), nor its body, nor the id in its
+// error; the writer finds the record again on the next receive.
+func TestHaltRecordDocIDs(t *testing.T) {
+	t.Parallel()
+	const id = "customer-alice-4711"
+	r := newHaltRun(t, "per_document")
+	r.f.Stack.DocIDs = config.DocIDsHash
+	r.setFail(id, &deliver.Error{Class: deliver.Permanent, Reason: "http_status", HTTPStatus: 400, Err: fmt.Errorf("send change %s: bad request", id)})
+	r.handleWant([]string{"m1"}, []string{id}, r.rec("m1", id, 1, 1))
+	if st, _ := r.halts.Get(t.Context(), "j", "o", id); st != nil {
+		t.Errorf("a halt record is keyed by the id itself: %+v", st)
+	}
+	st, _ := r.halts.Get(t.Context(), "j", "o", docid.Hash(id))
+	if st == nil {
+		t.Fatalf("no halt record under the id's hash %s", docid.Hash(id))
+	}
+	for field, v := range map[string]string{"doc_id": st.DocID, "group": st.Group, "error": st.Error, "body": st.Body} {
+		if strings.Contains(v, id) {
+			t.Errorf("halt record's %s holds the id: %q", field, v)
+		}
+	}
+	if st.DocID != docid.Hash(id) || st.Body != "" {
+		t.Errorf("halt record: doc_id %q, body %d bytes; want the hash and no body", st.DocID, len(st.Body))
+	}
+	// The next receive finds the halt: the change is tried again, not a
+	// second record made.
+	r.handleWant([]string{"m1"}, []string{id}, r.rec("m1", id, 1, 2))
+	if st, _ := r.halts.Get(t.Context(), "j", "o", docid.Hash(id)); st == nil || st.Attempts < 1 {
+		t.Errorf("halt record after the next receive: %+v", st)
+	}
 }

@@ -6,7 +6,8 @@ package main
 // 500 the first page would hold 200 MB of bodies). Every document must be
 // queued (the queue is read back: one message per document, claim checks
 // for the bodies over the message size), and the figure to watch is the
-// poller's peak resident set size against the poller function's 256 MB.
+// poller's peak resident set size against the poller function's default
+// memory (stack.poller_memory_mb).
 
 import (
 	"bytes"
@@ -19,13 +20,14 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
 const (
 	memoryLargeDocs  = 500
 	memoryLargeBytes = 400 * 1024
-	pollerMemoryMB   = 256 // the poller function's memory (infra)
+	pollerMemoryMB   = config.DefaultPollerMemoryMB
 )
 
 func init() {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/changes-worker/changes-worker/shared/clock"
 	"github.com/changes-worker/changes-worker/shared/statetable"
+	"github.com/changes-worker/changes-worker/shared/version"
 )
 
 // DynamoDB is the part of the DynamoDB client the store calls.
@@ -57,6 +58,10 @@ const (
 	attrLargest      = "largest_batch"
 	attrAuthFailedAt = "source_auth_failed_at"
 	attrReplayEpoch  = "replay_epoch"
+	// attrHolderVersion is a map {owner, version}: the release of the
+	// owner that took the lease. A release before 1.0.0 writes no version,
+	// so its take leaves the map naming the owner before it.
+	attrHolderVersion = "holder_version"
 )
 
 // Roles recorded on the job item.
@@ -110,6 +115,10 @@ type State struct {
 	// or reset the checkpoint (SetCheckpoint); zero when never. Changes
 	// queued again after it are new to FIFO deduplication.
 	ReplayEpoch int64
+	// HolderVersion is the release of the owner (version.String when it
+	// took the lease); empty when the owner recorded none (a release before
+	// 1.0.0) or there is no owner.
+	HolderVersion string
 }
 
 // Held reports whether, by the clock value now, someone holds the lease.
@@ -165,7 +174,8 @@ func (s *Store) Get(ctx context.Context, job string) (*State, error) {
 }
 
 // Acquire takes the lease when the job has no holder, the holder released it,
-// or its lease expired by this process's clock. The generation is incremented.
+// or its lease expired by this process's clock. The generation is incremented,
+// and this binary's release recorded as the holder's version.
 // When another owner holds it, Acquire returns ErrLeaseHeld and that holder's
 // state.
 func (s *Store) Acquire(ctx context.Context, job, owner, host string, ttl time.Duration) (*Lease, *State, error) {
@@ -190,11 +200,11 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 		TableName: &s.Table,
 		Key:       statetable.Key(job),
 		UpdateExpression: aws.String("SET #owner = :owner, #host = :host, #exp = :exp, #acq = :nowiso, #hb = :nowiso, #released = :false, " +
-			"#gen = if_not_exists(#gen, :zero) + :one, #kind = " + kindExpr + ", #role = :active"),
+			"#gen = if_not_exists(#gen, :zero) + :one, #kind = " + kindExpr + ", #role = :active, #hv = :hv"),
 		ExpressionAttributeNames: map[string]string{
 			"#owner": attrOwner, "#host": attrHost, "#exp": attrExpiresMS, "#acq": attrAcquiredAt,
 			"#hb": attrHeartbeatAt, "#released": attrReleased, "#gen": attrGeneration, "#kind": attrTakeoverKind,
-			"#role": attrRole,
+			"#role": attrRole, "#hv": attrHolderVersion,
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":owner":  statetable.Str(owner),
@@ -206,6 +216,9 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 			":one":    statetable.Num(1),
 			":first":  statetable.Str(string(First)),
 			":active": statetable.Str(RoleActive),
+			":hv": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+				"owner": statetable.Str(owner), "version": statetable.Str(version.String()),
+			}},
 		},
 		ReturnValues:                        types.ReturnValueAllOld,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -494,5 +507,9 @@ func decode(item map[string]types.AttributeValue) *State {
 	st.LargestBatch = n(attrLargest)
 	st.SourceAuthFailedAt = t(attrAuthFailedAt)
 	st.ReplayEpoch = n(attrReplayEpoch)
+	if hv, ok := item[attrHolderVersion].(*types.AttributeValueMemberM); ok && st.Owner != "" &&
+		statetable.String(hv.Value, "owner") == st.Owner {
+		st.HolderVersion = statetable.String(hv.Value, "version")
+	}
 	return st
 }

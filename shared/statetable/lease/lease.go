@@ -57,6 +57,7 @@ const (
 	attrLargest      = "largest_batch"
 	attrAuthFailedAt = "source_auth_failed_at"
 	attrReplayEpoch  = "replay_epoch"
+	attrReleaseAt    = "release_at_ms"
 )
 
 // Roles recorded on the job item.
@@ -110,6 +111,9 @@ type State struct {
 	// or reset the checkpoint (SetCheckpoint); zero when never. Changes
 	// queued again after it are new to FIFO deduplication.
 	ReplayEpoch int64
+	// ReleaseAt is when the holder said, as it took the lease, that it
+	// will release it (AcquireUntil); zero when it did not say.
+	ReleaseAt time.Time
 }
 
 // Held reports whether, by the clock value now, someone holds the lease.
@@ -169,17 +173,25 @@ func (s *Store) Get(ctx context.Context, job string) (*State, error) {
 // When another owner holds it, Acquire returns ErrLeaseHeld and that holder's
 // state.
 func (s *Store) Acquire(ctx context.Context, job, owner, host string, ttl time.Duration) (*Lease, *State, error) {
-	return s.take(ctx, job, owner, host, ttl, false)
+	return s.take(ctx, job, owner, host, ttl, time.Time{}, false)
+}
+
+// AcquireUntil is Acquire by a holder that will release the lease at
+// releaseAt (the end of its time budget): the takeover writes that moment
+// on the job item, so that a standby looks for the release then
+// (Session.Wait) rather than at its next regular look.
+func (s *Store) AcquireUntil(ctx context.Context, job, owner, host string, ttl time.Duration, releaseAt time.Time) (*Lease, *State, error) {
+	return s.take(ctx, job, owner, host, ttl, releaseAt, false)
 }
 
 // ForceTake takes the lease whatever its state, incrementing the generation
 // so any running holder is fenced out at its next write.
 func (s *Store) ForceTake(ctx context.Context, job, owner, host string, ttl time.Duration) (*Lease, error) {
-	l, _, err := s.take(ctx, job, owner, host, ttl, true)
+	l, _, err := s.take(ctx, job, owner, host, ttl, time.Time{}, true)
 	return l, err
 }
 
-func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Duration, force bool) (*Lease, *State, error) {
+func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Duration, releaseAt time.Time, force bool) (*Lease, *State, error) {
 	now := s.Clock.Now()
 	kindExpr := ":first"
 	cond := "attribute_not_exists(#owner) OR #released = :true OR #exp < :now"
@@ -194,7 +206,7 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 		ExpressionAttributeNames: map[string]string{
 			"#owner": attrOwner, "#host": attrHost, "#exp": attrExpiresMS, "#acq": attrAcquiredAt,
 			"#hb": attrHeartbeatAt, "#released": attrReleased, "#gen": attrGeneration, "#kind": attrTakeoverKind,
-			"#role": attrRole,
+			"#role": attrRole, "#rel": attrReleaseAt,
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":owner":  statetable.Str(owner),
@@ -209,6 +221,13 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 		},
 		ReturnValues:                        types.ReturnValueAllOld,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	if releaseAt.IsZero() {
+		// The moment the previous holder announced is not this one's.
+		*in.UpdateExpression += " REMOVE #rel"
+	} else {
+		*in.UpdateExpression += ", #rel = :rel"
+		in.ExpressionAttributeValues[":rel"] = statetable.Num(releaseAt.UnixMilli())
 	}
 	if !force {
 		in.ConditionExpression = aws.String(cond)
@@ -494,5 +513,8 @@ func decode(item map[string]types.AttributeValue) *State {
 	st.LargestBatch = n(attrLargest)
 	st.SourceAuthFailedAt = t(attrAuthFailedAt)
 	st.ReplayEpoch = n(attrReplayEpoch)
+	if _, ok := item[attrReleaseAt]; ok {
+		st.ReleaseAt = time.UnixMilli(n(attrReleaseAt))
+	}
 	return st
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -132,6 +133,55 @@ func TestHandoffLeavesTheFeedWatched(t *testing.T) {
 			}
 			if got, limit := src.blind(), 100*time.Millisecond; got > limit {
 				t.Errorf("the feed went unwatched for %s across the handoff, want at most %s", got.Round(time.Millisecond), limit)
+			}
+		})
+	}
+}
+
+// trickleFeed brings one change per read, each 300ms after the read began,
+// until the clock reaches until; after that a read waits its whole timeout
+// and brings nothing.
+type trickleFeed struct {
+	r     *rig
+	until time.Time
+	n     int
+}
+
+func (f *trickleFeed) Changes(_ context.Context, since json.RawMessage, timeout time.Duration) (*feed.Batch, error) {
+	if f.r.w.Now().Before(f.until) {
+		f.r.w.Advance(300 * time.Millisecond)
+		f.n++
+		return batchOf(f.n, f.n), nil
+	}
+	f.r.w.Advance(timeout)
+	return empty(string(since)), nil
+}
+
+func (f *trickleFeed) FetchBatch(context.Context, *feed.Batch) error { return nil }
+
+// TestHolderWatchesToItsAnnouncedRelease: a holder whose feed brought
+// changes until the last moments of its budget waits on the feed until
+// the budget ends, the moment it announced, whatever its idle setting: a
+// read cut short for a checkpoint due is no sign of an idle feed there, and
+// ending before the announced moment would leave the feed unwatched until
+// the standby looks.
+func TestHolderWatchesToItsAnnouncedRelease(t *testing.T) {
+	t.Parallel()
+	for _, idle := range []string{config.IdleWatch, config.IdleSleep} {
+		t.Run(idle, func(t *testing.T) {
+			t.Parallel()
+			r := idleRig(idle)
+			start := r.w.Now()
+			const budget = 85 * time.Second // a 90s deadline less its margin
+			r.poller.Feed = &trickleFeed{r: r, until: start.Add(budget - 400*time.Millisecond)}
+			if _, err := r.run(t, 90*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if ended := r.w.Now().Sub(start); ended < budget {
+				t.Errorf("ended %s after its start, want at the end of its budget, %s", ended, budget)
+			}
+			if strings.Contains(r.logs.String(), "feed idle") {
+				t.Errorf("ended as idle:\n%s", r.logs.String())
 			}
 		})
 	}

@@ -208,13 +208,6 @@ func (f *fakeLeases) looks() int {
 	return f.reads
 }
 
-// standbys is how many times a standby marked the job item.
-func (f *fakeLeases) standbys() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.marks
-}
-
 // takeOver makes another poller take the lease: every later write of the
 // current holder is refused.
 func (f *fakeLeases) takeOver() {

@@ -66,6 +66,7 @@ type fakeLeases struct {
 	checkpoint   json.RawMessage
 	checkpointAt time.Time
 	replayEpoch  int64
+	releaseAt    time.Time // as the holder announced it (AcquireUntil)
 	// freeAfterReads releases the other owner's lease at this read (Get).
 	freeAfterReads int
 	// perRead moves the clock on every read (Get).
@@ -89,7 +90,7 @@ var _ poll.Leases = (*fakeLeases)(nil)
 func (f *fakeLeases) state() *lease.State {
 	return &lease.State{Exists: f.owner != "", Owner: f.owner, Generation: f.generation, ExpiresAt: f.expires,
 		Released: f.released, Checkpoint: f.checkpoint, CheckpointAt: f.checkpointAt, HeartbeatAt: f.expires.Add(-ttl),
-		ReplayEpoch: f.replayEpoch, Standby: f.standby, StandbySeenAt: f.standbyAt}
+		ReplayEpoch: f.replayEpoch, Standby: f.standby, StandbySeenAt: f.standbyAt, ReleaseAt: f.releaseAt}
 }
 
 // holdBy makes owner the holder, as if it had just renewed.
@@ -113,7 +114,13 @@ func (f *fakeLeases) Get(context.Context, string) (*lease.State, error) {
 	return f.state(), nil
 }
 
-func (f *fakeLeases) Acquire(_ context.Context, job, owner, _ string, ttl time.Duration) (*lease.Lease, *lease.State, error) {
+func (f *fakeLeases) Acquire(ctx context.Context, job, owner, host string, ttl time.Duration) (*lease.Lease, *lease.State, error) {
+	return f.AcquireUntil(ctx, job, owner, host, ttl, time.Time{})
+}
+
+// AcquireUntil is Acquire recording when the holder will release the lease,
+// as the store does.
+func (f *fakeLeases) AcquireUntil(_ context.Context, job, owner, _ string, ttl time.Duration, releaseAt time.Time) (*lease.Lease, *lease.State, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.w.Now()
@@ -128,7 +135,7 @@ func (f *fakeLeases) Acquire(_ context.Context, job, owner, _ string, ttl time.D
 	case prev.Exists:
 		kind = lease.Failover
 	}
-	f.owner, f.generation, f.expires, f.released = owner, f.generation+1, now.Add(ttl), false
+	f.owner, f.generation, f.expires, f.released, f.releaseAt = owner, f.generation+1, now.Add(ttl), false, releaseAt
 	f.w.record("acquire %d", f.generation)
 	return &lease.Lease{JobID: job, Owner: owner, Generation: f.generation, Kind: kind, Checkpoint: f.checkpoint,
 		RenewedAt: now, TTL: ttl, Previous: prev}, nil, nil

@@ -45,6 +45,7 @@ type invocation struct {
 	caughtUpAt time.Time
 	started    time.Time // when the invocation began, for its idle stay
 	changedAt  time.Time // when the last batch with changes was read
+	atTail     bool      // the last batch left the feed with nothing more to read
 	standby    bool      // "standing by" was logged
 	marked     bool      // this invocation has marked the job item as a standby
 	duplicate  string    // why another invocation runs for this one's event, when it does
@@ -196,9 +197,15 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 		v.res.Role = "fenced"
 		return v.res, nil
 	}
+	// Released first: the standby takes over as the release lands.
+	if rerr := v.sess.Release(ctx); rerr != nil {
+		v.log.WarnContext(ctx, "release lease", "error", rerr)
+	} else {
+		v.log.InfoContext(ctx, "lease released", "checkpoint", string(v.res.Checkpoint))
+	}
 	if n, ok := v.p.Leases.(notes); ok && int64(v.res.Read) > v.p.largest.Load() {
-		// Like the release below, the note outlives a cancelled invocation
-		// (a local run stopping once idle), for a short while.
+		// Like the release, the note outlives a cancelled invocation (a
+		// local run stopping once idle), for a short while.
 		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), noteTimeout)
 		nerr := n.NoteLargestBatch(nctx, v.p.Job.ID, int64(v.res.Read))
 		cancel()
@@ -207,11 +214,6 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 		} else {
 			v.p.largest.Store(int64(v.res.Read))
 		}
-	}
-	if rerr := v.sess.Release(ctx); rerr != nil {
-		v.log.WarnContext(ctx, "release lease", "error", rerr)
-	} else {
-		v.log.InfoContext(ctx, "lease released", "checkpoint", string(v.res.Checkpoint))
 	}
 	return v.res, err
 }
@@ -307,9 +309,11 @@ func (v *invocation) planSends() {
 func (v *invocation) round(ctx context.Context) error {
 	v.p.Metrics.AddHighRes(metrics.Role, 1, metrics.None)
 	// Start another batch only if the slowest one so far would still
-	// fit. Checked before the heartbeat: past the budget the context
-	// may be done, and the lease is about to be released anyway.
-	if !v.fits() {
+	// fit, or, at the tail of the feed, wait on it to the end of the
+	// budget (lastLook). Checked before the heartbeat: past the budget
+	// the context may be done, and the lease is about to be released
+	// anyway.
+	if !v.fits() && !v.lastLook() {
 		if err := v.saveQueued(ctx); err != nil {
 			return err
 		}
@@ -332,6 +336,7 @@ func (v *invocation) round(ctx context.Context) error {
 		v.paged(batch)
 	}
 	v.received(ctx, batch)
+	v.atTail = v.held == nil && !v.more(batch)
 	v.readOn(ctx, batch, streamed)
 	if err := v.queue(ctx, batch); err != nil {
 		return err
@@ -554,6 +559,29 @@ func (v *invocation) fits() bool {
 	return v.end.Sub(v.now()) >= 500*time.Millisecond+v.slowest
 }
 
+// The holder hands the lease over as its budget ends, the moment it
+// announced as it took the lease (Session.ReleaseAt), so that the standby
+// takes over then, and the feed is watched up to that moment: once the
+// budget has no room for another batch of the slowest size (fits), an
+// invocation at the tail of the feed still waits on it, for a change, until
+// the budget ends (lastLook). What such a read brings is what arrived
+// meanwhile, a trickle, queued before the release (one chunk at most, see
+// queue). A source that ignores the long-poll timeout is cut at the
+// feed's slack after it, in the margin kept for the release.
+
+// minLastLook is the shortest wait on the feed worth a read.
+const minLastLook = 10 * time.Millisecond
+
+// lastLook reports whether the invocation, though the budget has no room
+// for another batch of the slowest size, waits on the feed until the budget
+// ends: the last batch left the feed with nothing more to read, nothing is
+// read ahead, in flight or held back by a failure, and the wait is worth a
+// read.
+func (v *invocation) lastLook() bool {
+	return v.atTail && v.lastErr == nil && v.held == nil && v.ahead == nil && len(v.sends) == 0 &&
+		v.end.Sub(v.now()) >= minLastLook
+}
+
 // read reads the next batch from the checkpoint, with the bodies. It
 // long-polls no longer than the heartbeat interval (minus the time the
 // client allows a source past its timeout), so renewals keep their pace,
@@ -562,10 +590,16 @@ func (v *invocation) read(ctx context.Context, since json.RawMessage) (*feed.Bat
 	return v.fetch(ctx, since, v.waitTimeout())
 }
 
-// readTimeout is the long-poll timeout of a read starting now.
+// readTimeout is the long-poll timeout of a read starting now: the last
+// look (see lastLook) waits to the end of the budget; the reads before it
+// end the feed's slack before, so that a source that ignores the timeout
+// does not keep them past it either.
 func (v *invocation) readTimeout() time.Duration {
 	ttl := v.p.Job.Lease.TTL.D()
 	remaining := v.end.Sub(v.now())
+	if !v.fits() {
+		return max(min(v.p.Job.Feed.Timeout.D(), ttl/3-feed.DefaultSlack, remaining), time.Millisecond)
+	}
 	return max(min(v.p.Job.Feed.Timeout.D(), ttl/3-feed.DefaultSlack, remaining-feed.DefaultSlack), 250*time.Millisecond)
 }
 

@@ -171,6 +171,9 @@ func (p *Poller) invocation(ctx context.Context, in Invocation) *invocation {
 	}
 	s := lease.NewSession(p.Leases, p.Job.ID, in.Owner, in.Host, p.Job.Lease.TTL.D())
 	s.Clock = p.Clock
+	// The holder releases the lease as its budget ends (see lastLook):
+	// announced, a standby takes over then.
+	s.ReleaseAt = v.end
 	if p.StandbyInterval > 0 {
 		s.Interval = p.StandbyInterval
 	}

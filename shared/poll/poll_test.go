@@ -341,7 +341,7 @@ func TestRun(t *testing.T) {
 			setup: func(r *rig) {
 				r.leases.checkpoint = json.RawMessage("3")
 				r.feed.batch = func(int, string) (*feed.Batch, error) {
-					r.w.Advance(3500 * time.Millisecond) // more than a third of the TTL
+					r.w.Advance(4500 * time.Millisecond) // past the budget (4s), more than a third of the TTL
 					return empty("3"), nil
 				}
 			},

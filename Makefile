@@ -7,7 +7,11 @@ LOCAL     := .local
 CTL       := $(LOCAL)/bin/changesctl
 CONFIG    ?= localstack/jobs.json
 ENV       := source localstack/env.sh &&
-FUNCTIONS := poller writer
+FUNCTIONS := poller writer verify
+# How many tests of one package make test runs at once. The end-to-end tests
+# mostly wait (deploys, lease TTLs, outages), so more run side by side than
+# the machine has cores.
+TEST_PARALLEL ?= 8
 # The release stamped into changesctl and the functions (changesctl version,
 # their first log line, the lease item), with the commit they are built from.
 VERSION   := $(shell cat VERSION)
@@ -18,14 +22,24 @@ LDFLAGS   := -X github.com/changes-worker/changes-worker/shared/version.version=
 CDK_CONFIG       ?=
 # localstack-deploy: the demo's configuration unless CDK_CONFIG names another.
 LOCALSTACK_CONFIG  = $(or $(CDK_CONFIG),$(CONFIG))
-CDK              := infra/node_modules/.bin/cdk
+# The CDK CLI of bootstrap, synth, diff, deploy and destroy;
+# CDK=infra/node_modules/.bin/cdklocal sends its calls to a local AWS
+# (AWS_ENDPOINT_URL, and AWS_ENDPOINT_URL_S3 to the same).
+CDK              ?= infra/node_modules/.bin/cdk
+# Where make build puts the functions, for which architecture (arm64 on AWS;
+# a LocalStack that runs them on this machine needs its own), and where the
+# CDK writes the cloud assembly.
+BUILD_DIR        ?= build
+FUNCTION_ARCH    ?= arm64
+CDK_OUT          ?= cdk.out
+CDK_ARGS          = -c config=$(CDK_CONFIG) -c build_dir=$(BUILD_DIR) -o $(CDK_OUT)
 CDKLOCAL         := infra/node_modules/.bin/cdklocal
 CFN_LINT_VERSION := 1.51.0
 # staticcheck 2026.2.2, built with the toolchain of go.mod (go 1.26).
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK      := $(LOCAL)/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: help up down sync-gateway lambda-rie build ctl test test-infra cfn-lint-tool fuzz demo bench lint cdk-deps cdk-config synth diff deploy destroy localstack-up localstack-deploy localstack-demo
+.PHONY: help up down sync-gateway lambda-rie build ctl test test-infra cfn-lint-tool fuzz demo bench lint cdk-deps cdk-config bootstrap synth diff deploy destroy localstack-up localstack-deploy localstack-demo
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -45,14 +59,15 @@ down: ## stop the local services
 ctl: ## build the changesctl CLI into .local/bin, its version stamped
 	@mkdir -p $(dir $(CTL)) && $(GO) build -ldflags='$(LDFLAGS)' -o $(CTL) ./cmd/changesctl
 
-build: ## build the Lambda bootstraps for linux/arm64 into build/<function>/bootstrap, their version stamped
+build: ## build the Lambda bootstraps for linux/arm64 (FUNCTION_ARCH) into build/<function>/bootstrap (BUILD_DIR), their version stamped
 	@for f in $(FUNCTIONS); do \
-		GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w $(LDFLAGS)' -o build/$$f/bootstrap ./functions/$$f || exit 1; \
-		echo "build/$$f/bootstrap"; \
+		GOOS=linux GOARCH=$(FUNCTION_ARCH) CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w $(LDFLAGS)' -o $(BUILD_DIR)/$$f/bootstrap ./functions/$$f || exit 1; \
+		echo "$(BUILD_DIR)/$$f/bootstrap"; \
 	done
 
-test: lint up sync-gateway lambda-rie cdk-deps cfn-lint-tool ## lint, then run every test (unit, integration, end-to-end, infra) against the local services
-	@$(ENV) $(GO) test -count=1 -timeout 45m ./...
+test: lint up sync-gateway lambda-rie cdk-deps cfn-lint-tool ## lint, then run every test (unit, integration, end-to-end, infra) against the local services; prints the ten slowest tests
+	@$(GO) build -o $(LOCAL)/bin/testtimes ./tests/testtimes
+	@set -o pipefail; $(ENV) $(GO) test -count=1 -timeout 45m -parallel $(TEST_PARALLEL) -json ./... | $(LOCAL)/bin/testtimes
 
 # Fuzz targets as package:Target. Their seed corpora (f.Add and testdata/fuzz)
 # also run as ordinary tests in `make test`.
@@ -120,17 +135,20 @@ cfn-lint-tool:
 cdk-config:
 	@test -n "$(CDK_CONFIG)" || { echo "name the job configuration: make $(or $(MAKECMDGOALS),synth) CDK_CONFIG=path/to/jobs.json (there is no default)" >&2; exit 1; }
 
+bootstrap: cdk-config build cdk-deps ## prepare the account and region of your credentials for deploys, once (CDK_CONFIG required: the CDK synthesizes the app first)
+	$(CDK) bootstrap $(CDK_ARGS)
+
 synth: cdk-config build cdk-deps ## synthesize the stack into cdk.out (CDK_CONFIG=path/to/jobs.json, required)
-	$(CDK) synth --quiet -c config=$(CDK_CONFIG)
+	$(CDK) synth --quiet $(CDK_ARGS)
 
 diff: cdk-config build cdk-deps ## show what deploy would change (CDK_CONFIG required)
-	$(CDK) diff -c config=$(CDK_CONFIG)
+	$(CDK) diff $(CDK_ARGS)
 
 deploy: cdk-config build cdk-deps ## deploy the stack to AWS (CDK_CONFIG required; see docs/deploy.md)
-	$(CDK) deploy -c config=$(CDK_CONFIG) --require-approval broadening
+	$(CDK) deploy $(CDK_ARGS) --require-approval broadening
 
 destroy: cdk-config build cdk-deps ## delete the stack (CDK_CONFIG required; retained table and bucket stay)
-	$(CDK) destroy -c config=$(CDK_CONFIG)
+	$(CDK) destroy $(CDK_ARGS)
 
 localstack-up: ## start the same services as containers (localstack/docker-compose.yml; where a Docker engine runs)
 	docker compose -f localstack/docker-compose.yml up -d --wait

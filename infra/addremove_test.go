@@ -486,7 +486,7 @@ func (f *jobFleet) readJobState(ctx context.Context, t *testing.T, stack, job st
 
 	j := f.jobs[job]
 	st.functions, st.mappings = map[string]string{}, map[string]string{}
-	for _, fn := range []string{fnPoller, fnWriter} {
+	for _, fn := range []string{fnPoller, fnWriter, fnVerify} {
 		name := functionName(f.cfg, j, fn)
 		got, err := f.lambda.GetFunction(ctx, &lambda.GetFunctionInput{FunctionName: &name})
 		if err != nil {

@@ -194,7 +194,7 @@ func (js *jobStack) addJobAlarms(j *config.Job) {
 // be on their way (leaseAlarmPeriods), never fire it alone. Its periods are
 // the job's schedule: whole minutes, a standard-resolution alarm.
 func (js *jobStack) addLeaseHolderAlarm(j *config.Job) {
-	period, timeout := j.Schedule.D(), js.cfg.Stack.PollerTimeout.D()
+	period, timeout := j.Schedule.D(), js.cfg.PollerTimeout(j)
 	held, late := leaseAlarmPeriods(j, timeout)
 	noHolder := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
 		Expression: jsii.String("IF(FILL(invocations, 0) < 1 OR FILL(role, 1) < 1, 1, 0)"),

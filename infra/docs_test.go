@@ -20,6 +20,7 @@ var vpcEndpoints = map[string]struct{ name, kind string }{
 	"s3":             {"S3", "gateway"},
 	"sqs":            {"SQS", "interface"},
 	"secretsmanager": {"Secrets Manager", "interface"},
+	"lambda":         {"Lambda", "interface"},
 }
 
 // TestVPCEndpointsDocumented: docs/deploy.md names, for functions in a VPC,
@@ -32,7 +33,7 @@ func TestVPCEndpointsDocumented(t *testing.T) {
 	syn := synthesized(t)
 	services := map[string][]string{}
 	for _, j := range syn.cfg.Jobs {
-		for _, fn := range []string{fnPoller, fnWriter} {
+		for _, fn := range []string{fnPoller, fnWriter, fnVerify} {
 			for _, st := range statementsOf(rolePolicy(t, syn, functionName(syn.cfg, j, fn))) {
 				for _, a := range strs(st["Action"]) {
 					service, _, _ := strings.Cut(a, ":")
@@ -58,7 +59,12 @@ func TestVPCEndpointsDocumented(t *testing.T) {
 	text := strings.Join(strings.Fields(string(doc)), " ")
 	for _, kind := range []string{"gateway", "interface"} {
 		sort.Strings(services[kind])
-		want := kind + " endpoints for " + strings.Join(services[kind], " and ")
+		names := services[kind]
+		list := strings.Join(names, " and ")
+		if len(names) > 2 {
+			list = strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+		}
+		want := kind + " endpoints for " + list
 		// A list of capitalized names joined by ", " and " and ".
 		name := `[A-Z][A-Za-z0-9]*(?: [A-Z][A-Za-z0-9]*)*`
 		lists := regexp.MustCompile(kind+` endpoints for (`+name+`(?:(?:, | and )`+name+`)*)`).FindAllStringSubmatch(text, -1)
@@ -85,7 +91,8 @@ func TestVPCEndpointsDocumented(t *testing.T) {
 // docs/deploy.md says so for each of those keys, with the KMS actions S3 asks
 // for on behalf of a role that writes (kms:GenerateDataKey; a multipart
 // upload also kms:Decrypt) and reads (kms:Decrypt), limited to S3
-// (kms:ViaService), and how to find the roles to grant them to.
+// (kms:ViaService), and how to find the roles to grant them to (the
+// verify function's reads S3 outputs and writes claim checks too).
 func TestSSEKMSBucketsDocumented(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile(deployDoc)
@@ -106,6 +113,7 @@ func TestSSEKMSBucketsDocumented(t *testing.T) {
 		"kms:GenerateDataKey", "kms:Decrypt", "kms:ViaService",
 		"aws lambda get-function-configuration --function-name P-<job>-poller --query Role",
 		"aws lambda get-function-configuration --function-name P-<job>-writer --query Role",
+		"aws lambda get-function-configuration --function-name P-<job>-verify --query Role",
 	} {
 		if !strings.Contains(section, want) {
 			t.Errorf("%s, A bucket encrypted with your own KMS key: does not name %s", deployDoc, want)

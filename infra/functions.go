@@ -34,9 +34,9 @@ const (
 )
 
 const (
-	// pollersPerJob is the poller's reserved concurrency per job: the active
-	// invocation plus the hot standby the next schedule tick starts.
-	pollersPerJob = 2
+	// minPollers is the least reserved concurrency of a job's poller: the
+	// active invocation and its standby.
+	minPollers = 2
 	// batchingWindowSeconds lets standard-queue batches fill up a little.
 	batchingWindowSeconds = 1
 	// minMaxConcurrency is the lowest MaximumConcurrency Lambda accepts.
@@ -50,9 +50,9 @@ const (
 func (js *jobStack) addFunctions() {
 	js.poller = js.newFunction("Poller", fnPoller, functionOptions{
 		description: "changes-worker poller of job " + js.job.ID + ": reads its _changes feed under a lease and queues the changes",
-		timeout:     js.cfg.Stack.PollerTimeout.D().Seconds(),
+		timeout:     js.cfg.PollerTimeout(js.job).Seconds(),
 		memoryMB:    float64(js.cfg.Stack.PollerMemoryMB),
-		reserved:    jsii.Number(pollersPerJob),
+		reserved:    jsii.Number(float64(pollerConcurrency(js.cfg, js.job))),
 	})
 	js.writer = js.newFunction("Writer", fnWriter, functionOptions{
 		description: "changes-worker writer of job " + js.job.ID + ": delivers its queued changes to the outputs",
@@ -75,6 +75,7 @@ func (js *jobStack) addFunctions() {
 	}
 	js.addSchedule()
 	js.addEventSources()
+	js.addProbe()
 }
 
 type functionOptions struct {
@@ -260,20 +261,16 @@ func (js *jobStack) grantPoller() {
 	j, role := js.job, js.poller.role
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("LeaseAndCheckpoint"),
-		Actions:   jsii.Strings("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"),
+		Actions:   jsii.Strings("dynamodb:GetItem", "dynamodb:UpdateItem"),
 		Resources: &[]*string{js.table.TableArn()},
 		Conditions: &map[string]any{
 			"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []string{j.ID, quarantine.Prefix(j.ID) + "*", dlq.SweepKey(j.ID)}},
 		},
 	}))
-	var queues []*string
-	for _, r := range js.routes {
-		queues = append(queues, r.queue.QueueArn())
-	}
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("SendToWorkQueues"),
-		Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes"),
-		Resources: &queues,
+		Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueUrl"),
+		Resources: js.workQueueARNs(),
 	}))
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("WriteClaimChecks"),
@@ -306,6 +303,15 @@ func (js *jobStack) grantPoller() {
 
 // claimCheckObjects are the claim checks the job's poller writes:
 // claim-check/<job>/<prefix>/* in the stack bucket.
+// workQueueARNs are the ARNs of the job's work queues.
+func (js *jobStack) workQueueARNs() *[]*string {
+	queues := make([]*string, 0, len(js.routes))
+	for _, r := range js.routes {
+		queues = append(queues, r.queue.QueueArn())
+	}
+	return &queues
+}
+
 func (js *jobStack) claimCheckObjects() *string {
 	return js.bucket().ArnForObjects(jsii.String(js.claimCheckPrefix() + "*"))
 }
@@ -323,15 +329,16 @@ func prefixPattern(prefix string) string {
 }
 
 // grantWriter lets the job's writer send to the job's work queues and DLQs,
-// keep the halt records of the job's outputs, read the job's claim checks and
-// write its S3 outputs. Consuming the work queues is granted by the event
-// sources.
+// keep the halt records of the job's outputs, read the job's claim checks,
+// write its S3 outputs and turn its own event source mappings off and on.
+// Consuming the work queues is granted by the event sources.
 func (js *jobStack) grantWriter() {
 	j, role := js.job, js.writer.role
-	// The writer moves failures to the DLQs, and sends a message it holds
-	// back for an output that is down or asks it to slow down to the work
-	// queue again, with a fresh receive count (writer.deferMessage): without
-	// that send, SQS would dead-letter the held messages.
+	// The writer moves failures to the DLQs, and sends a message of a
+	// standard queue it holds back for an output that is down or asks it to
+	// slow down to the work queue again, with a fresh receive count
+	// (writer.deferMessage): without that send, SQS would dead-letter the
+	// held messages.
 	var queues []*string
 	for _, r := range js.routes {
 		queues = append(queues, r.queue.QueueArn(), r.dlq.QueueArn())
@@ -394,6 +401,80 @@ func (js *jobStack) grantWriter() {
 		}))
 		js.allowWildcards(nagObjectsReason, prefixPattern(o.S3.Prefix))
 	}
+	if js.app.in.variant.functions() && js.pausesIntake() {
+		// While it holds a FIFO output's changes, the writer turns its own
+		// event source mapping of the output's queue off, and its probe
+		// turns it on again (writer.Mappings). It finds the mapping among
+		// its function's (ListEventSourceMappings takes no resource) and
+		// may update the mappings of its own function only. The function's
+		// ARN is built from its name: a reference would make the role's
+		// policy and the function depend on each other.
+		fn := js.stack.FormatArn(&awscdk.ArnComponents{Service: jsii.String("lambda"), Resource: jsii.String("function"),
+			ResourceName: jsii.String(js.writer.name), ArnFormat: awscdk.ArnFormat_COLON_RESOURCE_NAME})
+		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:       jsii.String("FindOwnEventSourceMappings"),
+			Actions:   jsii.Strings("lambda:ListEventSourceMappings"),
+			Resources: jsii.Strings("*"),
+		}))
+		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:     jsii.String("SwitchOwnEventSourceMappings"),
+			Actions: jsii.Strings("lambda:UpdateEventSourceMapping"),
+			Resources: &[]*string{js.stack.FormatArn(&awscdk.ArnComponents{Service: jsii.String("lambda"), Resource: jsii.String("event-source-mapping"),
+				ResourceName: jsii.String("*"), ArnFormat: awscdk.ArnFormat_COLON_RESOURCE_NAME})},
+			Conditions: &map[string]any{"StringEquals": map[string]any{"lambda:FunctionArn": fn}},
+		}))
+		js.allowWildcards(nagMappingsReason, `^Resource::\*$`)
+		js.allowWildcards(nagMappingsReason, `^Resource::arn:.*:event-source-mapping:\*$`)
+	}
+}
+
+// pausesIntake reports whether the job has an output on a FIFO queue, whose
+// intake the writer pauses while it holds the output's changes.
+func (js *jobStack) pausesIntake() bool {
+	for _, r := range js.routes {
+		if r.out.FIFO() {
+			return true
+		}
+	}
+	return false
+}
+
+// probeName is the name of the rule that runs job j's writer probe.
+func probeName(cfg *config.File, j *config.Job) string {
+	return cfg.Stack.Prefix + "-" + j.ID + "-probe"
+}
+
+// addProbe creates, for a job with an output on a FIFO queue, the
+// EventBridge rule that invokes the job's writer every minute with
+// {"probe": {"job": "<id>"}}: the writer tries the outputs whose intake it
+// paused and resumes them once they take a change (writer.Handler.Probe).
+// The rule is enabled even when the schedules are not: it queues nothing,
+// and an intake paused during a deploy must come back.
+func (js *jobStack) addProbe() {
+	if !js.pausesIntake() {
+		return
+	}
+	j := js.job
+	awsevents.NewRule(js.stack, jsii.String("Probe-"+j.ID), &awsevents.RuleProps{
+		RuleName:    jsii.String(probeName(js.cfg, j)),
+		Description: jsii.String("Has the changes-worker writer of job " + j.ID + " try the outputs whose intake it paused"),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(js.writer.fn, &awseventstargets.LambdaFunctionProps{
+			Event:         awsevents.RuleTargetInput_FromObject(map[string]any{"probe": map[string]any{"job": j.ID}}),
+			MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(60)),
+			RetryAttempts: jsii.Number(0),
+		})},
+	})
+}
+
+// pollerConcurrency is the reserved concurrency of job j's poller: every
+// invocation that may run at once, from its tick (up to
+// config.PollerStandbyAllowance late) to its timeout, so that no tick's
+// invocation is throttled; three with the defaults (the active one, its
+// standby, and the next tick's for the seconds they overlap).
+func pollerConcurrency(cfg *config.File, j *config.Job) int {
+	s := j.Schedule.D()
+	return max(minPollers, int((cfg.PollerTimeout(j)+config.PollerStandbyAllowance+s-1)/s))
 }
 
 // addSchedule creates the EventBridge rule that invokes the job's poller

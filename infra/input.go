@@ -27,7 +27,7 @@ const (
 // asset, its built bootstrap, shared by the functions of that kind of every
 // job: the cloud assembly and a deploy carry it once, whatever the number of
 // jobs.
-var functionKinds = []string{fnPoller, fnWriter}
+var functionKinds = []string{fnPoller, fnWriter, fnVerify}
 
 // bundledConfigName is the file name of the job configuration inside the
 // code of a job whose configuration does not fit in its functions'

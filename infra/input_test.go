@@ -165,7 +165,7 @@ func TestExistingBucketNoRetain(t *testing.T) {
 		}
 	}
 	writer := rolePolicy(t, syn, "cwalt-one-writer")
-	for _, want := range []string{":s3:::existing-data/claim-check/cwalt/one/*", ":s3:::existing-data/docs/*"} {
+	for _, want := range []string{":s3:::existing-data/claim-check/one/*", ":s3:::existing-data/docs/*"} {
 		if !strings.Contains(writer, want) {
 			t.Errorf("writer policy lacks %s: %s", want, writer)
 		}

@@ -13,7 +13,8 @@ import (
 
 // jobStack is the nested stack of one job: its work queues and DLQs, its own
 // poller and writer functions with their roles, log groups, schedule and
-// event sources (in the full variant), its alarms and its dashboard. Each
+// event sources (in the full variant), its verify function, its alarms and
+// its dashboard. Each
 // role is granted this job's resources only, so a policy's size follows the
 // job's outputs, not the number of jobs.
 //
@@ -32,6 +33,7 @@ type jobStack struct {
 	routes []*route
 	poller *function
 	writer *function
+	verify *function
 	// imported holds constructs that refer to existing resources, by construct id.
 	imported map[string]any
 	// wildcards are the cdk-nag IAM5 patterns accepted, by reason.
@@ -67,6 +69,7 @@ func (s *changesStack) newJobStack(j *config.Job) *jobStack {
 	}
 	js.addQueues()
 	js.addFunctions()
+	js.addVerify()
 	js.addAlarms()
 	if d := s.cfg.Stack.Dashboards; d == nil || *d {
 		js.addDashboard()

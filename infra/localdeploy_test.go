@@ -602,7 +602,7 @@ func checkDeployedAlarms(ctx context.Context, t *testing.T, cw *cloudwatch.Clien
 func checkNoFunctions(ctx context.Context, t *testing.T, c *lambda.Client, cfg *config.File) {
 	t.Helper()
 	for _, j := range cfg.Jobs {
-		for _, fn := range []string{fnPoller, fnWriter} {
+		for _, fn := range []string{fnPoller, fnWriter, fnVerify} {
 			name := functionName(cfg, j, fn)
 			_, err := c.GetFunction(ctx, &lambda.GetFunctionInput{FunctionName: &name})
 			var nf *lambdatypes.ResourceNotFoundException

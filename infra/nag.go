@@ -29,6 +29,8 @@ const (
 		"each grant is confined to this job's claim-check/<job>/<stack prefix>/ prefix of the stack bucket (to read, claim-check/<job>/), its dlq-archive/<stack prefix>/<job>/ prefix, its attachments prefix or one output's s3.prefix."
 	nagVPCReason = "Lambda creates and deletes the function's network interfaces in the configured subnets with the execution role; " +
 		"ec2:DescribeNetworkInterfaces and ec2:DescribeSubnets support no resource-level permissions."
+	nagMappingsReason = "The writer turns its own event source mappings off and on: lambda:ListEventSourceMappings supports no resource-level permissions, " +
+		"and mapping ids are generated, so lambda:UpdateEventSourceMapping is granted on every mapping under the condition lambda:FunctionArn, the writer's own function."
 )
 
 // allowWildcards accepts AwsSolutions-IAM5 findings in the job's stack whose
@@ -53,7 +55,7 @@ func (js *jobStack) allowWildcards(reason, pattern string) {
 // suppression per reason, each naming the patterns it covers.
 func (js *jobStack) suppressFindings() {
 	var suppressions []*cdknag.NagPackSuppression
-	for _, reason := range []string{nagObjectsReason, nagVPCReason} {
+	for _, reason := range []string{nagObjectsReason, nagVPCReason, nagMappingsReason} {
 		patterns := js.wildcards[reason]
 		if len(patterns) == 0 {
 			continue

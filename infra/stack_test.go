@@ -200,12 +200,44 @@ func TestSchedules(t *testing.T) {
 			t.Errorf("%s: Input = %v", j.ID, target["Input"])
 		}
 	}
-	assert(t, "the poller may be invoked by each rule", func() {
+	// Each job of the test configuration has a FIFO output, so its writer
+	// has a probe rule too (TestProbeSchedules).
+	assert(t, "the poller and the writer may be invoked by each rule", func() {
 		syn.template.ResourcePropertiesCountIs(jsii.String("AWS::Lambda::Permission"), &map[string]any{
 			"Action":    "lambda:InvokeFunction",
 			"Principal": "events.amazonaws.com",
-		}, jsii.Number(float64(len(syn.cfg.Jobs))))
+		}, jsii.Number(float64(2*len(syn.cfg.Jobs))))
 	})
+}
+
+// TestProbeSchedules: a job with an output on a FIFO queue has a rule that
+// invokes its writer every minute with {"probe": {"job": "<id>"}}, enabled
+// (it queues nothing), never retried nor delivered late.
+func TestProbeSchedules(t *testing.T) {
+	syn := synthesized(t)
+	for _, j := range syn.cfg.Jobs {
+		writerID, _ := syn.resource(t, "AWS::Lambda::Function", "FunctionName", functionName(syn.cfg, j, fnWriter))
+		_, rule := syn.resource(t, "AWS::Events::Rule", "Name", probeName(syn.cfg, j))
+		p := props(rule)
+		if p["ScheduleExpression"] != "rate(1 minute)" || p["State"] != "ENABLED" {
+			t.Errorf("%s: %v %v, want ENABLED rate(1 minute)", j.ID, p["State"], p["ScheduleExpression"])
+		}
+		targets, _ := p["Targets"].([]any)
+		if len(targets) != 1 {
+			t.Fatalf("%s: %d targets", j.ID, len(targets))
+		}
+		target := targets[0].(map[string]any)
+		if refID(target["Arn"]) != writerID {
+			t.Errorf("%s: target %s, want the job's writer", j.ID, compact(target["Arn"]))
+		}
+		if want := fmt.Sprintf(`{"probe":{"job":"%s"}}`, j.ID); target["Input"] != want {
+			t.Errorf("%s: Input = %v, want %s", j.ID, target["Input"], want)
+		}
+		retry, _ := target["RetryPolicy"].(map[string]any)
+		if retry["MaximumRetryAttempts"] != float64(0) || retry["MaximumEventAgeInSeconds"] != float64(60) {
+			t.Errorf("%s: RetryPolicy = %s, want no retry and at most 60 s of age", j.ID, compact(retry))
+		}
+	}
 }
 
 func TestFunctions(t *testing.T) {
@@ -220,6 +252,9 @@ func TestFunctions(t *testing.T) {
 		}{
 			{fnPoller, cfg.Stack.PollerTimeout.D().Seconds(), float64(cfg.Stack.PollerMemoryMB), float64(2)},
 			{fnWriter, cfg.Stack.WriterTimeout.D().Seconds(), float64(cfg.Stack.WriterMemoryMB), nil},
+			// Invoked by changesctl verify --remote, for at most Lambda's
+			// longest timeout.
+			{fnVerify, 900, 1024, nil},
 		} {
 			t.Run(j.ID+"/"+c.name, func(t *testing.T) {
 				name := functionName(cfg, j, c.name)
@@ -266,7 +301,7 @@ func TestFunctions(t *testing.T) {
 		}
 	}
 	assert(t, "log groups", func() {
-		syn.template.ResourceCountIs(jsii.String("AWS::Logs::LogGroup"), jsii.Number(float64(2*len(cfg.Jobs))))
+		syn.template.ResourceCountIs(jsii.String("AWS::Logs::LogGroup"), jsii.Number(float64(3*len(cfg.Jobs))))
 	})
 }
 
@@ -577,7 +612,7 @@ func TestGrants(t *testing.T) {
 			return strings.HasPrefix(q["QueueName"].(string), "cwtest-"+j.ID+"-")
 		}
 		poller := statementsOf(rolePolicy(t, syn, functionName(syn.cfg, j, fnPoller)))
-		wantActions(t, j.ID+" poller", poller, "dynamodb:", []string{"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"})
+		wantActions(t, j.ID+" poller", poller, "dynamodb:", []string{"dynamodb:GetItem", "dynamodb:UpdateItem"})
 		for _, st := range poller {
 			if !hasPrefixAny(strs(st["Action"])[0], "dynamodb:") {
 				continue
@@ -627,9 +662,26 @@ func TestGrants(t *testing.T) {
 			}
 		}
 		wantActions(t, j.ID+" writer", writer, "sqs:", []string{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"})
-		// The writer moves failures to the DLQs and sends a message it holds
-		// back (an output that is down or asks to slow down) to its work
-		// queue again, with a fresh receive count.
+		// It turns its own event source mappings off and on (each job here
+		// has a FIFO output): it lists them (no resource) and updates only
+		// its own function's.
+		wantActions(t, j.ID+" writer", writer, "lambda:", []string{"lambda:ListEventSourceMappings", "lambda:UpdateEventSourceMapping"})
+		for _, st := range writer {
+			switch a := strs(st["Action"]); {
+			case contains(a, "lambda:UpdateEventSourceMapping"):
+				if res := compact(st["Resource"]); !strings.HasSuffix(res, `:event-source-mapping:*"]]}`) {
+					t.Errorf("%s writer updates mappings %s, want event-source-mapping:*", j.ID, res)
+				}
+				if cond := compact(st["Condition"]); !strings.Contains(cond, `"lambda:FunctionArn"`) || !strings.Contains(cond, ":function:"+functionName(syn.cfg, j, fnWriter)+`"`) {
+					t.Errorf("%s writer updates mappings under %s, want lambda:FunctionArn its own function", j.ID, cond)
+				}
+			case contains(a, "lambda:ListEventSourceMappings") && len(a) != 1:
+				t.Errorf("%s writer lists mappings with %v on Resource \"*\": want that action alone", j.ID, a)
+			}
+		}
+		// The writer moves failures to the DLQs and sends a message of a
+		// standard queue it holds back (an output that is down or asks to
+		// slow down) to its work queue again, with a fresh receive count.
 		wantResources(t, syn, j.ID+" writer", writer, "sqs:SendMessage", ownQueue)
 		wantResources(t, syn, j.ID+" writer", writer, "sqs:ReceiveMessage", func(q map[string]any) bool {
 			return ownQueue(q) && !strings.Contains(q["QueueName"].(string), "-dlq")

@@ -15,7 +15,7 @@
 #     under the prefix are left alone), as
 #     docs/deploy.md tells a user to do on AWS; the stack's bucket is also
 #     created in the S3 the functions use (moto, AWS_ENDPOINT_URL_S3), since
-#     CloudFormation creates it in LocalStack's S3; both functions must be
+#     CloudFormation creates it in LocalStack's S3; every function must be
 #     Active. Only then are the schedule rules, deployed disabled, enabled:
 #     a poller started by the schedule during the deploy would queue changes
 #     for a writer without its secret or bucket.
@@ -49,7 +49,7 @@ goarch="$(go env GOARCH)"
 version_pkg=github.com/changes-worker/changes-worker/shared/version
 ldflags="-s -w -X $version_pkg.version=$(cat VERSION) -X $version_pkg.commit=$(git rev-parse --short=12 HEAD 2>/dev/null || true)"
 say "building the functions $(cat VERSION) for linux/$goarch into $BUILD_DIR"
-for f in poller writer; do
+for f in poller writer verify; do
 	GOOS=linux GOARCH="$goarch" CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags="$ldflags" \
 		-o "$BUILD_DIR/$f/bootstrap" "./functions/$f"
 done
@@ -106,7 +106,8 @@ if [[ "$s3_functions" != "$AWS_ENDPOINT_URL" ]]; then
 	say "bucket $bucket also on $s3_functions, the S3 the functions use"
 fi
 
-# One poller and one writer per job, each named <prefix>-<job>-<function>.
+# One poller, one writer and one verify function per job, each named
+# <prefix>-<job>-<function>.
 functions="$("${AWSCLI[@]}" lambda list-functions \
 	--query "Functions[?starts_with(FunctionName, \`$prefix-\`)].FunctionName" --output text)"
 [[ -n "$functions" ]] || die "the stack $prefix deployed no functions"

@@ -44,9 +44,11 @@ import (
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/failure"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
+	"github.com/changes-worker/changes-worker/shared/statetable/lease"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 	"github.com/changes-worker/changes-worker/shared/testenv/iamcheck"
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
+	"github.com/changes-worker/changes-worker/tests/faults"
 )
 
 // deployedStack is the full CDK stack deployed to the local AWS by
@@ -900,3 +902,222 @@ func deleteCFNStack(ctx context.Context, t *testing.T, cfn *cloudformation.Clien
 		t.Errorf("stack %s not deleted: %v", name, err)
 	}
 }
+
+// TestDeployedFailover deploys the stack with the job's defaults (schedule
+// 1m, the default poller timeout, lease TTL 10s), lets its schedule rule
+// start the poller while documents keep arriving, and kills with SIGKILL the
+// bootstrap of the execution environment that holds the lease (the job
+// item's host names its log stream), and only that one: an invocation that
+// was standing by takes the lease over, as a failover at the next
+// generation, and PostgreSQL ends holding exactly the source's documents.
+// How long a takeover takes is the deployed-failover benchmark's to say.
+func TestDeployedFailover(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg := &config.File{
+		Stack: config.Stack{LogRetentionDays: 1},
+		Jobs: []*config.Job{{
+			ID:      "orders",
+			Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, Postgres: &config.PostgresOutput{CreateTables: true}}},
+		}},
+	}
+	s := &testStack{Stack: stack.ForTest(t, stack.Options{Name: "failover", Config: cfg}), t: t}
+	job := s.Config.Jobs[0]
+	prefix := s.Config.Stack.Prefix
+	cfn := cloudformation.NewFromConfig(s.Deps.AWS)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 3*time.Minute)
+		defer cancel()
+		deleteCFNStack(ctx, t, cfn, prefix)
+	})
+	if err := testenv.DeployLocal(ctx, testenv.LocalDeploy{
+		ConfigPath: s.ConfigPath, BuildDir: t.TempDir(), AssemblyDir: t.TempDir(),
+		Env: []string{testenv.DSNEnv + "=" + testenv.PostgresDSN(t)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := deployed.Bucket(ctx, cfn, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Deps.S3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: &s.Config.Stack.Bucket}); err != nil {
+		t.Fatal(err)
+	}
+	pipeline.OverrideBucket(s.Config, bucket)
+
+	load := faults.Adopt(s.Stack).StartLoad(ctx, faults.LoadOptions{Rate: 5, Max: 100000, For: 15 * time.Minute, Seed: 5})
+	defer load.Stop()
+	stop, err := faults.StartSchedule(ctx, eventbridge.NewFromConfig(s.Deps.AWS), s.Config.ScheduleName(job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := stop(context.WithoutCancel(t.Context())); err != nil {
+			t.Errorf("stop the schedule: %v", err)
+		}
+	})
+
+	// A holder that has checkpointed, and another invocation standing by.
+	ttl := job.Lease.TTL.D()
+	standbys := map[string]bool{}
+	var victim *lease.State
+	err = testenv.Poll(ctx, 5*time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		st, err := s.Leases.Get(ctx, "orders")
+		if err != nil {
+			return false, err
+		}
+		now := time.Now()
+		if st.Standby != "" && st.Standby != st.Owner && now.Sub(st.StandbySeenAt) < ttl {
+			standbys[st.Standby] = true
+		}
+		victim = st
+		return st.Held(now) && st.Checkpoint != nil && !st.CheckpointAt.Before(st.AcquiredAt) && standbys[st.Standby], nil
+	})
+	if err != nil {
+		t.Fatalf("no holder with an invocation standing by beside it (last: %+v): %v", victim, err)
+	}
+	before, err := faults.Bootstraps(s.Config.FunctionName(job, config.FunctionPoller))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := faults.KillBootstrap(s.Config.FunctionName(job, config.FunctionPoller), victim.Host)
+	if err != nil {
+		t.Fatalf("kill the holder %s (generation %d) in %s, bootstraps %+v: %v", victim.Owner, victim.Generation, victim.Host, before, err)
+	}
+	t.Logf("killed bootstrap %d of the holder %s (generation %d); %d poller bootstraps were running", pid, victim.Owner, victim.Generation, len(before))
+
+	var next *lease.State
+	err = testenv.Poll(ctx, 3*time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		st, err := s.Leases.Get(ctx, "orders")
+		if err != nil {
+			return false, err
+		}
+		next = st
+		return st.Generation > victim.Generation && st.Checkpoint != nil && !st.CheckpointAt.Before(st.AcquiredAt), nil
+	})
+	if err != nil {
+		t.Fatalf("no new holder checkpointed after the kill (last: %+v): %v", next, err)
+	}
+	if next.Generation != victim.Generation+1 || next.TakeoverKind != lease.Failover || next.Owner == victim.Owner {
+		t.Errorf("after the kill: generation %d taken by %s as %q, want generation %d taken over from %s as %q",
+			next.Generation, next.Owner, next.TakeoverKind, victim.Generation+1, victim.Owner, lease.Failover)
+	}
+	if !standbys[next.Owner] {
+		t.Errorf("the new holder %s was not seen standing by before the kill (standbys seen: %v)", next.Owner, slices.Sorted(maps.Keys(standbys)))
+	}
+
+	if _, err := load.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	want := s.sourceState(ctx)
+	var got map[string]string
+	err = testenv.Poll(ctx, 3*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
+		got = s.pgState(ctx)
+		return maps.Equal(got, want), nil
+	})
+	if err != nil {
+		t.Fatalf("PostgreSQL not exact after the failover (-source +pg):\n%s", cmp.Diff(want, got))
+	}
+}
+
+// TestDeployedVerify deploys the full stack and runs changesctl verify
+// --remote on it: the comparison and the repair run in the job's verify
+// function, where the data is (its VPC on AWS), and changesctl prints the
+// report verify prints when it runs where it can reach the data itself (on
+// LocalStack, this machine), with the same exit status. A row deleted from
+// the PostgreSQL output behind the writer's back is found by the remote
+// verify, the remote repair re-queues it, the writer delivers it, and the
+// next remote verify is clean.
+func TestDeployedVerify(t *testing.T) {
+	t.Parallel()
+	d := deployStack(t)
+	ctx := t.Context()
+	secret := d.prefix + "/" + testenv.DSNEnv
+	if _, err := secretsmanager.NewFromConfig(d.Deps.AWS).PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{
+		SecretId: &secret, SecretString: &d.dsn,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		if _, err := d.PutDoc(ctx, fmt.Sprintf("order-%02d", i), map[string]any{"total": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.invokePoller(ctx, t)
+	d.waitExact(ctx, t, 3*time.Minute)
+
+	ctl := changesctl(t)
+	verify := func(stdin string, args ...string) (stdout, stderr string, code int) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, ctl, append([]string{"verify", "--config", d.ConfigPath, "--job", "orders"}, args...)...)
+		cmd.Env = testenv.Environ()
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			code = ee.ExitCode()
+		case err != nil:
+			t.Fatalf("changesctl verify %s: %v", strings.Join(args, " "), err)
+		}
+		return out.String(), errOut.String(), code
+	}
+	// same runs verify with args here and in the stack and checks that both
+	// print the same report and exit with code, and returns what they
+	// printed.
+	same := func(when string, code int, args ...string) string {
+		t.Helper()
+		local, localErr, localCode := verify("", args...)
+		remote, remoteErr, remoteCode := verify("", append(args, "--remote")...)
+		if localCode != code || remoteCode != code {
+			t.Fatalf("verify %s %s: exit %d here, %d in the stack; want %d\nhere:\n%s%s\nin the stack:\n%s%s",
+				strings.Join(args, " "), when, localCode, remoteCode, code, local, localErr, remote, remoteErr)
+		}
+		if diff := cmp.Diff(local, remote); diff != "" {
+			t.Fatalf("verify %s %s: the stack's report differs from the local one (-here +stack):\n%s\nstack's stderr:\n%s", strings.Join(args, " "), when, diff, remoteErr)
+		}
+		return remote
+	}
+	for _, o := range []string{"pg", "archive"} {
+		if got := same("in sync", 0, "--output", o); !strings.Contains(got, "in sync") || !strings.Contains(got, "the source has 30 live documents, the output holds 30") {
+			t.Errorf("verify %s --remote in sync:\n%s", o, got)
+		}
+	}
+
+	// Drift: a document's rows deleted from PostgreSQL behind the writer's back.
+	data, versions, err := d.PostgresTables("orders", "pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := testenv.Postgres(t)
+	for _, table := range []pgx.Identifier{data, versions} {
+		if _, err := pool.Exec(ctx, "DELETE FROM "+table.Sanitize()+" WHERE doc_id = $1", "order-07"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rev := d.sourceState(ctx)["order-07"]
+	got := same("after a row was deleted", 2, "--output", "pg")
+	if !strings.Contains(squeezeSpace(got), `missing 1 "order-07" source `+rev) {
+		t.Errorf("verify pg --remote does not report order-07 missing:\n%s", got)
+	}
+	t.Logf("verify --output pg --remote after a row was deleted:\n%s", got)
+	same("after a row was deleted", 2, "--output", "pg", "--json", "--samples", "3")
+	got, errOut, code := verify("", "--output", "pg", "--remote", "--repair", "--yes")
+	t.Logf("verify --output pg --remote --repair --yes:\n%s%s", got, errOut)
+	if code != 2 || !strings.Contains(got, "repair: enqueued 1 documents and 0 tombstones at generation") {
+		t.Fatalf("verify pg --remote --repair: exit %d, want 2 and one document enqueued\n%s%s", code, got, errOut)
+	}
+	if err := testenv.Poll(ctx, 2*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
+		return d.pgState(ctx)["order-07"] == rev, nil
+	}); err != nil {
+		t.Fatalf("order-07 not delivered again after the remote repair: %v", err)
+	}
+	if got := same("after the repair", 0, "--output", "pg"); !strings.Contains(got, "in sync") {
+		t.Errorf("verify pg --remote after the repair:\n%s", got)
+	}
+}
+
+// squeezeSpace collapses runs of white space to one space.
+func squeezeSpace(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -21,6 +21,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -617,16 +618,26 @@ func TestFaultSlowSQSStillProgresses(t *testing.T) {
 	}
 	t.Logf("caught up in %s", time.Since(start).Round(time.Millisecond))
 	fin := sc.finish(load)
-	sent := map[string]int{}
-	dup := 0
+	// A change queued again by a later generation is the replay a takeover
+	// makes from the checkpoint (a checkpoint write that outlasts its
+	// bound under load ends the invocation); one queued twice by the same
+	// holder is a chunk started over.
+	sent, changes := map[string]int{}, map[string]bool{}
+	dup, replayed := 0, 0
 	for _, m := range fin.Messages {
-		if sent[m.DocID+"\x00"+m.Seq]++; sent[m.DocID+"\x00"+m.Seq] == 2 {
+		key := m.DocID + "\x00" + m.Seq
+		if changes[key] {
+			replayed++
+		}
+		changes[key] = true
+		held := strconv.FormatInt(m.Version.Generation, 10) + "\x00" + key
+		if sent[held]++; sent[held] == 2 {
 			dup++
 		}
 	}
-	t.Logf("%d messages for %d changes (%d changes sent more than once)", len(fin.Messages), len(sent), dup)
+	t.Logf("%d messages for %d changes (%d queued again, by a later generation or the same)", len(fin.Messages), len(changes), replayed)
 	if dup > 0 {
-		t.Errorf("%d changes were queued more than once by a single poller: chunks were started over", dup)
+		t.Errorf("%d changes were queued more than once by a single lease holder: chunks were started over", dup)
 	}
 }
 

@@ -18,10 +18,11 @@ import (
 
 // A halting output (per_document) that answers 429 for longer than its
 // messages' receives would last: on the real SQS redrive, nothing reaches the
-// DLQ and nothing halts, because the writer sends a waiting change back with
-// a fresh receive count before its max_receive_count-th receive. The work
+// DLQ and nothing halts, because the writer keeps a waiting change in flight
+// and pauses the output's intake before its max_receive_count-th receive, so
+// that its receives stop until the probe finds the output back. The work
 // queue's redrive limit is lowered from SQS's 1000 to max_receive_count + 1,
-// so that a change that kept its receives would be dead-lettered by SQS
+// so that a change whose receives went on would be dead-lettered by SQS
 // within the test instead of after 1000 of them.
 func TestHaltBackpressureSQSRedrive(t *testing.T) {
 	t.Parallel()

@@ -22,6 +22,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/failure"
 	"github.com/changes-worker/changes-worker/shared/fanout"
+	"github.com/changes-worker/changes-worker/shared/statetable/outage"
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 	"github.com/changes-worker/changes-worker/shared/writer"
 )
@@ -44,11 +45,13 @@ func largestMessageBytes(t *testing.T) int {
 
 // On LocalStack's SQS, which counts a message's attributes (name, data type
 // and value) toward SQS's 1 MiB limit as AWS does: a message of the largest
-// body the configuration lets the poller queue can be held back (sent back
-// to its queue with the deferral counter), moved to the DLQ with the
-// largest failure record, redriven with that record, held back again with
-// the record and the counter, and moved to the DLQ again; on a standard
-// queue and on a FIFO queue.
+// body the configuration lets the poller queue can be held back, moved to
+// the DLQ with the largest failure record, redriven with that record, held
+// back again with the record, and moved to the DLQ again; on a standard
+// queue, where held back is sent back to its queue with the deferral
+// counter, and on a FIFO queue, where it is kept in flight at the head of
+// its group and the output's intake paused, the outage record naming it
+// without its body (too large for the record).
 func TestLargestMessageHeldAndDeadLettered(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -108,11 +111,10 @@ func TestLargestMessageHeldAndDeadLettered(t *testing.T) {
 			body := aws.ToString(m.Body)
 
 			// Held back on the receive before the last: sent back with
-			// the deferral counter.
-			handleAs(t, s, q, m, maxReceive-1, backpressure)
-			m = receiveOne(t, s, q.WorkURL)
-			if aws.ToString(m.Body) != body || attr(m, writer.AttrDeferrals) != "1" {
-				t.Fatalf("sent back: body of %d bytes, deferrals %q; want the body and 1", len(aws.ToString(m.Body)), attr(m, writer.AttrDeferrals))
+			// the deferral counter, or kept in flight.
+			m = holdAs(t, s, q, m, maxReceive-1, backpressure)
+			if want := map[bool]string{false: "1", true: ""}[q.FIFO]; aws.ToString(m.Body) != body || attr(m, writer.AttrDeferrals) != want {
+				t.Fatalf("held back: body of %d bytes, deferrals %q; want the body and %q", len(aws.ToString(m.Body)), attr(m, writer.AttrDeferrals), want)
 			}
 
 			// Refused: to the DLQ with the largest failure record.
@@ -133,10 +135,9 @@ func TestLargestMessageHeldAndDeadLettered(t *testing.T) {
 				t.Fatalf("redrive: %v", err)
 			}
 			m = receiveOne(t, s, q.WorkURL)
-			handleAs(t, s, q, m, maxReceive-1, backpressure)
-			m = receiveOne(t, s, q.WorkURL)
-			if aws.ToString(m.Body) != body || attr(m, writer.AttrDeferrals) != "1" || attr(m, failure.AttrReason) == "" {
-				t.Fatalf("redriven and sent back: body of %d bytes, attributes %v", len(aws.ToString(m.Body)), attrNames(m))
+			m = holdAs(t, s, q, m, maxReceive-1, backpressure)
+			if aws.ToString(m.Body) != body || (!q.FIFO && attr(m, writer.AttrDeferrals) != "1") || attr(m, failure.AttrReason) == "" {
+				t.Fatalf("redriven and held back: body of %d bytes, attributes %v", len(aws.ToString(m.Body)), attrNames(m))
 			}
 			handleAs(t, s, q, m, 1, refused)
 			m = receiveOne(t, s, q.DLQURL)
@@ -168,6 +169,58 @@ func handleAs(t *testing.T, s *stack.Stack, q dlq.Queues, m sqstypes.Message, re
 		deleteMessage(t, s, q.WorkURL, m)
 	}
 }
+
+// holdAs hands m to a fresh writer as its receives-th receive, with every
+// change failing with fail, the output asking to slow down, and returns the
+// message as it is received next. On a standard queue the writer must send
+// it back (handleAs). On a FIFO queue it must keep it in flight and pause
+// the output's intake, with an outage record that names m as the probe's
+// change; the test then ends the pause, as a probe that found the output
+// back does, and makes m visible again.
+func holdAs(t *testing.T, s *stack.Stack, q dlq.Queues, m sqstypes.Message, receives int, fail error) sqstypes.Message {
+	t.Helper()
+	if !q.FIFO {
+		handleAs(t, s, q, m, receives, fail)
+		return receiveOne(t, s, q.WorkURL)
+	}
+	ctx := t.Context()
+	h := s.Deps.Writer()
+	h.Sinks = func(context.Context, config.Route) (deliver.Sink, error) { return failingSink{fail}, nil }
+	h.Intake = nopIntake{}
+	ev := writer.Event(q.WorkARN, s.Deps.AWS.Region, []sqstypes.Message{m})
+	ev.Records[0].Attributes["ApproximateReceiveCount"] = strconv.Itoa(receives)
+	resp, err := h.Handle(ctx, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BatchItemFailures) != 1 {
+		t.Fatalf("the writer handled the held message (%+v), want it kept in flight", resp)
+	}
+	outages := &outage.Store{DB: s.Deps.DynamoDB, Table: s.Config.TableName()}
+	rec, err := outages.Get(ctx, q.Job, q.Output)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec == nil || rec.Intake != outage.IntakePaused || rec.ProbeMessageID != aws.ToString(m.MessageId) || rec.ProbeBody != "" {
+		t.Fatalf("outage record %+v: want the intake paused, naming the message without its body", rec)
+	}
+	if err := outages.Resuming(ctx, q.Job, q.Output); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := outages.Resumed(ctx, q.Job, q.Output); err != nil || !ok {
+		t.Fatalf("end the pause: %v, %v", ok, err)
+	}
+	if _, err := s.Deps.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &q.WorkURL, ReceiptHandle: m.ReceiptHandle}); err != nil {
+		t.Fatal(err)
+	}
+	return receiveOne(t, s, q.WorkURL)
+}
+
+// nopIntake is an intake whose pauses and resumes do nothing.
+type nopIntake struct{}
+
+func (nopIntake) Pause(context.Context, config.Route) error  { return nil }
+func (nopIntake) Resume(context.Context, config.Route) error { return nil }
 
 // logErrors finds the error of each log line.
 var logErrors = regexp.MustCompile(`error="[^"]*"`)

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -64,6 +65,7 @@ var serviceEndpoints = []struct {
 	{"CloudFormation", "AWS_ENDPOINT_URL_CLOUDFORMATION", func(c aws.Config) *string {
 		return cloudformation.NewFromConfig(c).Options().BaseEndpoint
 	}},
+	{"EventBridge", "AWS_ENDPOINT_URL_EVENTBRIDGE", func(c aws.Config) *string { return eventbridge.NewFromConfig(c).Options().BaseEndpoint }},
 }
 
 // awsNotice is the line that names the AWS a command talks to: the general

@@ -29,9 +29,9 @@ without --force they wait up to --wait for a running poller to hand it over;
 
 // cmdCheckpoint reads or moves a job's checkpoint.
 //
-//	checkpoint get   --job J [--json]
-//	checkpoint set   --job J --seq SEQ [--wait D] [--force] [--yes]
-//	checkpoint reset --job J [--from beginning|now] [--wait D] [--force] [--yes]
+//	checkpoint get   --job J [-o json]
+//	checkpoint set   --job J --seq SEQ [--wait D] [--force] [--yes] [-o json]
+//	checkpoint reset --job J [--from beginning|now] [--wait D] [--force] [--yes] [-o json]
 //
 // set and reset take the job's lease first: a poller holding it is given
 // --wait to hand it over (pollers release it at the end of every
@@ -48,7 +48,7 @@ func cmdCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
 func cmdCheckpointGet(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "checkpoint get")
 	sc := scopeFlags(fs, helpOneJob, "")
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -68,15 +68,15 @@ func cmdCheckpointGet(ctx context.Context, env *cliEnv, args []string) error {
 func cmdCheckpointSet(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "checkpoint set")
 	mf := moveFlags(fs)
-	seq := fs.String("seq", "", "sequence to store, as JSON (a number, or a quoted string)")
+	seq := fs.String("seq", "", "sequence to store, as JSON: a number (1350), or a string in quotes ('\"13-g1AAAA\"')")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *seq == "" {
-		return errors.New("checkpoint set: --seq is required")
+		return usagef("checkpoint set: --seq is required")
 	}
 	if !json.Valid([]byte(*seq)) {
-		return fmt.Errorf("checkpoint set: --seq %q is not JSON (quote a string seq: '\"12-abc\"')", *seq)
+		return usagef("checkpoint set: --seq %q is not JSON (quote a string seq: '\"12-abc\"')", *seq)
 	}
 	return mf.move(ctx, env, checkpointMove{verb: "set", target: json.RawMessage(*seq), desc: *seq})
 }
@@ -97,7 +97,7 @@ func cmdCheckpointReset(ctx context.Context, env *cliEnv, args []string) error {
 		m.fromNow = true
 		m.desc = "the source's current position (changes made before it are never sent; use verify --repair to catch up)"
 	default:
-		return fmt.Errorf("checkpoint reset: --from %q (want beginning or now)", *from)
+		return usagef("checkpoint reset: --from %q (want beginning or now)", *from)
 	}
 	return mf.move(ctx, env, m)
 }
@@ -116,16 +116,17 @@ type checkpointMove struct {
 // and the job, and how to take the job's lease.
 type leaseScope struct {
 	*scope
-	wait       *time.Duration
-	force, yes *bool
+	wait               *time.Duration
+	force, yes, asJSON *bool
 }
 
 func moveFlags(fs *flag.FlagSet) *leaseScope {
 	return &leaseScope{
-		scope: scopeFlags(fs, helpOneJob, ""),
-		wait:  fs.Duration("wait", 0, "wait this long for a running poller to hand the lease over (0: do not wait)"),
-		force: fs.Bool("force", false, "take the lease even while a poller holds it (fences the poller out)"),
-		yes:   fs.Bool("yes", false, "do not ask for confirmation"),
+		scope:  scopeFlags(fs, helpOneJob, ""),
+		wait:   fs.Duration("wait", 0, "wait this long for a running poller to hand the lease over (0: do not wait)"),
+		force:  fs.Bool("force", false, "take the lease even while a poller holds it (fences the poller out)"),
+		yes:    fs.Bool("yes", false, "do not ask for confirmation"),
+		asJSON: outputFlag(fs),
 	}
 }
 
@@ -173,12 +174,25 @@ func (s *leaseScope) move(ctx context.Context, env *cliEnv, m checkpointMove) er
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", m.verb, err)
 	}
+	if *s.asJSON {
+		return writeJSON(env.stdout, checkpointMoved{Job: j.ID, Checkpoint: m.target, Generation: l.Generation, Takeover: string(l.Kind)})
+	}
 	fmt.Fprintf(env.stdout, "%s checkpoint set to %s (lease generation %d, taken as %s); the next poller starts there\n",
 		j.ID, orBeginning(m.target), l.Generation, l.Kind)
 	return nil
 }
 
-// checkpointState is `checkpoint get --json`.
+// checkpointMoved is what `checkpoint set|reset -o json` prints: the new
+// checkpoint (null: the beginning), and the lease generation and takeover
+// under which it was written.
+type checkpointMoved struct {
+	Job        string          `json:"job"`
+	Checkpoint json.RawMessage `json:"checkpoint"`
+	Generation int64           `json:"generation"`
+	Takeover   string          `json:"takeover"`
+}
+
+// checkpointState is `checkpoint get -o json`.
 type checkpointState struct {
 	Job                string          `json:"job"`
 	Checkpoint         json.RawMessage `json:"checkpoint"`
@@ -236,12 +250,16 @@ func pickJob(f *config.File, id string) (*config.Job, error) {
 		if len(f.Jobs) == 1 {
 			return f.Jobs[0], nil
 		}
-		return nil, errors.New("--job is required: the configuration has several jobs")
+		return nil, usagef("--job is required: the configuration has several jobs")
 	}
 	if j := f.Job(id); j != nil {
 		return j, nil
 	}
-	return nil, fmt.Errorf("no job %q in the configuration", id)
+	ids := make([]string, len(f.Jobs))
+	for i, j := range f.Jobs {
+		ids[i] = j.ID
+	}
+	return nil, usagef("no job %q in the configuration%s", id, didYouMean(id, ids, ""))
 }
 
 func orBeginning(seq json.RawMessage) string {

@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/pipeline"
@@ -53,9 +55,22 @@ func openDLQ(ctx context.Context, env *cliEnv, sc *scope) (*openedDLQ, error) {
 	q, err := dlq.Resolve(ctx, deps.SQS, deps.Config, j, o)
 	if err != nil {
 		deps.Close()
-		return nil, fmt.Errorf("dlq: %w (run changesctl bootstrap first?)", err)
+		return nil, fmt.Errorf("dlq: %w%s", err, missingQueueHint(deps, err))
 	}
 	return &openedDLQ{deps: deps, q: q, archive: dlq.NewArchive(deps.S3, deps.Config, j, o)}, nil
+}
+
+// missingQueueHint says, for an error about a queue the endpoint does not
+// have, what to check: the usual cause is a region or stack.prefix other
+// than the deployed stack's. changesctl bootstrap is named for the local
+// services only: on AWS it would create the queues outside the stack.
+func missingQueueHint(deps *pipeline.Deps, err error) string {
+	var missing *sqstypes.QueueDoesNotExist
+	if !errors.As(err, &missing) {
+		return ""
+	}
+	return fmt.Sprintf(" (no such queue in region %s: check the region and stack.prefix %q against the deployed stack's; on the local services, changesctl bootstrap creates the queues)",
+		deps.AWS.Region, deps.Config.Stack.Prefix)
 }
 
 // name is "job/output".
@@ -65,9 +80,10 @@ func (d *openedDLQ) name() string { return d.q.Job + "/" + d.q.Output }
 func cmdDLQList(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "dlq list")
 	sc := scopeFlags(fs, helpOneJob, helpOneOutput)
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := outputFlag(fs)
 	samples := fs.Int("samples", 5, "sample document ids per reason")
-	maxMsgs := fs.Int("max", dlq.DefaultScanMax, "read at most this many messages")
+	maxMsgs := fs.Int("limit", dlq.DefaultScanMax, "read at most this many messages")
+	renamedFlag(env, fs, "max", "limit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,7 +99,7 @@ func cmdDLQList(ctx context.Context, env *cliEnv, args []string) error {
 func cmdDLQShow(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "dlq show")
 	sc := scopeFlags(fs, helpOneJob, helpOneOutput)
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := outputFlag(fs)
 	id := fs.String("id", "", "the message id to show")
 	limit := fs.Int("limit", 1, "show the first N messages (without --id)")
 	body := fs.Bool("body", false, "print the document body too")
@@ -91,7 +107,7 @@ func cmdDLQShow(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	if *limit < 1 {
-		return fmt.Errorf("dlq show: --limit %d must be at least 1", *limit)
+		return usagef("dlq show: --limit %d must be at least 1", *limit)
 	}
 	d, err := openDLQ(ctx, env, sc)
 	if err != nil {
@@ -105,7 +121,7 @@ func cmdDLQShow(ctx context.Context, env *cliEnv, args []string) error {
 func cmdDLQRedrive(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "dlq redrive")
 	sc := scopeFlags(fs, helpOneJob, helpOneOutput)
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := outputFlag(fs)
 	rate := fs.Int("rate", 0, "at most this many messages per second (0: as fast as possible; a move task caps it at 500)")
 	mode := fs.String("mode", string(dlq.ModeAuto), "auto (a move task for a standard dlq where the endpoint supports it, else copy), task (standard dlqs only) or copy")
 	limit := fs.Int("limit", 0, "copy at most this many messages (0: all)")
@@ -128,7 +144,7 @@ func cmdDLQRedrive(ctx context.Context, env *cliEnv, args []string) error {
 		bad = append(bad, fmt.Errorf("--workers %d must be at least 1", *workers))
 	}
 	if err := errors.Join(bad...); err != nil {
-		return fmt.Errorf("dlq redrive: %w", err)
+		return usagef("dlq redrive: %w", err)
 	}
 	d, err := openDLQ(ctx, env, sc)
 	if err != nil {
@@ -155,6 +171,7 @@ func cmdDLQPurge(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "dlq purge")
 	sc := scopeFlags(fs, helpOneJob, helpOneOutput)
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	asJSON := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -163,7 +180,7 @@ func cmdDLQPurge(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer d.deps.Close()
-	return d.purge(ctx, env, *yes)
+	return d.purge(ctx, env, *yes, *asJSON)
 }
 
 // route finds the job and output, defaulting to the only one of each.
@@ -174,16 +191,23 @@ func route(f *config.File, jobID, outputID string) (*config.Job, *config.Output,
 	}
 	if outputID == "" {
 		if len(j.Outputs) != 1 {
-			return nil, nil, fmt.Errorf("--output is required: job %s has %d outputs", j.ID, len(j.Outputs))
+			return nil, nil, usagef("--output is required: job %s has %d outputs", j.ID, len(j.Outputs))
 		}
 		return j, j.Outputs[0], nil
 	}
-	for _, o := range j.Outputs {
+	ids := make([]string, len(j.Outputs))
+	for i, o := range j.Outputs {
 		if o.ID == outputID {
 			return j, o, nil
 		}
+		ids[i] = o.ID
 	}
-	return nil, nil, fmt.Errorf("job %s has no output %q", j.ID, outputID)
+	hint := didYouMean(outputID, ids, "")
+	if outputID == "json" || outputID == "table" {
+		// --output names an output; the format is -o.
+		hint = " (-o " + outputID + " chooses what is printed)"
+	}
+	return nil, nil, usagef("job %s has no output %q%s", j.ID, outputID, hint)
 }
 
 type dlqListing struct {
@@ -304,7 +328,7 @@ func (d *openedDLQ) readArchive(ctx context.Context, id string, maxMsgs int, fn 
 	return n, nil
 }
 
-// dlqShown is one message as `dlq show --json` prints it.
+// dlqShown is one message as `dlq show -o json` prints it.
 type dlqShown struct {
 	dlq.Message
 	Doc json.RawMessage `json:"doc,omitempty"`
@@ -345,7 +369,7 @@ func (d *openedDLQ) show(ctx context.Context, env *cliEnv, id string, limit int,
 	if id != "" && len(found) == 0 {
 		return fmt.Errorf("dlq show: no message %s in %s or its archive %s (gone, or held by another reader)", id, q.DLQName, d.archive.Location())
 	}
-	if len(found) == 0 {
+	if len(found) == 0 && !asJSON {
 		fmt.Fprintf(env.stdout, "%s and its archive are empty\n", q.DLQName)
 		return nil
 	}
@@ -473,7 +497,18 @@ func dlqRedrive(ctx context.Context, env *cliEnv, r *dlq.Redriver, name string, 
 	return nil
 }
 
-func (d *openedDLQ) purge(ctx context.Context, env *cliEnv, yes bool) error {
+// purged is what `dlq purge -o json` prints: how many messages were
+// deleted from the DLQ (SQS finishes within a minute) and from its archive.
+type purged struct {
+	Job             string `json:"job"`
+	Output          string `json:"output"`
+	DLQ             string `json:"dlq"`
+	Deleted         int    `json:"deleted"`
+	Archive         string `json:"archive"`
+	ArchivedDeleted int    `json:"archived_deleted"`
+}
+
+func (d *openedDLQ) purge(ctx context.Context, env *cliEnv, yes, asJSON bool) error {
 	deps, q, name := d.deps, d.q, d.name()
 	depth, err := dlq.QueueDepth(ctx, deps.SQS, q.DLQURL)
 	if err != nil {
@@ -483,7 +518,11 @@ func (d *openedDLQ) purge(ctx context.Context, env *cliEnv, yes bool) error {
 	if err != nil {
 		return err
 	}
+	res := purged{Job: q.Job, Output: q.Output, DLQ: q.DLQName, Archive: d.archive.Location()}
 	if depth.Total() == 0 && stats.Count == 0 {
+		if asJSON {
+			return writeJSON(env.stdout, res)
+		}
 		fmt.Fprintf(env.stdout, "%s and its archive are empty\n", q.DLQName)
 		return nil
 	}
@@ -495,16 +534,23 @@ func (d *openedDLQ) purge(ctx context.Context, env *cliEnv, yes bool) error {
 		if err := dlq.Purge(ctx, deps.SQS, q.DLQURL); err != nil {
 			return err
 		}
-		fmt.Fprintf(env.stdout, "purged %s: %d messages deleted (SQS may take up to a minute to finish)\n", q.DLQName, depth.Total())
-	}
-	if stats.Count > 0 {
-		n, err := d.archive.Purge(ctx)
-		fmt.Fprintf(env.stdout, "purged %s: %d archived messages deleted\n", d.archive.Location(), n)
-		if err != nil {
-			return err
+		res.Deleted = depth.Total()
+		if !asJSON {
+			fmt.Fprintf(env.stdout, "purged %s: %d messages deleted (SQS may take up to a minute to finish)\n", q.DLQName, depth.Total())
 		}
 	}
-	return nil
+	if stats.Count > 0 {
+		res.ArchivedDeleted, err = d.archive.Purge(ctx)
+		if !asJSON {
+			fmt.Fprintf(env.stdout, "purged %s: %d archived messages deleted\n", d.archive.Location(), res.ArchivedDeleted)
+		}
+	}
+	if asJSON {
+		if jerr := writeJSON(env.stdout, res); jerr != nil && err == nil {
+			err = jerr
+		}
+	}
+	return err
 }
 
 func writeJSON(w io.Writer, v any) error {

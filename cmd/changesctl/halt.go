@@ -44,13 +44,15 @@ func cmdHalt(ctx context.Context, env *cliEnv, args []string) error {
 // configuration, the job and output, and the message group.
 type haltScope struct {
 	*scope
-	group *string
+	group  *string
+	asJSON *bool
 }
 
 func haltFlags(fs *flag.FlagSet) *haltScope {
 	return &haltScope{
-		scope: scopeFlags(fs, helpOneJob, helpOneOutput),
-		group: fs.String("group", "", "the halted message group (default: the only one)"),
+		scope:  scopeFlags(fs, helpOneJob, helpOneOutput),
+		group:  fs.String("group", "", "the halted message `group` (default: the only one)"),
+		asJSON: outputFlag(fs),
 	}
 }
 
@@ -72,7 +74,7 @@ func (s *haltScope) open(ctx context.Context, env *cliEnv, verb string) (*halted
 	}
 	if !o.Halts() {
 		deps.Close()
-		return nil, fmt.Errorf("halt: output %s/%s has on_failure %s: it never halts (its failures go to the DLQ: changesctl dlq list)", j.ID, o.ID, o.OnFailure)
+		return nil, fmt.Errorf("halt: output %s/%s has on_failure %s: it never halts, so halt is %w for it (its failures go to the DLQ: changesctl dlq list)", j.ID, o.ID, o.OnFailure, errUnsupported)
 	}
 	store := &halt.Store{DB: deps.DynamoDB, Table: deps.Config.TableName()}
 	list, err := store.List(ctx, j.ID, o.ID)
@@ -97,7 +99,6 @@ func cmdHaltShow(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "halt show")
 	hs := haltFlags(fs)
 	body := fs.Bool("body", false, "print the blocked change's document")
-	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -109,7 +110,7 @@ func cmdHaltShow(ctx context.Context, env *cliEnv, args []string) error {
 	if *hs.group != "" {
 		h.list = pickGroup(h.list, *hs.group)
 	}
-	return h.show(ctx, env, *body, *asJSON)
+	return h.show(ctx, env, *body, *hs.asJSON)
 }
 
 // waitFlag defines --wait of halt retry and skip.
@@ -126,7 +127,7 @@ func cmdHaltRetry(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	if *wait < 0 {
-		return fmt.Errorf("halt retry: --wait %s is negative", *wait)
+		return usagef("halt retry: --wait %s is negative", *wait)
 	}
 	h, err := hs.open(ctx, env, "retry")
 	if err != nil {
@@ -137,7 +138,7 @@ func cmdHaltRetry(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	return h.resume(ctx, env, st, halt.Retry, *wait)
+	return h.resume(ctx, env, st, halt.Retry, *wait, *hs.asJSON)
 }
 
 // cmdHaltSkip has the writer move the blocked change to the DLQ.
@@ -150,7 +151,7 @@ func cmdHaltSkip(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	if *wait < 0 {
-		return fmt.Errorf("halt skip: --wait %s is negative", *wait)
+		return usagef("halt skip: --wait %s is negative", *wait)
 	}
 	h, err := hs.open(ctx, env, "skip")
 	if err != nil {
@@ -165,7 +166,7 @@ func cmdHaltSkip(ctx context.Context, env *cliEnv, args []string) error {
 		st.DocID, st.Seq, h.deps.Config.DLQName(h.j, h.o), h.j.ID, h.o.ID)) {
 		return errors.New("halt skip: not confirmed")
 	}
-	return h.resume(ctx, env, st, halt.Skip, *wait)
+	return h.resume(ctx, env, st, halt.Skip, *wait, *hs.asJSON)
 }
 
 // cmdHaltClear removes a halt whose blocked change is no longer in the
@@ -194,8 +195,24 @@ func cmdHaltClear(ctx context.Context, env *cliEnv, args []string) error {
 	if err := h.store.Clear(ctx, j.ID, o.ID, st.Group, st.MessageID); err != nil {
 		return fmt.Errorf("halt clear: %w", err)
 	}
+	if *hs.asJSON {
+		return writeJSON(env.stdout, haltOutcome{Job: j.ID, Output: o.ID, Group: st.Group, DocID: st.DocID, Action: "clear", Outcome: "cleared"})
+	}
 	fmt.Fprintf(env.stdout, "%s/%s: halt at document %q cleared; the output goes on\n", j.ID, o.ID, st.DocID)
 	return nil
+}
+
+// haltOutcome is what `halt retry|skip|clear -o json` prints: the action
+// and its outcome: requested (--wait 0: carried out at the writer's next
+// attempt), delivered, skipped (moved to the DLQ), or cleared.
+type haltOutcome struct {
+	Job     string `json:"job"`
+	Output  string `json:"output"`
+	Group   string `json:"group"`
+	DocID   string `json:"doc_id"`
+	Action  string `json:"action"`
+	Outcome string `json:"outcome"`
+	DLQ     string `json:"dlq,omitempty"`
 }
 
 func pickGroup(list []halt.State, group string) []halt.State {
@@ -228,7 +245,7 @@ func oneHalt(list []halt.State, j *config.Job, o *config.Output, group string) (
 	return list[0], nil
 }
 
-// haltShown is one halted group as show --json prints it.
+// haltShown is one halted group as show -o json prints it.
 type haltShown struct {
 	Job           string           `json:"job"`
 	Output        string           `json:"output"`
@@ -336,7 +353,7 @@ func envelopeDoc(ctx context.Context, deps *pipeline.Deps, j *config.Job, e *cha
 
 // resume records the operator's request, makes the blocked change
 // visible so that the writer takes it at once, and waits for the outcome.
-func (ho *haltedOutput) resume(ctx context.Context, env *cliEnv, st halt.State, a halt.Action, wait time.Duration) error {
+func (ho *haltedOutput) resume(ctx context.Context, env *cliEnv, st halt.State, a halt.Action, wait time.Duration, asJSON bool) error {
 	deps, store, j, o := ho.deps, ho.store, ho.j, ho.o
 	name := j.ID + "/" + o.ID
 	req, err := store.Request(ctx, j.ID, o.ID, st.Group, st.MessageID, a, time.Now())
@@ -359,7 +376,11 @@ func (ho *haltedOutput) resume(ctx context.Context, env *cliEnv, st halt.State, 
 		deps.Log.Debug("make halted change visible", "error", err)
 	}
 	fmt.Fprintf(env.stderr, "%s requested for document %q (seq %s) of %s\n", a, st.DocID, st.Seq, name)
+	res := haltOutcome{Job: j.ID, Output: o.ID, Group: st.Group, DocID: st.DocID, Action: string(a), Outcome: "requested"}
 	if wait == 0 {
+		if asJSON {
+			return writeJSON(env.stdout, res)
+		}
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
@@ -372,9 +393,16 @@ func (ho *haltedOutput) resume(ctx context.Context, env *cliEnv, st halt.State, 
 		case err != nil:
 			return fmt.Errorf("halt %s: %w", a, err)
 		case cur == nil || cur.MessageID != st.MessageID:
+			res.Outcome = "delivered"
 			if a == halt.Skip {
-				fmt.Fprintf(env.stdout, "%s: document %q moved to %s; the output goes on\n", name, st.DocID, deps.Config.DLQName(j, o))
-			} else {
+				res.Outcome, res.DLQ = "skipped", deps.Config.DLQName(j, o)
+			}
+			switch {
+			case asJSON:
+				return writeJSON(env.stdout, res)
+			case a == halt.Skip:
+				fmt.Fprintf(env.stdout, "%s: document %q moved to %s; the output goes on\n", name, st.DocID, res.DLQ)
+			default:
 				fmt.Fprintf(env.stdout, "%s: document %q delivered; the output goes on\n", name, st.DocID)
 			}
 			return nil

@@ -16,7 +16,14 @@ import (
 // against the operator policy of docs/deploy.md: a request it would deny
 // fails the run. The tests' stacks are named by testenv.UniqueName, so the
 // policy's stack prefix P stands for any such name.
+//
+// With CHANGESCTL_TEST_MAIN=1 the test binary is changesctl itself: it runs
+// main on its arguments (runMain starts it so).
 func TestMain(m *testing.M) {
+	if os.Getenv(envTestMain) == "1" {
+		main()
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "changesctl-calls-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -24,13 +26,13 @@ import (
 	"github.com/changes-worker/changes-worker/shared/pipeline"
 )
 
-const invokeUsage = `usage: changesctl invoke poller|writer --event FILE --config FILE [--job J] [--output O] [--timeout D]
+const invokeUsage = `usage: changesctl invoke poller|writer --event FILE --config FILE [--job J] [--output O] [--function-timeout D] [-o json|table]
 
 Runs one function once on one event, against the services the configuration
 and the AWS settings name, as Lambda would (sam local invoke): the handler's
-response is printed on standard output, its logs go to standard error, and a
-handler error exits with status 1. FILE is a Lambda event (see events/), or -
-for standard input.
+response is printed on standard output (as JSON, unless -o table), its logs
+go to standard error, and a handler error exits with status 1. FILE is a
+Lambda event (see events/), or - for standard input.
 
 poller: the event is {"job": "<id>"}; --job replaces the job it names.
 writer: the event is an SQS batch; each record belongs to the output whose
@@ -42,27 +44,35 @@ rewritten (--output may be left out when the job has only one).
 // cmdInvoke runs the poller or the writer handler once on an event.
 func cmdInvoke(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) == 0 || (args[0] != "poller" && args[0] != "writer") {
-		fmt.Fprint(env.stderr, invokeUsage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		if len(args) > 0 && isHelp(args[0]) {
+			fmt.Fprint(env.stdout, invokeUsage)
 			return flag.ErrHelp
 		}
-		return errors.New("invoke: name the function: poller or writer")
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			return usagef("invoke: unknown function %q (want poller or writer)%s", args[0], didYouMean(args[0], []string{"poller", "writer"}, ""))
+		}
+		fmt.Fprint(env.stderr, invokeUsage)
+		return usagef("invoke: name the function: poller or writer")
 	}
 	fn := args[0]
 	fs := newFlags(env, "invoke "+fn)
-	fs.Usage = func() { fmt.Fprint(env.stderr, invokeUsage); fs.PrintDefaults() }
-	sc := scopeFlags(fs, "job id (poller: replaces the event's job; writer: point the records at this job's output)", "writer: point the records at this output")
-	eventPath := fs.String("event", "", "Lambda event file (- for standard input)")
-	timeout := fs.Duration("timeout", 0, "the invocation's deadline (default: stack.poller_timeout or stack.writer_timeout)")
+	sc := scopeFlags(fs, "job `id` (poller: replaces the event's job; writer: point the records at this job's output)", "writer: point the records at this output `id`")
+	eventPath := fs.String("event", "", "Lambda event `file` (- for standard input)")
+	timeout := fs.Duration("function-timeout", 0, "the invocation's deadline, as the function's timeout on Lambda (default: the job's poller timeout, or stack.writer_timeout)")
+	renamedFlag(env, fs, "timeout", "function-timeout")
 	verbose := fs.Bool("v", false, "debug logging")
+	asJSON := formatFlag(fs, true)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("invoke %s: unexpected argument %q", fn, fs.Arg(0))
+		return usagef("invoke %s: unexpected argument %q", fn, fs.Arg(0))
 	}
 	if *eventPath == "" {
-		return fmt.Errorf("invoke %s: --event is required", fn)
+		return usagef("invoke %s: --event is required", fn)
+	}
+	if fn == "poller" && *sc.output != "" {
+		return usagef("invoke poller: --output applies to the writer only")
 	}
 	raw, err := readEvent(env, *eventPath)
 	if err != nil {
@@ -74,23 +84,21 @@ func cmdInvoke(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	defer deps.Close()
 
+	// Without a deadline the poller's handler takes its job's poller timeout.
 	budget := *timeout
-	if budget == 0 {
+	if budget == 0 && fn == "writer" {
 		budget = deps.Config.Stack.WriterTimeout.D()
-		if fn == "poller" {
-			budget = deps.Config.Stack.PollerTimeout.D()
-		}
 	}
-	ictx, cancel := context.WithTimeout(ctx, budget)
+	ictx, cancel := ctx, context.CancelFunc(func() {})
+	if budget > 0 {
+		ictx, cancel = context.WithTimeout(ctx, budget)
+	}
 	defer cancel()
 	ictx = lambdacontext.NewContext(ictx, &lambdacontext.LambdaContext{AwsRequestID: requestID()})
 
 	var resp any
 	switch fn {
 	case "poller":
-		if *sc.output != "" {
-			return errors.New("invoke poller: --output applies to the writer only")
-		}
 		var ev pipeline.ScheduleEvent
 		if err := decodeEvent(raw, &ev); err != nil {
 			return fmt.Errorf("invoke poller: %s: %w", *eventPath, err)
@@ -121,8 +129,36 @@ func cmdInvoke(ctx context.Context, env *cliEnv, args []string) error {
 	if merr != nil {
 		return fmt.Errorf("invoke %s: encode response: %w", fn, merr)
 	}
+	if !*asJSON {
+		return printResponse(env.stdout, out)
+	}
 	fmt.Fprintf(env.stdout, "%s\n", out)
 	return nil
+}
+
+// printResponse prints a handler's response, a JSON object, as a table:
+// one line per field, its value as JSON unless it is a string.
+func printResponse(w io.Writer, resp []byte) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(resp, &fields); err != nil {
+		_, err := fmt.Fprintf(w, "%s\n", resp)
+		return err
+	}
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, k := range keys {
+		v := string(fields[k])
+		var s string
+		if json.Unmarshal(fields[k], &s) == nil {
+			v = s
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", k, v)
+	}
+	return tw.Flush()
 }
 
 func readEvent(env *cliEnv, path string) ([]byte, error) {

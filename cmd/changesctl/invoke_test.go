@@ -139,23 +139,25 @@ func TestInvokeWriterMissingClaimCheck(t *testing.T) {
 func TestInvokeErrors(t *testing.T) {
 	s := newTestStack(t, outPG)
 	badField := tempFile(t, "bad.json", []byte(`{"job": "orders", "jobs": ["x"]}`))
+	// A command line that cannot be right exits 64, a failed invocation 1.
 	tests := []struct {
-		name string
-		args []string
-		want string
+		name   string
+		args   []string
+		status int
+		want   string
 	}{
-		{"no function", []string{"invoke"}, "name the function"},
-		{"no event", []string{"invoke", "writer"}, "--event is required"},
-		{"unknown field", []string{"invoke", "poller", "--event", badField}, `unknown field "jobs"`},
-		{"queue of another configuration", []string{"invoke", "writer", "--event", sampleEvent("sqs-standard.json")}, `queue "changes-worker-orders-pg", which is no work queue of this configuration`},
-		{"poller of an unknown job", []string{"invoke", "poller", "--event", sampleEvent("schedule.json"), "--job", "nosuch", "--timeout", "5s"}, `no job "nosuch"`},
-		{"schedule event given to the writer", []string{"invoke", "writer", "--event", sampleEvent("schedule.json")}, `unknown field "job"`},
+		{"no function", []string{"invoke"}, exitUsage, "name the function"},
+		{"no event", []string{"invoke", "writer"}, exitUsage, "--event is required"},
+		{"unknown field", []string{"invoke", "poller", "--event", badField}, exitFailed, `unknown field "jobs"`},
+		{"queue of another configuration", []string{"invoke", "writer", "--event", sampleEvent("sqs-standard.json")}, exitFailed, `queue "changes-worker-orders-pg", which is no work queue of this configuration`},
+		{"poller of an unknown job", []string{"invoke", "poller", "--event", sampleEvent("schedule.json"), "--job", "nosuch", "--function-timeout", "5s"}, exitFailed, `no job "nosuch"`},
+		{"schedule event given to the writer", []string{"invoke", "writer", "--event", sampleEvent("schedule.json")}, exitFailed, `unknown field "job"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			stdout, stderr, err := s.cli(t.Context(), "", tt.args...)
-			if exitCode(err) != 1 || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("exit %d, error %v; want exit 1 and an error containing %q\nstdout: %s\nstderr: %s", exitCode(err), err, tt.want, stdout, stderr)
+			if exitCode(err) != tt.status || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("exit %d, error %v; want exit %d and an error containing %q\nstdout: %s\nstderr: %s", exitCode(err), err, tt.status, tt.want, stdout, stderr)
 			}
 			if stdout != "" {
 				t.Errorf("printed a response on failure: %s", stdout)
@@ -174,7 +176,7 @@ func TestInvokePoller(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		s.putDoc(id, map[string]any{"n": id}, "")
 	}
-	out := s.mustCLI(t.Context(), "invoke", "poller", "--event", sampleEvent("schedule.json"), "--timeout", "6s")
+	out := s.mustCLI(t.Context(), "invoke", "poller", "--event", sampleEvent("schedule.json"), "--function-timeout", "6s")
 	var res struct {
 		Role       string
 		Generation int64

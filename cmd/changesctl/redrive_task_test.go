@@ -79,10 +79,24 @@ func TestRedriveMoveTask(t *testing.T) {
 // exhaustReceives receives the messages of a work queue without deleting
 // them, with a 1-second visibility timeout, until its redrive policy has
 // moved n messages to the DLQ (as when the writer timed out on every
-// receive).
+// receive). A FIFO work queue's redrive policy allows SQS's 1,000 receives
+// (its writer counts max_receive_count itself): it is lowered to the
+// output's max_receive_count first, so that SQS moves them within the test.
 func (s *testStack) exhaustReceives(q dlq.Queues, n int) {
 	s.t.Helper()
 	ctx := s.t.Context()
+	if q.FIFO {
+		_, o, err := s.Output(q.Job, q.Output)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		policy := fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"%d"}`, q.DLQARN, o.MaxReceiveCount)
+		if _, err := s.Deps.SQS.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{
+			QueueUrl: &q.WorkURL, Attributes: map[string]string{"RedrivePolicy": policy},
+		}); err != nil {
+			s.t.Fatal(err)
+		}
+	}
 	deadline := time.Now().Add(time.Minute)
 	for s.depth(q.DLQURL) < n {
 		if time.Now().After(deadline) {

@@ -16,11 +16,12 @@ func cmdSample(ctx context.Context, env *cliEnv, args []string) error {
 	update := fs.Int("update-every", 4, "update every n-th document once more")
 	del := fs.Int("delete-every", 10, "delete every n-th document afterwards")
 	fresh := fs.Bool("fresh", false, "delete and recreate the database first")
+	asJSON := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *db == "" {
-		return fmt.Errorf("--url is required")
+		return usagef("sample: --url is required")
 	}
 	c := http.DefaultClient
 	if *fresh {
@@ -41,6 +42,16 @@ func cmdSample(ctx context.Context, env *cliEnv, args []string) error {
 			live++
 		}
 	}
+	if *asJSON {
+		return writeJSON(env.stdout, sampleLoaded{Documents: len(final), Live: live, Deleted: len(final) - live})
+	}
 	fmt.Fprintf(env.stdout, "loaded %d documents into the source (%d live, %d deleted)\n", len(final), live, len(final)-live)
 	return nil
+}
+
+// sampleLoaded is what `sample -o json` prints.
+type sampleLoaded struct {
+	Documents int `json:"documents"`
+	Live      int `json:"live"`
+	Deleted   int `json:"deleted"`
 }

@@ -15,18 +15,20 @@ import (
 // the configuration file: no database or AWS access.
 func cmdSchema(_ context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "schema")
-	sc := scopeFlags(fs, "only this job", "only this output")
+	sc := scopeFlags(fs, "only this job `id`", "only this output `id`")
+	asJSON := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *sc.path == "" {
-		return errors.New("schema: --config is required")
-	}
-	cfg, err := config.Load(*sc.path)
+	file, err := sc.configFile(env)
 	if err != nil {
-		return err
+		return fmt.Errorf("schema: %w", err)
 	}
-	printed := 0
+	cfg, err := config.Load(file.path)
+	if err != nil {
+		return file.wrap(err)
+	}
+	var tables []schemaShown
 	for _, j := range cfg.Jobs {
 		if *sc.job != "" && j.ID != *sc.job {
 			continue
@@ -37,7 +39,7 @@ func cmdSchema(_ context.Context, env *cliEnv, args []string) error {
 			}
 			if o.Postgres == nil {
 				if *sc.output != "" {
-					return fmt.Errorf("schema: output %s of job %s is not a postgres output", o.ID, j.ID)
+					return fmt.Errorf("schema: output %s of job %s is a %s output: %w (it prints the tables of postgres outputs)", o.ID, j.ID, o.Type, errUnsupported)
 				}
 				continue
 			}
@@ -45,19 +47,32 @@ func cmdSchema(_ context.Context, env *cliEnv, args []string) error {
 			if err != nil {
 				return fmt.Errorf("schema: job %s: %w", j.ID, err)
 			}
-			mode := "document mode"
+			mode := "document"
 			if o.Postgres.Mapping != nil {
-				mode = "mapping mode"
+				mode = "mapping"
 			}
-			if printed > 0 {
-				fmt.Fprintln(env.stdout)
-			}
-			fmt.Fprintf(env.stdout, "-- job %s, output %s (%s)\n%s", j.ID, o.ID, mode, ddl)
-			printed++
+			tables = append(tables, schemaShown{Job: j.ID, Output: o.ID, Mode: mode, DDL: ddl})
 		}
 	}
-	if printed == 0 {
+	if len(tables) == 0 {
 		return errors.New("schema: no postgres output matches")
 	}
+	if *asJSON {
+		return writeJSON(env.stdout, tables)
+	}
+	for i, t := range tables {
+		if i > 0 {
+			fmt.Fprintln(env.stdout)
+		}
+		fmt.Fprintf(env.stdout, "-- job %s, output %s (%s mode)\n%s", t.Job, t.Output, t.Mode, t.DDL)
+	}
 	return nil
+}
+
+// schemaShown is one output's tables as `schema -o json` prints them.
+type schemaShown struct {
+	Job    string `json:"job"`
+	Output string `json:"output"`
+	Mode   string `json:"mode"`
+	DDL    string `json:"ddl"`
 }

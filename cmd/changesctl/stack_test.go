@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -315,16 +316,7 @@ func writeS3Config(t *testing.T, prefix, bucket string) string {
 }
 
 // exitCode is the status main would exit with for err.
-func exitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	var ee exitError
-	if errors.As(err, &ee) {
-		return int(ee)
-	}
-	return 1
-}
+func exitCode(err error) int { return exitStatus(err, io.Discard) }
 
 // errPermanent is an output's permanent refusal of a change.
 var errPermanent = &deliver.Error{Class: deliver.Permanent, Reason: "http_status", HTTPStatus: 422, Err: errors.New("rejected")}

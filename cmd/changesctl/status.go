@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -102,10 +101,15 @@ type outageShown struct {
 	// Held counts the messages the writers held back since, at each hold.
 	Held int64 `json:"messages_held"`
 	// Current: a writer found the output down recently enough (within two
-	// outage.max_retry and a minute) that the outage is still going on; a
-	// record older than that was left by a writer instance that ended
-	// before it saw the output back.
+	// outage.max_retry and a minute) that the outage is still going on, or
+	// the output's intake is paused; a record older than that was left by a
+	// writer instance that ended before it saw the output back.
 	Current bool `json:"current"`
+	// Intake is "paused" while the writer receives none of the output's
+	// messages and its probe tries the output (a FIFO output), "resuming"
+	// once the probe found it back; PausedAt is when it paused.
+	Intake   string     `json:"intake,omitempty"`
+	PausedAt *time.Time `json:"intake_paused_at,omitempty"`
 }
 
 // cmdStatus shows each job's lease, checkpoint and queues.
@@ -122,8 +126,8 @@ type outageShown struct {
 // a recorded reason.
 func cmdStatus(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "status")
-	sc := scopeFlags(fs, "only this job", "")
-	asJSON := fs.Bool("json", false, "print JSON")
+	sc := scopeFlags(fs, "only this job `id`", "")
+	asJSON := outputFlag(fs)
 	watch := fs.Bool("watch", false, "redraw until interrupted")
 	interval := fs.Duration("interval", 2*time.Second, "--watch: time between redraws")
 	peek := fs.Bool("peek", false, "sample work queues for the age of their oldest message (counts as a receive; see -h)")
@@ -131,10 +135,10 @@ func cmdStatus(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	if *watch && *peek {
-		return errors.New("status: --peek cannot be combined with --watch: every peek counts as a receive toward max_receive_count")
+		return usagef("status: --peek cannot be combined with --watch: every peek counts as a receive toward max_receive_count")
 	}
 	if *interval < 100*time.Millisecond {
-		return fmt.Errorf("status: --interval %s is too short", *interval)
+		return usagef("status: --interval %s is too short", *interval)
 	}
 	deps, err := sc.load(ctx, env, false)
 	if err != nil {
@@ -290,8 +294,15 @@ func downLine(job, output string, d *outageShown, depth int) string {
 		return fmt.Sprintf("%s/%s was DOWN from %s, last found down %s (no writer has reported it since): %s",
 			job, output, d.Since.Format(time.RFC3339), when(time.Now(), d.LastAt), d.LastError)
 	}
-	return fmt.Sprintf("%s/%s DOWN since %s: %s; messages held %d times, %s in the queue; nothing is dead-lettered while it lasts",
+	line := fmt.Sprintf("%s/%s DOWN since %s: %s; messages held %d times, %s in the queue; nothing is dead-lettered while it lasts",
 		job, output, when(time.Now(), d.Since), d.LastError, d.Held, queue)
+	switch d.Intake {
+	case outage.IntakePaused:
+		line += fmt.Sprintf("; intake paused since %s: no message is received, the writer's probe tries the output (last %s)", when(time.Now(), *d.PausedAt), when(time.Now(), d.LastAt))
+	case outage.IntakeResuming:
+		line += "; the probe found it back, its intake is resuming"
+	}
+	return line
 }
 
 // quarantineLine describes one quarantine entry on one line.
@@ -394,7 +405,10 @@ func outputState(ctx context.Context, deps *pipeline.Deps, j *config.Job, o *con
 	}
 	if down != nil {
 		s.Down = &outageShown{Since: down.Since, LastAt: down.LastAt, LastError: down.LastError, Held: down.Held,
-			Current: now.Sub(down.LastAt) <= 2*o.Outage.MaxRetry.D()+time.Minute}
+			Current: down.Intake != "" || now.Sub(down.LastAt) <= 2*o.Outage.MaxRetry.D()+time.Minute, Intake: down.Intake}
+		if !down.PausedAt.IsZero() {
+			s.Down.PausedAt = &down.PausedAt
+		}
 	}
 	q, err := dlq.Resolve(ctx, deps.SQS, deps.Config, j, o)
 	if err != nil {

@@ -153,8 +153,9 @@ func TestStatusShowsQuarantine(t *testing.T) {
 }
 
 // TestStatusShowsOutputDown shows an output a writer found down: since
-// when, the last error and the messages held; a record no writer has
-// refreshed for long is shown as a past outage.
+// when, the last error and the messages held, and whether its intake is
+// paused; a record no writer has refreshed for long is shown as a past
+// outage, unless its intake is paused.
 func TestStatusShowsOutputDown(t *testing.T) {
 	ctx, s := parallelStack(t, outPG, outS3)
 	store := &outage.Store{DB: s.Deps.DynamoDB, Table: s.Config.TableName()}
@@ -167,6 +168,11 @@ func TestStatusShowsOutputDown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	paused := now.Add(-2 * time.Minute)
+	if _, err := store.Pause(ctx, outage.State{Job: "orders", Output: "pg", Since: now.Add(-3 * time.Minute), LastAt: paused,
+		LastError: "transient connection: connect: connection refused", ProbeMessageID: "m1"}); err != nil {
+		t.Fatal(err)
+	}
 	var rows []jobStatus
 	if err := json.Unmarshal([]byte(s.mustCLI(ctx, "status", "--json")), &rows); err != nil {
 		t.Fatal(err)
@@ -174,7 +180,8 @@ func TestStatusShowsOutputDown(t *testing.T) {
 	if len(rows) != 1 || len(rows[0].Outputs) != 2 {
 		t.Fatalf("status --json: %+v", rows)
 	}
-	if d := rows[0].Outputs[0].Down; d == nil || !d.Current || d.Held != 42 || !d.Since.Equal(now.Add(-3*time.Minute)) || !strings.Contains(d.LastError, "connection refused") {
+	if d := rows[0].Outputs[0].Down; d == nil || !d.Current || d.Held != 42 || !d.Since.Equal(now.Add(-3*time.Minute)) || !strings.Contains(d.LastError, "connection refused") ||
+		d.Intake != outage.IntakePaused || d.PausedAt == nil || !d.PausedAt.Equal(paused) {
 		t.Errorf("pg down: %+v", d)
 	}
 	if d := rows[0].Outputs[1].Down; d == nil || d.Current {
@@ -183,6 +190,7 @@ func TestStatusShowsOutputDown(t *testing.T) {
 	table := squeeze(s.mustCLI(ctx, "status"))
 	for _, w := range []string{" pg DOWN 0 ", "orders/pg DOWN since " + now.Add(-3*time.Minute).Format(time.RFC3339),
 		"transient connection: connect: connection refused; messages held 42 times, 0 in the queue",
+		"intake paused since " + paused.Format(time.RFC3339), "no message is received, the writer's probe tries the output",
 		"orders/s3 was DOWN from " + now.Add(-3*time.Hour).Format(time.RFC3339)} {
 		if !strings.Contains(table, w) {
 			t.Errorf("status table lacks %q:\n%s", w, table)

@@ -37,7 +37,7 @@ func TestArgumentErrors(t *testing.T) {
 		{"dlq unknown action", []string{"dlq", "drain"}, `unknown action "drain"`},
 		{"dlq no config", []string{"dlq", "list"}, "--config is required"},
 		{"dlq purge", []string{"dlq", "purge", "--limit", "3"}, "flag provided but not defined: -limit"},
-		{"dlq purge json", []string{"dlq", "purge", "--json"}, "flag provided but not defined: -json"},
+		{"dlq purge samples", []string{"dlq", "purge", "--samples", "2"}, "flag provided but not defined: -samples"},
 		{"dlq list", []string{"dlq", "list", "--yes"}, "flag provided but not defined: -yes"},
 		{"dlq show", []string{"dlq", "show", "--mode", "copy"}, "flag provided but not defined: -mode"},
 		{"dlq redrive", []string{"dlq", "redrive", "--samples", "2"}, "flag provided but not defined: -samples"},
@@ -49,6 +49,8 @@ func TestArgumentErrors(t *testing.T) {
 		{"checkpoint reset", []string{"checkpoint", "reset", "--seq", "1"}, "flag provided but not defined: -seq"},
 		{"halt no action", []string{"halt"}, "want show, retry, skip or clear"},
 		{"checkpoint unknown action", []string{"checkpoint", "move"}, `unknown action "move" (want get, set or reset)`},
+		{"verify argument", []string{"verify", "pg"}, `verify: unexpected argument "pg"`},
+		{"verify negative sample", []string{"verify", "--samples", "-1"}, `verify: --samples -1 is negative`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -111,7 +111,7 @@ func TestValidate(t *testing.T) {
 				"ok: 1 job, 1 output",
 				"  orders: couchdb source, outputs files (s3)",
 				"warning: stack.bucket: existing-data is an existing bucket, whose lifecycle configuration the stack leaves as it is: add a rule that expires the objects under claim-check/ (docs/deploy.md shows it) and check it with `changesctl bucket check --config FILE`; without it, claim checks are never deleted",
-				"warning: jobs[orders].schedule: stack.poller_timeout (2m0s) does not outlast the schedule (5m0s) by 15s: no invocation stands by to take over, so a busy feed waits for the next tick after each invocation and a crashed poller is replaced only then; make stack.poller_timeout at least 5m15s, or the schedule shorter",
+				"warning: jobs[orders].schedule: with a poller timeout of 2m0s and a schedule of 5m0s, up to 5m0s of every period has no invocation standing by, and a poller that crashes then is replaced only at the next tick; a standby at every moment needs a poller timeout of twice the schedule plus 15s (10m15s), which stack.poller_timeout left unset gives",
 			},
 		},
 		{name: "no file", args: []string{"--config", "nope.json"}, wantErr: "open nope.json"},

@@ -25,18 +25,6 @@ import (
 // object, a stale object, an object the source never had), checks that
 // verify reports exactly those, repairs them, lets the writer drain, and
 // checks that verify is clean again and that a later source change still
-// verifyJSON runs verify --json on an output (drift exits 2: the status is
-// not checked) and decodes what it printed.
-func (s *testStack) verifyJSON(output string) verifyResult {
-	s.t.Helper()
-	var res verifyResult
-	out, _, _ := s.cli(s.t.Context(), "", "verify", "--output", output, "--json")
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		s.t.Fatalf("verify --json: %v\n%s", err, out)
-	}
-	return res
-}
-
 // wins over the repair.
 func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 	ctx, s := parallelStack(t, outPG, outS3)
@@ -138,11 +126,23 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 	}
 }
 
+// verifyJSON runs verify --json on an output (drift exits 2: the status is
+// not checked) and decodes what it printed.
+func (s *testStack) verifyJSON(output string) verify.Result {
+	s.t.Helper()
+	var res verify.Result
+	out, _, _ := s.cli(s.t.Context(), "", "verify", "--output", output, "--json")
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		s.t.Fatalf("verify --json: %v\n%s", err, out)
+	}
+	return res
+}
+
 // TestVerifyHTTPUnsupported: an HTTP output has no state to read.
 func TestVerifyHTTPUnsupported(t *testing.T) {
 	ctx, s := parallelStack(t, outPG, outHTTP)
 	_, errOut, err := s.cli(ctx, "", "verify", "--output", "rest")
-	if exitCode(err) != 2 || !strings.Contains(errOut, "verify is not supported for http outputs") {
+	if exitCode(err) != exitUnsupported || !strings.Contains(errOut, "verify is not supported for http outputs") {
 		t.Errorf("verify of an http output: exit %d (%v), stderr:\n%s", exitCode(err), err, errOut)
 	}
 }
@@ -295,4 +295,22 @@ func (s *testStack) s3Output(i int) (*config.S3Output, *s3sink.Sink) {
 		s.t.Fatal(err)
 	}
 	return out, sink
+}
+
+// TestVerifyRemoteNeedsItsFunction: verify --remote invokes the job's verify
+// function of the deployed stack. Where no stack deployed it (bootstrapped
+// resources, as here, or a stack of a release without it) the command says
+// which function it looked for and how to go on; an HTTP output is refused
+// before anything is invoked, as verify refuses it locally.
+func TestVerifyRemoteNeedsItsFunction(t *testing.T) {
+	ctx, s := parallelStack(t, outPG, outHTTP)
+	fn := s.Config.Stack.Prefix + "-orders-verify"
+	_, errOut, err := s.cli(ctx, "", "verify", "--output", "pg", "--remote")
+	if exitCode(err) != 1 || err == nil || !strings.Contains(err.Error(), "no function "+fn) || !strings.Contains(err.Error(), "without --remote") {
+		t.Errorf("verify --remote without the function: exit %d (%v), want 1 naming %s and the local mode\n%s", exitCode(err), err, fn, errOut)
+	}
+	_, errOut, err = s.cli(ctx, "", "verify", "--output", "rest", "--remote")
+	if exitCode(err) != exitUnsupported || !strings.Contains(errOut, "verify is not supported for http outputs") {
+		t.Errorf("verify --remote of an http output: exit %d (%v), stderr:\n%s", exitCode(err), err, errOut)
+	}
 }

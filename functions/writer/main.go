@@ -1,5 +1,6 @@
 // Command writer is the writer Lambda: it delivers SQS batches of changes to
-// their output and reports the failed messages (ReportBatchItemFailures).
+// their output and reports the failed messages (ReportBatchItemFailures),
+// and on its probe schedule tries the outputs whose intake it paused.
 package main
 
 import (
@@ -10,5 +11,5 @@ import (
 )
 
 func main() {
-	lambdamain.Start(context.Background(), "writer", func(d *pipeline.Deps) any { return d.Writer().Handle })
+	lambdamain.Start(context.Background(), "writer", func(d *pipeline.Deps) any { return d.Writer().Invoke })
 }

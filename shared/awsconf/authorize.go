@@ -230,6 +230,12 @@ var operations = map[string]func(*opArgs) ([]iampolicy.Request, error){
 	"Lambda UpdateEventSourceMapping":    one("lambda:UpdateEventSourceMapping", eventSourceMapping),
 	"Lambda DeleteEventSourceMapping":    one("lambda:DeleteEventSourceMapping", eventSourceMapping),
 
+	// EventBridge: a rule is rule/NAME on the default event bus, rule/BUS/NAME
+	// on another.
+	"EventBridge DescribeRule": one("events:DescribeRule", rule),
+	"EventBridge DisableRule":  one("events:DisableRule", rule),
+	"EventBridge EnableRule":   one("events:EnableRule", rule),
+
 	// CloudWatch: metric data takes no resource.
 	"CloudWatch PutMetricData":       one("cloudwatch:PutMetricData", anyResource),
 	"CloudWatch GetMetricData":       one("cloudwatch:GetMetricData", anyResource),
@@ -632,6 +638,23 @@ func function(o *opArgs) (string, error) {
 		return o.arn("lambda", "function:"+name[i+len(":function:"):]), nil
 	}
 	return o.arn("lambda", "function:"+name), nil
+}
+
+// rule is the ARN of the EventBridge rule Name, on EventBusName (a name or
+// an ARN) or the default bus.
+func rule(o *opArgs) (string, error) {
+	name := str(o.in, "Name")
+	if name == "" {
+		return "", errors.New("no Name")
+	}
+	bus := str(o.in, "EventBusName")
+	if i := strings.LastIndex(bus, ":event-bus/"); i >= 0 {
+		bus = bus[i+len(":event-bus/"):]
+	}
+	if bus == "" || bus == "default" {
+		return o.arn("events", "rule/"+name), nil
+	}
+	return o.arn("events", "rule/"+bus+"/"+name), nil
 }
 
 func eventSourceMapping(o *opArgs) (string, error) {

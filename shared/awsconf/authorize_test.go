@@ -10,6 +10,7 @@ import (
 	cfntypes "github.com/aws/aws-sdk-go-v2/service/cloudformation/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -122,6 +123,13 @@ func TestAuthorizations(t *testing.T) {
 			[]iampolicy.Request{r("lambda:InvokeFunction", "arn:aws:lambda:us-east-1:111122223333:function:cwd-orders-poller", nil)}},
 		{"an event source mapping by UUID", "Lambda", "UpdateEventSourceMapping", &lambda.UpdateEventSourceMappingInput{UUID: aws.String("e-1")}, nil,
 			[]iampolicy.Request{r("lambda:UpdateEventSourceMapping", "arn:aws:lambda:us-east-1:111122223333:event-source-mapping:e-1", nil)}},
+		{"a rule on the default bus", "EventBridge", "DisableRule", &eventbridge.DisableRuleInput{Name: aws.String("cwd-orders-schedule")}, nil,
+			[]iampolicy.Request{r("events:DisableRule", "arn:aws:events:us-east-1:111122223333:rule/cwd-orders-schedule", nil)}},
+		{"a rule on another bus, by ARN", "EventBridge", "EnableRule", &eventbridge.EnableRuleInput{Name: aws.String("nightly"),
+			EventBusName: aws.String("arn:aws:events:us-east-1:111122223333:event-bus/ops")}, nil,
+			[]iampolicy.Request{r("events:EnableRule", "arn:aws:events:us-east-1:111122223333:rule/ops/nightly", nil)}},
+		{"describe a rule", "EventBridge", "DescribeRule", &eventbridge.DescribeRuleInput{Name: aws.String("cwd-orders-schedule"), EventBusName: aws.String("default")}, nil,
+			[]iampolicy.Request{r("events:DescribeRule", "arn:aws:events:us-east-1:111122223333:rule/cwd-orders-schedule", nil)}},
 		{"GetCallerIdentity needs nothing", "STS", "GetCallerIdentity", &struct{}{}, nil, nil},
 	}
 	for _, tt := range tests {

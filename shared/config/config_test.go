@@ -422,6 +422,54 @@ func TestScheduleBounds(t *testing.T) {
 	}
 }
 
+// TestPollerTimeout: unset, a job's poller timeout is two of its schedule
+// periods plus the standby allowance, at most Lambda's 15 minutes; set, the
+// stack's applies to every job. StandbyGap is the part of each period the
+// timeout leaves without a standby.
+func TestPollerTimeout(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, stack, schedule string
+		want, gap             time.Duration
+	}{
+		{name: "the defaults", want: 2*time.Minute + 15*time.Second},
+		{name: "a 7m schedule", schedule: `"7m"`, want: 14*time.Minute + 15*time.Second},
+		{name: "an 8m schedule, past Lambda's 15 minutes", schedule: `"8m"`, want: 15 * time.Minute, gap: time.Minute + 15*time.Second},
+		{name: "a day", schedule: `"24h"`, want: 15 * time.Minute, gap: 24 * time.Hour},
+		{name: "set to 90s, the default schedule", stack: `"poller_timeout":"90s"`, want: 90 * time.Second, gap: 45 * time.Second},
+		{name: "set, no longer than the schedule", stack: `"poller_timeout":"1m"`, schedule: `"5m"`, want: time.Minute, gap: 5 * time.Minute},
+		{name: "set, long enough", stack: `"poller_timeout":"5m"`, schedule: `"2m"`, want: 5 * time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			schedule := ""
+			if tt.schedule != "" {
+				schedule = `"schedule":` + tt.schedule + `,`
+			}
+			f, err := Parse([]byte(`{"stack":{` + tt.stack + `},"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},` + schedule + `
+				"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"env":"D"}}}]}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := f.Jobs[0]
+			if got := f.PollerTimeout(j); got != tt.want {
+				t.Errorf("PollerTimeout = %s, want %s", got, tt.want)
+			}
+			if got := f.StandbyGap(j); got != tt.gap {
+				t.Errorf("StandbyGap = %s, want %s", got, tt.gap)
+			}
+		})
+	}
+	for _, bad := range []string{`"9s"`, `"15m1s"`, `"-1s"`} {
+		_, err := Parse([]byte(`{"stack":{"poller_timeout":` + bad + `},"jobs":[{"id":"a","source":{"type":"couchdb","url":"http://h/db"},
+			"outputs":[{"id":"p","type":"postgres","postgres":{"dsn":{"env":"D"}}}]}]}`))
+		if want := "stack.poller_timeout: "; err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "must be between 10s and 15m") {
+			t.Errorf("poller_timeout %s: Parse error = %v, want %q ... must be between 10s and 15m", bad, err, want)
+		}
+	}
+}
+
 func TestOrderingAndFailurePolicy(t *testing.T) {
 	t.Parallel()
 	out := func(settings string) string {
@@ -435,11 +483,13 @@ func TestOrderingAndFailurePolicy(t *testing.T) {
 		queueReceives  int
 	}{
 		{name: "defaults", settings: ``, queueReceives: 5},
-		{name: "total is fifo", settings: `,"ordering":"total"`, fifo: true, queueReceives: 5},
+		{name: "total is fifo", settings: `,"ordering":"total"`, fifo: true, queueReceives: 1000},
+		{name: "per_document is fifo", settings: `,"ordering":"per_document","max_receive_count":100`, fifo: true, queueReceives: 1000},
+		{name: "fifo bounds receives", settings: `,"ordering":"per_document","max_receive_count":101`, want: "jobs[a].outputs[p].max_receive_count: 101: on a FIFO queue (ordering per_document) at most 100"},
 		{name: "halt on total", settings: `,"ordering":"total","on_failure":"halt"`, fifo: true, halts: true, queueReceives: 1000},
 		{name: "halt on per_document", settings: `,"ordering":"per_document","on_failure":"halt","max_receive_count":100`, fifo: true, halts: true, queueReceives: 1000},
 		{name: "halt needs fifo", settings: `,"on_failure":"halt"`, want: "jobs[a].outputs[p].on_failure: halt needs a FIFO queue"},
-		{name: "halt bounds receives", settings: `,"ordering":"total","on_failure":"halt","max_receive_count":101`, want: "jobs[a].outputs[p].max_receive_count: 101: with on_failure halt at most 100"},
+		{name: "halt bounds receives", settings: `,"ordering":"total","on_failure":"halt","max_receive_count":101`, want: "jobs[a].outputs[p].max_receive_count: 101: on a FIFO queue (ordering total) at most 100"},
 		{name: "unknown policy", settings: `,"on_failure":"retry"`, want: `jobs[a].outputs[p].on_failure: "retry" is not dlq or halt`},
 		{name: "unknown ordering", settings: `,"ordering":"global"`, want: `jobs[a].outputs[p].ordering: "global" is not per_document, total or none`},
 	}

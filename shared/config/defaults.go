@@ -18,7 +18,6 @@ const (
 	DefaultMaxMessageBytes  = 256 * 1024
 	DefaultSchedule         = time.Minute
 	DefaultLatencyObjective = 60 * time.Second
-	DefaultPollerTimeout    = 90 * time.Second
 	DefaultWriterTimeout    = 30 * time.Second
 	DefaultLogRetentionDays = 30
 	DefaultPollerMemoryMB   = 256
@@ -62,6 +61,50 @@ const (
 	DefaultMaxConns = 4
 )
 
+// PollerStandbyAllowance is what a poller invocation's default timeout adds
+// to two schedule periods: 10 s for the invocation to start after its tick
+// (EventBridge delivers a tick within its minute, and the function may start
+// cold) and the 5 s it keeps before its deadline to release the lease. See
+// DefaultPollerTimeout.
+const PollerStandbyAllowance = 15 * time.Second
+
+// MaxPollerTimeout is the longest timeout Lambda allows a function.
+const MaxPollerTimeout = 15 * time.Minute
+
+// DefaultPollerTimeout is the poller timeout of a job with the given schedule
+// when stack.poller_timeout is not set: two schedule periods plus
+// PollerStandbyAllowance, at most MaxPollerTimeout. Every tick starts an
+// invocation that stands by until the lease is free, and reads until its
+// timeout; lasting two periods, it is still there when the tick after next
+// starts the one that will follow it, so at every moment one invocation
+// holds the lease and another stands by to take it over within the lease
+// TTL of a crash. With a schedule over 7 minutes, Lambda's 15 minutes leave
+// part of each period without a standby (File.StandbyGap).
+func DefaultPollerTimeout(schedule time.Duration) time.Duration {
+	return min(2*schedule+PollerStandbyAllowance, MaxPollerTimeout)
+}
+
+// PollerTimeout is the timeout of job j's poller function, the time budget
+// of each of its invocations: stack.poller_timeout when set, else
+// DefaultPollerTimeout of the job's schedule. The file must have its
+// defaults set.
+func (f *File) PollerTimeout(j *Job) time.Duration {
+	if t := f.Stack.PollerTimeout.D(); t > 0 {
+		return t
+	}
+	return DefaultPollerTimeout(j.Schedule.D())
+}
+
+// StandbyGap is how much of each schedule period job j's poller may spend
+// without an invocation standing by beside the one holding the lease (so
+// that a crash waits for the next tick): zero when its timeout is at least
+// DefaultPollerTimeout of its schedule; the whole period when the
+// invocations do not overlap.
+func (f *File) StandbyGap(j *Job) time.Duration {
+	s := j.Schedule.D()
+	return min(max(2*s+PollerStandbyAllowance-f.PollerTimeout(j), 0), s)
+}
+
 // SetDefaults fills every unset setting with its default.
 func (f *File) SetDefaults() {
 	if f.Stack.Prefix == "" {
@@ -72,9 +115,6 @@ func (f *File) SetDefaults() {
 	}
 	if f.Stack.MaxMessageBytes == 0 {
 		f.Stack.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	if f.Stack.PollerTimeout == 0 {
-		f.Stack.PollerTimeout = Duration(DefaultPollerTimeout)
 	}
 	if f.Stack.WriterTimeout == 0 {
 		f.Stack.WriterTimeout = Duration(DefaultWriterTimeout)

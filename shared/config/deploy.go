@@ -21,7 +21,7 @@ func (f *File) deployProblems() []error {
 			continue
 		}
 		p := item("jobs", i, j.ID)
-		for _, name := range []string{f.FunctionName(j, FunctionPoller), f.FunctionName(j, FunctionWriter), f.ScheduleName(j)} {
+		for _, name := range []string{f.FunctionName(j, FunctionPoller), f.FunctionName(j, FunctionWriter), f.FunctionName(j, FunctionVerify), f.ScheduleName(j)} {
 			if len(name) > maxNameLength {
 				errs = append(errs, fmt.Errorf("%s.id: the name %s is %d characters, AWS allows %d: shorten the job's id or stack.prefix",
 					p, name, len(name), maxNameLength))

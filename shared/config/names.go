@@ -18,14 +18,17 @@ func (f *File) DLQName(j *Job, o *Output) string {
 	return f.Stack.Prefix + "-" + j.ID + "-" + o.ID + "-dlq" + o.queueSuffix()
 }
 
-// Functions of a job, each deployed as <prefix>-<job>-<function>.
+// Functions of a job, each deployed as <prefix>-<job>-<function>. The verify
+// function compares an output with the source, and repairs it, from inside
+// the stack (`changesctl verify --remote`).
 const (
 	FunctionPoller = "poller"
 	FunctionWriter = "writer"
+	FunctionVerify = "verify"
 )
 
-// FunctionName is the name of job j's function fn (FunctionPoller or
-// FunctionWriter).
+// FunctionName is the name of job j's function fn (FunctionPoller,
+// FunctionWriter or FunctionVerify).
 func (f *File) FunctionName(j *Job, fn string) string { return f.Stack.Prefix + "-" + j.ID + "-" + fn }
 
 // ScheduleName is the name of the rule that starts job j's poller.
@@ -39,11 +42,12 @@ func (o *Output) FIFO() bool { return o.Ordering == OrderingPerDocument || o.Ord
 func (o *Output) Halts() bool { return o.OnFailure == OnFailureHalt }
 
 // QueueMaxReceiveCount is the work queue's redrive maxReceiveCount: the
-// output's max_receive_count, or SQS's maximum for a halting output, whose
-// writer keeps a halted change at the head of its group instead of letting
-// SQS dead-letter it.
+// output's max_receive_count on a standard queue; SQS's maximum on a FIFO
+// queue, whose writer counts max_receive_count itself and keeps a held or
+// halted change at the head of its group instead of letting SQS
+// dead-letter it.
 func (o *Output) QueueMaxReceiveCount() int {
-	if o.Halts() {
+	if o.FIFO() {
 		return 1000
 	}
 	return o.MaxReceiveCount

@@ -88,10 +88,10 @@ type Stack struct {
 	MaxMessageBytes int `json:"max_message_bytes,omitempty"`
 	// AlarmEmail, when set, is subscribed to the alarm topic.
 	AlarmEmail string `json:"alarm_email"`
-	// PollerTimeout is the poller function's timeout, its time budget per
-	// invocation. Default 90s: longer than the schedule, so each invocation
-	// overlaps the next one, which stands by and takes over the moment the
-	// lease is released.
+	// PollerTimeout is the timeout of every job's poller function, its time
+	// budget per invocation. Unset, each job's is derived from its schedule
+	// (File.PollerTimeout), so that an invocation always stands by beside
+	// the one holding the lease.
 	PollerTimeout Duration `json:"poller_timeout,omitempty"`
 	// WriterTimeout is the writer function's timeout. Default 30s.
 	WriterTimeout Duration `json:"writer_timeout,omitempty"`
@@ -119,7 +119,7 @@ type Stack struct {
 	VPC *VPC `json:"vpc,omitempty"`
 	// DLQ sets how long the DLQs keep failed changes, when the pollers
 	// archive them, and when the alarms call for an operator.
-	DLQ DLQ `json:"dlq"`
+	DLQ DLQ `json:"dlq,omitzero"`
 }
 
 // DLQ sets what happens to the changes waiting in the DLQs. SQS deletes a

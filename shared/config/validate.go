@@ -17,10 +17,12 @@ import (
 
 // Limits of the settings.
 const (
-	// MaxHaltReceiveCount bounds max_receive_count under on_failure halt:
-	// the queue's redrive policy allows SQS's maximum (1000) receives, and a
-	// halted change needs the rest of them while it waits for the operator.
-	MaxHaltReceiveCount = 100
+	// MaxFIFOReceiveCount bounds max_receive_count on a FIFO queue: the
+	// queue's redrive policy allows SQS's maximum (1000) receives, and the
+	// writer counts max_receive_count itself; the rest of the receives are
+	// spent by changes held while their output is down or asks to slow down,
+	// and by a halted change while it waits for the operator.
+	MaxFIFOReceiveCount = 100
 	// MaxFIFOBatchSize is SQS's (and Lambda's) cap on a FIFO queue's batch;
 	// MaxBatchSize is Lambda's cap on a standard queue's.
 	MaxFIFOBatchSize = 10
@@ -87,8 +89,8 @@ func (f *File) problems() []error {
 		bad("stack.max_message_bytes", "%d must be between 1024 and %d (SQS's 1 MiB less the attributes of a message held back or dead-lettered)", f.Stack.MaxMessageBytes, MaxMessageBytes)
 	}
 	if t := f.Stack.PollerTimeout; t == zeroGiven {
-		bad("stack.poller_timeout", zeroRefused, DefaultPollerTimeout)
-	} else if t.D() < 10*time.Second || t.D() > 15*time.Minute {
+		bad("stack.poller_timeout", zeroRefused, fmt.Sprintf("two of each job's schedule periods plus %s", PollerStandbyAllowance))
+	} else if t != 0 && (t.D() < 10*time.Second || t.D() > MaxPollerTimeout) {
 		bad("stack.poller_timeout", "%s must be between 10s and 15m", t.D())
 	}
 	if t := f.Stack.WriterTimeout; t == zeroGiven {
@@ -308,14 +310,14 @@ func (o *Output) validate(p string) []error {
 		if o.Ordering == OrderingNone {
 			bad("on_failure", "halt needs a FIFO queue: set ordering to total or per_document")
 		}
-		if o.MaxReceiveCount > MaxHaltReceiveCount {
-			bad("max_receive_count", "%d: with on_failure halt at most %d (the rest of SQS's 1000 receives keep the halted change in the queue)", o.MaxReceiveCount, MaxHaltReceiveCount)
-		}
 	default:
 		bad("on_failure", "%q is not dlq or halt", o.OnFailure)
 	}
-	if o.MaxReceiveCount < 1 || o.MaxReceiveCount > 1000 {
+	switch {
+	case o.MaxReceiveCount < 1 || o.MaxReceiveCount > 1000:
 		bad("max_receive_count", "%d must be between 1 and 1000", o.MaxReceiveCount)
+	case o.FIFO() && o.MaxReceiveCount > MaxFIFOReceiveCount:
+		bad("max_receive_count", "%d: on a FIFO queue (ordering %s) at most %d (the rest of SQS's 1000 receives keep held and halted changes in the queue)", o.MaxReceiveCount, o.Ordering, MaxFIFOReceiveCount)
 	}
 	switch {
 	case o.FIFO() && (o.BatchSize < 1 || o.BatchSize > MaxFIFOBatchSize):

@@ -1,9 +1,6 @@
 package config
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // Warning is what a deploy of a valid file takes but its operator should
 // act on: a setting that works against another, or a step the stack cannot
@@ -16,20 +13,6 @@ type Warning struct {
 
 // String is the warning as a problem reads: "key: text".
 func (w Warning) String() string { return w.Key + ": " + w.Text }
-
-// StandbyMargin is how long a poller invocation must run on after the next
-// schedule tick for the invocation that tick starts to stand by beside it:
-// time for that one to start, a cold start included, and wait for the
-// lease.
-const StandbyMargin = 15 * time.Second
-
-// Standby reports whether, with a poller timeout of pollerTimeout and a
-// schedule of schedule, each tick's invocation finds the one before it
-// still running, and so stands by to take over the moment it releases the
-// lease or fails.
-func Standby(schedule, pollerTimeout time.Duration) bool {
-	return pollerTimeout >= schedule+StandbyMargin
-}
 
 // warnings are the file's warnings: the stack's, then each job's.
 // bucketGiven says whether the file names stack.bucket (defaults fill it
@@ -44,13 +27,21 @@ func (f *File) warnings(bucketGiven bool) []Warning {
 			"without it, claim checks are never deleted", f.Stack.Bucket, ClaimCheckPrefix)})
 	}
 	for i, j := range f.Jobs {
-		if t := f.Stack.PollerTimeout.D(); !Standby(j.Schedule.D(), t) {
-			ws = append(ws, Warning{item("jobs", i, j.ID) + ".schedule", fmt.Sprintf(
-				"stack.poller_timeout (%s) does not outlast the schedule (%s) by %s: no invocation stands by to take over, "+
-					"so a busy feed waits for the next tick after each invocation and a crashed poller is replaced only then; "+
-					"make stack.poller_timeout at least %s, or the schedule shorter",
-				t, j.Schedule.D(), formatDuration(StandbyMargin), j.Schedule.D()+StandbyMargin)})
+		gap := f.StandbyGap(j)
+		if gap == 0 {
+			continue
 		}
+		s := j.Schedule.D()
+		fix := fmt.Sprintf("a standby at every moment needs a poller timeout of twice the schedule plus %s (%s), which stack.poller_timeout left unset gives",
+			formatDuration(PollerStandbyAllowance), 2*s+PollerStandbyAllowance)
+		if longest := (MaxPollerTimeout - PollerStandbyAllowance) / 2; s > longest {
+			fix = fmt.Sprintf("a standby at every moment needs a schedule of at most %s, since Lambda allows no timeout over %s",
+				longest, formatDuration(MaxPollerTimeout))
+		}
+		ws = append(ws, Warning{item("jobs", i, j.ID) + ".schedule", fmt.Sprintf(
+			"with a poller timeout of %s and a schedule of %s, up to %s of every period has no invocation standing by, "+
+				"and a poller that crashes then is replaced only at the next tick; %s",
+			f.PollerTimeout(j), s, gap, fix)})
 	}
 	return ws
 }

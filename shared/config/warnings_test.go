@@ -3,33 +3,9 @@ package config
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
-
-// TestStandby: the next tick's invocation stands by when the one before it
-// runs on for at least StandbyMargin after that tick, whatever the two
-// settings are.
-func TestStandby(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		schedule, timeout time.Duration
-		want              bool
-	}{
-		{schedule: time.Minute, timeout: 90 * time.Second, want: true},
-		{schedule: time.Minute, timeout: 75 * time.Second, want: true},
-		{schedule: time.Minute, timeout: 74 * time.Second, want: false},
-		{schedule: time.Minute, timeout: time.Minute, want: false},
-		{schedule: 5 * time.Minute, timeout: 90 * time.Second, want: false},
-		{schedule: 10 * time.Minute, timeout: 15 * time.Minute, want: true},
-	}
-	for _, tt := range tests {
-		if got := Standby(tt.schedule, tt.timeout); got != tt.want {
-			t.Errorf("Standby(%s, %s) = %v, want %v", tt.schedule, tt.timeout, got, tt.want)
-		}
-	}
-}
 
 // TestDeployWarnings: CheckForDeploy names what a deploy accepts but its
 // operator should act on: a job whose poller has no standby, an existing
@@ -50,8 +26,15 @@ func TestDeployWarnings(t *testing.T) {
 			name: "a schedule the poller does not outlast",
 			in:   `{"stack":{"poller_timeout":"70s"},"jobs":[` + job("a", "") + `,` + job("b", `,"schedule":"5m"`) + `]}`,
 			want: []string{
-				"jobs[a].schedule: stack.poller_timeout (1m10s) does not outlast the schedule (1m0s) by 15s: no invocation stands by to take over, so a busy feed waits for the next tick after each invocation and a crashed poller is replaced only then; make stack.poller_timeout at least 1m15s, or the schedule shorter",
-				"jobs[b].schedule: stack.poller_timeout (1m10s) does not outlast the schedule (5m0s) by 15s: no invocation stands by to take over, so a busy feed waits for the next tick after each invocation and a crashed poller is replaced only then; make stack.poller_timeout at least 5m15s, or the schedule shorter",
+				"jobs[a].schedule: with a poller timeout of 1m10s and a schedule of 1m0s, up to 1m0s of every period has no invocation standing by, and a poller that crashes then is replaced only at the next tick; a standby at every moment needs a poller timeout of twice the schedule plus 15s (2m15s), which stack.poller_timeout left unset gives",
+				"jobs[b].schedule: with a poller timeout of 1m10s and a schedule of 5m0s, up to 5m0s of every period has no invocation standing by, and a poller that crashes then is replaced only at the next tick; a standby at every moment needs a poller timeout of twice the schedule plus 15s (10m15s), which stack.poller_timeout left unset gives",
+			},
+		},
+		{
+			name: "a schedule too long for Lambda's longest timeout to outlast twice",
+			in:   `{"jobs":[` + job("a", `,"schedule":"10m"`) + `]}`,
+			want: []string{
+				"jobs[a].schedule: with a poller timeout of 15m0s and a schedule of 10m0s, up to 5m15s of every period has no invocation standing by, and a poller that crashes then is replaced only at the next tick; a standby at every moment needs a schedule of at most 7m22.5s, since Lambda allows no timeout over 15m",
 			},
 		},
 		{

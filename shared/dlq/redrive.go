@@ -472,22 +472,9 @@ func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time)
 		}
 	}
 
-	var accepted []Message
-	var sendErr error
-	if len(send) > 0 {
-		if err := r.Journal.Mark(ctx, messageIDs(send), Sending, nil); err != nil {
-			return err
-		}
-		var workIDs map[string]string
-		// What was accepted before a failed request is recorded and
-		// deleted from the DLQ all the same; the failed request's messages
-		// stay Sending in the journal.
-		accepted, workIDs, sendErr = c.send(ctx, send)
-		if len(accepted) > 0 {
-			if err := r.Journal.Mark(ctx, messageIDs(accepted), Sent, workIDs); err != nil {
-				return errors.Join(sendErr, err)
-			}
-		}
+	accepted, sendErr, err := c.journaledSend(ctx, send)
+	if err != nil {
+		return err
 	}
 
 	toDelete := slices.Concat(accepted, recovered)
@@ -534,6 +521,29 @@ func (c *copyRun) batch(ctx context.Context, msgs []Message, received time.Time)
 		r.Progress(done, max(c.total, done))
 	}
 	return sendErr
+}
+
+// journaledSend sends msgs to the work queue (send) between their journal
+// entries: Sending before, Sent with the work queue's message id for those
+// SQS accepted. What was accepted before a failed request is returned with
+// that request's error (sendErr), to be recorded and deleted all the same;
+// the failed request's messages stay Sending. err is a journal write that
+// failed: then nothing is to be deleted.
+func (c *copyRun) journaledSend(ctx context.Context, msgs []Message) (accepted []Message, sendErr, err error) {
+	if len(msgs) == 0 {
+		return nil, nil, nil
+	}
+	j := c.r.Journal
+	if err := j.Mark(ctx, messageIDs(msgs), Sending, nil); err != nil {
+		return nil, nil, err
+	}
+	accepted, workIDs, sendErr := c.send(ctx, msgs)
+	if len(accepted) > 0 {
+		if err := j.Mark(ctx, messageIDs(accepted), Sent, workIDs); err != nil {
+			return nil, nil, errors.Join(sendErr, err)
+		}
+	}
+	return accepted, sendErr, nil
 }
 
 // messageIDs returns the DLQ message ids of msgs.

@@ -141,19 +141,9 @@ func (r *Redriver) archiveBatch(ctx context.Context, run *copyRun, res *Result, 
 		}
 		send = append(send, m)
 	}
-	var accepted []Message
-	var sendErr error
-	if len(send) > 0 {
-		if err := r.Journal.Mark(ctx, messageIDs(send), Sending, nil); err != nil {
-			return err
-		}
-		var workIDs map[string]string
-		accepted, workIDs, sendErr = run.send(ctx, send)
-		if len(accepted) > 0 {
-			if err := r.Journal.Mark(ctx, messageIDs(accepted), Sent, workIDs); err != nil {
-				return errors.Join(sendErr, err)
-			}
-		}
+	accepted, sendErr, err := run.journaledSend(ctx, send)
+	if err != nil {
+		return err
 	}
 	var deleted []string
 	var errs []error

@@ -216,11 +216,12 @@ type encoded struct {
 }
 
 func (e encoded) body(output []byte) string {
-	b := make([]byte, 0, len(e.head)+len(output)+len(e.tail))
-	b = append(b, e.head...)
-	b = append(b, output...)
-	b = append(b, e.tail...)
-	return string(b)
+	var b strings.Builder
+	b.Grow(len(e.head) + len(output) + len(e.tail))
+	b.Write(e.head)
+	b.Write(output)
+	b.Write(e.tail)
+	return b.String()
 }
 
 // outputField is how the envelope's empty Output field encodes.
@@ -282,13 +283,17 @@ func (r *send) encode(ctx context.Context, targets []Target, changes []*change.E
 	return enc, nil
 }
 
+// envelopeFields is about what an envelope's JSON holds besides its
+// strings and raw values: names, punctuation, numbers, the time.
+const envelopeFields = 160
+
 // split encodes a change with an empty Output and cuts it where the output
 // goes. The field is the third of the envelope, after "v" and "job", whose
 // values cannot contain it, so its first occurrence is the field itself.
 func split(c *change.Envelope) (encoded, error) {
 	env := *c
 	env.Output = ""
-	b, err := json.Marshal(&env)
+	b, err := env.AppendJSON(make([]byte, 0, len(c.Job)+len(c.DocID)+len(c.Rev)+len(c.Seq)+len(c.Doc)+envelopeFields))
 	if err != nil {
 		return encoded{}, fmt.Errorf("encode envelope %s: %w", c.DocID, err)
 	}
@@ -346,37 +351,46 @@ type lane []batch
 // together hold the same group. A FIFO queue with ordering total has one
 // group: all its requests form one lane, in feed order.
 func (s *Sender) waves(targets []Target, changes []*change.Envelope, enc []encoded) [][]lane {
-	// wave[i] is the number of earlier changes of change i's document.
-	wave := make([]int, len(changes))
+	// wave[i] is the number of earlier changes of change i's document, on
+	// a per-document FIFO queue.
+	var wave []int
 	waves := 1
-	seen := make(map[string]int, len(changes))
-	for i, c := range changes {
-		wave[i] = seen[c.DocID]
-		seen[c.DocID]++
-		waves = max(waves, wave[i]+1)
+	for _, t := range targets {
+		if t.FIFO && !t.Total {
+			wave = make([]int, len(changes))
+			seen := make(map[string]int, len(changes))
+			for i, c := range changes {
+				wave[i] = seen[c.DocID]
+				seen[c.DocID]++
+				waves = max(waves, wave[i]+1)
+			}
+			break
+		}
 	}
 	out := make([][]lane, waves)
+	// The entries of change i on every target have the id ids[i].
+	ids := make([]string, len(changes))
 	all := make([]int, len(changes))
 	for i := range all {
-		all[i] = i
+		ids[i], all[i] = strconv.Itoa(i), i
 	}
 	for _, t := range targets {
 		output := outputJSON(t.Output)
 		switch {
 		case t.FIFO && t.Total:
-			out[0] = append(out[0], lane(s.chunks(t, changes, enc, output, all)))
+			out[0] = append(out[0], lane(s.chunks(t, changes, enc, ids, output, all)))
 		case t.FIFO:
 			per := make([][]int, waves)
 			for i := range changes {
 				per[wave[i]] = append(per[wave[i]], i)
 			}
 			for w, idx := range per {
-				for _, b := range s.chunks(t, changes, enc, output, idx) {
+				for _, b := range s.chunks(t, changes, enc, ids, output, idx) {
 					out[w] = append(out[w], lane{b})
 				}
 			}
 		default:
-			for _, b := range s.chunks(t, changes, enc, output, all) {
+			for _, b := range s.chunks(t, changes, enc, ids, output, all) {
 				out[0] = append(out[0], lane{b})
 			}
 		}
@@ -385,34 +399,42 @@ func (s *Sender) waves(targets []Target, changes []*change.Envelope, enc []encod
 }
 
 // chunks groups the entries of changes idx for target t into batches of at
-// most ten entries and at most MaxBytes of bodies.
-func (s *Sender) chunks(t Target, changes []*change.Envelope, enc []encoded, output []byte, idx []int) []batch {
+// most ten entries and at most MaxBytes of bodies. The strings the entries
+// point at are allocated together, per call.
+func (s *Sender) chunks(t Target, changes []*change.Envelope, enc []encoded, ids []string, output []byte, idx []int) []batch {
+	perEntry := 1 // the body; on a FIFO queue also the group and the deduplication id
+	if t.FIFO {
+		perEntry = 3
+	}
+	strs := make([]string, len(idx)*perEntry)
+	entries := make([]sqstypes.SendMessageBatchRequestEntry, len(idx))
 	var out []batch
-	var cur batch
-	size := 0
-	for _, i := range idx {
-		body := enc[i].body(output)
-		if len(cur.entries) == batchLimit || (len(cur.entries) > 0 && size+len(body) > s.MaxBytes) {
+	cur := batch{t: t}
+	first, size := 0, 0 // the current batch is entries[first:k]
+	for k, i := range idx {
+		body := &strs[k*perEntry]
+		*body = enc[i].body(output)
+		if n := k - first; n == batchLimit || (n > 0 && size+len(*body) > s.MaxBytes) {
+			cur.entries = entries[first:k:k]
 			out = append(out, cur)
-			cur, size = batch{}, 0
+			cur, first, size = batch{t: t}, k, 0
 		}
-		e := sqstypes.SendMessageBatchRequestEntry{
-			Id:          aws.String(strconv.Itoa(i)),
-			MessageBody: aws.String(body),
-		}
+		e := &entries[k]
+		e.Id, e.MessageBody = &ids[i], body
 		if t.FIFO {
 			c := changes[i]
-			e.MessageGroupId = aws.String(t.Group(c.DocID))
-			e.MessageDeduplicationId = aws.String(DeduplicationID(c.Job, t.Output, c.DocID, c.Seq, t.Epoch))
+			group, dedup := &strs[k*perEntry+1], &strs[k*perEntry+2]
+			*group = t.Group(c.DocID)
+			*dedup = DeduplicationID(c.Job, t.Output, c.DocID, c.Seq, t.Epoch)
+			e.MessageGroupId, e.MessageDeduplicationId = group, dedup
 		}
-		cur.t = t
-		cur.entries = append(cur.entries, e)
 		if enc[i].claim {
 			cur.claims++
 		}
-		size += len(body)
+		size += len(*body)
 	}
-	if len(cur.entries) > 0 {
+	if first < len(idx) {
+		cur.entries = entries[first:len(idx):len(idx)]
 		out = append(out, cur)
 	}
 	return out

@@ -3,7 +3,10 @@
 // deadline (so a new invocation overlaps the previous one and stands by), and
 // the writer is fed by an SQS long-poll loop that hands it batches, deletes
 // only the messages it did not report failed, and leaves the rest to the
-// queue's visibility timeout, receive count and redrive policy.
+// queue's visibility timeout, receive count and redrive policy. The loops of
+// a work queue stop receiving while the writer has paused the queue's intake
+// (the event source mapping turned off, on Lambda), and the writer's probe
+// runs on a ticker, as its schedule runs it on Lambda.
 package localrun
 
 import (
@@ -36,7 +39,8 @@ type Options struct {
 	Jobs []string
 	// Tick is the schedule interval. Default: each job's schedule.
 	Tick time.Duration
-	// PollerTimeout is each poller invocation's deadline. Default: the stack's.
+	// PollerTimeout is each poller invocation's deadline. Default: each
+	// job's poller timeout (config.File.PollerTimeout).
 	PollerTimeout time.Duration
 	// WriterTimeout is each writer invocation's deadline. Default: the stack's.
 	WriterTimeout time.Duration
@@ -50,6 +54,9 @@ type Options struct {
 	// each invoking the writer on the batches it receives. Default
 	// DefaultReceivers.
 	Concurrency int
+	// ProbeEvery is how often the writer probes the outputs whose intake it
+	// paused. Default DefaultProbeEvery.
+	ProbeEvery time.Duration
 }
 
 // Runtime runs pipelines locally.
@@ -67,6 +74,7 @@ type Runtime struct {
 	polled      atomic.Int64 // poller invocations that ended
 	polling     atomic.Int64 // time.Duration they ran
 	writer      *writer.Handler
+	intake      pauses
 	mu          sync.Mutex
 	caughtUp    map[string]bool
 }
@@ -92,7 +100,9 @@ func (r *Runtime) Run(ctx context.Context) error {
 	var queues []queue
 	if !r.Opts.NoWriter {
 		h := r.Deps.Writer()
+		h.Intake = &r.intake
 		r.writer = h
+		wg.Go(func() { r.probe(ctx, h, jobs) })
 		for _, j := range jobs {
 			for _, o := range j.Outputs {
 				q, err := r.queue(ctx, f.QueueName(j, o), o)
@@ -199,7 +209,7 @@ func (r *Runtime) schedule(ctx context.Context, j *config.Job, errc chan<- error
 func (r *Runtime) poll(ctx context.Context, j *config.Job, owner string, errc chan<- error) {
 	timeout := r.Opts.PollerTimeout
 	if timeout == 0 {
-		timeout = r.Deps.Config.Stack.PollerTimeout.D()
+		timeout = r.Deps.Config.PollerTimeout(j)
 	}
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -234,7 +244,7 @@ func (r *Runtime) queue(ctx context.Context, name string, o *config.Output) (que
 	c := r.Deps.SQS
 	u, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name})
 	if err != nil {
-		return queue{}, fmt.Errorf("get queue url %s (run changesctl bootstrap first): %w", name, err)
+		return queue{}, fmt.Errorf("get queue url %s in region %s (check the region and stack.prefix; on the local services, changesctl bootstrap creates the queues): %w", name, r.Deps.AWS.Region, err)
 	}
 	a, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: u.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn},
@@ -289,7 +299,7 @@ func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue, i,
 	// back. Stopping waits for the current long poll instead.
 	rctx := context.WithoutCancel(ctx)
 	for ctx.Err() == nil {
-		if i >= h.ReceiverLimit(q.job, q.out.ID, n) {
+		if i >= h.ReceiverLimit(q.job, q.out.ID, n) || r.intake.paused(q.job, q.out.ID) {
 			_ = clock.Sleep(ctx, receiverIdle)
 			continue
 		}
@@ -323,8 +333,8 @@ func (r *Runtime) writerLoop(ctx context.Context, h *writer.Handler, q queue, i,
 	}
 }
 
-// receiverIdle is how long a writer loop held back by backpressure waits
-// before it looks at the output's state again.
+// receiverIdle is how long a writer loop held back by backpressure or a
+// paused intake waits before it looks at the output's state again.
 const receiverIdle = 250 * time.Millisecond
 
 // attemptID returns a fresh ReceiveRequestAttemptId.

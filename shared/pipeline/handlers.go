@@ -19,8 +19,8 @@ type ScheduleEvent struct {
 }
 
 // HandleSchedule is the poller Lambda handler: one invocation for one job,
-// until the context's deadline (without one, the stack's poller timeout by
-// the Deps clock). Beside the poll loop it archives the job's DLQs when due
+// until the context's deadline (without one, the job's poller timeout by the
+// Deps clock). Beside the poll loop it archives the job's DLQs when due
 // (archiveDLQs). The invocation's owner id is the Lambda request id from
 // the context. The local runtime calls it too, with a context built the
 // same way.
@@ -30,7 +30,11 @@ func (d *Deps) HandleSchedule(ctx context.Context, ev ScheduleEvent) (poll.Resul
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		deadline = d.Now.Now().Add(d.Config.Stack.PollerTimeout.D())
+		timeout := d.Config.Stack.PollerTimeout.D()
+		if j := d.Config.Job(ev.Job); j != nil {
+			timeout = d.Config.PollerTimeout(j)
+		}
+		deadline = d.Now.Now().Add(timeout)
 	}
 	stopArchiving := d.archiveDLQs(ctx, ev.Job, deadline)
 	defer stopArchiving()

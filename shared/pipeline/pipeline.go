@@ -15,8 +15,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -52,6 +54,11 @@ type Deps struct {
 	DynamoDB *dynamodb.Client
 	SQS      *sqs.Client
 	S3       *s3.Client
+	// Lambda and Function are set in a Lambda function: its client and
+	// the function's name, with which the writer turns its event source
+	// mappings off and on (writer.Mappings).
+	Lambda   *lambda.Client
+	Function string
 
 	// Now is the clock of the poller and its lease decisions; fault tests
 	// skew it. Zero: the system clock.
@@ -89,6 +96,8 @@ const (
 	// EnvTaskRoot is where Lambda unpacked the function's code (/var/task
 	// on AWS); a relative CHANGES_CONFIG_FILE is taken from there.
 	EnvTaskRoot = "LAMBDA_TASK_ROOT"
+	// EnvFunctionName is the function's name, which Lambda sets.
+	EnvFunctionName = "AWS_LAMBDA_FUNCTION_NAME"
 )
 
 // LoadConfig reads the configuration named by CHANGES_CONFIG_FILE or, when
@@ -139,10 +148,18 @@ func OverrideBucket(f *config.File, bucket string) {
 }
 
 // New builds the shared dependencies. Its logger shows document ids as
-// stack.doc_ids says (docid.Logger).
+// stack.doc_ids says (docid.Logger). In a Lambda function (the environment
+// names it) they include the Lambda client.
 func New(f *config.File, awsCfg aws.Config, lookup Lookup, log *slog.Logger, metricsOut io.Writer) *Deps {
 	prefix, _ := lookup(EnvEnvSecretPrefix)
+	fn, _ := lookup(EnvFunctionName)
+	var lc *lambda.Client
+	if fn != "" {
+		lc = lambda.NewFromConfig(awsCfg)
+	}
 	return &Deps{
+		Lambda:   lc,
+		Function: fn,
 		Config:   f,
 		AWS:      awsCfg,
 		Log:      docid.Logger(log, docid.Exposure(f.Stack.DocIDs)),
@@ -272,8 +289,15 @@ func (d *Deps) feed(ctx context.Context, j *config.Job, onRequest func(string, i
 }
 
 // Writer builds the writer handler for every output of the configuration.
+// In a Lambda function its intake is the function's event source mappings;
+// elsewhere it has none, and the host sets its own (the local runtime).
 func (d *Deps) Writer() *writer.Handler {
+	var intake writer.Intake
+	if d.Lambda != nil {
+		intake = &writer.Mappings{Lambda: d.Lambda, Function: d.Function, Config: d.Config}
+	}
 	return &writer.Handler{
+		Intake:  intake,
 		Config:  d.Config,
 		Sinks:   d.Sink,
 		SQS:     d.SQS,
@@ -378,8 +402,14 @@ func (d *Deps) credentials(ctx context.Context, a *config.Auth) (user, pass, tok
 	return "", "", "", fmt.Errorf("auth type %q", a.Type)
 }
 
-// Hostname for lease owner records.
+// Hostname names where a lease holder runs, for the job item (`host` in
+// changesctl status --json): in a Lambda execution environment its log
+// stream, which holds that environment's records; elsewhere the machine's
+// name.
 func Hostname() string {
+	if s := lambdacontext.LogStreamName; s != "" {
+		return s
+	}
 	h, err := os.Hostname()
 	if err != nil {
 		return "unknown"

@@ -66,12 +66,19 @@ type fakeLeases struct {
 	checkpoint   json.RawMessage
 	checkpointAt time.Time
 	replayEpoch  int64
+	releaseAt    time.Time // as the holder announced it (AcquireUntil)
 	// freeAfterReads releases the other owner's lease at this read (Get).
 	freeAfterReads int
 	// perRead moves the clock on every read (Get).
 	perRead time.Duration
-	reads   int
-	marks   int
+	// renewing keeps the other owner's lease alive: every read (Get) sees
+	// it renewed.
+	renewing bool
+	reads    int
+	marks    int
+	// standby and standbyAt are the last standby mark: who, and when.
+	standby   string
+	standbyAt time.Time
 
 	// checkpointErr, when set, answers a checkpoint write of seq instead
 	// of the store.
@@ -83,7 +90,7 @@ var _ poll.Leases = (*fakeLeases)(nil)
 func (f *fakeLeases) state() *lease.State {
 	return &lease.State{Exists: f.owner != "", Owner: f.owner, Generation: f.generation, ExpiresAt: f.expires,
 		Released: f.released, Checkpoint: f.checkpoint, CheckpointAt: f.checkpointAt, HeartbeatAt: f.expires.Add(-ttl),
-		ReplayEpoch: f.replayEpoch}
+		ReplayEpoch: f.replayEpoch, Standby: f.standby, StandbySeenAt: f.standbyAt, ReleaseAt: f.releaseAt}
 }
 
 // holdBy makes owner the holder, as if it had just renewed.
@@ -98,13 +105,22 @@ func (f *fakeLeases) Get(context.Context, string) (*lease.State, error) {
 	defer f.mu.Unlock()
 	f.reads++
 	f.w.Advance(f.perRead)
+	if f.renewing {
+		f.expires = f.w.Now().Add(ttl)
+	}
 	if f.freeAfterReads > 0 && f.reads >= f.freeAfterReads {
 		f.released = true
 	}
 	return f.state(), nil
 }
 
-func (f *fakeLeases) Acquire(_ context.Context, job, owner, _ string, ttl time.Duration) (*lease.Lease, *lease.State, error) {
+func (f *fakeLeases) Acquire(ctx context.Context, job, owner, host string, ttl time.Duration) (*lease.Lease, *lease.State, error) {
+	return f.AcquireUntil(ctx, job, owner, host, ttl, time.Time{})
+}
+
+// AcquireUntil is Acquire recording when the holder will release the lease,
+// as the store does.
+func (f *fakeLeases) AcquireUntil(_ context.Context, job, owner, _ string, ttl time.Duration, releaseAt time.Time) (*lease.Lease, *lease.State, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.w.Now()
@@ -119,7 +135,7 @@ func (f *fakeLeases) Acquire(_ context.Context, job, owner, _ string, ttl time.D
 	case prev.Exists:
 		kind = lease.Failover
 	}
-	f.owner, f.generation, f.expires, f.released = owner, f.generation+1, now.Add(ttl), false
+	f.owner, f.generation, f.expires, f.released, f.releaseAt = owner, f.generation+1, now.Add(ttl), false, releaseAt
 	f.w.record("acquire %d", f.generation)
 	return &lease.Lease{JobID: job, Owner: owner, Generation: f.generation, Kind: kind, Checkpoint: f.checkpoint,
 		RenewedAt: now, TTL: ttl, Previous: prev}, nil, nil
@@ -176,18 +192,20 @@ func (f *fakeLeases) Release(_ context.Context, l *lease.Lease) error {
 	return nil
 }
 
-func (f *fakeLeases) MarkStandby(context.Context, string, string) error {
+func (f *fakeLeases) MarkStandby(_ context.Context, _, owner string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.marks++
+	f.standby, f.standbyAt = owner, f.w.Now()
 	return nil
 }
 
-// standbys is how many times a standby marked the job item.
-func (f *fakeLeases) standbys() int {
+// looks is how many times a standby read the job item (the holder never
+// does).
+func (f *fakeLeases) looks() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.marks
+	return f.reads
 }
 
 // takeOver makes another poller take the lease: every later write of the

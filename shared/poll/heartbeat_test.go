@@ -83,10 +83,11 @@ func TestLeaseKeptWhileFetching(t *testing.T) {
 			r := newRig(nil)
 			r.poller.HeartbeatInterval = time.Millisecond
 			tt.setup(r)
-			// The holder's first read waits for the standby to stand by.
+			// The holder's first read waits for the standby to stand by
+			// (its first look at the job item).
 			read := r.feed.batch
 			r.feed.batch = func(call int, since string) (*feed.Batch, error) {
-				for call == 1 && r.leases.standbys() == 0 {
+				for call == 1 && r.leases.looks() == 0 {
 					time.Sleep(time.Millisecond)
 				}
 				return read(call, since)

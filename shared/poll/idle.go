@@ -21,13 +21,15 @@ import (
 // the source with nothing pending, nothing is in flight or held back, no
 // change came for a whole long poll (a read cut short for a checkpoint due
 // comes back empty under a trickle too), and the invocation has read the
-// feed for the job's idle stay.
+// feed for the job's idle stay. Once the budget has no room for another
+// batch (fits), the invocation ends with it, at the moment it announced
+// (see lastLook), not earlier.
 func (v *invocation) rests(b *feed.Batch) bool {
 	now := v.now()
 	if len(b.Rows) > 0 {
 		v.changedAt = now
 	}
-	return v.p.Job.Idle == config.IdleSleep && len(b.Rows) == 0 && b.CaughtUp() &&
+	return v.p.Job.Idle == config.IdleSleep && v.fits() && len(b.Rows) == 0 && b.CaughtUp() &&
 		v.held == nil && len(v.sends) == 0 && v.ahead == nil &&
 		now.Sub(v.changedAt) >= v.readTimeout() && !now.Before(v.started.Add(v.p.Job.IdleStay()))
 }

@@ -234,6 +234,12 @@ func TestIdleMetrics(t *testing.T) {
 			if !tt.stuck && !tt.refused && got[metrics.Role] != 1 {
 				t.Errorf("Role published at most %v, want 1 (the lease held)", got[metrics.Role])
 			}
+			// An idle feed read once a second for 85 s spans two or
+			// three minutes: a record at most per minute read, and the
+			// invocation's last.
+			if n := strings.Count(out.String(), "\n"); tt.idle == config.IdleWatch && !tt.stuck && n > 4 {
+				t.Errorf("%d metric records for an idle feed watched for 85 s, want one a minute at most (and the last)", n)
+			}
 		})
 	}
 }

@@ -31,6 +31,7 @@ type invocation struct {
 
 	p     *Poller
 	log   *slog.Logger
+	owner string
 	sess  *lease.Session
 	lease *lease.Lease // held, from the session
 	end   time.Time    // the budget: the deadline minus a margin
@@ -44,7 +45,12 @@ type invocation struct {
 	caughtUpAt time.Time
 	started    time.Time // when the invocation began, for its idle stay
 	changedAt  time.Time // when the last batch with changes was read
+	atTail     bool      // the last batch left the feed with nothing more to read
 	standby    bool      // "standing by" was logged
+	marked     bool      // this invocation has marked the job item as a standby
+	duplicate  string    // why another invocation runs for this one's event, when it does
+	stopWait   context.CancelFunc
+	reportedAt time.Time // when report last wrote the metrics
 	stopped    error     // the renewal that failed while Run's goroutine waited (see heartbeat)
 
 	str streaming // the streaming feed, when the job reads one
@@ -76,22 +82,78 @@ func (v *invocation) now() time.Time { return v.p.Clock.Now() }
 // lease is released or expires. A standby whose budget ends, or whose
 // context does, leaves v.lease nil and returns nil.
 func (v *invocation) acquire(ctx context.Context) error {
-	err := v.sess.Wait(ctx, v.end)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	v.stopWait = stop
+	err := v.sess.Wait(wctx, v.end)
 	switch {
 	case err == nil:
 		v.lease = v.sess.Lease()
 		return nil
+	case v.duplicate != "":
+		v.log.InfoContext(ctx, "another invocation runs for this event; ending", "seen", v.duplicate)
+		return nil
 	case errors.Is(err, lease.ErrLeaseHeld):
 		return nil // stood by for the whole budget
-	case ctx.Err() != nil && err == ctx.Err():
+	case wctx.Err() != nil && err == wctx.Err():
 		return nil // stopped while standing by (a failed write comes back wrapped)
 	}
 	v.p.count(metrics.PollerErrors, 1)
 	return err
 }
 
+// An asynchronous event can reach the poller twice with the same request id,
+// its owner id: AWS documents that an event may be delivered more than once,
+// and LocalStack invokes an event again when its invocation outlasts its
+// client's read timeout. Two invocations under one owner id cannot share the
+// lease (it is held by owner and generation), but the second would stand by
+// for its whole budget, two schedule periods, for nothing. So an invocation
+// that, before it marks the job item itself, finds its own owner id there,
+// holding the lease or marked as a standby within the last marking interval,
+// ends at once. It looks for the first markDelay of its watch and marks the
+// item only after it, so that it never mistakes its own mark for another's.
+
+// markDelay is how long a standby watches the job item before it marks it:
+// long enough to see the marks of every other standby at least once.
+func (v *invocation) markDelay() time.Duration {
+	return min(v.p.Job.Lease.TTL.D(), 10*time.Second)
+}
+
+// announce marks the job item with this standby once it has watched it for
+// markDelay (the session asks every third of a TTL).
+func (v *invocation) announce(ctx context.Context, job, owner string) error {
+	if v.now().Sub(v.started) < v.markDelay() {
+		return nil
+	}
+	v.marked = true
+	return v.p.Leases.MarkStandby(ctx, job, owner)
+}
+
+// duplicateOf says why holder shows another invocation with this one's owner
+// id, or "" when it does not.
+func (v *invocation) duplicateOf(holder *lease.State) string {
+	if v.marked || holder == nil {
+		return ""
+	}
+	now := v.now()
+	if holder.Owner == v.owner && holder.Held(now) {
+		return "holder"
+	}
+	// A standby marks every third of a TTL, at its next look.
+	recent := v.p.Job.Lease.TTL.D()/3 + 2*v.sess.Interval
+	if holder.Standby == v.owner && now.Sub(holder.StandbySeenAt) < recent {
+		return "standby"
+	}
+	return ""
+}
+
 // standingBy runs on every round of the standby's watch.
 func (v *invocation) standingBy(ctx context.Context, holder *lease.State) {
+	if why := v.duplicateOf(holder); why != "" {
+		v.duplicate = why
+		v.stopWait()
+		return
+	}
 	if !v.standby {
 		v.log.InfoContext(ctx, "standing by", "holder", holder.Owner, "generation", holder.Generation)
 		v.standby = true
@@ -135,9 +197,15 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 		v.res.Role = "fenced"
 		return v.res, nil
 	}
+	// Released first: the standby takes over as the release lands.
+	if rerr := v.sess.Release(ctx); rerr != nil {
+		v.log.WarnContext(ctx, "release lease", "error", rerr)
+	} else {
+		v.log.InfoContext(ctx, "lease released", "checkpoint", string(v.res.Checkpoint))
+	}
 	if n, ok := v.p.Leases.(notes); ok && int64(v.res.Read) > v.p.largest.Load() {
-		// Like the release below, the note outlives a cancelled invocation
-		// (a local run stopping once idle), for a short while.
+		// Like the release, the note outlives a cancelled invocation (a
+		// local run stopping once idle), for a short while.
 		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), noteTimeout)
 		nerr := n.NoteLargestBatch(nctx, v.p.Job.ID, int64(v.res.Read))
 		cancel()
@@ -146,11 +214,6 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 		} else {
 			v.p.largest.Store(int64(v.res.Read))
 		}
-	}
-	if rerr := v.sess.Release(ctx); rerr != nil {
-		v.log.WarnContext(ctx, "release lease", "error", rerr)
-	} else {
-		v.log.InfoContext(ctx, "lease released", "checkpoint", string(v.res.Checkpoint))
 	}
 	return v.res, err
 }
@@ -246,9 +309,11 @@ func (v *invocation) planSends() {
 func (v *invocation) round(ctx context.Context) error {
 	v.p.Metrics.AddHighRes(metrics.Role, 1, metrics.None)
 	// Start another batch only if the slowest one so far would still
-	// fit. Checked before the heartbeat: past the budget the context
-	// may be done, and the lease is about to be released anyway.
-	if !v.fits() {
+	// fit, or, at the tail of the feed, wait on it to the end of the
+	// budget (lastLook). Checked before the heartbeat: past the budget
+	// the context may be done, and the lease is about to be released
+	// anyway.
+	if !v.fits() && !v.lastLook() {
 		if err := v.saveQueued(ctx); err != nil {
 			return err
 		}
@@ -271,6 +336,7 @@ func (v *invocation) round(ctx context.Context) error {
 		v.paged(batch)
 	}
 	v.received(ctx, batch)
+	v.atTail = v.held == nil && !v.more(batch)
 	v.readOn(ctx, batch, streamed)
 	if err := v.queue(ctx, batch); err != nil {
 		return err
@@ -493,6 +559,29 @@ func (v *invocation) fits() bool {
 	return v.end.Sub(v.now()) >= 500*time.Millisecond+v.slowest
 }
 
+// The holder hands the lease over as its budget ends, the moment it
+// announced as it took the lease (Session.ReleaseAt), so that the standby
+// takes over then, and the feed is watched up to that moment: once the
+// budget has no room for another batch of the slowest size (fits), an
+// invocation at the tail of the feed still waits on it, for a change, until
+// the budget ends (lastLook). What such a read brings is what arrived
+// meanwhile, a trickle, queued before the release (one chunk at most, see
+// queue). A source that ignores the long-poll timeout is cut at the
+// feed's slack after it, in the margin kept for the release.
+
+// minLastLook is the shortest wait on the feed worth a read.
+const minLastLook = 10 * time.Millisecond
+
+// lastLook reports whether the invocation, though the budget has no room
+// for another batch of the slowest size, waits on the feed until the budget
+// ends: the last batch left the feed with nothing more to read, nothing is
+// read ahead, in flight or held back by a failure, and the wait is worth a
+// read.
+func (v *invocation) lastLook() bool {
+	return v.atTail && v.lastErr == nil && v.held == nil && v.ahead == nil && len(v.sends) == 0 &&
+		v.end.Sub(v.now()) >= minLastLook
+}
+
 // read reads the next batch from the checkpoint, with the bodies. It
 // long-polls no longer than the heartbeat interval (minus the time the
 // client allows a source past its timeout), so renewals keep their pace,
@@ -501,10 +590,16 @@ func (v *invocation) read(ctx context.Context, since json.RawMessage) (*feed.Bat
 	return v.fetch(ctx, since, v.waitTimeout())
 }
 
-// readTimeout is the long-poll timeout of a read starting now.
+// readTimeout is the long-poll timeout of a read starting now: the last
+// look (see lastLook) waits to the end of the budget; the reads before it
+// end the feed's slack before, so that a source that ignores the timeout
+// does not keep them past it either.
 func (v *invocation) readTimeout() time.Duration {
 	ttl := v.p.Job.Lease.TTL.D()
 	remaining := v.end.Sub(v.now())
+	if !v.fits() {
+		return max(min(v.p.Job.Feed.Timeout.D(), ttl/3-feed.DefaultSlack, remaining), time.Millisecond)
+	}
 	return max(min(v.p.Job.Feed.Timeout.D(), ttl/3-feed.DefaultSlack, remaining-feed.DefaultSlack), 250*time.Millisecond)
 }
 
@@ -844,6 +939,16 @@ func (v *invocation) report(ctx context.Context, b *feed.Batch) {
 	if age, ok := v.ledger.age(v.now()); ok {
 		v.p.Metrics.Add(metrics.CheckpointAgeSeconds, age.Seconds(), metrics.Seconds)
 	}
+	// A batch that read nothing is published with the next that reads
+	// something, or with the first of the next minute: a watched idle feed
+	// writes one record a minute, not one per long poll, and every
+	// minute the lease is held still has its data point (the alarms' periods
+	// are whole minutes). Its values are stamped at most a long poll late.
+	now := v.now()
+	if len(b.Rows) == 0 && !v.reportedAt.IsZero() && now.Truncate(time.Minute).Equal(v.reportedAt.Truncate(time.Minute)) {
+		return
+	}
+	v.reportedAt = now
 	if err := v.p.Metrics.Flush(); err != nil {
 		v.log.WarnContext(ctx, "flush metrics", "error", err)
 	}

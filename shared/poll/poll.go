@@ -107,7 +107,7 @@ type Invocation struct {
 
 // Result summarises one invocation.
 type Result struct {
-	Role       string // "active", "standby" or "fenced"
+	Role       string // "active", "standby", "fenced", or "duplicate" (another invocation runs for the same event)
 	Generation int64
 	Takeover   lease.Takeover
 	Read       int
@@ -148,6 +148,9 @@ func (p *Poller) Run(ctx context.Context, in Invocation) (Result, error) {
 	// MalformedPages) is written too, not left for a later batch.
 	defer v.flush(ctx)
 	if err := v.acquire(ctx); err != nil || v.lease == nil {
+		if v.duplicate != "" {
+			return Result{Role: "duplicate"}, err
+		}
 		return Result{Role: "standby"}, err
 	}
 	v.start(ctx)
@@ -160,6 +163,7 @@ func (p *Poller) invocation(ctx context.Context, in Invocation) *invocation {
 	now := p.Clock.Now()
 	v := &invocation{
 		p:         p,
+		owner:     in.Owner,
 		started:   now,
 		changedAt: now,
 		end:       in.Deadline.Add(-budgetMargin(in.Deadline.Sub(now))),
@@ -167,10 +171,13 @@ func (p *Poller) invocation(ctx context.Context, in Invocation) *invocation {
 	}
 	s := lease.NewSession(p.Leases, p.Job.ID, in.Owner, in.Host, p.Job.Lease.TTL.D())
 	s.Clock = p.Clock
+	// The holder releases the lease as its budget ends (see lastLook):
+	// announced, a standby takes over then.
+	s.ReleaseAt = v.end
 	if p.StandbyInterval > 0 {
 		s.Interval = p.StandbyInterval
 	}
-	s.Announce = p.Leases.MarkStandby
+	s.Announce = v.announce
 	s.Watching = func(holder *lease.State) { v.standingBy(ctx, holder) }
 	s.Renewed = func() { p.count(metrics.LeaseRenewed, 1) }
 	// The release must fit in the margin left before the deadline.

@@ -111,8 +111,16 @@ type RecheckStats struct {
 	Settled    int `json:"settled"`    // in sync on the second look
 }
 
-// Clean reports whether no drift was found.
-func (r *Report) Clean() bool { return len(r.Drift) == 0 }
+// Clean reports whether no drift was found. It reads the counts too, which
+// a report decoded from JSON carries in place of the drift list.
+func (r *Report) Clean() bool {
+	for _, n := range r.Counts {
+		if n > 0 {
+			return false
+		}
+	}
+	return len(r.Drift) == 0
+}
 
 // Samples returns up to n drifted documents of kind k.
 func (r *Report) Samples(k Kind, n int) []Drift {

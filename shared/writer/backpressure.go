@@ -20,10 +20,10 @@ import (
 )
 
 // AttrDeferrals is the message attribute that counts how many times a
-// message was sent back to its queue because its output asked us to slow
-// down. Those sends give it a fresh receive count, so backpressure never
-// moves a message to the DLQ. The room it takes of a message is kept free
-// by config.HeldCounterBytes.
+// message of a standard queue was sent back to it because its output was
+// down or asked us to slow down. Those sends give it a fresh receive count,
+// so holding never moves a message to the DLQ. The room it takes of a
+// message is kept free by config.HeldCounterBytes.
 const AttrDeferrals = "cw-deferrals"
 
 const (
@@ -88,20 +88,26 @@ func isBackpressure(e *deliver.Error, active bool) bool {
 }
 
 // deferMessage holds a message back for delay without counting it toward the DLQ.
-// Well before its last receive it only extends the message's visibility
-// (the receive already counted); from the receive before the last on, it
-// sends the message back to its queue as a new message (a fresh receive
-// count, its deferrals counted in AttrDeferrals) and reports it handled. It
+// On a FIFO queue it keeps the message in flight, at the head of its group
+// (holdInFlight), whatever its receive count: a resend would go behind the
+// later changes of its group, and the writer pauses the output's intake
+// rather than let the receives grow (see Intake). On a standard queue, well
+// before its last receive it only extends the message's visibility (the
+// receive already counted); from the receive before the last on, it sends
+// the message back to its queue as a new message (a fresh receive count,
+// its deferrals counted in AttrDeferrals) and reports it handled. It
 // returns whether the message is to be reported failed.
 func (b *batch) deferMessage(ctx context.Context, it *item, attempts int, delay time.Duration) (retry bool, err error) {
+	if b.route.Output.FIFO() {
+		b.holdInFlight(it, delay)
+		return true, nil
+	}
 	q, err := b.h.queueURL(ctx, b.h.Config.QueueName(b.route.Job, b.route.Output))
 	if err != nil {
 		return true, err
 	}
 	secs := int32(delay / time.Second)
-	// With ordering total a resend would go behind later changes of other
-	// documents: such a change only waits in flight.
-	if attempts < b.route.Output.MaxReceiveCount-1 || b.route.Output.Ordering == config.OrderingTotal {
+	if attempts < b.route.Output.MaxReceiveCount-1 {
 		if it.rec.ReceiptHandle == "" {
 			return true, nil
 		}
@@ -120,13 +126,8 @@ func (b *batch) deferMessage(ctx context.Context, it *item, attempts int, delay 
 		// already, SQS's limit: it goes back without the counter.
 		attrs[AttrDeferrals] = sqstypes.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(n + 1))}
 	}
-	// FIFO queues take no per-message delay: the copy is available at once
-	// and is deferred again, with its visibility, while the pause lasts. It
-	// goes behind newer changes of its document, which then supersede it.
 	in := it.resend(b.route, q, attrs, it.rec.MessageId+"-d"+strconv.Itoa(n+1))
-	if !b.route.Output.FIFO() {
-		in.DelaySeconds = min(secs, maxDelaySeconds)
-	}
+	in.DelaySeconds = min(secs, maxDelaySeconds)
 	if _, err := b.h.SQS.SendMessage(ctx, in); err != nil {
 		return true, fmt.Errorf("send back to queue: %w", err)
 	}
@@ -150,6 +151,9 @@ func (b *batch) holdBack(ctx context.Context, lg *slog.Logger, it *item, attempt
 	case heldForOutage:
 		b.n.Held++
 		lg.DebugContext(ctx, "output is down; message held back", "delay_s", it.delay.Seconds(), "sent_back", !retry)
+	case heldForIntake:
+		b.n.Held++
+		lg.DebugContext(ctx, "output intake paused; message held back", "delay_s", it.delay.Seconds())
 	}
 	return retry
 }

@@ -246,6 +246,22 @@ func (b *batch) disposeHalted(ctx context.Context, it *item) (retry bool, hs hal
 		return false, haltNone
 	case it.skip:
 		return b.skipHalted(ctx, lg, it)
+	case it.hold == heldForIntake:
+		// Not tried: the output's intake is paused. A halted change keeps
+		// its record and its attempts.
+		hs := haltNone
+		if it.halted != nil {
+			hs = haltStanding
+		}
+		return b.holdBack(ctx, lg, it, receiveCount(it.rec)), hs
+	case it.hold != notHeld && it.halted == nil && receiveCount(it.rec) < config.MaxFIFOReceiveCount:
+		// Not the change's fault (blame), nor that of the held change it
+		// waits behind: it is held back without counting toward the halt,
+		// as on any FIFO output, in flight at the head of its group while
+		// the writer pauses the output's intake. Where the intake cannot
+		// be paused it halts below after config.MaxFIFOReceiveCount
+		// receives, far from the 1000 at which SQS dead-letters it.
+		return b.holdBack(ctx, lg, it, receiveCount(it.rec)), haltNone
 	case it.held:
 		delay := time.Duration(0)
 		if it.err.Reason == "halted" || it.err.Reason == "halt_state" {
@@ -256,14 +272,6 @@ func (b *batch) disposeHalted(ctx context.Context, it *item) (retry bool, hs hal
 			return true, haltStanding
 		}
 		return true, haltNone
-	case it.hold != notHeld && it.halted == nil && receiveCount(it.rec) < config.MaxHaltReceiveCount:
-		// Not the change's fault (blame): it is held back without
-		// counting toward the halt, as on any output. Under ordering
-		// total, where a resend would pass later changes, it waits in
-		// flight at the head of the output's group until
-		// config.MaxHaltReceiveCount receives and then halts below,
-		// far from the 1000 at which SQS dead-letters it.
-		return b.holdBack(ctx, lg, it, receiveCount(it.rec)), haltNone
 	}
 	return b.haltGroup(ctx, lg, it)
 }

@@ -400,11 +400,11 @@ func TestHaltRequestDuringAttempt(t *testing.T) {
 // An output that asks to slow down (429 with Retry-After) for a long time
 // never takes a halting output's change to the DLQ: the change is not
 // counted toward the halt, and the receives it spends while it waits stay
-// well below the queue's redrive maxReceiveCount (1000). Under
-// per_document it goes back to its queue with a fresh receive count before
-// its max_receive_count-th receive; under ordering total, where a resend
-// would pass later changes, it waits in flight until
-// config.MaxHaltReceiveCount receives and then halts the output.
+// well below the queue's redrive maxReceiveCount (1000). In either ordering
+// it waits in flight at the head of its group, never sent back behind later
+// changes (the writer pauses the output's intake instead, see
+// TestIntakePausedAndProbed); where nothing pauses the intake it halts the
+// output after config.MaxFIFOReceiveCount receives.
 func TestHaltBackpressureNeverDeadLetters(t *testing.T) {
 	t.Parallel()
 	slow := &deliver.Error{Class: deliver.Transient, Reason: "http_status", HTTPStatus: 429, Backpressure: true, RetryAfter: 7 * time.Second, Err: errors.New("slow down")}
@@ -417,10 +417,10 @@ func TestHaltBackpressureNeverDeadLetters(t *testing.T) {
 		wantHalt   bool
 	}{
 		{name: "per_document early receive waits in flight", ordering: "per_document", receives: 1, wantFailed: []string{"m1", "m2"}},
-		{name: "per_document before the last receive is resent", ordering: "per_document", receives: 2, wantFailed: []string{"m2"}, wantResent: true},
-		{name: "per_document never waits past its last receive", ordering: "per_document", receives: 3, wantFailed: []string{"m2"}, wantResent: true},
+		{name: "per_document before the last receive waits in flight", ordering: "per_document", receives: 2, wantFailed: []string{"m1", "m2"}},
+		{name: "per_document waits in flight past its last receive", ordering: "per_document", receives: 3, wantFailed: []string{"m1", "m2"}},
 		{name: "total waits in flight past max_receive_count", ordering: "total", receives: 3, wantFailed: []string{"m1", "m2"}},
-		{name: "total halts well before the redrive limit", ordering: "total", receives: config.MaxHaltReceiveCount, wantFailed: []string{"m1", "m2"}, wantHalt: true},
+		{name: "total halts well before the redrive limit", ordering: "total", receives: config.MaxFIFOReceiveCount, wantFailed: []string{"m1", "m2"}, wantHalt: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -458,7 +458,8 @@ func TestHaltBackpressureNeverDeadLetters(t *testing.T) {
 				t.Fatalf("halt record %+v, want halted: %v", st, tt.wantHalt)
 			}
 			if tt.wantHalt {
-				if d := cmp.Diff([]int32{int32(haltFirstDelay.Seconds()), 0}, r.sqs.visibility); d != "" {
+				// m2 waits behind it, held as long as the output asked.
+				if d := cmp.Diff([]int32{int32(haltFirstDelay.Seconds()), 7}, r.sqs.visibility); d != "" {
 					t.Errorf("visibility (-want +got):\n%s", d)
 				}
 				return
@@ -510,8 +511,8 @@ func TestHaltClearFailureKeepsTheHalt(t *testing.T) {
 }
 
 // With ordering total (and on_failure dlq), backpressure never sends a change
-// back behind later ones: it waits in flight, and on its last receive it goes
-// to the DLQ with its reason.
+// back behind later ones: it waits in flight, on its last receive too, and
+// never goes to the DLQ for it.
 func TestTotalBackpressureNeverResends(t *testing.T) {
 	t.Parallel()
 	f, err := config.Parse([]byte(`{"jobs":[{"id":"j","source":{"type":"couchdb","url":"http://h/db"},
@@ -540,8 +541,8 @@ func TestTotalBackpressureNeverResends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(resp.BatchItemFailures) != 0 || len(q.sent) != 1 || aws.ToString(q.sent[0].QueueUrl) != "https://queue/"+f.DLQName(f.Jobs[0], f.Jobs[0].Outputs[0]) {
-		t.Fatalf("receive 3 of 3: failures %v, %d sent; want the change in the DLQ, not back in the work queue", resp.BatchItemFailures, len(q.sent))
+	if len(resp.BatchItemFailures) != 1 || len(q.sent) != 0 || len(q.visibility) != 2 {
+		t.Fatalf("receive 3 of 3: failures %v, %d sent, visibility %v; want the change held in flight, not in the DLQ nor back in the work queue", resp.BatchItemFailures, len(q.sent), q.visibility)
 	}
 }
 
@@ -559,11 +560,11 @@ func TestHaltDelay(t *testing.T) {
 	}
 	// The halted change's receives must outlast SQS's retention within the
 	// redrive policy's 1000 receives.
-	for n := 1; n <= 1000-config.MaxHaltReceiveCount; n++ {
+	for n := 1; n <= 1000-config.MaxFIFOReceiveCount; n++ {
 		total += haltDelay(n)
 	}
 	if total < 14*24*time.Hour {
-		t.Errorf("%d halted receives last %s, less than the 14 days SQS keeps a message", 1000-config.MaxHaltReceiveCount, total)
+		t.Errorf("%d halted receives last %s, less than the 14 days SQS keeps a message", 1000-config.MaxFIFOReceiveCount, total)
 	}
 }
 

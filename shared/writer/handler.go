@@ -80,11 +80,16 @@ type Handler struct {
 	// Secrets, when set, is told to read secrets again when an output is
 	// down, before it is opened again.
 	Secrets Secrets
+	// Intake, when set with Outages, turns off and on what hands the writer
+	// a FIFO output's messages: the writer pauses it while it holds the
+	// output's changes (see Intake).
+	Intake Intake
 
 	sinks    sync.Map // "job/output" -> deliver.Sink
 	trackers sync.Map // "job/output" -> *backpressure.Tracker
 	outages  sync.Map // "job/output" -> *outputState
 	checks   sync.Map // "job/output" -> *periodic: the halt check of a halting output
+	pausing  sync.Map // "job/output" -> *periodic: the re-pause of a paused intake
 	slow     sync.Map // "job/output" -> bool: the output was slow at its last batch
 	urls     sync.Map // queue name -> URL
 	mu       sync.Mutex
@@ -97,7 +102,7 @@ type Stats struct {
 	DeadLettered int64 // moved to the DLQ
 	Retried      int64 // returned to the queue for another attempt
 	Deferred     int64 // held back because the output asked to slow down (also in Retried when the receive was kept)
-	Held         int64 // held back because the output was down (also in Retried when the receive was kept)
+	Held         int64 // held back because the output was down or its intake paused (also in Retried when the receive was kept)
 }
 
 // outputKey is "job/output": the key of an output's sink, tracker and
@@ -150,8 +155,9 @@ type item struct {
 	// not be cleared; it stays in the queue, at the head of its group.
 	uncleared bool
 	// held: not attempted because an earlier change of its group failed or
-	// halted it.
-	held bool
+	// halted it; behind: that change, when it was in the batch.
+	held   bool
+	behind *item
 	// tried: given to the sink.
 	tried bool
 	// hold: held back without counting toward the DLQ, for delay, and why
@@ -201,6 +207,7 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 	defer b.flush()
 	b.decode(ctx)
 	b.readHalts(ctx)
+	b.readIntake(ctx)
 	b.apply(ctx)
 	b.blame(ctx)
 	b.dispose(ctx)
@@ -209,8 +216,9 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 
 // batch is the messages of one work queue in an SQS batch, on their way
 // through the handler's phases: decode, readHalts (halting outputs only),
-// apply, blame and dispose. Each phase works on what the earlier ones left
-// in the items. Used by one goroutine.
+// readIntake (outputs whose intake the writer pauses), apply, blame and
+// dispose. Each phase works on what the earlier ones left in the items. Used
+// by one goroutine.
 type batch struct {
 	h     *Handler
 	route config.Route
@@ -222,6 +230,11 @@ type batch struct {
 	// the handler's counters at the end.
 	failed []string
 	n      Stats
+	// tryNow: the output is tried even if this process waits to retry it
+	// (readIntake). visibilities: the visibility changes of held messages
+	// of a FIFO output (holdInFlight).
+	tryNow       bool
+	visibilities []visibility
 }
 
 func (h *Handler) newBatch(route config.Route, items []*item) *batch {
@@ -292,7 +305,7 @@ func (h *Handler) ids() docid.Exposure { return docid.Exposure(h.Config.Stack.Do
 // then every change not failed yet fails with that. On a FIFO queue it goes
 // in rounds (applyGroups).
 func (b *batch) attempt(ctx context.Context) {
-	if wait, cause := b.h.outputState(b.route).waiting(b.h.Now.Now()); wait > 0 {
+	if wait, cause := b.h.outputState(b.route).waiting(b.h.Now.Now()); wait > 0 && !b.tryNow {
 		b.failRest(errDown(wait, cause))
 		return
 	}
@@ -363,7 +376,7 @@ func (b *batch) applyGroups(ctx context.Context, sink deliver.Sink) {
 			it := its[round]
 			if first := broken[g]; first != nil {
 				it.err = deliver.TransientError(reasonGroupBlocked, fmt.Errorf("an earlier message of group %s failed (%s)", g, first.rec.MessageId))
-				it.held = true
+				it.held, it.behind = true, first
 				continue
 			}
 			if it.err != nil {
@@ -402,6 +415,8 @@ func (b *batch) dispose(ctx context.Context) {
 			}
 		}
 	}
+	b.pauseIfDue(ctx)
+	b.flushVisibility(ctx)
 	b.n.Retried = int64(len(b.failed))
 	b.h.count(b.route, b.n)
 	backpressureMetrics(b.rec, b.tr.State())
@@ -431,9 +446,7 @@ func (b *batch) disposeOne(ctx context.Context, it *item) (retry bool) {
 		lg0.ErrorContext(ctx, "output rejected our credentials")
 	}
 	lg := b.log.With("doc_id", docID, "message_id", it.rec.MessageId, "attempts", attempts, "class", it.err.Class, "reason", it.err.Reason)
-	// With ordering total a change held back on its last receive goes
-	// to the DLQ with its reason rather than behind later changes.
-	if it.hold != notHeld && !(last && b.route.Output.Ordering == config.OrderingTotal) {
+	if it.hold != notHeld {
 		return b.holdBack(ctx, lg, it, attempts)
 	}
 	if it.err.Class == deliver.Permanent || last {

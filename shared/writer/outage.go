@@ -15,12 +15,23 @@ import (
 )
 
 // Outages is the part of the outage store the handler calls (package
-// outage): the record changesctl status shows while an output is down.
-// Clear reports whether there was a record to delete.
+// outage): the record changesctl status shows while an output is down, and
+// on a FIFO output the one place that says whether its intake is paused
+// (Pause, ClaimProbe, ProbeFailed, Resuming, Resumed; see Intake). Clear
+// reports whether there was a record to delete; it leaves one whose intake
+// is paused or resuming.
 type Outages interface {
 	Mark(ctx context.Context, st outage.State) error
 	Clear(ctx context.Context, job, output string) (bool, error)
+	Get(ctx context.Context, job, output string) (*outage.State, error)
+	Pause(ctx context.Context, st outage.State) (bool, error)
+	ClaimProbe(ctx context.Context, job, output string, now, until time.Time) (*outage.State, error)
+	ProbeFailed(ctx context.Context, st outage.State, until time.Time) error
+	Resuming(ctx context.Context, job, output string) error
+	Resumed(ctx context.Context, job, output string) (bool, error)
 }
+
+var _ Outages = (*outage.Store)(nil)
 
 // Secrets is told when an output failed in a way a corrected secret may fix,
 // so that the next open of the output reads its secrets again
@@ -60,6 +71,8 @@ const (
 	heldForBackpressure
 	// heldForOutage: the output is down.
 	heldForOutage
+	// heldForIntake: the output's intake is paused (readIntake).
+	heldForIntake
 )
 
 // blame is the one decision between "this change fails" and "this output
@@ -107,6 +120,13 @@ func (b *batch) blame(ctx context.Context) {
 		if it.hold == notHeld && isBackpressure(it.err, active) {
 			it.hold = heldForBackpressure
 			it.delay = holdFor(max(it.err.RetryAfter, b.tr.Delay(receiveCount(it.rec))))
+		}
+	}
+	// A change that waits behind a held one of its group is held with it,
+	// for as long: its own receives do not count toward the DLQ either.
+	for _, it := range b.items {
+		if it.behind != nil && it.behind.hold != notHeld && it.behind.hold != heldForIntake {
+			it.hold, it.delay = it.behind.hold, it.behind.delay
 		}
 	}
 }
@@ -157,12 +177,11 @@ func (b *batch) outputDown(ctx context.Context, st *outputState, cause *deliver.
 		}
 		// Opened again on the next try, with its secrets read again: a
 		// corrected DSN or password takes effect on this warm instance.
-		b.h.sinks.Delete(outputKey(b.route.Job.ID, b.route.Output.ID))
-		if b.h.Secrets != nil {
-			b.h.Secrets.Refresh()
-		}
+		b.h.forgetSink(b.route)
 	}
 	held := 0
+	// One wait for the batch: the changes of a group come back together.
+	delay := jitter(wait)
 	for _, it := range b.items {
 		if it.err == nil || it.done || !(outputFailure(it.err) || it.err.Reason == reasonGroupBlocked) {
 			continue
@@ -171,7 +190,7 @@ func (b *batch) outputDown(ctx context.Context, st *outputState, cause *deliver.
 			continue
 		}
 		it.hold = heldForOutage
-		it.delay = holdFor(max(it.err.RetryAfter, jitter(wait)))
+		it.delay = holdFor(max(it.err.RetryAfter, delay))
 		held++
 	}
 	b.rec.Add(metrics.OutputDown, 1, metrics.None)

@@ -3,8 +3,8 @@ package main
 // cloud-idle: what an idle job asks of AWS, per minute, with each idle
 // setting. A job whose source (-idle-source) has nothing new runs in the local runtime
 // with the default schedule (1m), latency objective (60s) and poller
-// timeout (90s), so that with idle watch each invocation overlaps the next
-// one's standby as on AWS; only the pollers run (the writer's side on AWS
+// timeout (twice the schedule plus 15s), so that with idle watch an
+// invocation stands by beside the active one at every moment, as on AWS; only the pollers run (the writer's side on AWS
 // is the event source mapping's long polling, which AWS documents). The
 // proxy counts the requests by action over cloudIdleFor; the runtime times
 // the poller invocations (what Lambda bills), and the pipeline's log and
@@ -77,8 +77,9 @@ func cloudIdleRun(ctx context.Context, r *results, sources *idleSources, idle st
 	if err := coreLoad(ctx, src.write, 10, 0); err != nil {
 		return err
 	}
+	timeout := config.DefaultPollerTimeout(config.DefaultSchedule)
 	st, err := newCoreStack(ctx, "ci", coreStackSettings{limit: 500, feedTimeout: config.DefaultFeedTimeout,
-		pollerTimeout: config.DefaultPollerTimeout, source: src})
+		pollerTimeout: timeout, source: src})
 	if err != nil {
 		return err
 	}
@@ -89,7 +90,7 @@ func cloudIdleRun(ctx context.Context, r *results, sources *idleSources, idle st
 	j.Idle = idle
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rt := &localrun.Runtime{Deps: st.Deps, Log: log, Opts: localrun.Options{NoWriter: true,
-		Tick: config.DefaultSchedule, PollerTimeout: config.DefaultPollerTimeout}}
+		Tick: config.DefaultSchedule, PollerTimeout: timeout}}
 	// The first minute takes the ten documents and settles; then count,
 	// and stop the runtime only after the count, so that no invocation
 	// cut short by the stop is counted.
@@ -141,7 +142,7 @@ func cloudIdleRun(ctx context.Context, r *results, sources *idleSources, idle st
 	r.add(p+"DynamoDB writes per minute", writes,
 		fmt.Sprintf("lease renewals, checkpoints, standby marks, acquire and release; over %s; all per minute: %s", cloudIdleFor, cloudPerDoc(counts, int(minutes))))
 	r.add(p+"DynamoDB reads per minute", reads, "the standby's watch of the job item (strongly consistent)")
-	r.add(p+"poller seconds per invocation", perInvocation, fmt.Sprintf("over the %d that ended in the window; with watch each runs its budget (90 s timeout less its margin), standing by first; with sleep, its stay and a read", ended))
+	r.add(p+"poller seconds per invocation", perInvocation, fmt.Sprintf("over the %d that ended in the window; with watch each runs its budget (%s timeout less its margin), standing by first; with sleep, its stay and a read", ended, timeout))
 	r.add(p+"poller seconds per minute", seconds, "what Lambda bills: one invocation a minute")
 	r.add(p+"metrics published", len(names), strings.Join(names, " "))
 	r.add(p+"log bytes per minute", logBytes, fmt.Sprintf("pipeline log (info) and metric records, plus %d bytes of Lambda's own per invocation", lambdaLogBytes))

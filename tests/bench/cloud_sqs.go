@@ -16,11 +16,18 @@ package main
 // Anything else (a move to a DLQ) is refused, which the writer reports.
 
 import (
+	"bufio"
+	"context"
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -259,4 +266,54 @@ func (s *cloudSQS) delete(url string, handles map[string]string) []map[string]st
 		done = append(done, map[string]string{"Id": id})
 	}
 	return done
+}
+
+var standInFlag = flag.Bool("serve-stand-in-sqs", false,
+	"serve the stand-in SQS (no added latency) and measure nothing: print its URL, serve until standard input closes")
+
+// serveStandIn is the process -serve-stand-in-sqs runs: the stand-in on a
+// port of its own, its URL the first line of standard output.
+func serveStandIn() error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{Handler: newCloudSQS(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Printf("http://%s\n", ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return srv.Close()
+}
+
+// startStandIn runs the stand-in SQS in a process of its own (this program
+// with -serve-stand-in-sqs), so that the CPU it spends answering is not
+// counted in this process's, and returns its URL and how to stop it.
+func startStandIn(ctx context.Context) (url string, stop func(), err error) {
+	bin, err := os.Executable()
+	if err != nil {
+		return "", nil, fmt.Errorf("stand-in process: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, bin, "-serve-stand-in-sqs")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return "", nil, fmt.Errorf("stand-in process: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, fmt.Errorf("stand-in process: %w", err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("start stand-in process: %w", err)
+	}
+	stop = func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		stop()
+		return "", nil, fmt.Errorf("stand-in process: read its URL: %w", err)
+	}
+	return strings.TrimSpace(line), stop, nil
 }

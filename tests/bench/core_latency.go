@@ -5,9 +5,8 @@ package main
 //
 // An isolated stack (its own prefix, source database and table) runs in the
 // real local runtime (localrun.Runtime over the pipeline: the poller on its
-// schedule with its deadline, two writer loops long-polling SQS), configured
-// as the sample job is (schedule 1m, poller_timeout 90s, feed timeout 10s,
-// lease TTL 10s). After one warm-up document has arrived, latencyDocs
+// schedule with its deadline, two writer loops long-polling SQS), with
+// schedule 1m, poller_timeout 90s, feed timeout 10s and lease TTL 10s. After one warm-up document has arrived, latencyDocs
 // documents are written one at a time, latencyInterval apart, from
 // latencyStart after the runtime started, so the trickle spans the end of
 // the first poller invocation; a watcher queries the table every latencyPoll
@@ -19,7 +18,7 @@ package main
 // The same runs again with poller_timeout 60s, equal to the schedule: then
 // invocations do not overlap, nothing stands by in the last seconds of each
 // minute, and changes written then wait for the next tick. That is why the
-// default is 90s.
+// default poller timeout outlasts the schedule.
 
 import (
 	"bytes"

@@ -15,7 +15,14 @@ package main
 //   - poller+encode: the same with the real fanout.Sender in front of an SQS
 //     client that discards: envelope encoding and batching, no network;
 //   - poller+sqs, for context: the real fanout.Sender to the emulator's SQS
-//     (one standard queue), over the first throughputSQS documents.
+//     (one standard queue), over the first throughputSQS documents;
+//   - poller+sdk, one output and three: the real fanout.Sender and the
+//     SDK's SQS client (encoding, signing, HTTP) sending to the stand-in SQS
+//     (cloud_sqs.go, no added latency) in a process of its own, over the
+//     first throughputCPUDocs documents: the CPU time (user and system) this
+//     process spends on them, the poller's alone, is divided by the changes
+//     and by the outputs. The three outputs are two standard queues and a
+//     FIFO queue, as in cloud-poller.
 //
 // Each poller run is a fresh job id, so it starts from the beginning of the
 // feed. Its time runs from Run to the moment the last document is queued
@@ -36,12 +43,14 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/changes-worker/changes-worker/shared/awsconf"
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/feed"
@@ -51,10 +60,11 @@ import (
 )
 
 const (
-	throughputDocs   = 40000
-	throughputSQS    = 5000 // the documents the poller+sqs variant sends
-	throughputLimit  = 500
-	throughputRounds = 5
+	throughputDocs    = 40000
+	throughputSQS     = 5000  // the documents the poller+sqs variant sends
+	throughputCPUDocs = 10000 // the documents the poller+sdk variants send
+	throughputLimit   = 500
+	throughputRounds  = 5
 )
 
 // coreVariant is one way of reading the same documents whose rate a
@@ -107,6 +117,42 @@ func pollerThroughput(ctx context.Context, r *results) error {
 	}
 	rawClient := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 
+	standIn, stopStandIn, err := startStandIn(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopStandIn()
+	awsCfg, err := awsconf.Load(ctx, nil)
+	if err != nil {
+		return err
+	}
+	sdkSQS := sqs.NewFromConfig(awsCfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(standIn) })
+	sdkSender := &fanout.Sender{SQS: sdkSQS, MaxBytes: st.Config.Stack.MaxMessageBytes, Concurrency: base.Job.SendConcurrency}
+	sdkTargets := []fanout.Target{
+		{Output: "pg", QueueURL: standIn + "/000000000000/pg"},
+		{Output: "archive", QueueURL: standIn + "/000000000000/archive"},
+		{Output: "rest", QueueURL: standIn + "/000000000000/rest", FIFO: true},
+	}
+	// cpu[n] is the CPU time per change and output of each run to n outputs.
+	cpu := map[int][]float64{}
+	sdkPoller := func(outputs int) func(ctx context.Context, round int) (time.Duration, error) {
+		return func(ctx context.Context, round int) (time.Duration, error) {
+			p := &poll.Poller{Job: base.Job, Feed: base.Feed, Leases: base.Leases, Sender: sdkSender, Targets: sdkTargets[:outputs],
+				Log: base.Log, Metrics: base.Metrics, Clock: base.Clock, SendDepth: base.SendDepth}
+			before := coreCPUTime()
+			sp, err := coreRunPoller(ctx, p, fmt.Sprintf("sdk%d-%d", outputs, round), sdkSender, throughputCPUDocs)
+			spent := coreCPUTime() - before
+			for _, t := range p.Targets {
+				_, _ = sdkSQS.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(t.QueueURL)})
+			}
+			if err != nil {
+				return 0, err
+			}
+			cpu[outputs] = append(cpu[outputs], float64(spent.Nanoseconds())/1e3/float64(throughputCPUDocs*outputs))
+			return sp.total, nil
+		}
+	}
+
 	// The discarding poller also records where its time went.
 	var spans []corePollerSpans
 	poller := func(job string, sender poll.Sender, docs int) func(ctx context.Context, round int) (time.Duration, error) {
@@ -130,6 +176,8 @@ func pollerThroughput(ctx context.Context, r *results) error {
 			_, _ = st.Deps.SQS.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: &q.WorkURL})
 			return d, err
 		}},
+		{"poller+sdk", throughputCPUDocs, sdkPoller(1)},
+		{"poller+sdk x3", throughputCPUDocs, sdkPoller(3)},
 	}
 	var ratios, encRatios, netRatios []float64
 	rates, err := coreRounds(ctx, throughputRounds, variants, func(round int, got map[string]float64) {
@@ -137,9 +185,10 @@ func pollerThroughput(ctx context.Context, r *results) error {
 		ratios = append(ratios, got["poller"]/got["raw"])
 		encRatios = append(encRatios, got["poller+encode"]/got["raw"])
 		netRatios = append(netRatios, coreRate(throughputDocs, sp.total-sp.checkpointSum())/got["raw"])
-		fmt.Printf("  round %d: raw %.0f, poller %.0f, poller+encode %.0f, poller+sqs %.0f docs/s; poller %s = _changes %s + %d checkpoints %s + rest\n",
+		fmt.Printf("  round %d: raw %.0f, poller %.0f, poller+encode %.0f, poller+sqs %.0f docs/s; poller %s = _changes %s + %d checkpoints %s + rest; CPU per change and output %.1f µs (one output), %.1f µs (three)\n",
 			round+1, got["raw"], got["poller"], got["poller+encode"], got["poller+sqs"],
-			sp.total.Round(time.Millisecond), sp.changes.Round(time.Millisecond), len(sp.checkpoints), sp.checkpointSum().Round(time.Millisecond))
+			sp.total.Round(time.Millisecond), sp.changes.Round(time.Millisecond), len(sp.checkpoints), sp.checkpointSum().Round(time.Millisecond),
+			cpu[1][len(cpu[1])-1], cpu[3][len(cpu[3])-1])
 	})
 	if err != nil {
 		return err
@@ -147,14 +196,21 @@ func pollerThroughput(ctx context.Context, r *results) error {
 	for _, v := range variants {
 		xs := rates[v.name]
 		note := "median of " + coreJoin(xs, "%.0f")
-		if v.docs != throughputDocs {
+		switch v.docs {
+		case throughputSQS:
 			note += fmt.Sprintf(", over the first %d docs; the emulator's SQS sets this pace", v.docs)
+		case throughputCPUDocs:
+			note += fmt.Sprintf(", over the first %d docs, to the stand-in SQS", v.docs)
 		}
 		r.add(v.name+" docs/s", median(slices.Clone(xs)), note)
 	}
 	r.add("poller/raw", median(slices.Clone(ratios)), "goal >= 0.9; per round "+coreJoin(ratios, "%.3f"))
 	r.add("poller+encode/raw", median(slices.Clone(encRatios)), "per round "+coreJoin(encRatios, "%.3f"))
 	r.add("poller/raw without checkpoint writes", median(slices.Clone(netRatios)), "the poller's time minus its checkpoint writes; per round "+coreJoin(netRatios, "%.3f"))
+	r.add("poller CPU µs per change and output, 1 output", median(slices.Clone(cpu[1])),
+		"goal <= 25; user + system time of this process (the poller, the SDK; the stand-in SQS answers from another); per round "+coreJoin(cpu[1], "%.1f"))
+	r.add("poller CPU µs per change and output, 3 outputs", median(slices.Clone(cpu[3])),
+		"goal <= 25; two standard queues and a FIFO queue; per round "+coreJoin(cpu[3], "%.1f"))
 
 	// Where the discarding poller's time went, medians over the rounds.
 	var inChanges, inCheckpoints, perCheckpoint, checkpoints []float64
@@ -171,6 +227,15 @@ func pollerThroughput(ctx context.Context, r *results) error {
 	r.add("poller checkpoint writes per run", median(checkpoints), fmt.Sprintf("%d docs, limit %d", throughputDocs, throughputLimit))
 	r.add("checkpoint write ms p50", percentile(slices.Clone(perCheckpoint), 50), fmt.Sprintf("p99 %.1f ms, on the emulator", percentile(slices.Clone(perCheckpoint), 99)))
 	return nil
+}
+
+// coreCPUTime is the CPU time (user and system) this process has spent.
+func coreCPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // coreRawChanges pages through the feed with feed=normal until it has read want

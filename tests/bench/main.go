@@ -125,6 +125,13 @@ func main() {
 	report := flag.String("report", "", "print the benchmarks page (markdown) for the results in this file, measuring nothing")
 	mergeInto := flag.String("merge", "", "also write the figures into this results file, replacing those of the benchmarks run and keeping the others with their runs")
 	flag.Parse()
+	if *standInFlag {
+		if err := serveStandIn(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: stand-in sqs:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *report != "" {
 		r, err := readResults(*report)
 		if err == nil {

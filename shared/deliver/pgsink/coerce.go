@@ -392,13 +392,11 @@ func toUUID(v any) coercion {
 		return coercion{fail: failNotUUID}
 	}
 	canonical := len(s) == 36
-	h := s
 	switch {
 	case canonical:
 		if s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 			return coercion{fail: failNotUUID}
 		}
-		h = s[:8] + s[9:13] + s[14:18] + s[19:23] + s[24:]
 	case len(s) == 38 && s[0] == '{' && s[37] == '}':
 		return withReason(toUUID(s[1:37]), reasonNormalizedUUID)
 	case strings.HasPrefix(strings.ToLower(s), "urn:uuid:"):
@@ -406,8 +404,11 @@ func toUUID(v any) coercion {
 	case len(s) != 32:
 		return coercion{fail: failNotUUID}
 	}
-	for i := 0; i < len(h); i++ {
-		c := h[i]
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if canonical && (i == 8 || i == 13 || i == 18 || i == 23) {
+			continue // a hyphen, checked above
+		}
 		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
 			return coercion{fail: failNotUUID}
 		}
@@ -415,7 +416,7 @@ func toUUID(v any) coercion {
 	if canonical {
 		return coercion{text: strings.ToLower(s)} // no copy when already lowercase
 	}
-	h = strings.ToLower(h)
+	h := strings.ToLower(s)
 	return coercion{text: h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], reason: reasonNormalizedUUID}
 }
 
@@ -477,7 +478,7 @@ func jsonAsWrittenOK(r string) bool {
 				if r[i] != '\\' {
 					continue
 				}
-				u := u4([]byte(r[i:min(i+6, len(r))]))
+				u := u4(r[i:min(i+6, len(r))])
 				i++ // the escaped character, or the u of \uXXXX
 				if u < 0 {
 					continue
@@ -487,7 +488,7 @@ func jsonAsWrittenOK(r string) bool {
 				case u >= 0xDC00 && u <= 0xDFFF:
 					return false // a low surrogate without a high one
 				case u >= 0xD800 && u <= 0xDBFF:
-					if lo := u4([]byte(r[i+1 : min(i+7, len(r))])); lo < 0xDC00 || lo > 0xDFFF {
+					if lo := u4(r[i+1 : min(i+7, len(r))]); lo < 0xDC00 || lo > 0xDFFF {
 						return false
 					}
 					i += 6

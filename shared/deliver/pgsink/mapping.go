@@ -33,6 +33,8 @@ const (
 // statements that write them. It is immutable and safe for concurrent use.
 type mapper struct {
 	tables []*mappedTable
+	// roots counts the root tables, rootCols the columns they store.
+	roots, rootCols int
 	// filter is nil when every document is mapped.
 	filter *docFilter
 
@@ -132,7 +134,12 @@ func newMapper(out config.PostgresOutput, names *tableNames) (*mapper, error) {
 		if rt.Name == versions || rt.Name == quality {
 			return nil, fmt.Errorf("mapping: table %q is also the versions or quality table", rt.Name)
 		}
-		mp.tables = append(mp.tables, layout(rt, names.schema, mp.tables))
+		t := layout(rt, names.schema, mp.tables)
+		mp.tables = append(mp.tables, t)
+		if t.Parent < 0 {
+			mp.roots++
+			mp.rootCols += len(t.cols)
+		}
 	}
 	mp.clearSQL = mp.buildClearSQL()
 	mp.writeSQL = mp.buildWriteSQL(false)
@@ -185,12 +192,13 @@ func (t *mappedTable) position(name string) int {
 // and data-quality records and records their versions. Each batch holds at
 // most one change per document.
 //
-// Both statements decide "newer" the same way, from the versions rows, which
-// only a holder of the document's lock changes, and writeSQL records the
-// versions in its final clause, so every clause of it still sees the old
-// versions. Documents are passed as parallel arrays; every value as text,
-// cast to its column type by the statement: nothing from a document ever
-// becomes SQL text.
+// Both statements decide "newer" the same way, against the versions rows,
+// which only a holder of the document's lock changes: clearSQL by reading
+// them, writeSQL by upserting them where the change is newer (the
+// condition of its ON CONFLICT) and inserting the rows of the documents
+// the upsert returns. Documents are passed as parallel arrays; every value
+// as text, cast to its column type by the statement: nothing from a
+// document ever becomes SQL text.
 //
 // Parameters of both: $1 doc ids, $2 generations, $3 counters. writeSQL
 // also: $4 revs, $5 deleted, $6 filtered, $7 seqs, then per table its doc
@@ -247,25 +255,24 @@ func (m *mapper) buildClearSQL() string {
 }
 
 // buildWriteSQL returns writeSQL, with the data-quality records or without
-// (the common case, spared their nine empty arrays).
+// (the common case, spared their nine empty arrays). Its first clause
+// records the versions of the changes newer than the stored ones and
+// returns their documents, whose rows and records the others insert.
 func (m *mapper) buildWriteSQL(quality bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, newerCTE, m.versions)
-	param := 8
-	if quality {
-		param = 18
-	}
-	for i, t := range m.tables {
-		u := t.unnestAt(param)
-		param += len(u.arrays)
-		fmt.Fprintf(&b, `,
-t%d AS (
-    INSERT INTO %s (%s)
-    SELECT %s
-    FROM unnest(%s) AS r(%s)
-    WHERE r.d %s
-)`, i, t.ident, strings.Join(u.names, ", "), strings.Join(u.values, ", "), strings.Join(u.arrays, ", "), strings.Join(u.aliases, ", "), isNewer)
-	}
+	fmt.Fprintf(&b, `WITH applied AS (
+    INSERT INTO %s AS cur (doc_id, generation, counter, rev, deleted, filtered, seq, applied_at)
+    SELECT b.doc_id, b.generation, b.counter, b.rev, b.deleted, b.filtered, b.seq, now()
+    FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::boolean[], $6::boolean[], $7::text[])
+        AS b(doc_id, generation, counter, rev, deleted, filtered, seq)
+    ON CONFLICT (doc_id) DO UPDATE
+    SET generation = EXCLUDED.generation, counter = EXCLUDED.counter, rev = EXCLUDED.rev, deleted = EXCLUDED.deleted,
+        filtered = EXCLUDED.filtered, seq = EXCLUDED.seq, applied_at = EXCLUDED.applied_at
+    WHERE (cur.generation, cur.counter) < (EXCLUDED.generation, EXCLUDED.counter)
+    RETURNING doc_id
+), newer AS MATERIALIZED (
+    SELECT coalesce(array_agg(doc_id), '{}') AS ids FROM applied
+)`, m.versions)
 	if quality {
 		fmt.Fprintf(&b, `,
 quality AS (
@@ -276,16 +283,24 @@ quality AS (
     WHERE q.d %s
 )`, m.quality, isNewer)
 	}
-	fmt.Fprintf(&b, `
-INSERT INTO %s AS cur (doc_id, generation, counter, rev, deleted, filtered, seq, applied_at)
-SELECT b.doc_id, b.generation, b.counter, b.rev, b.deleted, b.filtered, b.seq, now()
-FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::boolean[], $6::boolean[], $7::text[])
-    AS b(doc_id, generation, counter, rev, deleted, filtered, seq)
-WHERE b.doc_id %s
-ON CONFLICT (doc_id) DO UPDATE
-SET generation = EXCLUDED.generation, counter = EXCLUDED.counter, rev = EXCLUDED.rev, deleted = EXCLUDED.deleted,
-    filtered = EXCLUDED.filtered, seq = EXCLUDED.seq, applied_at = EXCLUDED.applied_at
-WHERE (cur.generation, cur.counter) < (EXCLUDED.generation, EXCLUDED.counter)`, m.versions, isNewer)
+	param := 8
+	if quality {
+		param = 18
+	}
+	last := len(m.tables) - 1
+	for i, t := range m.tables {
+		u := t.unnestAt(param)
+		param += len(u.arrays)
+		insert := fmt.Sprintf(`INSERT INTO %s (%s)
+SELECT %s
+FROM unnest(%s) AS r(%s)
+WHERE r.d %s`, t.ident, strings.Join(u.names, ", "), strings.Join(u.values, ", "), strings.Join(u.arrays, ", "), strings.Join(u.aliases, ", "), isNewer)
+		if i == last {
+			b.WriteString("\n" + insert)
+			break
+		}
+		fmt.Fprintf(&b, ",\nt%d AS (\n    %s\n)", i, strings.ReplaceAll(insert, "\n", "\n    "))
+	}
 	return b.String()
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/changes-worker/changes-worker/shared/change"
 	"github.com/changes-worker/changes-worker/shared/deliver"
@@ -83,17 +82,16 @@ func (s *Sink) writeMapped(ctx context.Context, db batcher, changes []*mappedCha
 // qualityArgs returns the parameters $8-$17 of writeQualitySQL: the output
 // id and the changes' data-quality records, records in all.
 func (s *Sink) qualityArgs(changes []*mappedChange, records int) []any {
-	strs := func() []string { return make([]string, 0, records) }
-	docs, revs, cols, paths, originals, reasons := strs(), strs(), strs(), strs(), strs(), strs()
+	strs := func() textArray { return make(textArray, 0, records) }
+	docs, revs, cols, paths, originals, stored, reasons := strs(), strs(), strs(), strs(), strs(), strs(), strs()
 	gens, counters := make([]int64, 0, records), make([]int64, 0, records)
-	stored := make(pgtype.FlatArray[pgtype.Text], 0, records)
 	for _, mc := range changes {
 		c := mc.c
 		for _, r := range mc.doc.records {
-			docs, revs = append(docs, c.DocID), append(revs, c.Rev)
+			docs, revs = append(docs, text(c.DocID)), append(revs, text(c.Rev))
 			gens, counters = append(gens, c.Generation), append(counters, c.Counter)
-			cols, paths = append(cols, r.column), append(paths, r.path)
-			originals, stored, reasons = append(originals, r.original), append(stored, r.stored), append(reasons, r.reason)
+			cols, paths = append(cols, text(r.column)), append(paths, text(r.path))
+			originals, stored, reasons = append(originals, text(r.original)), append(stored, r.stored), append(reasons, text(r.reason))
 		}
 	}
 	return []any{s.output, docs, revs, gens, counters, cols, paths, originals, stored, reasons}
@@ -108,17 +106,19 @@ func tableArgs(changes []*mappedChange, ti, ncols int) []any {
 			rows += len(mc.doc.rows[ti])
 		}
 	}
-	docs := make([]string, 0, rows)
-	cols := make([]pgtype.FlatArray[pgtype.Text], ncols)
+	docs := make(textArray, 0, rows)
+	// The columns share one allocation.
+	vals := make(textArray, rows*ncols)
+	cols := make([]textArray, ncols)
 	for j := range cols {
-		cols[j] = make(pgtype.FlatArray[pgtype.Text], 0, rows)
+		cols[j], vals = vals[:0:rows], vals[rows:]
 	}
 	for _, mc := range changes {
 		if mc.doc.rows == nil {
 			continue // a tombstone or a filtered document
 		}
 		for _, r := range mc.doc.rows[ti] {
-			docs = append(docs, mc.c.DocID)
+			docs = append(docs, text(mc.c.DocID))
 			for j, v := range r.vals {
 				cols[j] = append(cols[j], v)
 			}

@@ -1,12 +1,12 @@
 package pgsink
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -25,7 +25,7 @@ import (
 // surrogates in strings read as U+FFFD, and of a repeated key the last value
 // counts.
 type jsonTape struct {
-	src   []byte
+	src   string // a copy of the document: the values read from it are parts of it
 	nodes []jsonNode
 }
 
@@ -50,20 +50,45 @@ const maxDepth = 10000
 
 var errJSON = errors.New("invalid JSON")
 
-// parseTape parses one JSON value.
+// parseTape parses one JSON value. The caller may hand the tape back with
+// release once it holds nothing read from it but strings.
 func parseTape(b []byte) (*jsonTape, error) {
 	if len(b) > math.MaxInt32 {
 		return nil, fmt.Errorf("decode json: %w: document larger than 2 GiB", errJSON)
 	}
-	p := tapeParser{t: &jsonTape{src: b, nodes: make([]jsonNode, 0, len(b)/5)}}
+	t, _ := tapes.Get().(*jsonTape)
+	if t == nil {
+		t = &jsonTape{}
+	}
+	t.src, t.nodes = string(b), t.nodes[:0]
+	p := tapeParser{t: t}
 	if err := p.value(); err != nil {
+		t.release()
 		return nil, err
 	}
 	p.space()
 	if p.i != len(b) {
-		return nil, p.fail("data after the value")
+		err := p.fail("data after the value")
+		t.release()
+		return nil, err
 	}
-	return p.t, nil
+	return t, nil
+}
+
+// tapes keeps released tapes, so that their node lists are used again.
+var tapes sync.Pool
+
+// maxPooledNodes bounds the node lists kept, so that one large document
+// does not keep its list for good.
+const maxPooledNodes = 1 << 14
+
+// release hands t back for another document; t must not be used after.
+func (t *jsonTape) release() {
+	if cap(t.nodes) > maxPooledNodes {
+		return
+	}
+	t.src = ""
+	tapes.Put(t)
 }
 
 // decodeDoc parses one JSON value into what encoding/json's Decoder with
@@ -73,6 +98,7 @@ func decodeDoc(b []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer t.release()
 	return t.value(0), nil
 }
 
@@ -129,7 +155,7 @@ func (p *tapeParser) value() error {
 }
 
 func (p *tapeParser) literal(kind byte, word string) error {
-	if len(p.t.src)-p.i < len(word) || string(p.t.src[p.i:p.i+len(word)]) != word {
+	if len(p.t.src)-p.i < len(word) || p.t.src[p.i:p.i+len(word)] != word {
 		return p.fail("bad literal")
 	}
 	n := p.add(kind, p.i)
@@ -276,7 +302,7 @@ func (p *tapeParser) str() error {
 }
 
 // u4 reads \uXXXX at the start of b, or returns -1.
-func u4(b []byte) rune {
+func u4(b string) rune {
 	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
 		return -1
 	}
@@ -302,7 +328,7 @@ func (t *jsonTape) str(n int) string {
 	nd := t.nodes[n]
 	s := t.src[nd.start:nd.end]
 	if nd.plain {
-		return string(s)
+		return s
 	}
 	out := make([]byte, 0, len(s))
 	for i := 0; i < len(s); {
@@ -343,7 +369,7 @@ func (t *jsonTape) str(n int) string {
 			out = append(out, c)
 			i++
 		default:
-			r, size := utf8.DecodeRune(s[i:])
+			r, size := utf8.DecodeRuneInString(s[i:])
 			out = utf8.AppendRune(out, r) // invalid UTF-8 reads as U+FFFD
 			i += size
 		}
@@ -355,7 +381,7 @@ func (t *jsonTape) str(n int) string {
 func (t *jsonTape) keyIs(n int, key string) bool {
 	nd := t.nodes[n]
 	if nd.plain {
-		return string(t.src[nd.start:nd.end]) == key
+		return t.src[nd.start:nd.end] == key
 	}
 	return t.str(n) == key
 }
@@ -371,7 +397,7 @@ func (t *jsonTape) raw(n int) rawJSON {
 		start, end = start-1, end+1
 	}
 	b := t.src[start:end]
-	if bytes.Contains(b, []byte(`\u`)) || !utf8.Valid(b) {
+	if strings.Contains(b, `\u`) || !utf8.ValidString(b) {
 		return rawJSON(jsonText(t.value(n)))
 	}
 	return rawJSON(b)
@@ -414,13 +440,13 @@ func (t *jsonTape) lookup(p config.Path, context int) (int, bool) {
 	return n, true
 }
 
-// elements returns the nodes of the elements of array node n.
-func (t *jsonTape) elements(n int) []int {
-	var out []int
+// count returns the number of elements of array node n.
+func (t *jsonTape) count(n int) int {
+	c := 0
 	for i := n + 1; i < int(t.nodes[n].next); i = int(t.nodes[i].next) {
-		out = append(out, i)
+		c++
 	}
-	return out
+	return c
 }
 
 // scalar returns node n for coercion: a string, json.Number, bool or nil,
@@ -467,6 +493,7 @@ func rawValue(r rawJSON) any {
 		// rawJSON comes from a parsed document.
 		return nil
 	}
+	defer t.release()
 	return t.value(0)
 }
 

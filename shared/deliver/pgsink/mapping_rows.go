@@ -3,6 +3,7 @@ package pgsink
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -30,12 +31,24 @@ type mappedDoc struct {
 }
 
 // mappedRow is one row's stored values (not Valid: NULL) in the table's
-// cols order, with the node it was mapped from and that node's path, for
-// its child tables.
+// cols order, with the node it was mapped from, for its child tables, and
+// what names that node's path: the parent row, the array path from it
+// (nil for a root table's row) and the element's index.
 type mappedRow struct {
 	vals    []pgtype.Text
 	context int
-	at      string
+	parent  *mappedRow
+	from    *config.Path
+	index   int
+}
+
+// at returns the path of the node r was mapped from, such as items[2], or
+// "" for the document. It is built when an error or a record needs it.
+func (r *mappedRow) at() string {
+	if r == nil || r.from == nil {
+		return ""
+	}
+	return r.from.AppendTo(r.parent.at()) + "[" + strconv.Itoa(r.index) + "]"
 }
 
 // qualityRecord is one coerced or nulled value.
@@ -57,6 +70,7 @@ func (m *mapper) mapDoc(c *change.Envelope) (*mappedDoc, error) {
 	if err != nil {
 		return nil, deliver.PermanentError("invalid_body", fmt.Errorf("map document %s: %w", c.DocID, err))
 	}
+	defer doc.release()
 	if doc.nodes[0].kind != '{' {
 		return nil, deliver.PermanentError("invalid_body", fmt.Errorf("map document %s: body is %s, not a JSON object", c.DocID, kind(doc.scalar(0))))
 	}
@@ -64,13 +78,17 @@ func (m *mapper) mapDoc(c *change.Envelope) (*mappedDoc, error) {
 		return &mappedDoc{filtered: true}, nil
 	}
 	md := &mappedDoc{rows: make([][]mappedRow, len(m.tables))}
+	// The rows of the root tables and their values, allocated together.
+	roots := make([]mappedRow, m.roots)
+	rootVals := make([]pgtype.Text, m.rootCols)
 	for ti, t := range m.tables {
 		if t.Parent < 0 {
-			r, err := t.mapRow(md, doc, 0, "", nil, 0)
-			if err != nil {
+			md.rows[ti], roots = roots[:1:1], roots[1:]
+			r := &md.rows[ti][0]
+			r.vals, rootVals = rootVals[:len(t.cols):len(t.cols)], rootVals[len(t.cols):]
+			if err := t.mapRow(md, doc, r); err != nil {
 				return nil, inDoc(c.DocID, err)
 			}
-			md.rows[ti] = []mappedRow{r}
 			continue
 		}
 		for pi := range md.rows[t.Parent] {
@@ -79,18 +97,24 @@ func (m *mapper) mapDoc(c *change.Envelope) (*mappedDoc, error) {
 			if !ok || doc.nodes[n].kind == 'n' {
 				continue // no array, no rows
 			}
-			at := t.From.AppendTo(parent.at)
 			if doc.nodes[n].kind != '[' {
 				return nil, inDoc(c.DocID, deliver.PermanentError(errReasonNotArray,
-					fmt.Errorf("table %s: %s holds %s, not an array", t.Name, at, kind(doc.scalar(n)))))
+					fmt.Errorf("table %s: %s holds %s, not an array", t.Name, t.From.AppendTo(parent.at()), kind(doc.scalar(n)))))
 			}
-			for i, e := range doc.elements(n) {
-				r, err := t.mapRow(md, doc, e, at+"["+strconv.Itoa(i)+"]", parent, i)
-				if err != nil {
+			count := doc.count(n)
+			if count == 0 {
+				continue
+			}
+			vals := make([]pgtype.Text, count*len(t.cols))
+			rows := slices.Grow(md.rows[ti], count)
+			for i, e := 0, n+1; i < count; i, e = i+1, int(doc.nodes[e].next) {
+				rows = append(rows, mappedRow{vals: vals[:len(t.cols):len(t.cols)], context: e, parent: parent, from: &t.From, index: i})
+				vals = vals[len(t.cols):]
+				if err := t.mapRow(md, doc, &rows[len(rows)-1]); err != nil {
 					return nil, inDoc(c.DocID, err)
 				}
-				md.rows[ti] = append(md.rows[ti], r)
 			}
+			md.rows[ti] = rows
 		}
 		if err := t.checkKeys(md.rows[ti]); err != nil {
 			return nil, inDoc(c.DocID, err)
@@ -105,23 +129,22 @@ func inDoc(docID string, err error) error {
 	return deliver.PermanentError(e.Reason, fmt.Errorf("map document %s: %w", docID, e.Err))
 }
 
-// mapRow maps one row of t from the node context of doc (found at path at),
-// a child of parent at index i, appending data-quality records to md.
-func (t *mappedTable) mapRow(md *mappedDoc, doc *jsonTape, context int, at string, parent *mappedRow, i int) (mappedRow, error) {
-	r := mappedRow{vals: make([]pgtype.Text, len(t.cols)), context: context, at: at}
+// mapRow fills the values of r, a row of t mapped from the node r.context
+// of doc, appending data-quality records to md.
+func (t *mappedTable) mapRow(md *mappedDoc, doc *jsonTape, r *mappedRow) error {
 	for k, pos := range t.carriedFrom {
-		r.vals[k] = parent.vals[pos]
+		r.vals[k] = r.parent.vals[pos]
 	}
 	if t.IndexColumn != "" {
-		r.vals[len(t.carriedFrom)] = pgtype.Text{String: strconv.Itoa(i), Valid: true}
+		r.vals[len(t.carriedFrom)] = pgtype.Text{String: strconv.Itoa(r.index), Valid: true}
 	}
 	for j := range t.Columns {
 		col := &t.Columns[j]
-		n, ok := doc.lookup(col.Path, context)
+		n, ok := doc.lookup(col.Path, r.context)
 		if !ok || doc.nodes[n].kind == 'n' {
 			if col.Required {
-				return r, deliver.PermanentError(errReasonRequired,
-					fmt.Errorf("%s.%s: no value at %s", t.Name, col.Name, col.Path.AppendTo(at)))
+				return deliver.PermanentError(errReasonRequired,
+					fmt.Errorf("%s.%s: no value at %s", t.Name, col.Name, col.Path.AppendTo(r.at())))
 			}
 			continue
 		}
@@ -134,11 +157,11 @@ func (t *mappedTable) mapRow(md *mappedDoc, doc *jsonTape, context int, at strin
 		co := coerce(v, col.Type, col.Epoch)
 		if co.fail != "" {
 			if col.Reject {
-				return r, deliver.PermanentError(errReasonCoercion,
-					fmt.Errorf("%s.%s: %s at %s cannot be stored as %s: %s", t.Name, col.Name, kind(doc.scalar(n)), col.Path.AppendTo(at), col.Type, co.fail))
+				return deliver.PermanentError(errReasonCoercion,
+					fmt.Errorf("%s.%s: %s at %s cannot be stored as %s: %s", t.Name, col.Name, kind(doc.scalar(n)), col.Path.AppendTo(r.at()), col.Type, co.fail))
 			}
 			md.records = append(md.records, qualityRecord{
-				column: t.Name + "." + col.Name, path: col.Path.AppendTo(at),
+				column: t.Name + "." + col.Name, path: col.Path.AppendTo(r.at()),
 				original: recordedJSON(doc.raw(n)), reason: co.fail,
 			})
 			continue
@@ -147,12 +170,12 @@ func (t *mappedTable) mapRow(md *mappedDoc, doc *jsonTape, context int, at strin
 		r.vals[t.mappedAt+j] = text
 		if co.reason != "" {
 			md.records = append(md.records, qualityRecord{
-				column: t.Name + "." + col.Name, path: col.Path.AppendTo(at),
+				column: t.Name + "." + col.Name, path: col.Path.AppendTo(r.at()),
 				original: recordedJSON(doc.raw(n)), stored: text, reason: co.reason,
 			})
 		}
 	}
-	return r, nil
+	return nil
 }
 
 // checkKeys rejects rows of one document sharing a primary key, which the
@@ -163,7 +186,8 @@ func (t *mappedTable) checkKeys(rows []mappedRow) error {
 	}
 	seen := make(map[string]int, len(rows))
 	var b strings.Builder
-	for i, r := range rows {
+	for i := range rows {
+		r := &rows[i]
 		b.Reset()
 		for _, pos := range t.keyPos {
 			if pos >= 0 && r.vals[pos].Valid {
@@ -173,7 +197,7 @@ func (t *mappedTable) checkKeys(rows []mappedRow) error {
 		}
 		if j, dup := seen[b.String()]; dup {
 			return deliver.PermanentError(errReasonDuplicate,
-				fmt.Errorf("table %s: rows from %s and %s have the same primary key", t.Name, rows[j].at, r.at))
+				fmt.Errorf("table %s: rows from %s and %s have the same primary key", t.Name, rows[j].at(), r.at()))
 		}
 		seen[b.String()] = i
 	}

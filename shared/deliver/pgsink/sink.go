@@ -19,6 +19,7 @@ package pgsink
 import (
 	"bytes"
 	"context"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/changes-worker/changes-worker/shared/change"
@@ -364,30 +366,86 @@ func (s *Sink) apply(ctx context.Context, db batcher, changes []*change.Envelope
 // versionColumns holds the versions of a batch of changes as the
 // statements take them: one array per column of the versions table.
 type versionColumns struct {
-	ids      []string
+	ids      textArray
 	gens     []int64
 	counters []int64
-	revs     []string
+	revs     textArray
 	deleted  []bool
-	seqs     []string
+	seqs     textArray
 }
 
 func newVersionColumns(n int) versionColumns {
 	return versionColumns{
-		ids:      make([]string, n),
+		ids:      make(textArray, n),
 		gens:     make([]int64, n),
 		counters: make([]int64, n),
-		revs:     make([]string, n),
+		revs:     make(textArray, n),
 		deleted:  make([]bool, n),
-		seqs:     make([]string, n),
+		seqs:     make(textArray, n),
 	}
 }
 
 // set stores the version of c at index i.
 func (v versionColumns) set(i int, c *change.Envelope) {
-	v.ids[i], v.gens[i], v.counters[i], v.revs[i] = c.DocID, c.Generation, c.Counter, c.Rev
-	v.deleted[i], v.seqs[i] = c.Tombstone(), string(c.Seq)
+	v.ids[i], v.gens[i], v.counters[i], v.revs[i] = text(c.DocID), c.Generation, c.Counter, text(c.Rev)
+	v.deleted[i], v.seqs[i] = c.Tombstone(), text(string(c.Seq))
 }
+
+// textArray is a text[] parameter. pgx hands each element of an array to
+// its encoder as an interface value; Index gives a pointer to the element,
+// which an interface holds as it is, where FlatArray and []string copy
+// every element into an allocation of its own.
+type textArray []pgtype.Text
+
+var _ pgtype.ArrayGetter = textArray(nil)
+
+// Dimensions returns one dimension of len(a) elements, none (NULL) for a
+// nil array.
+func (a textArray) Dimensions() []pgtype.ArrayDimension {
+	if a == nil {
+		return nil
+	}
+	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
+}
+
+// Index returns element i, which pgx reads through its TextValue method.
+func (a textArray) Index(i int) any { return &a[i] }
+
+// IndexType returns what Index returns.
+func (a textArray) IndexType() any { return new(pgtype.Text) }
+
+// Value returns the array in PostgreSQL's text form, {"a","b",NULL}, for
+// the query modes where pgx does not learn the parameter's type from the
+// server (exec, simple protocol) and so cannot tell textArray's.
+func (a textArray) Value() (driver.Value, error) {
+	if a == nil {
+		return nil, nil
+	}
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, e := range a {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if !e.Valid {
+			b.WriteString("NULL")
+			continue
+		}
+		b.WriteByte('"')
+		for j := 0; j < len(e.String); j++ {
+			if c := e.String[j]; c == '"' || c == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(e.String[j])
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String(), nil
+}
+
+// text is s as a text element that is not NULL.
+func text(s string) pgtype.Text { return pgtype.Text{String: s, Valid: true} }
 
 // check rejects a change no retry can apply.
 func check(c *change.Envelope) error {

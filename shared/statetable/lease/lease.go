@@ -62,6 +62,7 @@ const (
 	// owner that took the lease. A release before 1.0.0 writes no version,
 	// so its take leaves the map naming the owner before it.
 	attrHolderVersion = "holder_version"
+	attrReleaseAt     = "release_at_ms"
 )
 
 // Roles recorded on the job item.
@@ -119,6 +120,9 @@ type State struct {
 	// took the lease); empty when the owner recorded none (a release before
 	// 1.0.0) or there is no owner.
 	HolderVersion string
+	// ReleaseAt is when the holder said, as it took the lease, that it
+	// will release it (AcquireUntil); zero when it did not say.
+	ReleaseAt time.Time
 }
 
 // Held reports whether, by the clock value now, someone holds the lease.
@@ -179,17 +183,25 @@ func (s *Store) Get(ctx context.Context, job string) (*State, error) {
 // When another owner holds it, Acquire returns ErrLeaseHeld and that holder's
 // state.
 func (s *Store) Acquire(ctx context.Context, job, owner, host string, ttl time.Duration) (*Lease, *State, error) {
-	return s.take(ctx, job, owner, host, ttl, false)
+	return s.take(ctx, job, owner, host, ttl, time.Time{}, false)
+}
+
+// AcquireUntil is Acquire by a holder that will release the lease at
+// releaseAt (the end of its time budget): the takeover writes that moment
+// on the job item, so that a standby looks for the release then
+// (Session.Wait) rather than at its next regular look.
+func (s *Store) AcquireUntil(ctx context.Context, job, owner, host string, ttl time.Duration, releaseAt time.Time) (*Lease, *State, error) {
+	return s.take(ctx, job, owner, host, ttl, releaseAt, false)
 }
 
 // ForceTake takes the lease whatever its state, incrementing the generation
 // so any running holder is fenced out at its next write.
 func (s *Store) ForceTake(ctx context.Context, job, owner, host string, ttl time.Duration) (*Lease, error) {
-	l, _, err := s.take(ctx, job, owner, host, ttl, true)
+	l, _, err := s.take(ctx, job, owner, host, ttl, time.Time{}, true)
 	return l, err
 }
 
-func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Duration, force bool) (*Lease, *State, error) {
+func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Duration, releaseAt time.Time, force bool) (*Lease, *State, error) {
 	now := s.Clock.Now()
 	kindExpr := ":first"
 	cond := "attribute_not_exists(#owner) OR #released = :true OR #exp < :now"
@@ -204,7 +216,7 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 		ExpressionAttributeNames: map[string]string{
 			"#owner": attrOwner, "#host": attrHost, "#exp": attrExpiresMS, "#acq": attrAcquiredAt,
 			"#hb": attrHeartbeatAt, "#released": attrReleased, "#gen": attrGeneration, "#kind": attrTakeoverKind,
-			"#role": attrRole, "#hv": attrHolderVersion,
+			"#role": attrRole, "#hv": attrHolderVersion, "#rel": attrReleaseAt,
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":owner":  statetable.Str(owner),
@@ -222,6 +234,13 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 		},
 		ReturnValues:                        types.ReturnValueAllOld,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	if releaseAt.IsZero() {
+		// The moment the previous holder announced is not this one's.
+		*in.UpdateExpression += " REMOVE #rel"
+	} else {
+		*in.UpdateExpression += ", #rel = :rel"
+		in.ExpressionAttributeValues[":rel"] = statetable.Num(releaseAt.UnixMilli())
 	}
 	if !force {
 		in.ConditionExpression = aws.String(cond)
@@ -510,6 +529,9 @@ func decode(item map[string]types.AttributeValue) *State {
 	if hv, ok := item[attrHolderVersion].(*types.AttributeValueMemberM); ok && st.Owner != "" &&
 		statetable.String(hv.Value, "owner") == st.Owner {
 		st.HolderVersion = statetable.String(hv.Value, "version")
+	}
+	if _, ok := item[attrReleaseAt]; ok {
+		st.ReleaseAt = time.UnixMilli(n(attrReleaseAt))
 	}
 	return st
 }

@@ -196,3 +196,48 @@ func TestOneWinnerPerRound(t *testing.T) {
 	}
 	t.Logf("%d rounds, %d acquire calls by 8, 12 and 16 racers, %d winners", rounds, races, wins)
 }
+
+// A holder that announces when it will release the lease (AcquireUntil)
+// has that moment on the job item, where a standby reads it; a takeover
+// that announces nothing, or announces another moment, replaces it, and a
+// holder of a release that does not know the attribute leaves none.
+func TestAcquireUntilAnnouncesTheRelease(t *testing.T) {
+	ctx, s := parallelStore(t)
+	ttl := time.Minute
+	at := time.UnixMilli(time.Now().Add(90 * time.Second).UnixMilli())
+
+	a, _, err := s.AcquireUntil(ctx, "job", "a", "h", ttl, at)
+	if err != nil {
+		t.Fatalf("acquire a: %v", err)
+	}
+	_, held, err := s.Acquire(ctx, "job", "b", "h", ttl)
+	if !errors.Is(err, lease.ErrLeaseHeld) || !held.ReleaseAt.Equal(at) {
+		t.Fatalf("acquire b while a holds: %v, holder's release at %v, want ErrLeaseHeld and %v", err, held.ReleaseAt, at)
+	}
+	if err := s.Renew(ctx, a, 0); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if st, _ := s.Get(ctx, "job"); !st.ReleaseAt.Equal(at) {
+		t.Errorf("after a renewal: release at %v, want %v", st.ReleaseAt, at)
+	}
+	if err := s.Release(ctx, a); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	b, _, err := s.Acquire(ctx, "job", "b", "h", ttl)
+	if err != nil {
+		t.Fatalf("acquire b: %v", err)
+	}
+	if st, _ := s.Get(ctx, "job"); !st.ReleaseAt.IsZero() {
+		t.Errorf("taken by a holder that announced nothing: release at %v, want none", st.ReleaseAt)
+	}
+	if err := s.Release(ctx, b); err != nil {
+		t.Fatalf("release b: %v", err)
+	}
+	later := at.Add(time.Minute)
+	if _, _, err := s.AcquireUntil(ctx, "job", "c", "h", ttl, later); err != nil {
+		t.Fatalf("acquire c: %v", err)
+	}
+	if st, _ := s.Get(ctx, "job"); !st.ReleaseAt.Equal(later) {
+		t.Errorf("taken by c: release at %v, want %v", st.ReleaseAt, later)
+	}
+}

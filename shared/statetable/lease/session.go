@@ -21,6 +21,26 @@ type Keeper interface {
 
 var _ Keeper = (*Store)(nil)
 
+// announcer is a Keeper that records, with the takeover, when the holder
+// will release the lease (*Store does).
+type announcer interface {
+	AcquireUntil(ctx context.Context, job, owner, host string, ttl time.Duration, releaseAt time.Time) (*Lease, *State, error)
+}
+
+var _ announcer = (*Store)(nil)
+
+// A holder that announced when it will release its lease (State.ReleaseAt)
+// is looked at every handoffLook from that moment, for handoffWatch, so that
+// the standby takes over within tens of milliseconds of the release rather
+// than at its next regular look: about two reads more per handoff, as the
+// release follows the announced moment by a write or two. A holder that
+// does not release within handoffWatch (it has a batch to queue, or it
+// crashed) is looked at every Interval again, until its lease expires.
+const (
+	handoffLook  = 20 * time.Millisecond
+	handoffWatch = time.Second
+)
+
 // ErrFenced is returned by Session.Fence when the lease could have expired
 // by the local clock and renewing it failed; the error wraps the renewal's
 // (ErrLeaseLost when the renewal was refused).
@@ -71,6 +91,10 @@ type Session struct {
 	Clock clock.Clock
 	// Interval is how often Wait reads the job item while the lease is held.
 	Interval time.Duration
+	// ReleaseAt, when set, is when the session's owner will release the
+	// lease it takes: Acquire writes it on the job item (when the store
+	// can), and a standby's Wait looks for the release from then on.
+	ReleaseAt time.Time
 	// Announce, when set, is called by Wait every third of a TTL to record
 	// on the job item that this owner stands by (Store.MarkStandby).
 	Announce func(ctx context.Context, job, owner string) error
@@ -107,7 +131,14 @@ func (s *Session) Lease() *Lease { return s.lease }
 // Acquire takes the lease if it is free: no holder, released, or expired.
 // When another owner holds it, it returns a *HeldError.
 func (s *Session) Acquire(ctx context.Context) error {
-	l, st, err := s.store.Acquire(ctx, s.job, s.owner, s.host, s.ttl)
+	var l *Lease
+	var st *State
+	var err error
+	if a, ok := s.store.(announcer); ok && !s.ReleaseAt.IsZero() {
+		l, st, err = a.AcquireUntil(ctx, s.job, s.owner, s.host, s.ttl, s.ReleaseAt)
+	} else {
+		l, st, err = s.store.Acquire(ctx, s.job, s.owner, s.host, s.ttl)
+	}
 	if errors.Is(err, ErrLeaseHeld) {
 		return &HeldError{Holder: st}
 	}
@@ -178,12 +209,23 @@ func (s *Session) watch(ctx context.Context, holder *State, until time.Time) err
 // nextLook is how long the watch waits before it reads the job item again:
 // Interval, or less when the holder's lease, as last read, expires sooner,
 // so that a crashed holder is replaced as its lease expires rather than up
-// to an Interval later.
+// to an Interval later; and, when the holder announced when it will
+// release the lease, until that moment, then handoffLook for handoffWatch.
 func (s *Session) nextLook(holder *State) time.Duration {
-	if holder == nil || !holder.Held(s.Clock.Now()) {
+	now := s.Clock.Now()
+	if holder == nil || !holder.Held(now) {
 		return s.Interval
 	}
-	return min(s.Interval, max(holder.ExpiresAt.Sub(s.Clock.Now()), time.Millisecond))
+	wait := min(s.Interval, holder.ExpiresAt.Sub(now))
+	if at := holder.ReleaseAt; !at.IsZero() {
+		switch {
+		case now.Before(at):
+			wait = min(wait, at.Sub(now))
+		case now.Before(at.Add(handoffWatch)):
+			wait = min(wait, handoffLook)
+		}
+	}
+	return max(wait, time.Millisecond)
 }
 
 // announce records that this owner stands by, every third of a TTL.

@@ -485,3 +485,70 @@ func TestSessionReleaseLost(t *testing.T) {
 		t.Errorf("Release = %v, want ErrLeaseLost", err)
 	}
 }
+
+// TestWaitLooksAtTheAnnouncedRelease: a standby whose holder announced when
+// it will release the lease (State.ReleaseAt) reads the job item from that
+// moment every few tens of milliseconds, and takes over within tens of
+// milliseconds of the release rather than at its next regular look (one a
+// second here); for a bounded time only, so that a holder late to release,
+// or an item that announces nothing (written by an earlier release), is
+// watched at the regular interval.
+func TestWaitLooksAtTheAnnouncedRelease(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// announced and released are the holder's moments, after the
+		// standby starts; announced 0: nothing announced.
+		announced, released time.Duration
+		// wantFrom and wantBy bound when the standby takes over.
+		wantFrom, wantBy time.Duration
+		maxReads         int
+	}{
+		{name: "released as announced", announced: 200 * time.Millisecond, released: 230 * time.Millisecond,
+			wantFrom: 230 * time.Millisecond, wantBy: 330 * time.Millisecond, maxReads: 5},
+		{name: "nothing announced", released: 230 * time.Millisecond,
+			wantFrom: time.Second, wantBy: 1300 * time.Millisecond, maxReads: 1},
+		{name: "announced long ago", announced: -1500 * time.Millisecond, released: 230 * time.Millisecond,
+			wantFrom: time.Second, wantBy: 1300 * time.Millisecond, maxReads: 1},
+		{name: "released well after the announced moment", announced: 100 * time.Millisecond, released: 1300 * time.Millisecond,
+			wantFrom: 2 * time.Second, wantBy: 2300 * time.Millisecond, maxReads: 60},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			holder := func() *lease.State {
+				st := held("poller-1", 4)
+				if tt.announced != 0 {
+					st.ReleaseAt = start.Add(tt.announced)
+				}
+				if time.Since(start) >= tt.released {
+					st.Released = true
+				}
+				return st
+			}
+			var acquired time.Duration
+			k := &fakeKeeper{
+				get: func() (*lease.State, error) { return holder(), nil },
+				acquire: func() (*lease.Lease, *lease.State, error) {
+					if st := holder(); !st.Released {
+						return nil, st, lease.ErrLeaseHeld
+					}
+					acquired = time.Since(start)
+					return &lease.Lease{JobID: "job", Owner: "me", Generation: 5, Kind: lease.Handoff, RenewedAt: time.Now(), TTL: ttl}, nil, nil
+				},
+			}
+			s := lease.NewSession(k, "job", "me", "host", ttl)
+			s.Interval = time.Second
+			if err := s.Wait(t.Context(), start.Add(10*time.Second)); err != nil {
+				t.Fatalf("wait: %v", err)
+			}
+			if acquired < tt.wantFrom || acquired > tt.wantBy {
+				t.Errorf("took over %s after the start, want between %s and %s", acquired.Round(time.Millisecond), tt.wantFrom, tt.wantBy)
+			}
+			if got := k.count("get"); got > tt.maxReads {
+				t.Errorf("%d reads, want at most %d", got, tt.maxReads)
+			}
+		})
+	}
+}

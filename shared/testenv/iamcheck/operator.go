@@ -26,7 +26,7 @@ import (
 // on this machine) are not checked. A command missing from both is
 // reported when it makes a request.
 var (
-	OperatorCommands = []string{"status", "checkpoint", "dlq", "halt", "verify", "bucket"}
+	OperatorCommands = []string{"status", "checkpoint", "dlq", "halt", "verify", "job", "bucket"}
 	LocalCommands    = []string{"bootstrap", "run", "invoke"}
 )
 

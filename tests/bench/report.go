@@ -83,7 +83,7 @@ func groupThousands(s string) string {
 var failoverTTLs = []string{"1s", "3s", "10s"}
 
 // figureRows are the page's rows, in the order of the table.
-var figureRows = slices.Concat(mainRows, failoverRows(failoverTTLs), deployedFailoverRows(config.IdleWatch, config.IdleSleep), manyJobsRows)
+var figureRows = slices.Concat(mainRows, failoverRows(failoverTTLs), deployedFailoverRows(config.IdleWatch, config.IdleSleep))
 
 // mainRows are the rows of every benchmark but failover.
 var mainRows = []figureRow{

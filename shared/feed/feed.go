@@ -393,14 +393,16 @@ func (b *Batch) CutBefore(i int, since json.RawMessage, why string) {
 
 // CaughtUp reports whether the batch reached the end of the feed: the
 // source says nothing is pending, or, when it does not say, the answer was
-// neither full nor carried a row. A page made only of rows the client drops
-// (Sync Gateway's "_user/" rows, tombstones under ActiveOnly) is full and so
-// not caught up.
+// not full: a page shorter than the limit holds everything the source had
+// when it answered, so a long poll answered with the one change made
+// meanwhile is caught up. A page made only of rows the client drops (Sync
+// Gateway's "_user/" rows, tombstones under ActiveOnly) is full and so not
+// caught up.
 func (b *Batch) CaughtUp() bool {
 	if b.Pending >= 0 {
 		return b.Pending == 0
 	}
-	return len(b.Rows) == 0 && !b.Full
+	return !b.Full
 }
 
 // DocRev is a live document and its winning revision.

@@ -297,7 +297,8 @@ func TestBatchCaughtUp(t *testing.T) {
 		want  bool
 	}{
 		{name: "empty, not full", batch: Batch{Pending: -1}, want: true},
-		{name: "rows", batch: Batch{Rows: []Row{{ID: "a"}}, Pending: -1}, want: false},
+		{name: "rows, not full", batch: Batch{Rows: []Row{{ID: "a"}}, Pending: -1}, want: true},
+		{name: "rows, full", batch: Batch{Rows: []Row{{ID: "a"}}, Pending: -1, Full: true}, want: false},
 		{name: "full page of dropped rows", batch: Batch{Pending: -1, Full: true}, want: false},
 		{name: "pending zero with rows", batch: Batch{Rows: []Row{{ID: "a"}}, Pending: 0, Full: true}, want: true},
 		{name: "pending left, rows dropped", batch: Batch{Pending: 3}, want: false},

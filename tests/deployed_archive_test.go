@@ -12,17 +12,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/demo/receiver"
-	"github.com/changes-worker/changes-worker/shared/deployed"
 	"github.com/changes-worker/changes-worker/shared/dlq"
-	"github.com/changes-worker/changes-worker/shared/pipeline"
 	"github.com/changes-worker/changes-worker/shared/testenv"
-	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
 // TestDeployedDLQArchive deploys the full stack with a two-minute DLQ
@@ -69,27 +63,8 @@ func TestDeployedDLQArchive(t *testing.T) {
 				HTTP: &config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}", Timeout: config.Duration(3 * time.Second)}}},
 		}},
 	}
-	s := stack.ForTest(t, stack.Options{Name: "deployed-archive", Config: cfg})
-	prefix := s.Config.Stack.Prefix
-	cfn := cloudformation.NewFromConfig(s.Deps.AWS)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 3*time.Minute)
-		defer cancel()
-		deleteCFNStack(ctx, t, cfn, prefix)
-	})
-	start := time.Now()
-	if err := testenv.DeployLocal(ctx, testenv.LocalDeploy{ConfigPath: s.ConfigPath, BuildDir: t.TempDir(), AssemblyDir: t.TempDir()}); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("deployed stack %s in %s", prefix, time.Since(start).Round(time.Second))
-	bucket, err := deployed.Bucket(ctx, cfn, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Deps.S3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: &s.Config.Stack.Bucket}); err != nil {
-		t.Fatal(err)
-	}
-	pipeline.OverrideBucket(s.Config, bucket)
+	d := deployTestStack(t, deployOptions{name: "deployed-archive", cfg: cfg, recv: recv})
+	s, prefix := d.Stack, d.prefix
 	q, err := s.Queues(ctx, "orders", "rest")
 	if err != nil {
 		t.Fatal(err)
@@ -98,13 +73,11 @@ func TestDeployedDLQArchive(t *testing.T) {
 	inArchive := func(ctx context.Context) (dlq.Stats, error) { return archive.Stats(ctx) }
 
 	// The poller, one invocation after another until the test is done.
-	lc := lambda.NewFromConfig(s.Deps.AWS)
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	var polling sync.WaitGroup
 	polling.Go(func() {
 		for pollCtx.Err() == nil {
-			out, err := lc.Invoke(pollCtx, &lambda.InvokeInput{FunctionName: aws.String(prefix + "-orders-poller"), Payload: []byte(`{"job":"orders"}`)},
-				func(o *lambda.Options) { o.RetryMaxAttempts = 1 })
+			out, err := d.invoke(pollCtx)
 			switch {
 			case pollCtx.Err() != nil:
 			case err != nil:

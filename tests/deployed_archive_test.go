@@ -19,7 +19,12 @@ import (
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
-// TestDeployedDLQArchive deploys the full stack with a two-minute DLQ
+// deployedDLQRetention is the DLQs' retention in TestDeployedDLQArchive,
+// SQS's shortest: a change is archived 30 s after it was queued and the
+// test waits past the retention.
+const deployedDLQRetention = config.MinDLQRetention
+
+// TestDeployedDLQArchive deploys the full stack with a one-minute DLQ
 // retention and follows a failed change through it as LocalStack runs the
 // functions: the writer dead-letters a change the HTTP output refuses, the
 // deployed poller (invoked one invocation after another, as its schedule
@@ -49,11 +54,12 @@ func TestDeployedDLQArchive(t *testing.T) {
 	t.Cleanup(srv.Close)
 	cfg := &config.File{
 		Stack: config.Stack{
-			// Overlapping invocations sweep the DLQ every 15 s.
+			// Overlapping invocations sweep the DLQ every 7.5 s, a quarter
+			// of the 30 s archive_after leaves.
 			PollerTimeout:    config.Duration(80 * time.Second),
 			WriterTimeout:    config.Duration(deployedWriterTimeout),
 			LogRetentionDays: 1,
-			DLQ:              config.DLQ{Retention: config.Duration(dlqRetention)},
+			DLQ:              config.DLQ{Retention: config.Duration(deployedDLQRetention)},
 		},
 		Jobs: []*config.Job{{
 			ID:    "orders",
@@ -112,7 +118,7 @@ func TestDeployedDLQArchive(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the refused change never reached the DLQ: %v", err)
 	}
-	err = testenv.Poll(ctx, dlqRetention, time.Second, func(ctx context.Context) (bool, error) {
+	err = testenv.Poll(ctx, deployedDLQRetention, time.Second, func(ctx context.Context) (bool, error) {
 		d, err := dlq.QueueDepth(ctx, s.Deps.SQS, q.DLQURL)
 		if err != nil {
 			return false, err
@@ -122,7 +128,7 @@ func TestDeployedDLQArchive(t *testing.T) {
 		return d.Total() == 0 && st.Count == 1, err
 	})
 	if err != nil {
-		t.Fatalf("the deployed poller did not archive the dead-lettered change within %s: %v", dlqRetention, err)
+		t.Fatalf("the deployed poller did not archive the dead-lettered change within %s: %v", deployedDLQRetention, err)
 	}
 	var m dlq.Message
 	var readErr error
@@ -132,12 +138,12 @@ func TestDeployedDLQArchive(t *testing.T) {
 	}); err != nil || readErr != nil || m.Archived == nil {
 		t.Fatalf("read the archived change: %v, %v", err, readErr)
 	}
-	if m.DocID() != poison || m.Failure.HTTPStatus != http.StatusBadRequest || m.Archived.At.Sub(m.SentAt) >= dlqRetention {
-		t.Fatalf("archived %+v, want %s's HTTP 400, archived within %s of its queueing", m, poison, dlqRetention)
+	if m.DocID() != poison || m.Failure.HTTPStatus != http.StatusBadRequest || m.Archived.At.Sub(m.SentAt) >= deployedDLQRetention {
+		t.Fatalf("archived %+v, want %s's HTTP 400, archived within %s of its queueing", m, poison, deployedDLQRetention)
 	}
 
 	// Past the retention, still archived; listed as such.
-	if wait := time.Until(sentAt.Add(dlqRetention + 5*time.Second)); wait > 0 {
+	if wait := time.Until(sentAt.Add(deployedDLQRetention + 5*time.Second)); wait > 0 {
 		time.Sleep(wait)
 	}
 	if st, err := inArchive(ctx); err != nil || st.Count != 1 {

@@ -1,6 +1,11 @@
 // Package tests holds the end-to-end and fault tests: the real poller and
 // writer code against the local AWS emulator, the CouchDB-compatible source
 // and PostgreSQL, started by `make up`.
+//
+// go test starts a package's parallel tests in the order of their files'
+// names, then of their place in the file. The longest, those that deploy
+// the stack to LocalStack, are in the files a1_…, a2_… and a3_…, longest
+// first, so that they start before the others.
 package tests
 
 import (

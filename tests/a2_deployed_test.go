@@ -77,6 +77,102 @@ const (
 	deployedMaxReceive = 2
 )
 
+// TestDeployedFailover deploys the stack with the job's defaults (schedule
+// 1m, the default poller timeout, lease TTL 10s), lets its schedule rule
+// start the poller while documents keep arriving, and kills with SIGKILL the
+// bootstrap of the execution environment that holds the lease (the job
+// item's host names its log stream), and only that one: an invocation that
+// was standing by takes the lease over, as a failover at the next
+// generation, and PostgreSQL ends holding exactly the source's documents.
+// How long a takeover takes is the deployed-failover benchmark's to say.
+func TestDeployedFailover(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg := &config.File{
+		Stack: config.Stack{LogRetentionDays: 1},
+		Jobs: []*config.Job{{
+			ID:      "orders",
+			Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, Postgres: &config.PostgresOutput{CreateTables: true}}},
+		}},
+	}
+	s := deployTestStack(t, deployOptions{name: "failover", cfg: cfg, env: []string{testenv.DSNEnv + "=" + testenv.PostgresDSN(t)}}).testStack
+	job := s.Config.Jobs[0]
+
+	load := faults.Adopt(s.Stack).StartLoad(ctx, faults.LoadOptions{Rate: 5, Max: 100000, For: 15 * time.Minute, Seed: 5})
+	defer load.Stop()
+	stop, err := faults.StartSchedule(ctx, eventbridge.NewFromConfig(s.Deps.AWS), s.Config.ScheduleName(job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := stop(context.WithoutCancel(t.Context())); err != nil {
+			t.Errorf("stop the schedule: %v", err)
+		}
+	})
+
+	// A holder that has checkpointed, and another invocation standing by.
+	ttl := job.Lease.TTL.D()
+	standbys := map[string]bool{}
+	var victim *lease.State
+	err = testenv.Poll(ctx, 5*time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		st, err := s.Leases.Get(ctx, "orders")
+		if err != nil {
+			return false, err
+		}
+		now := time.Now()
+		if st.Standby != "" && st.Standby != st.Owner && now.Sub(st.StandbySeenAt) < ttl {
+			standbys[st.Standby] = true
+		}
+		victim = st
+		return st.Held(now) && st.Checkpoint != nil && !st.CheckpointAt.Before(st.AcquiredAt) && standbys[st.Standby], nil
+	})
+	if err != nil {
+		t.Fatalf("no holder with an invocation standing by beside it (last: %+v): %v", victim, err)
+	}
+	before, err := faults.Bootstraps(s.Config.FunctionName(job, config.FunctionPoller))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := faults.KillBootstrap(s.Config.FunctionName(job, config.FunctionPoller), victim.Host)
+	if err != nil {
+		t.Fatalf("kill the holder %s (generation %d) in %s, bootstraps %+v: %v", victim.Owner, victim.Generation, victim.Host, before, err)
+	}
+	t.Logf("killed bootstrap %d of the holder %s (generation %d); %d poller bootstraps were running", pid, victim.Owner, victim.Generation, len(before))
+
+	var next *lease.State
+	err = testenv.Poll(ctx, 3*time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		st, err := s.Leases.Get(ctx, "orders")
+		if err != nil {
+			return false, err
+		}
+		next = st
+		return st.Generation > victim.Generation && st.Checkpoint != nil && !st.CheckpointAt.Before(st.AcquiredAt), nil
+	})
+	if err != nil {
+		t.Fatalf("no new holder checkpointed after the kill (last: %+v): %v", next, err)
+	}
+	if next.Generation != victim.Generation+1 || next.TakeoverKind != lease.Failover || next.Owner == victim.Owner {
+		t.Errorf("after the kill: generation %d taken by %s as %q, want generation %d taken over from %s as %q",
+			next.Generation, next.Owner, next.TakeoverKind, victim.Generation+1, victim.Owner, lease.Failover)
+	}
+	if !standbys[next.Owner] {
+		t.Errorf("the new holder %s was not seen standing by before the kill (standbys seen: %v)", next.Owner, slices.Sorted(maps.Keys(standbys)))
+	}
+
+	if _, err := load.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	want := s.sourceState(ctx)
+	var got map[string]string
+	err = testenv.Poll(ctx, 3*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
+		got = s.pgState(ctx)
+		return maps.Equal(got, want), nil
+	})
+	if err != nil {
+		t.Fatalf("PostgreSQL not exact after the failover (-source +pg):\n%s", cmp.Diff(want, got))
+	}
+}
+
 // TestDeployedStack and TestDeployedStackScheduleAndDLQ each deploy the full
 // stack, with a source database, tables and receiver of their own, and
 // check in order what the stack as it ships does when LocalStack runs it;
@@ -926,102 +1022,6 @@ func deleteCFNStack(ctx context.Context, t *testing.T, cfn *cloudformation.Clien
 	})
 	if err != nil {
 		t.Errorf("stack %s not deleted: %v", name, err)
-	}
-}
-
-// TestDeployedFailover deploys the stack with the job's defaults (schedule
-// 1m, the default poller timeout, lease TTL 10s), lets its schedule rule
-// start the poller while documents keep arriving, and kills with SIGKILL the
-// bootstrap of the execution environment that holds the lease (the job
-// item's host names its log stream), and only that one: an invocation that
-// was standing by takes the lease over, as a failover at the next
-// generation, and PostgreSQL ends holding exactly the source's documents.
-// How long a takeover takes is the deployed-failover benchmark's to say.
-func TestDeployedFailover(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	cfg := &config.File{
-		Stack: config.Stack{LogRetentionDays: 1},
-		Jobs: []*config.Job{{
-			ID:      "orders",
-			Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, Postgres: &config.PostgresOutput{CreateTables: true}}},
-		}},
-	}
-	s := deployTestStack(t, deployOptions{name: "failover", cfg: cfg, env: []string{testenv.DSNEnv + "=" + testenv.PostgresDSN(t)}}).testStack
-	job := s.Config.Jobs[0]
-
-	load := faults.Adopt(s.Stack).StartLoad(ctx, faults.LoadOptions{Rate: 5, Max: 100000, For: 15 * time.Minute, Seed: 5})
-	defer load.Stop()
-	stop, err := faults.StartSchedule(ctx, eventbridge.NewFromConfig(s.Deps.AWS), s.Config.ScheduleName(job))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := stop(context.WithoutCancel(t.Context())); err != nil {
-			t.Errorf("stop the schedule: %v", err)
-		}
-	})
-
-	// A holder that has checkpointed, and another invocation standing by.
-	ttl := job.Lease.TTL.D()
-	standbys := map[string]bool{}
-	var victim *lease.State
-	err = testenv.Poll(ctx, 5*time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
-		st, err := s.Leases.Get(ctx, "orders")
-		if err != nil {
-			return false, err
-		}
-		now := time.Now()
-		if st.Standby != "" && st.Standby != st.Owner && now.Sub(st.StandbySeenAt) < ttl {
-			standbys[st.Standby] = true
-		}
-		victim = st
-		return st.Held(now) && st.Checkpoint != nil && !st.CheckpointAt.Before(st.AcquiredAt) && standbys[st.Standby], nil
-	})
-	if err != nil {
-		t.Fatalf("no holder with an invocation standing by beside it (last: %+v): %v", victim, err)
-	}
-	before, err := faults.Bootstraps(s.Config.FunctionName(job, config.FunctionPoller))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := faults.KillBootstrap(s.Config.FunctionName(job, config.FunctionPoller), victim.Host)
-	if err != nil {
-		t.Fatalf("kill the holder %s (generation %d) in %s, bootstraps %+v: %v", victim.Owner, victim.Generation, victim.Host, before, err)
-	}
-	t.Logf("killed bootstrap %d of the holder %s (generation %d); %d poller bootstraps were running", pid, victim.Owner, victim.Generation, len(before))
-
-	var next *lease.State
-	err = testenv.Poll(ctx, 3*time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
-		st, err := s.Leases.Get(ctx, "orders")
-		if err != nil {
-			return false, err
-		}
-		next = st
-		return st.Generation > victim.Generation && st.Checkpoint != nil && !st.CheckpointAt.Before(st.AcquiredAt), nil
-	})
-	if err != nil {
-		t.Fatalf("no new holder checkpointed after the kill (last: %+v): %v", next, err)
-	}
-	if next.Generation != victim.Generation+1 || next.TakeoverKind != lease.Failover || next.Owner == victim.Owner {
-		t.Errorf("after the kill: generation %d taken by %s as %q, want generation %d taken over from %s as %q",
-			next.Generation, next.Owner, next.TakeoverKind, victim.Generation+1, victim.Owner, lease.Failover)
-	}
-	if !standbys[next.Owner] {
-		t.Errorf("the new holder %s was not seen standing by before the kill (standbys seen: %v)", next.Owner, slices.Sorted(maps.Keys(standbys)))
-	}
-
-	if _, err := load.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	want := s.sourceState(ctx)
-	var got map[string]string
-	err = testenv.Poll(ctx, 3*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
-		got = s.pgState(ctx)
-		return maps.Equal(got, want), nil
-	})
-	if err != nil {
-		t.Fatalf("PostgreSQL not exact after the failover (-source +pg):\n%s", cmp.Diff(want, got))
 	}
 }
 

@@ -299,6 +299,13 @@ type deployOptions struct {
 	recordCalls bool
 }
 
+// deploys is how many test stacks deploy at once. A deploy keeps a core
+// busy for most of its time (the CDK app's synthesis, LocalStack's
+// CloudFormation), and the tests that deploy mostly wait once deployed:
+// with a deploy per core, the tests, which start longest first, take their
+// turns in that order and the longest is deployed soonest.
+var deploys = make(chan struct{}, 2)
+
 // deployTestStack deploys the stack of o.cfg for the test with
 // localstack/deploy.sh, its schedule rules left disabled, and deletes the
 // CloudFormation stack when the test ends. stack.ForTest first provisions
@@ -322,13 +329,17 @@ func deployTestStack(t *testing.T, o deployOptions) *deployedStack {
 	if o.recordCalls {
 		d.calls = filepath.Join(t.TempDir(), "aws-calls.jsonl")
 	}
+	queued := time.Now()
+	deploys <- struct{}{}
 	start := time.Now()
-	if err := testenv.DeployLocal(t.Context(), testenv.LocalDeploy{
+	err := testenv.DeployLocal(t.Context(), testenv.LocalDeploy{
 		ConfigPath: s.ConfigPath, BuildDir: buildDir, AssemblyDir: d.assembly, Env: o.env, AWSCalls: d.calls,
-	}); err != nil {
+	})
+	<-deploys
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("deployed stack %s in %s", d.prefix, time.Since(start).Round(time.Second))
+	t.Logf("deployed stack %s in %s, after %s waiting for other tests' deploys", d.prefix, time.Since(start).Round(time.Second), start.Sub(queued).Round(time.Second))
 	bucket, err := deployed.Bucket(t.Context(), cfn, d.prefix)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,6 +77,69 @@ const (
 	// its second receive.
 	deployedMaxReceive = 2
 )
+
+// TestDeployedStack and TestDeployedStackScheduleAndDLQ each deploy the full
+// stack, with a source database, tables and receiver of their own, and
+// check in order what the stack as it ships does when LocalStack runs it;
+// they run side by side, each with its phases in sequence. Each ends with
+// what the functions wrote to their log groups and every AWS request its
+// functions (and changesctl) made, in all of its phases, checked against
+// the caller's policy.
+//
+// TestDeployedStack: deployed with a wrong PostgreSQL DSN in its secret,
+// corrected by the first subtest; exact delivery to PostgreSQL, HTTP and
+// S3 through the event source mappings; a poller killed mid-invocation and
+// taken over; changesctl operating the stack.
+func TestDeployedStack(t *testing.T) {
+	t.Parallel()
+	d := deployStack(t, true)
+	ctx := t.Context()
+
+	t.Run("a wrong DSN secret corrected while the writer is warm", func(t *testing.T) {
+		d.checkSecretCorrected(ctx, t)
+	})
+	t.Run("exact through the event source mappings", func(t *testing.T) {
+		d.load(ctx, sample.Options{Docs: 300, UpdateEvery: 4, DeleteEvery: 10})
+		d.invokePoller(ctx, t)
+		d.waitExact(ctx, t, 3*time.Minute)
+	})
+	t.Run("poller killed mid-invocation is taken over", func(t *testing.T) {
+		d.checkKilledPoller(ctx, t)
+	})
+	t.Run("log groups hold structured logs and EMF", func(t *testing.T) {
+		d.checkLogs(ctx, t)
+	})
+	t.Run("changesctl operates the deployed stack", func(t *testing.T) {
+		d.checkOperator(ctx, t)
+	})
+	t.Run("every AWS request allowed by its caller's policy", func(t *testing.T) {
+		d.checkIAM(t, "changesctl verify")
+	})
+}
+
+// TestDeployedStackScheduleAndDLQ (see TestDeployedStack): the schedule
+// rule starting the poller; a poison document retried, dead-lettered with
+// its failure record, alarmed on and redriven as the console does it.
+func TestDeployedStackScheduleAndDLQ(t *testing.T) {
+	t.Parallel()
+	d := deployStack(t, false)
+	ctx := t.Context()
+
+	// The first delivery has the writer create the PostgreSQL output's
+	// tables, which the poison document's trigger needs.
+	t.Run("the schedule rule starts the poller", func(t *testing.T) {
+		d.checkSchedule(ctx, t)
+	})
+	t.Run("poison document, DLQ, alarm and console redrive", func(t *testing.T) {
+		d.checkPoison(ctx, t)
+	})
+	t.Run("log groups hold structured logs and EMF", func(t *testing.T) {
+		d.checkLogs(ctx, t)
+	})
+	t.Run("every AWS request allowed by its caller's policy", func(t *testing.T) {
+		d.checkIAM(t)
+	})
+}
 
 // TestDeployedFailover deploys the stack with the job's defaults (schedule
 // 1m, the default poller timeout, lease TTL 10s), lets its schedule rule
@@ -173,69 +237,6 @@ func TestDeployedFailover(t *testing.T) {
 	}
 }
 
-// TestDeployedStack and TestDeployedStackScheduleAndDLQ each deploy the full
-// stack, with a source database, tables and receiver of their own, and
-// check in order what the stack as it ships does when LocalStack runs it;
-// they run side by side, each with its phases in sequence. Each ends with
-// what the functions wrote to their log groups and every AWS request its
-// functions (and changesctl) made, in all of its phases, checked against
-// the caller's policy.
-//
-// TestDeployedStack: deployed with a wrong PostgreSQL DSN in its secret,
-// corrected by the first subtest; exact delivery to PostgreSQL, HTTP and
-// S3 through the event source mappings; a poller killed mid-invocation and
-// taken over; changesctl operating the stack.
-func TestDeployedStack(t *testing.T) {
-	t.Parallel()
-	d := deployStack(t, true)
-	ctx := t.Context()
-
-	t.Run("a wrong DSN secret corrected while the writer is warm", func(t *testing.T) {
-		d.checkSecretCorrected(ctx, t)
-	})
-	t.Run("exact through the event source mappings", func(t *testing.T) {
-		d.load(ctx, sample.Options{Docs: 300, UpdateEvery: 4, DeleteEvery: 10})
-		d.invokePoller(ctx, t)
-		d.waitExact(ctx, t, 3*time.Minute)
-	})
-	t.Run("poller killed mid-invocation is taken over", func(t *testing.T) {
-		d.checkKilledPoller(ctx, t)
-	})
-	t.Run("log groups hold structured logs and EMF", func(t *testing.T) {
-		d.checkLogs(ctx, t)
-	})
-	t.Run("changesctl operates the deployed stack", func(t *testing.T) {
-		d.checkOperator(ctx, t)
-	})
-	t.Run("every AWS request allowed by its caller's policy", func(t *testing.T) {
-		d.checkIAM(t, "changesctl verify")
-	})
-}
-
-// TestDeployedStackScheduleAndDLQ (see TestDeployedStack): the schedule
-// rule starting the poller; a poison document retried, dead-lettered with
-// its failure record, alarmed on and redriven as the console does it.
-func TestDeployedStackScheduleAndDLQ(t *testing.T) {
-	t.Parallel()
-	d := deployStack(t, false)
-	ctx := t.Context()
-
-	// The first delivery has the writer create the PostgreSQL output's
-	// tables, which the poison document's trigger needs.
-	t.Run("the schedule rule starts the poller", func(t *testing.T) {
-		d.checkSchedule(ctx, t)
-	})
-	t.Run("poison document, DLQ, alarm and console redrive", func(t *testing.T) {
-		d.checkPoison(ctx, t)
-	})
-	t.Run("log groups hold structured logs and EMF", func(t *testing.T) {
-		d.checkLogs(ctx, t)
-	})
-	t.Run("every AWS request allowed by its caller's policy", func(t *testing.T) {
-		d.checkIAM(t)
-	})
-}
-
 // deployStack deploys the test stack of TestDeployedStack (source
 // database, PostgreSQL tables, an HTTP receiver) with deployTestStack, the
 // functions' AWS requests recorded. With wrongDSN, the stack's secret holds
@@ -299,15 +300,17 @@ type deployOptions struct {
 	recordCalls bool
 }
 
-// deploys is how many test stacks deploy at once. A deploy keeps a core
-// busy for most of its time (the CDK app's synthesis, LocalStack's
-// CloudFormation), and the tests that deploy mostly wait once deployed:
-// with a deploy per core, the tests, which start longest first, take their
-// turns in that order and the longest is deployed soonest.
-var deploys = make(chan struct{}, 2)
+// deploys holds a slot per test stack being provisioned and deployed: one
+// per core. A deploy keeps a core busy for most of its time (the CDK app's
+// synthesis, LocalStack's CloudFormation), while the tests that deploy
+// mostly wait once deployed; the tests take their turns in the order they
+// started (see the package comment), so the one with the longest work after
+// its deploy is deployed first, not all of them slowly at once.
+var deploys = make(chan struct{}, runtime.NumCPU())
 
 // deployTestStack deploys the stack of o.cfg for the test with
-// localstack/deploy.sh, its schedule rules left disabled, and deletes the
+// localstack/deploy.sh, once a slot of deploys is free, its schedule rules
+// left disabled, and deletes the
 // CloudFormation stack when the test ends. stack.ForTest first provisions
 // the table and queues as `changesctl bootstrap` (make demo) does, under the
 // names the CloudFormation stack then uses: the deploy must cope with them.
@@ -315,6 +318,10 @@ var deploys = make(chan struct{}, 2)
 // and writer are Active.
 func deployTestStack(t *testing.T, o deployOptions) *deployedStack {
 	t.Helper()
+	queued := time.Now()
+	deploys <- struct{}{}
+	defer func() { <-deploys }()
+	start := time.Now()
 	s := &testStack{Stack: stack.ForTest(t, stack.Options{Name: o.name, Config: o.cfg}), t: t, recv: o.recv}
 	awsCfg := s.Deps.AWS
 	d := &deployedStack{testStack: s, prefix: s.Config.Stack.Prefix, lambda: lambda.NewFromConfig(awsCfg), sqs: sqs.NewFromConfig(awsCfg)}
@@ -329,17 +336,13 @@ func deployTestStack(t *testing.T, o deployOptions) *deployedStack {
 	if o.recordCalls {
 		d.calls = filepath.Join(t.TempDir(), "aws-calls.jsonl")
 	}
-	queued := time.Now()
-	deploys <- struct{}{}
-	start := time.Now()
 	err := testenv.DeployLocal(t.Context(), testenv.LocalDeploy{
 		ConfigPath: s.ConfigPath, BuildDir: buildDir, AssemblyDir: d.assembly, Env: o.env, AWSCalls: d.calls,
 	})
-	<-deploys
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("deployed stack %s in %s, after %s waiting for other tests' deploys", d.prefix, time.Since(start).Round(time.Second), start.Sub(queued).Round(time.Second))
+	t.Logf("provisioned and deployed stack %s in %s, after %s waiting for other tests' deploys", d.prefix, time.Since(start).Round(time.Second), start.Sub(queued).Round(time.Second))
 	bucket, err := deployed.Bucket(t.Context(), cfn, d.prefix)
 	if err != nil {
 		t.Fatal(err)
@@ -1035,99 +1038,3 @@ func deleteCFNStack(ctx context.Context, t *testing.T, cfn *cloudformation.Clien
 		t.Errorf("stack %s not deleted: %v", name, err)
 	}
 }
-
-// TestDeployedVerify deploys the full stack and runs changesctl verify
-// --remote on it: the comparison and the repair run in the job's verify
-// function, where the data is (its VPC on AWS), and changesctl prints the
-// report verify prints when it runs where it can reach the data itself (on
-// LocalStack, this machine), with the same exit status. A row deleted from
-// the PostgreSQL output behind the writer's back is found by the remote
-// verify, the remote repair re-queues it, the writer delivers it, and the
-// next remote verify is clean.
-func TestDeployedVerify(t *testing.T) {
-	t.Parallel()
-	d := deployStack(t, false)
-	ctx := t.Context()
-	for i := range 30 {
-		if _, err := d.PutDoc(ctx, fmt.Sprintf("order-%02d", i), map[string]any{"total": i}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d.invokePoller(ctx, t)
-	d.waitExact(ctx, t, 3*time.Minute)
-
-	ctl := changesctl(t)
-	verify := func(stdin string, args ...string) (stdout, stderr string, code int) {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, ctl, append([]string{"verify", "--config", d.ConfigPath, "--job", "orders"}, args...)...)
-		cmd.Env = testenv.Environ()
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		var ee *exec.ExitError
-		switch {
-		case errors.As(err, &ee):
-			code = ee.ExitCode()
-		case err != nil:
-			t.Fatalf("changesctl verify %s: %v", strings.Join(args, " "), err)
-		}
-		return out.String(), errOut.String(), code
-	}
-	// same runs verify with args here and in the stack and checks that both
-	// print the same report and exit with code, and returns what they
-	// printed.
-	same := func(when string, code int, args ...string) string {
-		t.Helper()
-		local, localErr, localCode := verify("", args...)
-		remote, remoteErr, remoteCode := verify("", append(args, "--remote")...)
-		if localCode != code || remoteCode != code {
-			t.Fatalf("verify %s %s: exit %d here, %d in the stack; want %d\nhere:\n%s%s\nin the stack:\n%s%s",
-				strings.Join(args, " "), when, localCode, remoteCode, code, local, localErr, remote, remoteErr)
-		}
-		if diff := cmp.Diff(local, remote); diff != "" {
-			t.Fatalf("verify %s %s: the stack's report differs from the local one (-here +stack):\n%s\nstack's stderr:\n%s", strings.Join(args, " "), when, diff, remoteErr)
-		}
-		return remote
-	}
-	for _, o := range []string{"pg", "archive"} {
-		if got := same("in sync", 0, "--output", o); !strings.Contains(got, "in sync") || !strings.Contains(got, "the source has 30 live documents, the output holds 30") {
-			t.Errorf("verify %s --remote in sync:\n%s", o, got)
-		}
-	}
-
-	// Drift: a document's rows deleted from PostgreSQL behind the writer's back.
-	data, versions, err := d.PostgresTables("orders", "pg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := testenv.Postgres(t)
-	for _, table := range []pgx.Identifier{data, versions} {
-		if _, err := pool.Exec(ctx, "DELETE FROM "+table.Sanitize()+" WHERE doc_id = $1", "order-07"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rev := d.sourceState(ctx)["order-07"]
-	got := same("after a row was deleted", 2, "--output", "pg")
-	if !strings.Contains(squeezeSpace(got), `missing 1 "order-07" source `+rev) {
-		t.Errorf("verify pg --remote does not report order-07 missing:\n%s", got)
-	}
-	t.Logf("verify --output pg --remote after a row was deleted:\n%s", got)
-	same("after a row was deleted", 2, "--output", "pg", "--json", "--samples", "3")
-	got, errOut, code := verify("", "--output", "pg", "--remote", "--repair", "--yes")
-	t.Logf("verify --output pg --remote --repair --yes:\n%s%s", got, errOut)
-	if code != 2 || !strings.Contains(got, "repair: enqueued 1 documents and 0 tombstones at generation") {
-		t.Fatalf("verify pg --remote --repair: exit %d, want 2 and one document enqueued\n%s%s", code, got, errOut)
-	}
-	if err := testenv.Poll(ctx, 2*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
-		return d.pgState(ctx)["order-07"] == rev, nil
-	}); err != nil {
-		t.Fatalf("order-07 not delivered again after the remote repair: %v", err)
-	}
-	if got := same("after the repair", 0, "--output", "pg"); !strings.Contains(got, "in sync") {
-		t.Errorf("verify pg --remote after the repair:\n%s", got)
-	}
-}
-
-// squeezeSpace collapses runs of white space to one space.
-func squeezeSpace(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -4,8 +4,11 @@
 //
 // go test starts a package's parallel tests in the order of their files'
 // names, then of their place in the file. The longest, those that deploy
-// the stack to LocalStack, are in the files a1_…, a2_… and a3_…, longest
-// first, so that they start before the others.
+// the stack to LocalStack, are in the files a1_… to a4_…, so that they start
+// before the others; they take their turns to deploy in that order, the
+// longest work after its deploy first (TestDeployedHeldChangesKeepOrder's
+// two-minute outage and the probe's return), TestDeployedVerify's shortest
+// last.
 package tests
 
 import (

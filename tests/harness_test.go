@@ -2,13 +2,14 @@
 // writer code against the local AWS emulator, the CouchDB-compatible source
 // and PostgreSQL, started by `make up`.
 //
-// go test starts a package's parallel tests in the order of their files'
-// names, then of their place in the file. The longest, those that deploy
-// the stack to LocalStack, are in the files a1_… to a4_…, so that they start
-// before the others; they take their turns to deploy in that order, the
-// longest work after its deploy first (TestDeployedHeldChangesKeepOrder's
-// two-minute outage and the probe's return), TestDeployedVerify's shortest
-// last.
+// go test runs a package's tests in the order of their files' names, then
+// of their place in the file, each up to its t.Parallel, then the parallel
+// ones side by side, -parallel of them at a time, in about that order. The
+// longest, those that deploy the stack to LocalStack, are in the files
+// a1_… to a4_…, so that they start before the others, and they take their
+// turns to deploy (deployTurn) in that order: the longest work after its
+// deploy first (TestDeployedHeldChangesKeepOrder's two-minute outage and
+// the probe's return), TestDeployedVerify's shortest last.
 package tests
 
 import (

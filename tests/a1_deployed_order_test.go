@@ -32,7 +32,6 @@ import (
 // exactly the newest revision of every document, with nothing
 // dead-lettered and the outage record gone.
 func TestDeployedHeldChangesKeepOrder(t *testing.T) {
-	deployTurn(t)
 	t.Parallel()
 	outs := []*heldOutput{
 		{name: "503 for minutes", id: "unavailable", refuse: unavailable},

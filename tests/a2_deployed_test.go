@@ -12,11 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -92,7 +90,6 @@ const (
 // S3 through the event source mappings; a poller killed mid-invocation and
 // taken over; changesctl operating the stack.
 func TestDeployedStack(t *testing.T) {
-	deployTurn(t)
 	t.Parallel()
 	d := deployStack(t, true)
 	ctx := t.Context()
@@ -123,7 +120,6 @@ func TestDeployedStack(t *testing.T) {
 // rule starting the poller; a poison document retried, dead-lettered with
 // its failure record, alarmed on and redriven as the console does it.
 func TestDeployedStackScheduleAndDLQ(t *testing.T) {
-	deployTurn(t)
 	t.Parallel()
 	d := deployStack(t, false)
 	ctx := t.Context()
@@ -153,7 +149,6 @@ func TestDeployedStackScheduleAndDLQ(t *testing.T) {
 // generation, and PostgreSQL ends holding exactly the source's documents.
 // How long a takeover takes is the deployed-failover benchmark's to say.
 func TestDeployedFailover(t *testing.T) {
-	deployTurn(t)
 	t.Parallel()
 	ctx := t.Context()
 	cfg := &config.File{
@@ -304,154 +299,14 @@ type deployOptions struct {
 	recordCalls bool
 }
 
-// deploys lets test stacks be provisioned and deployed one per core at a
-// time, in the order their tests called deployTurn. A deploy keeps a core
-// busy for most of its time (the CDK app's synthesis, LocalStack's
-// CloudFormation), while the tests that deploy mostly wait once deployed:
-// in turns, the test with the longest work after its deploy is deployed
-// first (see the package comment), rather than all of them slowly at once.
-var deploys = newDeployTurns(runtime.NumCPU())
-
-// deployTurn gives t its place in the line of deploys. Call it before
-// t.Parallel, where go test runs the tests one after another in source
-// order; a test that deploys without it goes to the back of the line. If
-// t ends before its turn, the turn passes to the next.
-func deployTurn(t *testing.T) {
-	n := deploys.take(t.Name())
-	t.Cleanup(func() { deploys.abandon(n) })
-}
-
-// deployTurns lets tickets through in the order they were taken, at most
-// slots of them at once; safe for concurrent use.
-type deployTurns struct {
-	mu        sync.Mutex
-	changed   *sync.Cond // on mu
-	slots     int
-	running   int
-	tickets   map[string]int // by name
-	next      int            // the next ticket to hand out
-	admitted  int            // tickets let through
-	abandoned map[int]bool   // tickets not to wait for
-}
-
-func newDeployTurns(slots int) *deployTurns {
-	q := &deployTurns{slots: slots, tickets: map[string]int{}, abandoned: map[int]bool{}}
-	q.changed = sync.NewCond(&q.mu)
-	return q
-}
-
-// take returns name's ticket, a new one unless name has one.
-func (q *deployTurns) take(name string) int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if n, ok := q.tickets[name]; ok {
-		return n
-	}
-	n := q.next
-	q.next++
-	q.tickets[name] = n
-	return n
-}
-
-// abandon gives ticket n's turn to the next, unless n was let through.
-func (q *deployTurns) abandon(n int) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if n >= q.admitted {
-		q.abandoned[n] = true
-		q.changed.Broadcast()
-	}
-}
-
-// wait blocks until ticket n's turn has come and a slot is free, and
-// returns the function that frees the slot.
-func (q *deployTurns) wait(n int) (done func()) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for {
-		for q.abandoned[q.admitted] {
-			q.admitted++
-		}
-		if q.admitted == n && q.running < q.slots {
-			break
-		}
-		q.changed.Wait()
-	}
-	q.admitted++
-	q.running++
-	q.changed.Broadcast()
-	return func() {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		q.running--
-		q.changed.Broadcast()
-	}
-}
-
-// TestDeployTurns: tickets are let through in the order they were taken,
-// whatever the order their waits begin in, at most slots at once, and an
-// abandoned ticket's turn passes to the next.
-func TestDeployTurns(t *testing.T) {
-	q := newDeployTurns(2)
-	for _, name := range []string{"a", "b", "c", "d", "e"} {
-		q.take(name)
-	}
-	q.abandon(q.take("c"))
-	let := make(chan string)
-	dones := map[string]func(){}
-	var mu sync.Mutex
-	for _, name := range []string{"e", "d", "b", "a"} {
-		go func() {
-			done := q.wait(q.take(name))
-			mu.Lock()
-			dones[name] = done
-			mu.Unlock()
-			let <- name
-		}()
-	}
-	next := func() string {
-		t.Helper()
-		select {
-		case name := <-let:
-			return name
-		case <-time.After(10 * time.Second):
-			t.Fatal("no ticket let through in 10 s")
-			return ""
-		}
-	}
-	free := func(name string) {
-		mu.Lock()
-		defer mu.Unlock()
-		dones[name]()
-	}
-	var got []string
-	got = append(got, next(), next())
-	select {
-	case name := <-let:
-		t.Fatalf("%s let through while %v hold both slots", name, got)
-	case <-time.After(100 * time.Millisecond):
-	}
-	free(got[0])
-	got = append(got, next())
-	free(got[1])
-	got = append(got, next())
-	if diff := cmp.Diff([]string{"a", "b", "d", "e"}, got); diff != "" {
-		t.Errorf("order let through (-want +got):\n%s", diff)
-	}
-}
-
 // deployTestStack deploys the stack of o.cfg for the test with
-// localstack/deploy.sh, once a slot of deploys is free, its schedule rules
-// left disabled, and deletes the CloudFormation stack when the test ends.
+// localstack/deploy.sh, its schedule rules left disabled, and deletes the CloudFormation stack when the test ends.
 // stack.ForTest first provisions the table and queues as `changesctl
 // bootstrap` (make demo) does, under the names the CloudFormation stack then
 // uses: the deploy must cope with them. The stack's readers then use the
 // deployed bucket, and every job's poller and writer are Active.
 func deployTestStack(t *testing.T, o deployOptions) *deployedStack {
 	t.Helper()
-	queued := time.Now()
-	defer deploys.wait(deploys.take(t.Name()))()
-	start := time.Now()
 	s := &testStack{Stack: stack.ForTest(t, stack.Options{Name: o.name, Config: o.cfg}), t: t, recv: o.recv}
 	awsCfg := s.Deps.AWS
 	d := &deployedStack{testStack: s, prefix: s.Config.Stack.Prefix, lambda: lambda.NewFromConfig(awsCfg), sqs: sqs.NewFromConfig(awsCfg)}
@@ -466,13 +321,13 @@ func deployTestStack(t *testing.T, o deployOptions) *deployedStack {
 	if o.recordCalls {
 		d.calls = filepath.Join(t.TempDir(), "aws-calls.jsonl")
 	}
-	err := testenv.DeployLocal(t.Context(), testenv.LocalDeploy{
+	start := time.Now()
+	if err := testenv.DeployLocal(t.Context(), testenv.LocalDeploy{
 		ConfigPath: s.ConfigPath, BuildDir: buildDir, AssemblyDir: d.assembly, Env: o.env, AWSCalls: d.calls,
-	})
-	if err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("provisioned and deployed stack %s in %s, after %s waiting for other tests' deploys", d.prefix, time.Since(start).Round(time.Second), start.Sub(queued).Round(time.Second))
+	t.Logf("deployed stack %s in %s", d.prefix, time.Since(start).Round(time.Second))
 	bucket, err := deployed.Bucket(t.Context(), cfn, d.prefix)
 	if err != nil {
 		t.Fatal(err)

@@ -33,7 +33,6 @@ const deployedDLQRetention = config.MinDLQRetention
 // reports it archived, `dlq redrive` sends it back and the writer delivers
 // it.
 func TestDeployedDLQArchive(t *testing.T) {
-	deployTurn(t)
 	t.Parallel()
 	ctx := t.Context()
 	bin := changesctl(t)

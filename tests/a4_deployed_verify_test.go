@@ -25,7 +25,6 @@ import (
 // verify, the remote repair re-queues it, the writer delivers it, and the
 // next remote verify is clean.
 func TestDeployedVerify(t *testing.T) {
-	deployTurn(t)
 	t.Parallel()
 	d := deployStack(t, false)
 	ctx := t.Context()

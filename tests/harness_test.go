@@ -6,10 +6,7 @@
 // of their place in the file, each up to its t.Parallel, then the parallel
 // ones side by side, -parallel of them at a time, in about that order. The
 // longest, those that deploy the stack to LocalStack, are in the files
-// a1_… to a4_…, so that they start before the others, and they take their
-// turns to deploy (deployTurn) in that order: the longest work after its
-// deploy first (TestDeployedHeldChangesKeepOrder's two-minute outage and
-// the probe's return), TestDeployedVerify's shortest last.
+// a1_… to a4_…, longest first, so that they start before the others.
 package tests
 
 import (

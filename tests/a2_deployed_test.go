@@ -300,11 +300,12 @@ type deployOptions struct {
 }
 
 // deployTestStack deploys the stack of o.cfg for the test with
-// localstack/deploy.sh, its schedule rules left disabled, and deletes the CloudFormation stack when the test ends.
-// stack.ForTest first provisions the table and queues as `changesctl
-// bootstrap` (make demo) does, under the names the CloudFormation stack then
-// uses: the deploy must cope with them. The stack's readers then use the
-// deployed bucket, and every job's poller and writer are Active.
+// localstack/deploy.sh, its schedule rules left disabled, and deletes the
+// CloudFormation stack when the test ends. stack.ForTest first provisions
+// the table and queues as `changesctl bootstrap` (make demo) does, under the
+// names the CloudFormation stack then uses: the deploy must cope with them.
+// The stack's readers then use the deployed bucket, and every job's poller
+// and writer are Active.
 func deployTestStack(t *testing.T, o deployOptions) *deployedStack {
 	t.Helper()
 	s := &testStack{Stack: stack.ForTest(t, stack.Options{Name: o.name, Config: o.cfg}), t: t, recv: o.recv}

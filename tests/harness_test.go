@@ -1,6 +1,12 @@
 // Package tests holds the end-to-end and fault tests: the real poller and
 // writer code against the local AWS emulator, the CouchDB-compatible source
 // and PostgreSQL, started by `make up`.
+//
+// go test runs a package's tests in the order of their files' names, then
+// of their place in the file, each up to its t.Parallel, then the parallel
+// ones side by side, -parallel of them at a time, in about that order. The
+// longest, those that deploy the stack to LocalStack, are in the files
+// a1_… to a4_…, longest first, so that they start before the others.
 package tests
 
 import (

@@ -12,19 +12,13 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/changes-worker/changes-worker/shared/config"
-	"github.com/changes-worker/changes-worker/shared/deployed"
 	"github.com/changes-worker/changes-worker/shared/dlq"
-	"github.com/changes-worker/changes-worker/shared/pipeline"
 	"github.com/changes-worker/changes-worker/shared/statetable/outage"
 	"github.com/changes-worker/changes-worker/shared/testenv"
-	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
 // TestDeployedHeldChangesKeepOrder deploys the full stack with one job whose
@@ -184,33 +178,14 @@ func deployBlindStack(t *testing.T, outs []*heldOutput) *blindStack {
 			Outputs: outputs,
 		}},
 	}
-	s := &testStack{Stack: stack.ForTest(t, stack.Options{Name: "blind", Config: cfg}), t: t}
-	d := &deployedStack{testStack: s, prefix: s.Config.Stack.Prefix, lambda: lambda.NewFromConfig(s.Deps.AWS), sqs: sqs.NewFromConfig(s.Deps.AWS)}
-	cfn := cloudformation.NewFromConfig(s.Deps.AWS)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 3*time.Minute)
-		defer cancel()
-		deleteCFNStack(ctx, t, cfn, d.prefix)
-	})
-	start := time.Now()
-	if err := testenv.DeployLocal(t.Context(), testenv.LocalDeploy{ConfigPath: s.ConfigPath, BuildDir: t.TempDir(), AssemblyDir: t.TempDir()}); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("deployed stack %s in %s", d.prefix, time.Since(start).Round(time.Second))
-	bucket, err := deployed.Bucket(t.Context(), cfn, d.prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Deps.S3.DeleteBucket(t.Context(), &s3.DeleteBucketInput{Bucket: &s.Config.Stack.Bucket}); err != nil {
-		t.Fatal(err)
-	}
-	pipeline.OverrideBucket(s.Config, bucket)
+	d := deployTestStack(t, deployOptions{name: "blind", cfg: cfg})
 	for _, o := range outs {
-		if o.queue, err = s.Queues(t.Context(), "orders", o.id); err != nil {
+		var err error
+		if o.queue, err = d.Queues(t.Context(), "orders", o.id); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return &blindStack{deployedStack: d, outages: &outage.Store{DB: s.Deps.DynamoDB, Table: s.Config.TableName()}}
+	return &blindStack{deployedStack: d, outages: &outage.Store{DB: d.Deps.DynamoDB, Table: d.Config.TableName()}}
 }
 
 // waitBlind waits until o's receiver holds exactly the source's newest

@@ -12,20 +12,19 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/demo/receiver"
-	"github.com/changes-worker/changes-worker/shared/deployed"
 	"github.com/changes-worker/changes-worker/shared/dlq"
-	"github.com/changes-worker/changes-worker/shared/pipeline"
 	"github.com/changes-worker/changes-worker/shared/testenv"
-	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
-// TestDeployedDLQArchive deploys the full stack with a two-minute DLQ
+// deployedDLQRetention is the DLQs' retention in TestDeployedDLQArchive,
+// SQS's shortest: a change is archived 30 s after it was queued and the
+// test waits past the retention.
+const deployedDLQRetention = config.MinDLQRetention
+
+// TestDeployedDLQArchive deploys the full stack with a one-minute DLQ
 // retention and follows a failed change through it as LocalStack runs the
 // functions: the writer dead-letters a change the HTTP output refuses, the
 // deployed poller (invoked one invocation after another, as its schedule
@@ -55,11 +54,12 @@ func TestDeployedDLQArchive(t *testing.T) {
 	t.Cleanup(srv.Close)
 	cfg := &config.File{
 		Stack: config.Stack{
-			// Overlapping invocations sweep the DLQ every 15 s.
+			// Overlapping invocations sweep the DLQ every 7.5 s, a quarter
+			// of the 30 s archive_after leaves.
 			PollerTimeout:    config.Duration(80 * time.Second),
 			WriterTimeout:    config.Duration(deployedWriterTimeout),
 			LogRetentionDays: 1,
-			DLQ:              config.DLQ{Retention: config.Duration(dlqRetention)},
+			DLQ:              config.DLQ{Retention: config.Duration(deployedDLQRetention)},
 		},
 		Jobs: []*config.Job{{
 			ID:    "orders",
@@ -69,27 +69,8 @@ func TestDeployedDLQArchive(t *testing.T) {
 				HTTP: &config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}", Timeout: config.Duration(3 * time.Second)}}},
 		}},
 	}
-	s := stack.ForTest(t, stack.Options{Name: "deployed-archive", Config: cfg})
-	prefix := s.Config.Stack.Prefix
-	cfn := cloudformation.NewFromConfig(s.Deps.AWS)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 3*time.Minute)
-		defer cancel()
-		deleteCFNStack(ctx, t, cfn, prefix)
-	})
-	start := time.Now()
-	if err := testenv.DeployLocal(ctx, testenv.LocalDeploy{ConfigPath: s.ConfigPath, BuildDir: t.TempDir(), AssemblyDir: t.TempDir()}); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("deployed stack %s in %s", prefix, time.Since(start).Round(time.Second))
-	bucket, err := deployed.Bucket(ctx, cfn, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Deps.S3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: &s.Config.Stack.Bucket}); err != nil {
-		t.Fatal(err)
-	}
-	pipeline.OverrideBucket(s.Config, bucket)
+	d := deployTestStack(t, deployOptions{name: "deployed-archive", cfg: cfg, recv: recv})
+	s, prefix := d.Stack, d.prefix
 	q, err := s.Queues(ctx, "orders", "rest")
 	if err != nil {
 		t.Fatal(err)
@@ -98,13 +79,11 @@ func TestDeployedDLQArchive(t *testing.T) {
 	inArchive := func(ctx context.Context) (dlq.Stats, error) { return archive.Stats(ctx) }
 
 	// The poller, one invocation after another until the test is done.
-	lc := lambda.NewFromConfig(s.Deps.AWS)
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	var polling sync.WaitGroup
 	polling.Go(func() {
 		for pollCtx.Err() == nil {
-			out, err := lc.Invoke(pollCtx, &lambda.InvokeInput{FunctionName: aws.String(prefix + "-orders-poller"), Payload: []byte(`{"job":"orders"}`)},
-				func(o *lambda.Options) { o.RetryMaxAttempts = 1 })
+			out, err := d.invoke(pollCtx)
 			switch {
 			case pollCtx.Err() != nil:
 			case err != nil:
@@ -139,7 +118,7 @@ func TestDeployedDLQArchive(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the refused change never reached the DLQ: %v", err)
 	}
-	err = testenv.Poll(ctx, dlqRetention, time.Second, func(ctx context.Context) (bool, error) {
+	err = testenv.Poll(ctx, deployedDLQRetention, time.Second, func(ctx context.Context) (bool, error) {
 		d, err := dlq.QueueDepth(ctx, s.Deps.SQS, q.DLQURL)
 		if err != nil {
 			return false, err
@@ -149,7 +128,7 @@ func TestDeployedDLQArchive(t *testing.T) {
 		return d.Total() == 0 && st.Count == 1, err
 	})
 	if err != nil {
-		t.Fatalf("the deployed poller did not archive the dead-lettered change within %s: %v", dlqRetention, err)
+		t.Fatalf("the deployed poller did not archive the dead-lettered change within %s: %v", deployedDLQRetention, err)
 	}
 	var m dlq.Message
 	var readErr error
@@ -159,12 +138,12 @@ func TestDeployedDLQArchive(t *testing.T) {
 	}); err != nil || readErr != nil || m.Archived == nil {
 		t.Fatalf("read the archived change: %v, %v", err, readErr)
 	}
-	if m.DocID() != poison || m.Failure.HTTPStatus != http.StatusBadRequest || m.Archived.At.Sub(m.SentAt) >= dlqRetention {
-		t.Fatalf("archived %+v, want %s's HTTP 400, archived within %s of its queueing", m, poison, dlqRetention)
+	if m.DocID() != poison || m.Failure.HTTPStatus != http.StatusBadRequest || m.Archived.At.Sub(m.SentAt) >= deployedDLQRetention {
+		t.Fatalf("archived %+v, want %s's HTTP 400, archived within %s of its queueing", m, poison, deployedDLQRetention)
 	}
 
 	// Past the retention, still archived; listed as such.
-	if wait := time.Until(sentAt.Add(dlqRetention + 5*time.Second)); wait > 0 {
+	if wait := time.Until(sentAt.Add(deployedDLQRetention + 5*time.Second)); wait > 0 {
 		time.Sleep(wait)
 	}
 	if st, err := inArchive(ctx); err != nil || st.Count != 1 {

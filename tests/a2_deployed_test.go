@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -78,17 +77,21 @@ const (
 	deployedMaxReceive = 2
 )
 
-// TestDeployedStack deploys the full stack once, with a source database,
-// tables and receiver of its own, and checks, in order, what the stack as it
-// ships does when LocalStack runs it: exact delivery to PostgreSQL, HTTP and
-// S3; the schedule rule starting the poller; a poison document retried,
-// dead-lettered with its failure record, alarmed on and redriven as the
-// console does it; a poller killed mid-invocation and taken over; and what
-// the functions write to their log groups. It is deployed with a wrong
-// PostgreSQL DSN in its secret, corrected by the first subtest.
+// TestDeployedStack and TestDeployedStackScheduleAndDLQ each deploy the full
+// stack, with a source database, tables and receiver of their own, and
+// check in order what the stack as it ships does when LocalStack runs it;
+// they run side by side, each with its phases in sequence. Each ends with
+// what the functions wrote to their log groups and every AWS request its
+// functions (and changesctl) made, in all of its phases, checked against
+// the caller's policy.
+//
+// TestDeployedStack: deployed with a wrong PostgreSQL DSN in its secret,
+// corrected by the first subtest; exact delivery to PostgreSQL, HTTP and
+// S3 through the event source mappings; a poller killed mid-invocation and
+// taken over; changesctl operating the stack.
 func TestDeployedStack(t *testing.T) {
 	t.Parallel()
-	d := deployStack(t)
+	d := deployStack(t, true)
 	ctx := t.Context()
 
 	t.Run("a wrong DSN secret corrected while the writer is warm", func(t *testing.T) {
@@ -98,12 +101,6 @@ func TestDeployedStack(t *testing.T) {
 		d.load(ctx, sample.Options{Docs: 300, UpdateEvery: 4, DeleteEvery: 10})
 		d.invokePoller(ctx, t)
 		d.waitExact(ctx, t, 3*time.Minute)
-	})
-	t.Run("the schedule rule starts the poller", func(t *testing.T) {
-		d.checkSchedule(ctx, t)
-	})
-	t.Run("poison document, DLQ, alarm and console redrive", func(t *testing.T) {
-		d.checkPoison(ctx, t)
 	})
 	t.Run("poller killed mid-invocation is taken over", func(t *testing.T) {
 		d.checkKilledPoller(ctx, t)
@@ -115,17 +112,136 @@ func TestDeployedStack(t *testing.T) {
 		d.checkOperator(ctx, t)
 	})
 	t.Run("every AWS request allowed by its caller's policy", func(t *testing.T) {
+		d.checkIAM(t, "changesctl verify")
+	})
+}
+
+// TestDeployedStackScheduleAndDLQ (see TestDeployedStack): the schedule
+// rule starting the poller; a poison document retried, dead-lettered with
+// its failure record, alarmed on and redriven as the console does it.
+func TestDeployedStackScheduleAndDLQ(t *testing.T) {
+	t.Parallel()
+	d := deployStack(t, false)
+	ctx := t.Context()
+
+	// The first delivery has the writer create the PostgreSQL output's
+	// tables, which the poison document's trigger needs.
+	t.Run("the schedule rule starts the poller", func(t *testing.T) {
+		d.checkSchedule(ctx, t)
+	})
+	t.Run("poison document, DLQ, alarm and console redrive", func(t *testing.T) {
+		d.checkPoison(ctx, t)
+	})
+	t.Run("log groups hold structured logs and EMF", func(t *testing.T) {
+		d.checkLogs(ctx, t)
+	})
+	t.Run("every AWS request allowed by its caller's policy", func(t *testing.T) {
 		d.checkIAM(t)
 	})
 }
 
-// deployStack builds the test stack (source database, PostgreSQL tables, an
-// HTTP receiver), deploys it with localstack/deploy.sh with the schedule rule
-// left disabled, and deletes the CloudFormation stack when the test ends.
-// stack.ForTest provisions the table and queues as `changesctl bootstrap`
-// (make demo) does, under the names the CloudFormation stack then uses:
-// the deploy must cope with them.
-func deployStack(t *testing.T) *deployedStack {
+// TestDeployedFailover deploys the stack with the job's defaults (schedule
+// 1m, the default poller timeout, lease TTL 10s), lets its schedule rule
+// start the poller while documents keep arriving, and kills with SIGKILL the
+// bootstrap of the execution environment that holds the lease (the job
+// item's host names its log stream), and only that one: an invocation that
+// was standing by takes the lease over, as a failover at the next
+// generation, and PostgreSQL ends holding exactly the source's documents.
+// How long a takeover takes is the deployed-failover benchmark's to say.
+func TestDeployedFailover(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg := &config.File{
+		Stack: config.Stack{LogRetentionDays: 1},
+		Jobs: []*config.Job{{
+			ID:      "orders",
+			Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, Postgres: &config.PostgresOutput{CreateTables: true}}},
+		}},
+	}
+	s := deployTestStack(t, deployOptions{name: "failover", cfg: cfg, env: []string{testenv.DSNEnv + "=" + testenv.PostgresDSN(t)}}).testStack
+	job := s.Config.Jobs[0]
+
+	load := faults.Adopt(s.Stack).StartLoad(ctx, faults.LoadOptions{Rate: 5, Max: 100000, For: 15 * time.Minute, Seed: 5})
+	defer load.Stop()
+	stop, err := faults.StartSchedule(ctx, eventbridge.NewFromConfig(s.Deps.AWS), s.Config.ScheduleName(job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := stop(context.WithoutCancel(t.Context())); err != nil {
+			t.Errorf("stop the schedule: %v", err)
+		}
+	})
+
+	// A holder that has checkpointed, and another invocation standing by.
+	ttl := job.Lease.TTL.D()
+	standbys := map[string]bool{}
+	var victim *lease.State
+	err = testenv.Poll(ctx, 5*time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		st, err := s.Leases.Get(ctx, "orders")
+		if err != nil {
+			return false, err
+		}
+		now := time.Now()
+		if st.Standby != "" && st.Standby != st.Owner && now.Sub(st.StandbySeenAt) < ttl {
+			standbys[st.Standby] = true
+		}
+		victim = st
+		return st.Held(now) && st.Checkpoint != nil && !st.CheckpointAt.Before(st.AcquiredAt) && standbys[st.Standby], nil
+	})
+	if err != nil {
+		t.Fatalf("no holder with an invocation standing by beside it (last: %+v): %v", victim, err)
+	}
+	before, err := faults.Bootstraps(s.Config.FunctionName(job, config.FunctionPoller))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := faults.KillBootstrap(s.Config.FunctionName(job, config.FunctionPoller), victim.Host)
+	if err != nil {
+		t.Fatalf("kill the holder %s (generation %d) in %s, bootstraps %+v: %v", victim.Owner, victim.Generation, victim.Host, before, err)
+	}
+	t.Logf("killed bootstrap %d of the holder %s (generation %d); %d poller bootstraps were running", pid, victim.Owner, victim.Generation, len(before))
+
+	var next *lease.State
+	err = testenv.Poll(ctx, 3*time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		st, err := s.Leases.Get(ctx, "orders")
+		if err != nil {
+			return false, err
+		}
+		next = st
+		return st.Generation > victim.Generation && st.Checkpoint != nil && !st.CheckpointAt.Before(st.AcquiredAt), nil
+	})
+	if err != nil {
+		t.Fatalf("no new holder checkpointed after the kill (last: %+v): %v", next, err)
+	}
+	if next.Generation != victim.Generation+1 || next.TakeoverKind != lease.Failover || next.Owner == victim.Owner {
+		t.Errorf("after the kill: generation %d taken by %s as %q, want generation %d taken over from %s as %q",
+			next.Generation, next.Owner, next.TakeoverKind, victim.Generation+1, victim.Owner, lease.Failover)
+	}
+	if !standbys[next.Owner] {
+		t.Errorf("the new holder %s was not seen standing by before the kill (standbys seen: %v)", next.Owner, slices.Sorted(maps.Keys(standbys)))
+	}
+
+	if _, err := load.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	want := s.sourceState(ctx)
+	var got map[string]string
+	err = testenv.Poll(ctx, 3*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
+		got = s.pgState(ctx)
+		return maps.Equal(got, want), nil
+	})
+	if err != nil {
+		t.Fatalf("PostgreSQL not exact after the failover (-source +pg):\n%s", cmp.Diff(want, got))
+	}
+}
+
+// deployStack deploys the test stack of TestDeployedStack (source
+// database, PostgreSQL tables, an HTTP receiver) with deployTestStack, the
+// functions' AWS requests recorded. With wrongDSN, the stack's secret holds
+// a wrong password for the PostgreSQL output's DSN (d.dsn is the right
+// one).
+func deployStack(t *testing.T, wrongDSN bool) *deployedStack {
 	t.Helper()
 	recv, err := receiver.New(t.TempDir())
 	if err != nil {
@@ -152,30 +268,63 @@ func deployStack(t *testing.T) *deployedStack {
 		},
 		Jobs: []*config.Job{job},
 	}
-	s := &testStack{Stack: stack.ForTest(t, stack.Options{Name: "deployed", Config: cfg}), t: t, recv: recv}
+	dsn := testenv.PostgresDSN(t)
+	secret := dsn
+	if wrongDSN {
+		wrong, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrong.User = url.UserPassword(wrong.User.Username(), "not-the-password")
+		secret = wrong.String()
+	}
+	d := deployTestStack(t, deployOptions{name: "deployed", cfg: cfg, recv: recv,
+		env: []string{testenv.DSNEnv + "=" + secret}, recordCalls: true})
+	d.dsn = dsn
+	return d
+}
+
+// deployOptions shape a stack that deployTestStack deploys.
+type deployOptions struct {
+	// name labels the stack (stack.Options.Name).
+	name string
+	cfg  *config.File
+	// recv is the receiver of the configuration's HTTP output, if any.
+	recv *receiver.Server
+	// env holds the values of the stack's secrets ({"env": NAME}
+	// references), as NAME=value.
+	env []string
+	// recordCalls has the functions record every AWS request they make in
+	// deployedStack.calls, for checkIAM.
+	recordCalls bool
+}
+
+// deployTestStack deploys the stack of o.cfg for the test with
+// localstack/deploy.sh, its schedule rules left disabled, and deletes the
+// CloudFormation stack when the test ends. stack.ForTest first provisions
+// the table and queues as `changesctl bootstrap` (make demo) does, under the
+// names the CloudFormation stack then uses: the deploy must cope with them.
+// The stack's readers then use the deployed bucket, and every job's poller
+// and writer are Active.
+func deployTestStack(t *testing.T, o deployOptions) *deployedStack {
+	t.Helper()
+	s := &testStack{Stack: stack.ForTest(t, stack.Options{Name: o.name, Config: o.cfg}), t: t, recv: o.recv}
 	awsCfg := s.Deps.AWS
 	d := &deployedStack{testStack: s, prefix: s.Config.Stack.Prefix, lambda: lambda.NewFromConfig(awsCfg), sqs: sqs.NewFromConfig(awsCfg)}
-
 	cfn := cloudformation.NewFromConfig(awsCfg)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 3*time.Minute)
 		defer cancel()
 		deleteCFNStack(ctx, t, cfn, d.prefix)
 	})
-	d.dsn = testenv.PostgresDSN(t)
-	wrong, err := url.Parse(d.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wrong.User = url.UserPassword(wrong.User.Username(), "not-the-password")
-	start := time.Now()
 	buildDir := t.TempDir()
 	d.assembly, d.ctl = t.TempDir(), filepath.Join(buildDir, "changesctl")
-	d.calls = filepath.Join(t.TempDir(), "aws-calls.jsonl")
+	if o.recordCalls {
+		d.calls = filepath.Join(t.TempDir(), "aws-calls.jsonl")
+	}
+	start := time.Now()
 	if err := testenv.DeployLocal(t.Context(), testenv.LocalDeploy{
-		ConfigPath: s.ConfigPath, BuildDir: buildDir, AssemblyDir: d.assembly,
-		Env:      []string{testenv.DSNEnv + "=" + wrong.String()},
-		AWSCalls: d.calls,
+		ConfigPath: s.ConfigPath, BuildDir: buildDir, AssemblyDir: d.assembly, Env: o.env, AWSCalls: d.calls,
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -191,13 +340,15 @@ func deployStack(t *testing.T) *deployedStack {
 		t.Fatal(err)
 	}
 	pipeline.OverrideBucket(s.Config, bucket)
-	for _, fn := range []string{d.function("poller"), d.function("writer")} {
-		got, err := d.lambda.GetFunction(t.Context(), &lambda.GetFunctionInput{FunctionName: &fn})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st := got.Configuration.State; st != lambdatypes.StateActive {
-			t.Fatalf("function %s is %s, want Active", fn, st)
+	for _, job := range s.Config.Jobs {
+		for _, fn := range []string{s.Config.FunctionName(job, config.FunctionPoller), s.Config.FunctionName(job, config.FunctionWriter)} {
+			got, err := d.lambda.GetFunction(t.Context(), &lambda.GetFunctionInput{FunctionName: &fn})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := got.Configuration.State; st != lambdatypes.StateActive {
+				t.Fatalf("function %s is %s, want Active", fn, st)
+			}
 		}
 	}
 	return d
@@ -305,8 +456,13 @@ func (d *deployedStack) waitExact(ctx context.Context, t *testing.T, limit time.
 	t.Helper()
 	want := d.sourceState(ctx)
 	var got map[string]map[string]string
+	var pgErr error
 	err := testenv.Poll(ctx, limit, 2*time.Second, func(ctx context.Context) (bool, error) {
-		got = map[string]map[string]string{"pg": d.pgState(ctx), "rest": d.httpState(), "archive": d.s3State(ctx)}
+		// The writer creates the PostgreSQL output's tables when it first
+		// opens it: until then there is no table to read.
+		var pg map[string]string
+		pg, pgErr = d.Revs(ctx, "orders", "pg")
+		got = map[string]map[string]string{"pg": pg, "rest": d.httpState(), "archive": d.s3State(ctx)}
 		for _, g := range got {
 			if !maps.Equal(g, want) {
 				return false, nil
@@ -320,15 +476,16 @@ func (d *deployedStack) waitExact(ctx context.Context, t *testing.T, limit time.
 				t.Errorf("output %s (-source +output):\n%s", out, diff)
 			}
 		}
+		if pgErr != nil {
+			t.Errorf("read the pg output: %v", pgErr)
+		}
 		t.Fatalf("outputs not exact after %s: %v", limit, err)
 	}
 }
 
-// checkSchedule enables the job's rule, adds a document and waits until the
-// poller the rule starts (nobody else invokes it) has delivered it. As
-// deploy.sh does, it puts the rule's targets again after enabling it
-// (LocalStack schedules a rule only when its targets are put); at the end it
-// removes them, since LocalStack's DisableRule does not stop the schedule.
+// checkSchedule enables the job's rule (faults.StartSchedule), adds a
+// document and waits until the poller the rule starts (nobody else invokes
+// it) has delivered it; at the end it stops the schedule again.
 func (d *deployedStack) checkSchedule(ctx context.Context, t *testing.T) {
 	eb := eventbridge.NewFromConfig(d.Deps.AWS)
 	rule := d.prefix + "-orders-schedule"
@@ -339,30 +496,16 @@ func (d *deployedStack) checkSchedule(ctx context.Context, t *testing.T) {
 	if got.State != ebtypes.RuleStateDisabled || aws.ToString(got.ScheduleExpression) != "rate(1 minute)" {
 		t.Fatalf("rule %s: %s %s, want DISABLED rate(1 minute) as deploy.sh leaves it with SCHEDULES=disabled", rule, got.State, aws.ToString(got.ScheduleExpression))
 	}
-	targets, err := eb.ListTargetsByRule(ctx, &eventbridge.ListTargetsByRuleInput{Rule: &rule})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := d.PutDoc(ctx, "scheduled", map[string]any{"total": 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := eb.EnableRule(ctx, &eventbridge.EnableRuleInput{Name: &rule}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := eb.PutTargets(ctx, &eventbridge.PutTargetsInput{Rule: &rule, Targets: targets.Targets}); err != nil {
+	stop, err := faults.StartSchedule(ctx, eb, rule)
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		ctx := context.WithoutCancel(ctx)
-		var ids []string
-		for _, tg := range targets.Targets {
-			ids = append(ids, aws.ToString(tg.Id))
-		}
-		if _, err := eb.RemoveTargets(ctx, &eventbridge.RemoveTargetsInput{Rule: &rule, Ids: ids}); err != nil {
-			t.Errorf("remove targets of %s: %v", rule, err)
-		}
-		if _, err := eb.DisableRule(ctx, &eventbridge.DisableRuleInput{Name: &rule}); err != nil {
-			t.Errorf("disable rule %s: %v", rule, err)
+		if err := stop(context.WithoutCancel(ctx)); err != nil {
+			t.Errorf("stop the schedule: %v", err)
 		}
 	}()
 	// LocalStack checks rate rules about once a minute.
@@ -554,9 +697,11 @@ func (d *deployedStack) waitAlarm(ctx context.Context, t *testing.T, notes strin
 	}
 }
 
-// checkKilledPoller kills the poller's bootstrap with SIGKILL while
-// documents are being written and delivered; the next invocation must take
-// the lease over (a higher generation) and the outputs end exact.
+// checkKilledPoller kills with SIGKILL the bootstrap of the poller
+// invocation that holds the lease (the execution environment the job item's
+// host names) while documents are being written and delivered; the next
+// invocation must take the lease over (a higher generation) and the outputs
+// end exact.
 func (d *deployedStack) checkKilledPoller(ctx context.Context, t *testing.T) {
 	leases := d.Leases
 	before, err := leases.Get(ctx, "orders")
@@ -596,19 +741,26 @@ func (d *deployedStack) checkKilledPoller(ctx context.Context, t *testing.T) {
 	for range docs / 3 {
 		<-written
 	}
-	var killed []int
+	poller := d.function("poller")
+	var holder *lease.State
+	var killed int
 	err = testenv.Poll(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
 		cur, err := leases.Get(ctx, "orders")
 		if err != nil || cur.Owner == "" || cur.Owner == before.Owner && cur.Generation == before.Generation {
 			return false, err
 		}
-		killed = killBootstraps(t, d.function("poller"))
-		return len(killed) > 0, nil
+		holder = cur
+		killed, err = faults.KillBootstrap(poller, cur.Host)
+		if errors.Is(err, faults.ErrNoBootstrap) {
+			return false, nil
+		}
+		return err == nil, err
 	})
 	if err != nil {
-		t.Fatalf("poller never held the lease to be killed: %v", err)
+		all, _ := faults.Bootstraps(poller)
+		t.Fatalf("poller never held the lease to be killed (last holder %+v, bootstraps %+v): %v", holder, all, err)
 	}
-	t.Logf("killed poller bootstrap(s) %v", killed)
+	t.Logf("killed bootstrap %d of the holder %s (generation %d)", killed, holder.Owner, holder.Generation)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -630,37 +782,6 @@ func (d *deployedStack) checkKilledPoller(ctx context.Context, t *testing.T) {
 		t.Errorf("lease generation %d after the next invocation, want above the killed one's %d (a takeover)", after.Generation, held.Generation)
 	}
 	d.waitExact(ctx, t, 3*time.Minute)
-}
-
-// killBootstraps sends SIGKILL to every bootstrap process of the function,
-// found by the AWS_LAMBDA_FUNCTION_NAME in its environment, and returns
-// their pids.
-func killBootstraps(t *testing.T, function string) []int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		args := strings.Split(string(cmdline), "\x00")
-		if filepath.Base(args[0]) != "bootstrap" {
-			continue
-		}
-		environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if !slices.Contains(strings.Split(string(environ), "\x00"), "AWS_LAMBDA_FUNCTION_NAME="+function) {
-			continue
-		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 // checkLogs reads both functions' log groups: every line an invocation
@@ -877,11 +998,12 @@ func (d *deployedStack) checkOperator(ctx context.Context, t *testing.T) {
 // checkIAM evaluates every AWS request the functions and changesctl made
 // during the test against the policy of its caller: the function's role in
 // the deployed templates, the operator policy of docs/deploy.md for
-// changesctl. Each function and changesctl must have made requests.
-func (d *deployedStack) checkIAM(t *testing.T) {
+// changesctl. The poller, the writer and each of callers (changesctl
+// commands the test ran) must have made requests.
+func (d *deployedStack) checkIAM(t *testing.T, callers ...string) {
 	rep := iamcheck.Deployed{AWS: d.Deps.AWS, Calls: d.calls, Assembly: d.assembly, Stack: d.prefix,
 		Bucket: d.Config.Stack.Bucket, Root: ".."}.Check(t)
-	for _, caller := range []string{d.function("poller"), d.function("writer"), "changesctl verify"} {
+	for _, caller := range append([]string{d.function("poller"), d.function("writer")}, callers...) {
 		if rep.ByCaller[caller] == 0 {
 			t.Errorf("no request of %s was recorded", caller)
 		}
@@ -902,222 +1024,3 @@ func deleteCFNStack(ctx context.Context, t *testing.T, cfn *cloudformation.Clien
 		t.Errorf("stack %s not deleted: %v", name, err)
 	}
 }
-
-// TestDeployedFailover deploys the stack with the job's defaults (schedule
-// 1m, the default poller timeout, lease TTL 10s), lets its schedule rule
-// start the poller while documents keep arriving, and kills with SIGKILL the
-// bootstrap of the execution environment that holds the lease (the job
-// item's host names its log stream), and only that one: an invocation that
-// was standing by takes the lease over, as a failover at the next
-// generation, and PostgreSQL ends holding exactly the source's documents.
-// How long a takeover takes is the deployed-failover benchmark's to say.
-func TestDeployedFailover(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	cfg := &config.File{
-		Stack: config.Stack{LogRetentionDays: 1},
-		Jobs: []*config.Job{{
-			ID:      "orders",
-			Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, Postgres: &config.PostgresOutput{CreateTables: true}}},
-		}},
-	}
-	s := &testStack{Stack: stack.ForTest(t, stack.Options{Name: "failover", Config: cfg}), t: t}
-	job := s.Config.Jobs[0]
-	prefix := s.Config.Stack.Prefix
-	cfn := cloudformation.NewFromConfig(s.Deps.AWS)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 3*time.Minute)
-		defer cancel()
-		deleteCFNStack(ctx, t, cfn, prefix)
-	})
-	if err := testenv.DeployLocal(ctx, testenv.LocalDeploy{
-		ConfigPath: s.ConfigPath, BuildDir: t.TempDir(), AssemblyDir: t.TempDir(),
-		Env: []string{testenv.DSNEnv + "=" + testenv.PostgresDSN(t)},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	bucket, err := deployed.Bucket(ctx, cfn, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Deps.S3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: &s.Config.Stack.Bucket}); err != nil {
-		t.Fatal(err)
-	}
-	pipeline.OverrideBucket(s.Config, bucket)
-
-	load := faults.Adopt(s.Stack).StartLoad(ctx, faults.LoadOptions{Rate: 5, Max: 100000, For: 15 * time.Minute, Seed: 5})
-	defer load.Stop()
-	stop, err := faults.StartSchedule(ctx, eventbridge.NewFromConfig(s.Deps.AWS), s.Config.ScheduleName(job))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := stop(context.WithoutCancel(t.Context())); err != nil {
-			t.Errorf("stop the schedule: %v", err)
-		}
-	})
-
-	// A holder that has checkpointed, and another invocation standing by.
-	ttl := job.Lease.TTL.D()
-	standbys := map[string]bool{}
-	var victim *lease.State
-	err = testenv.Poll(ctx, 5*time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
-		st, err := s.Leases.Get(ctx, "orders")
-		if err != nil {
-			return false, err
-		}
-		now := time.Now()
-		if st.Standby != "" && st.Standby != st.Owner && now.Sub(st.StandbySeenAt) < ttl {
-			standbys[st.Standby] = true
-		}
-		victim = st
-		return st.Held(now) && st.Checkpoint != nil && !st.CheckpointAt.Before(st.AcquiredAt) && standbys[st.Standby], nil
-	})
-	if err != nil {
-		t.Fatalf("no holder with an invocation standing by beside it (last: %+v): %v", victim, err)
-	}
-	before, err := faults.Bootstraps(s.Config.FunctionName(job, config.FunctionPoller))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := faults.KillBootstrap(s.Config.FunctionName(job, config.FunctionPoller), victim.Host)
-	if err != nil {
-		t.Fatalf("kill the holder %s (generation %d) in %s, bootstraps %+v: %v", victim.Owner, victim.Generation, victim.Host, before, err)
-	}
-	t.Logf("killed bootstrap %d of the holder %s (generation %d); %d poller bootstraps were running", pid, victim.Owner, victim.Generation, len(before))
-
-	var next *lease.State
-	err = testenv.Poll(ctx, 3*time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
-		st, err := s.Leases.Get(ctx, "orders")
-		if err != nil {
-			return false, err
-		}
-		next = st
-		return st.Generation > victim.Generation && st.Checkpoint != nil && !st.CheckpointAt.Before(st.AcquiredAt), nil
-	})
-	if err != nil {
-		t.Fatalf("no new holder checkpointed after the kill (last: %+v): %v", next, err)
-	}
-	if next.Generation != victim.Generation+1 || next.TakeoverKind != lease.Failover || next.Owner == victim.Owner {
-		t.Errorf("after the kill: generation %d taken by %s as %q, want generation %d taken over from %s as %q",
-			next.Generation, next.Owner, next.TakeoverKind, victim.Generation+1, victim.Owner, lease.Failover)
-	}
-	if !standbys[next.Owner] {
-		t.Errorf("the new holder %s was not seen standing by before the kill (standbys seen: %v)", next.Owner, slices.Sorted(maps.Keys(standbys)))
-	}
-
-	if _, err := load.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	want := s.sourceState(ctx)
-	var got map[string]string
-	err = testenv.Poll(ctx, 3*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
-		got = s.pgState(ctx)
-		return maps.Equal(got, want), nil
-	})
-	if err != nil {
-		t.Fatalf("PostgreSQL not exact after the failover (-source +pg):\n%s", cmp.Diff(want, got))
-	}
-}
-
-// TestDeployedVerify deploys the full stack and runs changesctl verify
-// --remote on it: the comparison and the repair run in the job's verify
-// function, where the data is (its VPC on AWS), and changesctl prints the
-// report verify prints when it runs where it can reach the data itself (on
-// LocalStack, this machine), with the same exit status. A row deleted from
-// the PostgreSQL output behind the writer's back is found by the remote
-// verify, the remote repair re-queues it, the writer delivers it, and the
-// next remote verify is clean.
-func TestDeployedVerify(t *testing.T) {
-	t.Parallel()
-	d := deployStack(t)
-	ctx := t.Context()
-	secret := d.prefix + "/" + testenv.DSNEnv
-	if _, err := secretsmanager.NewFromConfig(d.Deps.AWS).PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{
-		SecretId: &secret, SecretString: &d.dsn,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 30 {
-		if _, err := d.PutDoc(ctx, fmt.Sprintf("order-%02d", i), map[string]any{"total": i}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d.invokePoller(ctx, t)
-	d.waitExact(ctx, t, 3*time.Minute)
-
-	ctl := changesctl(t)
-	verify := func(stdin string, args ...string) (stdout, stderr string, code int) {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, ctl, append([]string{"verify", "--config", d.ConfigPath, "--job", "orders"}, args...)...)
-		cmd.Env = testenv.Environ()
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		var ee *exec.ExitError
-		switch {
-		case errors.As(err, &ee):
-			code = ee.ExitCode()
-		case err != nil:
-			t.Fatalf("changesctl verify %s: %v", strings.Join(args, " "), err)
-		}
-		return out.String(), errOut.String(), code
-	}
-	// same runs verify with args here and in the stack and checks that both
-	// print the same report and exit with code, and returns what they
-	// printed.
-	same := func(when string, code int, args ...string) string {
-		t.Helper()
-		local, localErr, localCode := verify("", args...)
-		remote, remoteErr, remoteCode := verify("", append(args, "--remote")...)
-		if localCode != code || remoteCode != code {
-			t.Fatalf("verify %s %s: exit %d here, %d in the stack; want %d\nhere:\n%s%s\nin the stack:\n%s%s",
-				strings.Join(args, " "), when, localCode, remoteCode, code, local, localErr, remote, remoteErr)
-		}
-		if diff := cmp.Diff(local, remote); diff != "" {
-			t.Fatalf("verify %s %s: the stack's report differs from the local one (-here +stack):\n%s\nstack's stderr:\n%s", strings.Join(args, " "), when, diff, remoteErr)
-		}
-		return remote
-	}
-	for _, o := range []string{"pg", "archive"} {
-		if got := same("in sync", 0, "--output", o); !strings.Contains(got, "in sync") || !strings.Contains(got, "the source has 30 live documents, the output holds 30") {
-			t.Errorf("verify %s --remote in sync:\n%s", o, got)
-		}
-	}
-
-	// Drift: a document's rows deleted from PostgreSQL behind the writer's back.
-	data, versions, err := d.PostgresTables("orders", "pg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := testenv.Postgres(t)
-	for _, table := range []pgx.Identifier{data, versions} {
-		if _, err := pool.Exec(ctx, "DELETE FROM "+table.Sanitize()+" WHERE doc_id = $1", "order-07"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rev := d.sourceState(ctx)["order-07"]
-	got := same("after a row was deleted", 2, "--output", "pg")
-	if !strings.Contains(squeezeSpace(got), `missing 1 "order-07" source `+rev) {
-		t.Errorf("verify pg --remote does not report order-07 missing:\n%s", got)
-	}
-	t.Logf("verify --output pg --remote after a row was deleted:\n%s", got)
-	same("after a row was deleted", 2, "--output", "pg", "--json", "--samples", "3")
-	got, errOut, code := verify("", "--output", "pg", "--remote", "--repair", "--yes")
-	t.Logf("verify --output pg --remote --repair --yes:\n%s%s", got, errOut)
-	if code != 2 || !strings.Contains(got, "repair: enqueued 1 documents and 0 tombstones at generation") {
-		t.Fatalf("verify pg --remote --repair: exit %d, want 2 and one document enqueued\n%s%s", code, got, errOut)
-	}
-	if err := testenv.Poll(ctx, 2*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
-		return d.pgState(ctx)["order-07"] == rev, nil
-	}); err != nil {
-		t.Fatalf("order-07 not delivered again after the remote repair: %v", err)
-	}
-	if got := same("after the repair", 0, "--output", "pg"); !strings.Contains(got, "in sync") {
-		t.Errorf("verify pg --remote after the repair:\n%s", got)
-	}
-}
-
-// squeezeSpace collapses runs of white space to one space.
-func squeezeSpace(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -205,7 +205,9 @@ func deployedDeploy(ctx context.Context, st *stack.Stack) (time.Duration, error)
 	}
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, "bash", "localstack/deploy.sh", ctl, st.ConfigPath)
-	cmd.Env = append(os.Environ(), "SCHEDULES=disabled", "BUILD_DIR="+filepath.Join(tmp, "build"), testenv.DSNEnv+"="+testenv.DSN())
+	// A cloud assembly of its own, so that deploys run side by side.
+	cmd.Env = append(os.Environ(), "SCHEDULES=disabled", "BUILD_DIR="+filepath.Join(tmp, "build"), "CDK_OUT="+filepath.Join(tmp, "cdk.out"),
+		testenv.DSNEnv+"="+testenv.DSN())
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("localstack/deploy.sh: %w\n%s", err, out)
 	}

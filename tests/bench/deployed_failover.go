@@ -8,11 +8,17 @@ package main
 // documents a second: new ones, updates, deletes). At random moments of the
 // schedule's cycle, the bootstrap process of the execution environment that
 // holds the lease (the job item's host names its log stream) is killed with
-// SIGKILL, and only that one: -deployed-failover-kills times, each once
-// the previous one's successor has checkpointed, a random part of a
-// schedule period later. Each kill is timed to the lease taken by another
+// SIGKILL, and only that one: -deployed-failover-kills times, each in the
+// deployment's steady state (a holder that has checkpointed and another
+// invocation marked as standing by since the holder took over), a random
+// part of a schedule period after that state is reached. A kill consumes
+// an invocation and the schedule adds one a period, so a kill made before
+// the next tick after a failover would find no standby: that is a second
+// crash within a period, which the steady-state rule leaves out and the
+// docs state apart. Each kill is timed to the lease taken by another
 // invocation and to that holder's first checkpoint, from the job item
-// sampled every 100 ms.
+// sampled every 100 ms. The idle settings run side by side, each on its
+// own stack.
 //
 // The job has two outputs: PostgreSQL, delivered by the deployed writer
 // through its event source mapping, and "tap", whose mapping is deleted
@@ -72,12 +78,18 @@ const (
 )
 
 func deployedFailover(ctx context.Context, r *results) error {
-	for _, idle := range strings.Split(*idleSettingsFlag, ",") {
-		if err := deployedFailoverRun(ctx, r, idle); err != nil {
-			return fmt.Errorf("idle %s: %w", idle, err)
-		}
+	settings := strings.Split(*idleSettingsFlag, ",")
+	errs := make([]error, len(settings))
+	var wg sync.WaitGroup
+	for i, idle := range settings {
+		wg.Go(func() {
+			if err := deployedFailoverRun(ctx, r, idle); err != nil {
+				errs[i] = fmt.Errorf("idle %s: %w", idle, err)
+			}
+		})
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // dfoKill is one kill of the active poller and what followed.
@@ -88,7 +100,7 @@ type dfoKill struct {
 	taken      time.Time // the next generation's acquisition (its clock)
 	checkpoint time.Time // that generation's first checkpoint (its clock)
 	next       lease.State
-	standby    bool // the new holder was seen standing by before the kill
+	standby    string // the invocation marked as standing by at the kill, or ""
 }
 
 func deployedFailoverRun(ctx context.Context, r *results, idle string) error {
@@ -173,23 +185,33 @@ func deployedFailoverRun(ctx context.Context, r *results, idle string) error {
 	}
 
 	function := prefix + "-" + faults.Job + "-poller"
+	ttl := j.Lease.TTL.D()
 	var kills []dfoKill
 	for attempt := 0; len(kills) < *deployedFailoverKillsFlag; attempt++ {
 		if attempt >= *deployedFailoverKillsFlag+10 {
 			return fmt.Errorf("only %d of %d kills hit a poller holding the lease", len(kills), *deployedFailoverKillsFlag)
 		}
+		if _, err := w.WaitFor(ctx, w.Len(), 3*period, func(s faults.Sample) bool {
+			return steady(s, ttl)
+		}); err != nil {
+			return fmt.Errorf("kill %d: no standby beside the holder: %w", attempt+1, err)
+		}
 		if err := clock.Sleep(ctx, rand.N(period)); err != nil {
 			return err
 		}
-		k, ok, err := killActive(ctx, w, function, j.Lease.TTL.D())
+		k, ok, err := killActive(ctx, w, function, ttl)
 		if err != nil {
 			return fmt.Errorf("kill %d: %w", attempt+1, err)
 		}
 		if !ok {
 			continue
 		}
-		fmt.Printf("  kill %d: bootstrap %d of generation %d (%s) killed; generation %d took the lease after %.2f s (%s), first checkpoint after %.2f s\n",
-			len(kills)+1, k.pid, k.victim.Generation, k.victim.Owner, k.next.Generation, k.taken.Sub(k.at).Seconds(), k.next.TakeoverKind, k.checkpoint.Sub(k.at).Seconds())
+		by := "an invocation that stood by"
+		if k.standby == "" {
+			by = "with no standby marked at the kill"
+		}
+		fmt.Printf("  idle %s kill %d: bootstrap %d of generation %d (%s) killed; generation %d (%s) took the lease after %.2f s (%s), first checkpoint after %.2f s\n",
+			idle, len(kills)+1, k.pid, k.victim.Generation, k.victim.Owner, k.next.Generation, by, k.taken.Sub(k.at).Seconds(), k.next.TakeoverKind, k.checkpoint.Sub(k.at).Seconds())
 		kills = append(kills, k)
 	}
 
@@ -242,15 +264,14 @@ func deployedFailoverRun(ctx context.Context, r *results, idle string) error {
 		if p, ok := cyclePhase(ticks, k.at, period); ok {
 			phases = append(phases, p)
 		}
-		if k.standby {
+		if k.standby != "" {
 			standbys++
 		}
 	}
 	sort.Float64s(phases)
 	intervals := tickIntervals(ticks, period)
 	p := "idle " + idle + " "
-	ttl := j.Lease.TTL.D()
-	r.add(p+"kills", len(kills), fmt.Sprintf("SIGKILL of the lease holder's bootstrap; %d of them taken over by an invocation seen standing by before the kill", standbys))
+	r.add(p+"kills", len(kills), fmt.Sprintf("SIGKILL of the lease holder's bootstrap, each with a standby beside the holder; at %d of them the standby's mark on the job item was fresh at the kill", standbys))
 	r.add(p+"kill moments s after the tick", coreJoin(phases, "%.0f"), "seconds into the schedule period (after the latest invocation's start) of each kill")
 	r.add(p+"kill_to_takeover_p50_s", median(toTaken), "kill to the lease taken by another invocation")
 	r.add(p+"kill_to_takeover_p99_s", percentile(toTaken, 99), "")
@@ -284,12 +305,9 @@ func killActive(ctx context.Context, w *faults.Watcher, function string, ttl tim
 	if err != nil {
 		return k, false, err
 	}
-	// Who stood by before the kill.
-	seen := map[string]bool{}
-	for _, s := range w.Samples() {
-		if s.State.Standby != "" && s.At.After(time.Now().Add(-2*ttl)) {
-			seen[s.State.Standby] = true
-		}
+	// Who stands by at the kill: the last sample's mark, when fresh.
+	if last, ok := w.Last(); ok && steady(last, ttl) {
+		k.standby = last.State.Standby
 	}
 	pid, err := faults.KillBootstrap(function, cur.State.Host)
 	k.at = time.Now()
@@ -321,9 +339,18 @@ func killActive(ctx context.Context, w *faults.Watcher, function string, ttl tim
 	if first, ok := w.FirstCheckpoint(next.State.Generation); ok {
 		k.checkpoint = first.State.CheckpointAt
 	}
-	k.standby = seen[next.State.Owner]
 	// Let the new holder settle before the next kill.
 	return k, true, clock.Sleep(ctx, 2*time.Second)
+}
+
+// steady reports whether s shows the deployment's steady state: a holder
+// that has checkpointed, and another invocation that marked itself as
+// standing by since the holder took over, within the last third of a TTL
+// (a standby marks every third of a TTL) and a second.
+func steady(s faults.Sample, ttl time.Duration) bool {
+	st := s.State
+	return st.Held(s.At) && s.CheckpointedByHolder() && st.Standby != "" && st.Standby != st.Owner &&
+		st.StandbySeenAt.After(st.AcquiredAt) && s.At.Sub(st.StandbySeenAt) < ttl/3+time.Second
 }
 
 // deleteMapping deletes the event source mapping of function on queueARN.

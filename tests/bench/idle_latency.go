@@ -7,7 +7,7 @@ package main
 //
 // Each (idle, mode) gets an isolated stack, reading a database of its own on
 // the source -idle-source names (a Sync Gateway by default), with the defaults that matter
-// here (schedule 1m, latency objective 60s, poller timeout 90s, lease TTL
+// here (schedule 1m, latency objective 60s, poller timeout 2m15s, lease TTL
 // 10s, feed timeout 10s) and the real local runtime (the poller on its
 // schedule, writers long-polling SQS). After a warm-up document:
 //

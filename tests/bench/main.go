@@ -24,6 +24,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -44,6 +45,7 @@ func register(name string, run func(ctx context.Context, r *results) error) {
 // results collects figures by benchmark and name, with when, where and at
 // which commit they were measured.
 type results struct {
+	mu      sync.Mutex // add, for a benchmark whose parts run side by side
 	current string
 	Figures map[string]map[string]any `json:"figures"`
 	Started time.Time                 `json:"started"`
@@ -101,6 +103,8 @@ func (r *results) merge(older *results) (m *results, failed []string) {
 
 // add records one figure of the running benchmark and prints it.
 func (r *results) add(name string, value any, note string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.Figures[r.current] == nil {
 		r.Figures[r.current] = map[string]any{}
 	}

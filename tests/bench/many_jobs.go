@@ -5,7 +5,7 @@ package main
 // source database of its own into a PostgreSQL output and an S3 output, all
 // in one configuration and started at once: one state table, one bucket,
 // every job's queues. This file runs them on the workbench (`changesctl run`
-// in process: the jobs' schedule, 1m, and poller timeout, 90s, as deployed);
+// in process: the jobs' schedule, 1m, and poller timeout, 2m15s, as deployed);
 // many_jobs_deployed.go through the stack deployed to LocalStack.
 //
 // A job is idle once its work queues hold nothing, visible or in flight,
@@ -61,6 +61,32 @@ var (
 	manyDocsFlag = flag.Int("many-docs", 1000, "the many-jobs benchmarks' documents per job")
 	manyIdleFlag = flag.Duration("many-idle", 2*time.Minute, "how long the many-jobs benchmarks count the state table's requests once every job is idle")
 )
+
+// manyJobsRows are the benchmarks page's rows of many-jobs and
+// many-jobs-deployed.
+var manyJobsRows = []figureRow{
+	{bench: "many-jobs", what: "20 jobs of 1,000 documents each to PostgreSQL and S3, started at once through `changesctl run`: aggregate rate; each job's time to idle, median / slowest (slowest ÷ median); the outputs checked",
+		goal: "every output exact", value: manyIdleValue},
+	{bench: "many-jobs", what: "the same: the state table's requests per job per minute, while catching up; idle (lease renewals, standbys)",
+		value: manyTableValue},
+	{bench: "many-jobs-deployed", what: "the same 20 jobs through the stack deployed to LocalStack, every poller invoked at once and each minute: aggregate rate; time to idle, median / slowest (slowest ÷ median); the outputs checked",
+		goal: "every output exact", value: manyIdleValue},
+	{bench: "many-jobs-deployed", what: "the same: the state table's requests per job per minute, while catching up; idle",
+		value: manyTableValue},
+	{bench: "many-jobs-deployed", what: "`localstack/deploy.sh` of the 20 jobs: build, deploy, secrets, functions `Active`; the cloud assembly",
+		value: func(f *figureReader) string {
+			return f.num("deploy seconds", 0) + " s; " + f.num("cloud assembly MB", 0) + " MB"
+		}},
+}
+
+func manyIdleValue(f *figureReader) string {
+	return f.num("aggregate docs/s", 0) + " docs/s; " + f.num("time to idle median s", 1) + " / " + f.num("time to idle slowest s", 1) +
+		" s (" + f.num("slowest / median", 2) + "×); " + f.num("outputs exact", 0) + " outputs, every one exact"
+}
+
+func manyTableValue(f *figureReader) string {
+	return f.num("state table requests per job per minute, catching up", 1) + "; " + f.num("state table requests per job per minute, idle", 1)
+}
 
 // manyIdleWithin bounds a run's wait for every job to be idle.
 const manyIdleWithin = 20 * time.Minute
@@ -444,7 +470,7 @@ func manyJobs(ctx context.Context, r *results) error {
 	if err != nil {
 		return fmt.Errorf("outputs not exact: %w", err)
 	}
-	f.addIdleTimes(r, "`changesctl run` in process, the jobs' schedule (1m) and poller timeout (90s)")
+	f.addIdleTimes(r, "`changesctl run` in process, the jobs' schedule (1m) and poller timeout (2m15s)")
 	r.add("outputs exact", exact, "every output of every job at its source's winning revisions once idle")
 	how := "counted by the pipeline's HTTP client, every request to DynamoDB"
 	f.addTableRequests(r, "catching up", busy, catchUp, how)

@@ -5,8 +5,8 @@ package main
 // on this machine (localstack/lambdahost). The schedule rules stay
 // disabled: the benchmark starts every job's poller at once with an
 // asynchronous Invoke, as EventBridge does, and again every minute, the
-// jobs' schedule, so that each invocation (90 s) overlaps the next one's
-// standby as on AWS. The functions record their AWS requests
+// jobs' schedule, so that each invocation (its timeout, 2m15s) overlaps
+// the next ones as on AWS. The functions record their AWS requests
 // (CHANGES_AWS_CALLS); the state table's are those to DynamoDB.
 
 import (

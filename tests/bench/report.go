@@ -83,7 +83,7 @@ func groupThousands(s string) string {
 var failoverTTLs = []string{"1s", "3s", "10s"}
 
 // figureRows are the page's rows, in the order of the table.
-var figureRows = slices.Concat(mainRows, failoverRows(failoverTTLs), deployedFailoverRows(config.IdleWatch, config.IdleSleep))
+var figureRows = slices.Concat(mainRows, failoverRows(failoverTTLs), deployedFailoverRows(config.IdleWatch, config.IdleSleep), manyJobsRows)
 
 // mainRows are the rows of every benchmark but failover.
 var mainRows = []figureRow{
@@ -426,7 +426,7 @@ func deployedFailoverRows(idles ...string) []figureRow {
 			}
 		}
 		rows = append(rows,
-			figureRow{bench: "deployed-failover", flags: flags, what: "deployed stack on LocalStack, job defaults, `idle: " + idle + "`: SIGKILL of the lease holder's `bootstrap` at random moments of the schedule's cycle (kills; seconds after the tick of each) → the lease taken; → the new holder's first checkpoint, p50 / p99 / max each", goal: "first checkpoint ≤ TTL + 1 s (11 s)",
+			figureRow{bench: "deployed-failover", flags: flags, what: "deployed stack on LocalStack, job defaults, `idle: " + idle + "`: SIGKILL of the lease holder's `bootstrap`, a standby beside it, at random moments of the schedule's cycle (kills; seconds after the tick of each) → the lease taken; → the new holder's first checkpoint, p50 / p99 / max each", goal: "first checkpoint ≤ TTL + 1 s (11 s)",
 				value: func(f *figureReader) string {
 					return f.num(p+"kills", 0) + " (" + strings.Join(strings.Fields(f.text(p+"kill moments s after the tick")), ", ") + " s); " +
 						three("kill_to_takeover_p50_s", "kill_to_takeover_p99_s", "kill_to_takeover_max_s")(f) + "; " +

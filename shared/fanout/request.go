@@ -3,7 +3,9 @@ package fanout
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -20,7 +22,7 @@ import (
 //     bodies that are themselves JSON, grows its buffer several times and
 //     copies it once more, for most of the memory a request allocates. The
 //     client still sets the headers, signs, sends, retries and reads the
-//     answer.
+//     answer, of which only the failed entries are decoded.
 //   - the MD5 digests of the message bodies in the answer are not checked.
 //     They tell whether SQS received the bodies that were sent, which the
 //     request's SigV4 signature already makes SQS check: the signature
@@ -73,6 +75,45 @@ func (p *presetBody) SerializeRequest(ctx context.Context, schema *smithy.Operat
 	*req = *sreq
 	return nil
 }
+
+// DeserializeResponse reads, of an answer that accepted the request, the
+// entries that failed: the sender reads nothing else (the successful
+// entries' ids and digests would be many small allocations). Other answers
+// are the protocol's to read.
+func (p *presetBody) DeserializeResponse(ctx context.Context, schema *smithy.OperationSchema, types *smithy.TypeRegistry, resp *smithyhttp.Response, out smithy.Deserializable) error {
+	o, ok := out.(*sqs.SendMessageBatchOutput)
+	if !ok || resp.StatusCode < 200 || resp.StatusCode >= 300 {
+		return p.ClientProtocol.DeserializeResponse(ctx, schema, types, resp, out)
+	}
+	buf := answers.Get().(*bytes.Buffer)
+	defer answers.Put(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return &smithy.DeserializationError{Err: fmt.Errorf("read answer: %w", err)}
+	}
+	if buf.Len() == 0 {
+		return nil
+	}
+	var a struct {
+		Failed []struct {
+			ID          *string `json:"Id"`
+			Code        *string
+			Message     *string
+			SenderFault bool
+		}
+	}
+	if err := json.Unmarshal(buf.Bytes(), &a); err != nil {
+		return &smithy.DeserializationError{Err: fmt.Errorf("decode answer: %w", err)}
+	}
+	o.Failed = make([]sqstypes.BatchResultErrorEntry, len(a.Failed))
+	for i, f := range a.Failed {
+		o.Failed[i] = sqstypes.BatchResultErrorEntry{Id: f.ID, Code: f.Code, Message: f.Message, SenderFault: f.SenderFault}
+	}
+	return nil
+}
+
+// answers holds the buffers answers are read into.
+var answers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // batchBody writes the JSON body of a SendMessageBatch request of in,
 // whose entries are plainEntries.

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -32,6 +33,8 @@ var testCreds = aws.Credentials{AccessKeyID: "AKIDTEST", SecretAccessKey: "secre
 type sdkSQS struct {
 	t     *testing.T
 	md5Of func(body string) string
+	// fail, when set, fails the entries for which it returns a code.
+	fail func(id string) (code string, senderFault bool)
 
 	mu      sync.Mutex
 	entries map[string][]sdkEntry // by queue URL
@@ -79,12 +82,24 @@ func (s *sdkSQS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		MessageID string `json:"MessageId"`
 		MD5       string `json:"MD5OfMessageBody"`
 	}
+	type failed struct {
+		ID          string `json:"Id"`
+		Code        string
+		Message     string
+		SenderFault bool
+	}
 	out := struct {
 		Successful []ok
-		Failed     []any
-	}{Failed: []any{}}
+		Failed     []failed
+	}{Failed: []failed{}}
 	s.mu.Lock()
 	for _, e := range in.Entries {
+		if s.fail != nil {
+			if code, sender := s.fail(e.ID); code != "" {
+				out.Failed = append(out.Failed, failed{ID: e.ID, Code: code, Message: "refused " + e.ID, SenderFault: sender})
+				continue
+			}
+		}
 		s.entries[in.QueueURL] = append(s.entries[in.QueueURL], sdkEntry{e.ID, e.MessageBody, e.MessageGroupID, e.MessageDeduplicationID})
 		sum := md5.Sum([]byte(e.MessageBody))
 		digest := hex.EncodeToString(sum[:])
@@ -211,5 +226,41 @@ func TestSendLeavesTheAnswersDigestsUnchecked(t *testing.T) {
 	}
 	if st.Messages != len(changes) {
 		t.Errorf("messages = %d, want %d", st.Messages, len(changes))
+	}
+}
+
+// The entries an answer lists as failed are sent again, and a sender fault
+// is ErrRejected naming its code and message.
+func TestSendRetriesWhatTheSDKAnswerFails(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	tries := map[string]int{}
+	s := &sdkSQS{fail: func(id string) (string, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		tries[id]++
+		switch {
+		case id == "1" && tries[id] == 1:
+			return "InternalError", false
+		case id == "2":
+			return "InvalidMessageContents", true
+		}
+		return "", false
+	}}
+	client, url := newSDKSQS(t, s)
+	snd := &fanout.Sender{SQS: client, MaxBytes: 256 * 1024, Backoff: time.Millisecond}
+	target := []fanout.Target{{Output: "o", QueueURL: url + "/000000000000/o"}}
+	if _, err := snd.Send(context.Background(), target, changesOf("a", "b"), func() error { return nil }); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	if got := tries["1"]; got != 2 {
+		t.Errorf("entry 1 sent %d times, want 2 (failed once, then accepted)", got)
+	}
+	if got, want := len(s.entries[target[0].QueueURL]), 2; got != want {
+		t.Errorf("accepted %d entries, want %d", got, want)
+	}
+	_, err := snd.Send(context.Background(), target, changesOf("a", "b", "c"), func() error { return nil })
+	if !errors.Is(err, fanout.ErrRejected) || !strings.Contains(err.Error(), "InvalidMessageContents refused 2") {
+		t.Errorf("send error = %v, want ErrRejected naming InvalidMessageContents and its message", err)
 	}
 }

@@ -81,6 +81,7 @@ FUZZ_TARGETS := \
 	./shared/feed:FuzzChanges \
 	./shared/feed:FuzzBulkGetJSON \
 	./shared/feed:FuzzBulkGetMultipart \
+	./shared/fanout:FuzzBatchBody \
 	./shared/deliver/httpsink:FuzzURL \
 	./shared/deliver/s3sink:FuzzKey \
 	./shared/deliver/pgsink:FuzzDecodeDoc \

@@ -492,7 +492,8 @@ func (r *send) sendBatch(ctx context.Context, t Target, entries []sqstypes.SendM
 			}
 			r.add(func(st *Stats) { st.Requests++ })
 			var err error
-			if out, err = r.s.SQS.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &t.QueueURL, Entries: entries}); err != nil {
+			in := &sqs.SendMessageBatchInput{QueueUrl: &t.QueueURL, Entries: entries}
+			if out, err = r.s.SQS.SendMessageBatch(ctx, in, requestOptions(in)); err != nil {
 				return fmt.Errorf("send message batch to %s: %w", t.Output, err)
 			}
 			return nil

@@ -44,7 +44,6 @@ type mapper struct {
 	// table, so outputs do not wait on each other.
 	lockSeed int64
 
-	clearSQL        string
 	writeSQL        string // without data-quality records
 	writeQualitySQL string // with them
 	ddl             []string
@@ -141,7 +140,6 @@ func newMapper(out config.PostgresOutput, names *tableNames) (*mapper, error) {
 			mp.rootCols += len(t.cols)
 		}
 	}
-	mp.clearSQL = mp.buildClearSQL()
 	mp.writeSQL = mp.buildWriteSQL(false)
 	mp.writeQualitySQL = mp.buildWriteSQL(true)
 	mp.ddl = mp.buildDDL()
@@ -187,24 +185,23 @@ func (t *mappedTable) position(name string) int {
 }
 
 // The statements of one batch, in one transaction: mappingLockSQL locks the
-// batch's documents; clearSQL deletes the rows of every document whose
-// change is newer than its stored version; writeSQL inserts their new rows
-// and data-quality records and records their versions. Each batch holds at
-// most one change per document.
+// batch's documents; writeSQL records the versions of the changes newer than
+// the stored ones, deletes those documents' rows and inserts their new rows
+// and data-quality records. Each batch holds at most one change per
+// document.
 //
-// Both statements decide "newer" the same way, against the versions rows,
-// which only a holder of the document's lock changes: clearSQL by reading
-// them, writeSQL by upserting them where the change is newer (the
-// condition of its ON CONFLICT) and inserting the rows of the documents
-// the upsert returns. Documents are passed as parallel arrays; every value
-// as text, cast to its column type by the statement: nothing from a
-// document ever becomes SQL text.
+// "Newer" is decided once, by the upsert of the versions rows (the
+// condition of its ON CONFLICT), which only a holder of the document's lock
+// changes; the documents it returns are the ones whose rows are replaced.
+// Documents are passed as parallel arrays; every value as text, cast to its
+// column type by the statement: nothing from a document ever becomes SQL
+// text.
 //
-// Parameters of both: $1 doc ids, $2 generations, $3 counters. writeSQL
-// also: $4 revs, $5 deleted, $6 filtered, $7 seqs, then per table its doc
-// ids and one array per stored column. writeQualitySQL has the output id in
-// $8 and the data-quality records (doc id, rev, generation, counter, column,
-// path, original, stored, reason) in $9-$17, before the tables.
+// Parameters of writeSQL: $1 doc ids, $2 generations, $3 counters, $4 revs,
+// $5 deleted, $6 filtered, $7 seqs, then per table its doc ids and one array
+// per stored column. writeQualitySQL has the output id in $8 and the
+// data-quality records (doc id, rev, generation, counter, column, path,
+// original, stored, reason) in $9-$17, before the tables.
 
 // mappingLockSQL locks the documents $1 for the rest of the transaction: an
 // advisory lock per document on the key hashtextextended(doc_id, $2), $2
@@ -216,7 +213,7 @@ func (t *mappedTable) position(name string) int {
 // As in document mode, the locks are taken in a statement of their own:
 // under READ COMMITTED each statement reads from a snapshot taken when it
 // starts, so once this one returns every earlier writer of these documents
-// has committed and the statements that follow see its rows: a tombstone
+// has committed and the statement that follows sees its rows: a tombstone
 // that waited for a document's first insert deletes the inserted rows.
 // Document mode takes the same locks. Advisory locks
 // write nothing (no placeholder row for a new document, no WAL), and being
@@ -225,39 +222,20 @@ const mappingLockSQL = `SELECT pg_advisory_xact_lock(k) FROM (
     SELECT DISTINCT hashtextextended(id, $2::bigint) AS k FROM unnest($1::text[]) AS id ORDER BY k
 ) AS keys`
 
-// newerCTE selects, as one array, the documents among $1 (with versions
-// $2, $3) whose change is newer than the stored version. Every table is
-// reached by doc_id = ANY(array), which PostgreSQL answers from the doc_id
-// indexes whatever its row estimates: a join from the batch to the versions
-// table would, with a cached plan made while the table was small, scan the
-// whole table for every batch.
-const newerCTE = `WITH stored AS MATERIALIZED (
-    SELECT doc_id, generation, counter FROM %s WHERE doc_id = ANY($1::text[])
-), newer AS MATERIALIZED (
-    SELECT coalesce(array_agg(b.doc_id), '{}') AS ids
-    FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS b(doc_id, generation, counter)
-    LEFT JOIN stored s ON s.doc_id = b.doc_id
-    WHERE s.doc_id IS NULL OR (s.generation, s.counter) < (b.generation, b.counter)
-)`
-
 // isNewer is the condition a statement puts on a doc_id column.
 const isNewer = "= ANY((SELECT ids FROM newer)::text[])"
-
-func (m *mapper) buildClearSQL() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, newerCTE, m.versions)
-	last := len(m.tables) - 1
-	for i, t := range m.tables[:last] {
-		fmt.Fprintf(&b, ",\nd%d AS (DELETE FROM %s WHERE %s %s)", i, t.ident, quote(config.DocIDColumn), isNewer)
-	}
-	fmt.Fprintf(&b, "\nDELETE FROM %s WHERE %s %s", m.tables[last].ident, quote(config.DocIDColumn), isNewer)
-	return b.String()
-}
 
 // buildWriteSQL returns writeSQL, with the data-quality records or without
 // (the common case, spared their nine empty arrays). Its first clause
 // records the versions of the changes newer than the stored ones and
-// returns their documents, whose rows and records the others insert.
+// returns their documents, whose rows the next clauses delete and the last
+// insert. The deletes run before the inserts, which wait on their count:
+// the clauses of one statement otherwise run in no set order, and a new row
+// with the key of an old one would meet it in the key's index. (Every
+// clause reads the snapshot the statement started with, so a delete never
+// sees the rows the statement inserts.) Every table is reached by doc_id =
+// ANY(array), which PostgreSQL answers from the doc_id indexes whatever its
+// row estimates.
 func (m *mapper) buildWriteSQL(quality bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `WITH applied AS (
@@ -273,6 +251,12 @@ func (m *mapper) buildWriteSQL(quality bool) string {
 ), newer AS MATERIALIZED (
     SELECT coalesce(array_agg(doc_id), '{}') AS ids FROM applied
 )`, m.versions)
+	counts := make([]string, len(m.tables))
+	for i, t := range m.tables {
+		fmt.Fprintf(&b, ",\nd%d AS (DELETE FROM %s WHERE %s %s RETURNING 1)", i, t.ident, quote(config.DocIDColumn), isNewer)
+		counts[i] = fmt.Sprintf("(SELECT count(*) FROM d%d)", i)
+	}
+	fmt.Fprintf(&b, ",\ncleared AS MATERIALIZED (\n    SELECT %s AS n\n)", strings.Join(counts, " + "))
 	if quality {
 		fmt.Fprintf(&b, `,
 quality AS (
@@ -294,7 +278,7 @@ quality AS (
 		insert := fmt.Sprintf(`INSERT INTO %s (%s)
 SELECT %s
 FROM unnest(%s) AS r(%s)
-WHERE r.d %s`, t.ident, strings.Join(u.names, ", "), strings.Join(u.values, ", "), strings.Join(u.arrays, ", "), strings.Join(u.aliases, ", "), isNewer)
+WHERE r.d %s AND (SELECT n FROM cleared) >= 0`, t.ident, strings.Join(u.names, ", "), strings.Join(u.values, ", "), strings.Join(u.arrays, ", "), strings.Join(u.aliases, ", "), isNewer)
 		if i == last {
 			b.WriteString("\n" + insert)
 			break

@@ -22,7 +22,8 @@ type mappedChange struct {
 // the database is involved.
 //
 // The remaining changes go in one batch (one round trip, one transaction):
-// lock the documents, clear and write the newer ones. Of
+// lock the documents, then record the newer versions and replace those
+// documents' rows. Of
 // several changes of one document in a call only the newest goes in the
 // batch: the older ones are not newer than what the output holds once it is
 // committed. If the batch fails on a statement error, every change is
@@ -71,7 +72,6 @@ func (s *Sink) writeMapped(ctx context.Context, db batcher, changes []*mappedCha
 
 	b := &pgx.Batch{}
 	b.Queue(s.lockSQL, vc.ids, m.lockSeed)
-	b.Queue(m.clearSQL, vc.ids, vc.gens, vc.counters)
 	b.Queue(write, args...)
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("apply changes to %s: %w", m.versions, err)

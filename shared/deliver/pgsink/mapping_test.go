@@ -631,7 +631,7 @@ func TestMappingNew(t *testing.T) {
 func TestMappingSQLHasNoDocumentContent(t *testing.T) {
 	t.Parallel()
 	s, _, _ := newMappedSink(t, nil, itemsMapping())
-	before := []string{s.lockSQL, s.mapping.clearSQL, s.mapping.writeSQL, s.mapping.writeQualitySQL}
+	before := []string{s.lockSQL, s.mapping.writeSQL, s.mapping.writeQualitySQL}
 	evil := delivertest.Live(`x'); DROP TABLE orders; --`, "1-x", v(1, 1))
 	evil.Doc = json.RawMessage(`{"status":"'; DROP TABLE orders; --","items":[{"sku":"\"; DELETE FROM items; --","parts":["$1"]}]}`)
 	for _, err := range s.Apply(t.Context(), []*change.Envelope{evil}) {
@@ -639,7 +639,7 @@ func TestMappingSQLHasNoDocumentContent(t *testing.T) {
 			t.Fatalf("apply: %v", err)
 		}
 	}
-	after := []string{s.lockSQL, s.mapping.clearSQL, s.mapping.writeSQL, s.mapping.writeQualitySQL}
+	after := []string{s.lockSQL, s.mapping.writeSQL, s.mapping.writeQualitySQL}
 	if diff := cmp.Diff(before, after); diff != "" {
 		t.Errorf("statements changed (-before +after):\n%s", diff)
 	}

@@ -20,13 +20,13 @@ func (e *Envelope) AppendJSON(b []byte) ([]byte, error) {
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, int64(e.V), 10)
 	b = append(b, `,"job":`...)
-	b = appendString(b, e.Job)
+	b = AppendJSONString(b, e.Job)
 	b = append(b, `,"output":`...)
-	b = appendString(b, e.Output)
+	b = AppendJSONString(b, e.Output)
 	b = append(b, `,"doc_id":`...)
-	b = appendString(b, e.DocID)
+	b = AppendJSONString(b, e.DocID)
 	b = append(b, `,"rev":`...)
-	b = appendString(b, e.Rev)
+	b = AppendJSONString(b, e.Rev)
 	b = append(b, `,"seq":`...)
 	var err error
 	if e.Seq == nil {
@@ -58,9 +58,9 @@ func (e *Envelope) AppendJSON(b []byte) ([]byte, error) {
 	}
 	if r := e.DocRef; r != nil {
 		b = append(b, `,"doc_ref":{"bucket":`...)
-		b = appendString(b, r.Bucket)
+		b = AppendJSONString(b, r.Bucket)
 		b = append(b, `,"key":`...)
-		b = appendString(b, r.Key)
+		b = AppendJSONString(b, r.Key)
 		b = append(b, `,"size":`...)
 		b = strconv.AppendInt(b, r.Size, 10)
 		b = append(b, '}')
@@ -80,10 +80,10 @@ var plain = func() (t [utf8.RuneSelf]bool) {
 	return t
 }()
 
-// appendString appends s as a JSON string, escaped as encoding/json escapes
-// it: ", \ and control characters; <, > and &; U+2028 and U+2029; and each
-// byte of invalid UTF-8 as U+FFFD.
-func appendString(b []byte, s string) []byte {
+// AppendJSONString appends s as a JSON string, escaped as encoding/json
+// escapes it: ", \ and control characters; <, > and &; U+2028 and U+2029;
+// and each byte of invalid UTF-8 as U+FFFD.
+func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	from := 0
 	for i := 0; i < len(s); {

@@ -6,12 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/changes-worker/changes-worker/shared/change"
 )
 
 // requestOptions are the options of one SendMessageBatch call of the SDK's
@@ -136,7 +137,7 @@ func batchBody(in *sqs.SendMessageBatchInput) []byte {
 	b = append(b, '{')
 	if in.QueueUrl != nil {
 		b = append(b, `"QueueUrl":`...)
-		b = appendString(b, *in.QueueUrl)
+		b = change.AppendJSONString(b, *in.QueueUrl)
 		b = append(b, ',')
 	}
 	b = append(b, `"Entries":[`...)
@@ -145,72 +146,18 @@ func batchBody(in *sqs.SendMessageBatchInput) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"Id":`...)
-		b = appendString(b, *e.Id)
+		b = change.AppendJSONString(b, *e.Id)
 		b = append(b, `,"MessageBody":`...)
-		b = appendString(b, *e.MessageBody)
+		b = change.AppendJSONString(b, *e.MessageBody)
 		if e.MessageGroupId != nil {
 			b = append(b, `,"MessageGroupId":`...)
-			b = appendString(b, *e.MessageGroupId)
+			b = change.AppendJSONString(b, *e.MessageGroupId)
 		}
 		if e.MessageDeduplicationId != nil {
 			b = append(b, `,"MessageDeduplicationId":`...)
-			b = appendString(b, *e.MessageDeduplicationId)
+			b = change.AppendJSONString(b, *e.MessageDeduplicationId)
 		}
 		b = append(b, '}')
 	}
 	return append(b, "]}"...)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// plain marks the ASCII bytes a JSON string holds as they are.
-var plain = func() (t [utf8.RuneSelf]bool) {
-	for c := byte(' '); c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
-// appendString appends s as a JSON string that decodes to the string the
-// SDK's serializer sends for s: ", \ and control characters escaped, each
-// byte of invalid UTF-8 as U+FFFD, everything else as it is.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	from := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if plain[c] {
-				i++
-				continue
-			}
-			b = append(b, s[from:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			from = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[from:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			from = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[from:]...)
-	return append(b, '"')
 }

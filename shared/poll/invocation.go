@@ -206,7 +206,7 @@ func (v *invocation) finish(ctx context.Context, err error) (Result, error) {
 	if n, ok := v.p.Leases.(notes); ok && int64(v.res.Read) > v.p.largest.Load() {
 		// Like the release, the note outlives a cancelled invocation (a
 		// local run stopping once idle), for a short while.
-		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), noteTimeout)
+		nctx, cancel := lease.TailContext(ctx, noteTimeout)
 		nerr := n.NoteLargestBatch(nctx, v.p.Job.ID, int64(v.res.Read))
 		cancel()
 		if nerr != nil {
@@ -848,7 +848,7 @@ func (v *invocation) checkpoint(ctx context.Context, async bool) error {
 // lease condition still guards it.
 func (v *invocation) writeAsync(ctx context.Context, m mark) chan written {
 	done := make(chan written, 1)
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.p.Job.Lease.TTL.D()/2)
+	cctx, cancel := lease.TailContext(ctx, v.p.Job.Lease.TTL.D()/2)
 	l := *v.lease
 	go func() {
 		defer cancel()

@@ -41,6 +41,27 @@ const (
 	handoffWatch = time.Second
 )
 
+// TailReserve is what the writes an invocation makes as it ends leave free
+// before its deadline (TailContext): the time to return its result.
+const TailReserve = 500 * time.Millisecond
+
+// TailContext is the context of a write made as an invocation ends (its last
+// checkpoint, the release of its lease, a note): the write outlives a
+// cancelled ctx for up to d, as what it records should be recorded, but
+// never runs past ctx's deadline less TailReserve. A function still writing
+// at its timeout is stopped and counted as failed, and an asynchronous event
+// is then delivered again; an unwritten checkpoint only replays changes, and
+// an unreleased lease expires.
+func TailContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return tctx, cancel
+	}
+	dctx, dcancel := context.WithDeadline(tctx, deadline.Add(-TailReserve))
+	return dctx, func() { dcancel(); cancel() }
+}
+
 // ErrFenced is returned by Session.Fence when the lease could have expired
 // by the local clock and renewing it failed; the error wraps the renewal's
 // (ErrLeaseLost when the renewal was refused).
@@ -200,6 +221,12 @@ func (s *Session) watch(ctx context.Context, holder *State, until time.Time) err
 			continue
 		}
 		holder = st
+		// A look that came back at or past until leaves the lease to
+		// the next invocation: a holder taking it now would have no
+		// time to read before its release.
+		if now := s.Clock.Now(); !now.Before(until) {
+			return &HeldError{Holder: holder}
+		}
 		if !st.Held(s.Clock.Now()) {
 			return nil
 		}
@@ -286,14 +313,15 @@ func (s *Session) Fence(ctx context.Context) error {
 }
 
 // Release ends the lease so the next holder takes over without waiting for
-// it to expire. It runs on a context of its own, bounded by ReleaseTimeout,
-// because the caller's may be done. It returns ErrLeaseLost when the lease
-// was already taken. The session holds nothing afterwards.
+// it to expire. It runs on a context of its own (TailContext), bounded by
+// ReleaseTimeout and ctx's deadline, because the caller's may be done. It
+// returns ErrLeaseLost when the lease was already taken. The session holds
+// nothing afterwards.
 func (s *Session) Release(ctx context.Context) error {
 	if s.lease == nil {
 		return nil
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ReleaseTimeout)
+	rctx, cancel := TailContext(ctx, s.ReleaseTimeout)
 	defer cancel()
 	err := s.store.Release(rctx, s.lease)
 	s.lease = nil

@@ -65,9 +65,13 @@ build: ## build the Lambda bootstraps for linux/arm64 (FUNCTION_ARCH) into build
 		echo "$(BUILD_DIR)/$$f/bootstrap"; \
 	done
 
-test: lint up sync-gateway lambda-rie cdk-deps cfn-lint-tool ## lint, then run every test (unit, integration, end-to-end, infra) against the local services; prints the ten slowest tests
+test: $(STATICCHECK) up sync-gateway lambda-rie cdk-deps cfn-lint-tool ## run every test (unit, integration, end-to-end, infra) against the local services, with make lint's checks beside them; prints the ten slowest tests
 	@$(GO) build -o $(LOCAL)/bin/testtimes ./tests/testtimes
-	@set -o pipefail; $(ENV) $(GO) test -count=1 -timeout 45m -parallel $(TEST_PARALLEL) -json ./... | $(LOCAL)/bin/testtimes
+	@lintlog=$$(mktemp); GO=$(GO) bash .ci/lint $(STATICCHECK) >"$$lintlog" 2>&1 & lint=$$!; \
+	set -o pipefail; $(ENV) $(GO) test -count=1 -timeout 45m -parallel $(TEST_PARALLEL) -json ./... | $(LOCAL)/bin/testtimes; tested=$$?; \
+	wait $$lint; linted=$$?; \
+	if [ $$linted -ne 0 ]; then echo "make lint failed:"; cat "$$lintlog"; else echo "make lint: ok"; fi; rm -f "$$lintlog"; \
+	[ $$tested -eq 0 ] && [ $$linted -eq 0 ]
 
 # Fuzz targets as package:Target. Their seed corpora (f.Add and testdata/fuzz)
 # also run as ordinary tests in `make test`.
@@ -106,18 +110,8 @@ bench: up sync-gateway lambda-rie cdk-deps ctl ## print throughput, latency, mem
 	@$(GO) run ./tests/bench -report docs/bench-results.json > docs/benchmarks.md
 	@echo "docs/benchmarks.md written from docs/bench-results.json"
 
-lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, go mod tidy leaves no diff, the docs' package table, links, metrics, alarms and benchmarks page, docs/configuration.md is what the code generates
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
-	@$(GO) vet ./...
-	@$(STATICCHECK) ./...
-	@$(GO) mod tidy -diff || { echo "go mod tidy would change go.mod/go.sum (run go mod tidy)"; exit 1; }
-	@missing=$$(for p in $$($(GO) list ./... | sed 's|^github.com/changes-worker/changes-worker/||'); do \
-		grep -q -e "\`$$p\`" -e "\`$$p/\`" docs/architecture.md || echo "$$p"; done); \
-		test -z "$$missing" || { echo "the package table of docs/architecture.md does not name:" $$missing; exit 1; }
-	@out=$$($(GO) test -count=1 -run '^TestReferenceDoc$$' ./shared/config 2>&1) || { echo "$$out"; \
-		echo "docs/configuration.md differs from the reference the code generates: go test ./shared/config -run TestReferenceDoc -update"; exit 1; }
-	@$(GO) test -count=1 ./tests/docs
-	@$(GO) test -count=1 -run 'TestBenchmarksPage$$' ./tests/bench
+lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, go mod tidy leaves no diff, the docs' package table, links, metrics, alarms and benchmarks page, docs/configuration.md is what the code generates (.ci/lint)
+	@GO=$(GO) bash .ci/lint $(STATICCHECK)
 
 $(STATICCHECK):
 	@mkdir -p $(LOCAL)/bin

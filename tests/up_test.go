@@ -193,9 +193,10 @@ func TestUpRefusesEarly(t *testing.T) {
 
 // TestMakeTargetsBuildTheirTools: make demo builds neither Sync Gateway nor
 // the Lambda emulator (aws-lambda-rie); make test builds both, with
-// everything else its packages need (the CDK CLI, cfn-lint); the targets
-// that run Lambda functions on LocalStack build the emulator, and the
-// benchmarks, which also read a Sync Gateway, build both.
+// everything else its packages need (the CDK CLI, cfn-lint) and runs the
+// checks of make lint (.ci/lint) beside the tests; the targets that run
+// Lambda functions on LocalStack build the emulator, and the benchmarks,
+// which also read a Sync Gateway, build both.
 func TestMakeTargetsBuildTheirTools(t *testing.T) {
 	t.Parallel()
 	const (
@@ -204,6 +205,7 @@ func TestMakeTargetsBuildTheirTools(t *testing.T) {
 		cdkDeps     = "npm ci --prefix infra"
 		cfnLint     = "cfn-lint"
 		services    = "localstack/up.sh"
+		lint        = ".ci/lint"
 	)
 	tests := []struct {
 		target      string
@@ -211,7 +213,7 @@ func TestMakeTargetsBuildTheirTools(t *testing.T) {
 	}{
 		{target: "demo", want: []string{services}, never: []string{syncGateway, emulator}},
 		{target: "up", want: []string{services}, never: []string{syncGateway, emulator}},
-		{target: "test", want: []string{services, syncGateway, emulator, cdkDeps, cfnLint}},
+		{target: "test", want: []string{services, syncGateway, emulator, cdkDeps, cfnLint, lint}},
 		{target: "test-infra", want: []string{services, emulator, cdkDeps, cfnLint}},
 		{target: "localstack-deploy", want: []string{services, emulator, cdkDeps}},
 		{target: "localstack-demo", want: []string{services, emulator}},

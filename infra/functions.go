@@ -256,9 +256,17 @@ func (js *jobStack) placeInVPC(props *awslambda.FunctionProps, role awsiam.Role)
 
 // grantPoller lets the job's poller hold the job's lease and checkpoint and
 // record its quarantine entries in the table, send to the job's work queues,
-// write the job's claim checks, archive its DLQs and copy its attachments.
+// write the job's claim checks, archive its DLQs, copy its attachments and,
+// after a failover, invoke itself to start a standby.
 func (js *jobStack) grantPoller() {
 	j, role := js.job, js.poller.role
+	if js.app.in.variant.functions() {
+		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:       jsii.String("StartStandbyAfterFailover"),
+			Actions:   jsii.Strings("lambda:InvokeFunction"),
+			Resources: &[]*string{js.functionARN(js.poller.name)},
+		}))
+	}
 	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("LeaseAndCheckpoint"),
 		Actions:   jsii.Strings("dynamodb:GetItem", "dynamodb:UpdateItem"),
@@ -406,11 +414,8 @@ func (js *jobStack) grantWriter() {
 		// event source mapping of the output's queue off, and its probe
 		// turns it on again (writer.Mappings). It finds the mapping among
 		// its function's (ListEventSourceMappings takes no resource) and
-		// may update the mappings of its own function only. The function's
-		// ARN is built from its name: a reference would make the role's
-		// policy and the function depend on each other.
-		fn := js.stack.FormatArn(&awscdk.ArnComponents{Service: jsii.String("lambda"), Resource: jsii.String("function"),
-			ResourceName: jsii.String(js.writer.name), ArnFormat: awscdk.ArnFormat_COLON_RESOURCE_NAME})
+		// may update the mappings of its own function only.
+		fn := js.functionARN(js.writer.name)
 		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 			Sid:       jsii.String("FindOwnEventSourceMappings"),
 			Actions:   jsii.Strings("lambda:ListEventSourceMappings"),
@@ -426,6 +431,14 @@ func (js *jobStack) grantWriter() {
 		js.allowWildcards(nagMappingsReason, `^Resource::\*$`)
 		js.allowWildcards(nagMappingsReason, `^Resource::arn:.*:event-source-mapping:\*$`)
 	}
+}
+
+// functionARN is the ARN of the function named name in the stack's account
+// and region, built from the name: in a policy of the function's own role,
+// a reference to the function would make the two depend on each other.
+func (js *jobStack) functionARN(name string) *string {
+	return js.stack.FormatArn(&awscdk.ArnComponents{Service: jsii.String("lambda"), Resource: jsii.String("function"),
+		ResourceName: jsii.String(name), ArnFormat: awscdk.ArnFormat_COLON_RESOURCE_NAME})
 }
 
 // pausesIntake reports whether the job has an output on a FIFO queue, whose
@@ -470,11 +483,13 @@ func (js *jobStack) addProbe() {
 // pollerConcurrency is the reserved concurrency of job j's poller: every
 // invocation that may run at once, from its tick (up to
 // config.PollerStandbyAllowance late) to its timeout, so that no tick's
-// invocation is throttled; three with the defaults (the active one, its
-// standby, and the next tick's for the seconds they overlap).
+// invocation is throttled, and the one that a failover starts to stand by
+// beside the new holder (pipeline), while the holder it replaced may still
+// run, hung; four with the defaults (the active one, its standby, the next
+// tick's for the seconds they overlap, and a failover's).
 func pollerConcurrency(cfg *config.File, j *config.Job) int {
 	s := j.Schedule.D()
-	return max(minPollers, int((cfg.PollerTimeout(j)+config.PollerStandbyAllowance+s-1)/s))
+	return max(minPollers, int((cfg.PollerTimeout(j)+config.PollerStandbyAllowance+s-1)/s)) + 1
 }
 
 // addSchedule creates the EventBridge rule that invokes the job's poller

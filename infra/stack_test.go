@@ -250,7 +250,8 @@ func TestFunctions(t *testing.T) {
 			memory   float64
 			reserved any
 		}{
-			{fnPoller, cfg.Stack.PollerTimeout.D().Seconds(), float64(cfg.Stack.PollerMemoryMB), float64(2)},
+			// The active invocation, its standby, and one a failover starts.
+			{fnPoller, cfg.Stack.PollerTimeout.D().Seconds(), float64(cfg.Stack.PollerMemoryMB), float64(3)},
 			{fnWriter, cfg.Stack.WriterTimeout.D().Seconds(), float64(cfg.Stack.WriterMemoryMB), nil},
 			// Invoked by changesctl verify --remote, for at most Lambda's
 			// longest timeout.
@@ -635,6 +636,16 @@ func TestGrants(t *testing.T) {
 			wantResources(t, syn, j.ID+" poller", poller, action, func(q map[string]any) bool {
 				return ownQueue(q) && strings.Contains(q["QueueName"].(string), "-dlq")
 			})
+		}
+		// After a failover it starts a standby: it invokes its own
+		// function, and no other.
+		wantActions(t, j.ID+" poller", poller, "lambda:", []string{"lambda:InvokeFunction"})
+		for _, st := range poller {
+			if contains(strs(st["Action"]), "lambda:InvokeFunction") {
+				if res := compact(st["Resource"]); !strings.HasSuffix(res, `:function:`+functionName(syn.cfg, j, fnPoller)+`"]]}`) {
+					t.Errorf("%s poller invokes %s, want its own function only", j.ID, res)
+				}
+			}
 		}
 
 		writer := statementsOf(rolePolicy(t, syn, functionName(syn.cfg, j, fnWriter)))

@@ -25,7 +25,7 @@ func releaseMargin(timeout time.Duration) time.Duration {
 // deployed, that at every moment of the schedule's cycle two invocations
 // read or stand by (the active one and a standby that takes over within the
 // lease TTL of a crash), and that the function's reserved concurrency admits
-// every invocation that runs at once. A schedule longer than 7 minutes
+// every invocation that runs at once, with the standby a failover starts. A schedule longer than 7 minutes
 // cannot have that within Lambda's 15 minutes: its job gets a warning at
 // synth, and the check finds the gap the warning names.
 func TestPollerStandbyEveryMoment(t *testing.T) {
@@ -102,8 +102,9 @@ func TestPollerStandbyEveryMoment(t *testing.T) {
 				if watching < 2 {
 					short = append(short, at)
 				}
-				if float64(running) > reserved {
-					t.Errorf("poller timeout %s, schedule %s: at %s of the cycle %d invocations may run, reserved concurrency %v",
+				// And the standby a failover starts, beside a holder that hung.
+				if float64(running+1) > reserved {
+					t.Errorf("poller timeout %s, schedule %s: at %s of the cycle %d invocations may run, and a failover's standby, reserved concurrency %v",
 						timeout, period, at, running, reserved)
 					break
 				}

@@ -128,17 +128,18 @@ func namingFunctions(js string, names map[string]string) string {
 }
 
 // checkVariantPolicy: a function role's policy keeps every statement but the
-// functions' VPC access and the writer's switch of its event source
-// mappings.
+// functions' VPC access, the writer's switch of its event source mappings
+// and the poller's invocation of itself.
 func checkVariantPolicy(t *testing.T, id string, full, local map[string]any) {
 	t.Helper()
 	stmts := func(r map[string]any) []string {
 		var out []string
 		for _, s := range props(r)["PolicyDocument"].(map[string]any)["Statement"].([]any) {
 			switch s.(map[string]any)["Sid"] {
-			case "VPCNetworkInterfaces", "FindOwnEventSourceMappings", "SwitchOwnEventSourceMappings":
-				// Statements for the functions only: their VPC access and
-				// the writer's switch of its own event source mappings.
+			case "VPCNetworkInterfaces", "FindOwnEventSourceMappings", "SwitchOwnEventSourceMappings", "StartStandbyAfterFailover":
+				// Statements for the functions only: their VPC access, the
+				// writer's switch of its own event source mappings and the
+				// poller's invocation of itself.
 				continue
 			}
 			out = append(out, compact(s))

@@ -7,13 +7,16 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/google/go-cmp/cmp"
 
@@ -214,6 +217,52 @@ func TestHandleScheduleClock(t *testing.T) {
 	}
 	if st := s.state(); !bytes.Equal(st.Checkpoint, res.Checkpoint) || !st.Released {
 		t.Errorf("job item: checkpoint %s released %t, want %s released", st.Checkpoint, st.Released, res.Checkpoint)
+	}
+}
+
+// TestHandleScheduleFailoverStartsAStandby: in a Lambda function, an
+// invocation that takes the lease over from a holder that crashed invokes
+// its own function once, asynchronously, with its job's event, so that the
+// new holder has a standby before the next tick; one that takes a released
+// lease does not.
+func TestHandleScheduleFailoverStartsAStandby(t *testing.T) {
+	t.Parallel()
+	s := newScheduleStack(t)
+	var mu sync.Mutex
+	var invokes []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		invokes = append(invokes, fmt.Sprintf("%s %s %s %s", r.Method, r.URL.Path, r.Header.Get("X-Amz-Invocation-Type"), body))
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+	s.deps.Lambda = lambda.NewFromConfig(testenv.AWS(t), func(o *lambda.Options) { o.BaseEndpoint = aws.String(srv.URL) })
+	s.deps.Function = "shop-orders-poller"
+	if _, _, err := lease.New(s.deps.DynamoDB, s.cfg.TableName()).Acquire(t.Context(), "orders", "crashed", "host-1", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s.put("a")
+	res, err := s.invoke("req-1", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Role != "active" || res.Takeover != lease.Failover {
+		t.Fatalf("invocation beside a crashed holder: %+v, want active by failover", res)
+	}
+	res, err = s.invoke("req-2", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Takeover != lease.Handoff {
+		t.Fatalf("next invocation: %+v, want a handoff", res)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{`POST /2015-03-31/functions/shop-orders-poller/invocations Event {"job":"orders"}`}
+	if diff := cmp.Diff(want, invokes); diff != "" {
+		t.Errorf("Lambda requests (-want +got):\n%s", diff)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -207,6 +208,10 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 			},
 		}
 	}
+	var onFailover func(context.Context)
+	if d.Lambda != nil {
+		onFailover = func(ctx context.Context) { d.startStandby(ctx, j.ID) }
+	}
 	source, sender := scrubbed(docid.Exposure(d.Config.Stack.DocIDs), source,
 		&fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, Stack: d.Config.Stack.Prefix, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency})
 	return &poll.Poller{
@@ -221,7 +226,36 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 		Log:        d.Log,
 		Metrics:    rec,
 		Clock:      d.Now,
+		OnFailover: onFailover,
 	}, nil
+}
+
+// standbyInvokeTimeout bounds the request that starts a standby after a
+// failover; the new holder reads once it returns.
+const standbyInvokeTimeout = 2 * time.Second
+
+// startStandby invokes this poller function for job once, asynchronously,
+// as its invocation has just taken the lease over by failover. The
+// invocation that stood by is now the holder, and the schedule adds the next
+// one only at its next tick: without this, a second crash within the same
+// schedule period would wait for that tick. A failure is logged only: the
+// next tick brings a standby all the same.
+func (d *Deps) startStandby(ctx context.Context, job string) {
+	ctx, cancel := context.WithTimeout(ctx, standbyInvokeTimeout)
+	defer cancel()
+	payload, err := json.Marshal(ScheduleEvent{Job: job})
+	if err == nil {
+		_, err = d.Lambda.Invoke(ctx, &lambda.InvokeInput{
+			FunctionName:   &d.Function,
+			InvocationType: lambdatypes.InvocationTypeEvent,
+			Payload:        payload,
+		})
+	}
+	if err != nil {
+		d.Log.WarnContext(ctx, "start a standby after the failover", "job", job, "function", d.Function, "error", err)
+		return
+	}
+	d.Log.InfoContext(ctx, "started a standby after the failover", "job", job, "function", d.Function)
 }
 
 // openStream is how the poller opens the job's streaming feed; nil for

@@ -182,6 +182,9 @@ func (v *invocation) start(ctx context.Context) {
 	switch l.Kind {
 	case lease.Failover:
 		v.p.count(metrics.Failovers, 1)
+		if v.p.OnFailover != nil {
+			v.p.OnFailover(ctx)
+		}
 	case lease.Handoff:
 		v.p.count(metrics.Handoffs, 1)
 	}

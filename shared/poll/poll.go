@@ -96,6 +96,11 @@ type Poller struct {
 	// caught up (the last read returned nothing new); the local runtime's
 	// --until-idle uses it.
 	OnBatch func(caughtUp bool)
+	// OnFailover, when set, is called as the invocation takes the lease
+	// over from a holder that did not release it (lease.Failover), before
+	// it reads: the invocation that stood by is now the holder, so the
+	// Lambda function starts another to stand by beside it (pipeline).
+	OnFailover func(ctx context.Context)
 }
 
 // Invocation identifies one run.

@@ -524,6 +524,43 @@ func TestRunTakesOverAnExpiredLease(t *testing.T) {
 	}
 }
 
+// OnFailover is called once, before the first read, by an invocation that
+// takes the lease over from a holder that did not release it, and not by
+// one that takes a free or released lease.
+func TestOnFailover(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		setup func(*rig)
+		want  []string
+	}{
+		{name: "failover", setup: func(r *rig) {
+			r.leases.holdBy("crashed")
+			r.w.Advance(ttl + time.Second)
+		}, want: []string{"acquire 2", "on failover", "read "}},
+		{name: "handoff", setup: func(r *rig) {
+			r.leases.holdBy("previous")
+			r.leases.released = true
+		}, want: []string{"acquire 2", "read "}},
+		{name: "first", setup: func(*rig) {}, want: []string{"acquire 1", "read "}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(nil)
+			tt.setup(r)
+			r.feed.batch = thenIdle(r, batchOf(1, 3))
+			r.poller.OnFailover = func(context.Context) { r.w.record("on failover") }
+			if _, err := r.run(t, 4*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			got := before(r.w.log(), "send")
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("events before the first send (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func index(events []string, prefix string) int {
 	for i, e := range events {
 		if strings.HasPrefix(e, prefix) {

@@ -8,10 +8,17 @@ CTL       := $(LOCAL)/bin/changesctl
 CONFIG    ?= localstack/jobs.json
 ENV       := source localstack/env.sh &&
 FUNCTIONS := poller writer verify
-# How many tests of one package make test runs at once. The end-to-end tests
-# mostly wait (deploys, lease TTLs, outages), so more run side by side than
-# the machine has cores.
+# How many tests of one package make test runs at once, and how many
+# packages' test binaries. The end-to-end tests mostly wait (deploys, lease
+# TTLs, outages), so more run side by side than the machine has cores. The
+# packages whose tests wait longest are named first, so that they start
+# first and the others run beside them.
 TEST_PARALLEL ?= 8
+TEST_PACKAGES ?= 4
+SLOW_PACKAGES := ./tests ./infra
+# Every event of the last make test (go test -json), the passing tests'
+# output included.
+TEST_LOG      := $(LOCAL)/logs/test.json
 # The release stamped into changesctl and the functions (changesctl version,
 # their first log line, the lease item), with the commit they are built from.
 VERSION   := $(shell cat VERSION)
@@ -65,10 +72,10 @@ build: ## build the Lambda bootstraps for linux/arm64 (FUNCTION_ARCH) into build
 		echo "$(BUILD_DIR)/$$f/bootstrap"; \
 	done
 
-test: $(STATICCHECK) up sync-gateway lambda-rie cdk-deps cfn-lint-tool ## run every test (unit, integration, end-to-end, infra) against the local services, with make lint's checks beside them; prints the ten slowest tests
+test: $(STATICCHECK) up sync-gateway lambda-rie cdk-deps cfn-lint-tool ## run every test (unit, integration, end-to-end, infra) against the local services, with make lint's checks beside them; prints the ten slowest tests, and keeps every event in .local/logs/test.json
 	@$(GO) build -o $(LOCAL)/bin/testtimes ./tests/testtimes
 	@lintlog=$$(mktemp); GO=$(GO) bash .ci/lint $(STATICCHECK) >"$$lintlog" 2>&1 & lint=$$!; \
-	set -o pipefail; $(ENV) $(GO) test -count=1 -timeout 45m -parallel $(TEST_PARALLEL) -json ./... | $(LOCAL)/bin/testtimes; tested=$$?; \
+	set -o pipefail; $(ENV) $(GO) test -count=1 -timeout 45m -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -json $(SLOW_PACKAGES) ./... | tee $(TEST_LOG) | $(LOCAL)/bin/testtimes; tested=$$?; \
 	wait $$lint; linted=$$?; \
 	if [ $$linted -ne 0 ]; then echo "make lint failed:"; cat "$$lintlog"; else echo "make lint: ok"; fi; rm -f "$$lintlog"; \
 	[ $$tested -eq 0 ] && [ $$linted -eq 0 ]

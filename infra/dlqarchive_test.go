@@ -72,20 +72,7 @@ func TestDLQAgeAlarms(t *testing.T) {
 // minutes the poller's metrics may take to arrive.
 func checkWaitingAlarm(t *testing.T, syn *synthesis, j *config.Job, o *config.Output, dlqID string, a map[string]any, after time.Duration) {
 	t.Helper()
-	var expr string
-	stats := map[string]map[string]any{}
-	queries, _ := a["Metrics"].([]any)
-	for _, q := range queries {
-		q, _ := q.(map[string]any)
-		if e, ok := q["Expression"].(string); ok {
-			expr = e
-			continue
-		}
-		ms, _ := q["MetricStat"].(map[string]any)
-		m, _ := ms["Metric"].(map[string]any)
-		name, _ := m["MetricName"].(string)
-		stats[name] = ms
-	}
+	expr, stats := mathAlarm(a)
 	secs := int64(after.Seconds())
 	if want := fmt.Sprintf("IF(FILL(dlq, 0) > %d OR FILL(archive, 0) > %d, 1, 0)", secs, secs); expr != want || len(stats) != 2 {
 		t.Errorf("%s/%s dlq-waiting alarm = %s, want %s over two metrics", j.ID, o.ID, compact(a), want)

@@ -391,23 +391,8 @@ func (js *jobStack) grantWriter() {
 		if o.S3 == nil {
 			continue
 		}
-		b := js.bucketNamed(o.S3.Bucket)
-		// HeadObject is authorised by s3:GetObject. ListBucket, limited to the
-		// prefix, makes a missing object answer 404 rather than 403. The
-		// prefix ends with '/' and holds no wildcard (config checks it), so
-		// <prefix>* covers the output's keys and nothing beside them.
-		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Sid:       jsii.String(fmt.Sprintf("WriteS3Output%d", n+1)),
-			Actions:   jsii.Strings("s3:GetObject", "s3:PutObject", "s3:DeleteObject"),
-			Resources: &[]*string{b.ArnForObjects(jsii.String(o.S3.Prefix + "*"))},
-		}))
-		role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Sid:        jsii.String(fmt.Sprintf("ListS3Output%d", n+1)),
-			Actions:    jsii.Strings("s3:ListBucket"),
-			Resources:  &[]*string{b.BucketArn()},
-			Conditions: &map[string]any{"StringLike": map[string]any{"s3:prefix": []string{o.S3.Prefix + "*"}}},
-		}))
-		js.allowWildcards(nagObjectsReason, prefixPattern(o.S3.Prefix))
+		// HeadObject is authorised by s3:GetObject.
+		js.grantS3Output(role, n, o, "WriteS3Output", "s3:GetObject", "s3:PutObject", "s3:DeleteObject")
 	}
 	if js.app.in.variant.functions() && js.pausesIntake() {
 		// While it holds a FIFO output's changes, the writer turns its own
@@ -431,6 +416,27 @@ func (js *jobStack) grantWriter() {
 		js.allowWildcards(nagMappingsReason, `^Resource::\*$`)
 		js.allowWildcards(nagMappingsReason, `^Resource::arn:.*:event-source-mapping:\*$`)
 	}
+}
+
+// grantS3Output grants role actions on the objects of the n-th route's S3
+// output o, under the statement id sid<n+1>, and the listing of its prefix:
+// ListBucket, limited to the prefix, makes a missing object answer 404
+// rather than 403. The prefix ends with '/' and holds no wildcard (config
+// checks it), so <prefix>* covers the output's keys and nothing beside them.
+func (js *jobStack) grantS3Output(role awsiam.Role, n int, o *config.Output, sid string, actions ...string) {
+	b := js.bucketNamed(o.S3.Bucket)
+	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:       jsii.String(fmt.Sprintf("%s%d", sid, n+1)),
+		Actions:   jsii.Strings(actions...),
+		Resources: &[]*string{b.ArnForObjects(jsii.String(o.S3.Prefix + "*"))},
+	}))
+	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String(fmt.Sprintf("ListS3Output%d", n+1)),
+		Actions:    jsii.Strings("s3:ListBucket"),
+		Resources:  &[]*string{b.BucketArn()},
+		Conditions: &map[string]any{"StringLike": map[string]any{"s3:prefix": []string{o.S3.Prefix + "*"}}},
+	}))
+	js.allowWildcards(nagObjectsReason, prefixPattern(o.S3.Prefix))
 }
 
 // functionARN is the ARN of the function named name in the stack's account

@@ -951,20 +951,7 @@ func TestAlarms(t *testing.T) {
 // period of whole minutes.
 func checkLeaseAlarm(t *testing.T, syn *synthesis, j *config.Job, a map[string]any) {
 	t.Helper()
-	var expr string
-	stats := map[string]map[string]any{}
-	queries, _ := a["Metrics"].([]any)
-	for _, q := range queries {
-		q, _ := q.(map[string]any)
-		if e, ok := q["Expression"].(string); ok {
-			expr = e
-			continue
-		}
-		ms, _ := q["MetricStat"].(map[string]any)
-		m, _ := ms["Metric"].(map[string]any)
-		name, _ := m["MetricName"].(string)
-		stats[name] = ms
-	}
+	expr, stats := mathAlarm(a)
 	s, timeout := j.Schedule.D(), syn.cfg.Stack.PollerTimeout.D()
 	role, inv := stats[metrics.Role], stats[lambdaInvocations]
 	if expr != "IF(FILL(invocations, 0) < 1 OR FILL(role, 1) < 1, 1, 0)" || len(stats) != 2 {
@@ -1182,4 +1169,23 @@ func wantResources(t *testing.T, syn *synthesis, who string, sts []map[string]an
 	for id := range got {
 		t.Errorf("%s %s on %s, which is no queue of the stack", who, action, id)
 	}
+}
+
+// mathAlarm returns the expression of the metric-math alarm a and its
+// metrics' MetricStat by metric name.
+func mathAlarm(a map[string]any) (expr string, stats map[string]map[string]any) {
+	stats = map[string]map[string]any{}
+	queries, _ := a["Metrics"].([]any)
+	for _, q := range queries {
+		q, _ := q.(map[string]any)
+		if e, ok := q["Expression"].(string); ok {
+			expr = e
+			continue
+		}
+		ms, _ := q["MetricStat"].(map[string]any)
+		m, _ := ms["Metric"].(map[string]any)
+		name, _ := m["MetricName"].(string)
+		stats[name] = ms
+	}
+	return expr, stats
 }

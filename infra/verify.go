@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/jsii-runtime-go"
 
@@ -80,19 +78,7 @@ func (js *jobStack) grantVerify() {
 		case o.S3 != nil:
 			// The state reader lists the prefix and reads each object's
 			// metadata (HEAD) and, to compare content, its body.
-			b := js.bucketNamed(o.S3.Bucket)
-			role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-				Sid:       jsii.String(fmt.Sprintf("ReadS3Output%d", n+1)),
-				Actions:   jsii.Strings("s3:GetObject"),
-				Resources: &[]*string{b.ArnForObjects(jsii.String(o.S3.Prefix + "*"))},
-			}))
-			role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-				Sid:        jsii.String(fmt.Sprintf("ListS3Output%d", n+1)),
-				Actions:    jsii.Strings("s3:ListBucket"),
-				Resources:  &[]*string{b.BucketArn()},
-				Conditions: &map[string]any{"StringLike": map[string]any{"s3:prefix": []string{o.S3.Prefix + "*"}}},
-			}))
-			js.allowWildcards(nagObjectsReason, prefixPattern(o.S3.Prefix))
+			js.grantS3Output(role, n, o, "ReadS3Output", "s3:GetObject")
 		}
 	}
 	sources, _ := jobSecretRefs(j)

@@ -3,8 +3,6 @@ package tests
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,7 +12,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/changes-worker/changes-worker/shared/config"
-	"github.com/changes-worker/changes-worker/shared/demo/receiver"
 	"github.com/changes-worker/changes-worker/shared/dlq"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
@@ -39,19 +36,7 @@ func TestDeployedDLQArchive(t *testing.T) {
 	const poison = "poison"
 	var refuse atomic.Bool
 	refuse.Store(true)
-	recv, err := receiver.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	recv.FailWith(func(r *http.Request) int {
-		id, _ := url.PathUnescape(strings.TrimPrefix(r.URL.EscapedPath(), "/docs/"))
-		if id == poison && refuse.Load() {
-			return http.StatusBadRequest
-		}
-		return 0
-	})
-	srv := httptest.NewServer(recv)
-	t.Cleanup(srv.Close)
+	recv, base := refusingReceiver(t, poison, &refuse)
 	cfg := &config.File{
 		Stack: config.Stack{
 			// Overlapping invocations sweep the DLQ every 7.5 s, a quarter
@@ -66,7 +51,7 @@ func TestDeployedDLQArchive(t *testing.T) {
 			Feed:  config.Feed{Limit: 100, Timeout: config.Duration(2 * time.Second)},
 			Lease: config.Lease{TTL: config.Duration(deployedLeaseTTL)},
 			Outputs: []*config.Output{{ID: "rest", Type: config.OutputHTTP, MaxReceiveCount: 2,
-				HTTP: &config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}", Timeout: config.Duration(3 * time.Second)}}},
+				HTTP: &config.HTTPOutput{URL: base + "/docs/{doc_id}", Timeout: config.Duration(3 * time.Second)}}},
 		}},
 	}
 	d := deployTestStack(t, deployOptions{name: "deployed-archive", cfg: cfg, recv: recv})

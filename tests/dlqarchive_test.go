@@ -50,21 +50,9 @@ func TestDLQArchive(t *testing.T) {
 		{ID: "hook", Type: config.OutputHTTP, Ordering: config.OrderingNone, MaxReceiveCount: 2},
 	}
 	for _, o := range outputs {
-		r, err := receiver.New(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.FailWith(func(req *http.Request) int {
-			id, _ := url.PathUnescape(strings.TrimPrefix(req.URL.EscapedPath(), "/docs/"))
-			if id == poison && refuse.Load() {
-				return http.StatusBadRequest
-			}
-			return 0
-		})
-		srv := httptest.NewServer(r)
-		t.Cleanup(srv.Close)
+		r, u := refusingReceiver(t, poison, &refuse)
 		recvs[o.ID] = r
-		o.HTTP = &config.HTTPOutput{URL: srv.URL + "/docs/{doc_id}", Timeout: config.Duration(5 * time.Second)}
+		o.HTTP = &config.HTTPOutput{URL: u + "/docs/{doc_id}", Timeout: config.Duration(5 * time.Second)}
 	}
 	// The poller's invocations overlap (a timeout 20 s longer than the 1m
 	// schedule), so one always runs to sweep the DLQs: every 15 s, a
@@ -294,4 +282,25 @@ func (c control) dropped(t *testing.T) bool {
 		t.Fatal(err)
 	}
 	return len(out.Messages) == 0
+}
+
+// refusingReceiver starts an HTTP receiver that answers 400 to the document
+// id while refuse is set, and accepts everything else; it returns the
+// receiver and its base URL.
+func refusingReceiver(t *testing.T, id string, refuse *atomic.Bool) (*receiver.Server, string) {
+	t.Helper()
+	r, err := receiver.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.FailWith(func(req *http.Request) int {
+		got, _ := url.PathUnescape(strings.TrimPrefix(req.URL.EscapedPath(), "/docs/"))
+		if got == id && refuse.Load() {
+			return http.StatusBadRequest
+		}
+		return 0
+	})
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return r, srv.URL
 }

@@ -11,11 +11,11 @@ package main
 // SIGKILL, and only that one: -deployed-failover-kills times, each in the
 // deployment's steady state (a holder that has checkpointed and another
 // invocation marked as standing by since the holder took over), a random
-// part of a schedule period after that state is reached. A kill consumes
-// an invocation and the schedule adds one a period, so a kill made before
-// the next tick after a failover would find no standby: that is a second
-// crash within a period, which the steady-state rule leaves out and the
-// docs state apart. Each kill is timed to the lease taken by another
+// part of a schedule period after that state is reached, and every other
+// kill as soon as that state is reached again after the failover before it:
+// a second crash within the schedule period, whose standby the new holder
+// started itself (the schedule adds one invocation a period). Each kill is
+// timed to the lease taken by another
 // invocation and to that holder's first checkpoint, from the job item
 // sampled every 100 ms. The idle settings run side by side, each on its
 // own stack.
@@ -101,6 +101,11 @@ type dfoKill struct {
 	checkpoint time.Time // that generation's first checkpoint (its clock)
 	next       lease.State
 	standby    string // the invocation marked as standing by at the kill, or ""
+	// again is set for a kill made as soon as the deployment was steady
+	// after the failover before it; since is then the time from that
+	// failover's takeover to this kill.
+	again bool
+	since time.Duration
 }
 
 func deployedFailoverRun(ctx context.Context, r *results, idle string) error {
@@ -196,8 +201,11 @@ func deployedFailoverRun(ctx context.Context, r *results, idle string) error {
 		}); err != nil {
 			return fmt.Errorf("kill %d: no standby beside the holder: %w", attempt+1, err)
 		}
-		if err := clock.Sleep(ctx, rand.N(period)); err != nil {
-			return err
+		again := len(kills)%2 == 1
+		if !again {
+			if err := clock.Sleep(ctx, rand.N(period)); err != nil {
+				return err
+			}
 		}
 		k, ok, err := killActive(ctx, w, function, ttl)
 		if err != nil {
@@ -210,8 +218,13 @@ func deployedFailoverRun(ctx context.Context, r *results, idle string) error {
 		if k.standby == "" {
 			by = "with no standby marked at the kill"
 		}
-		fmt.Printf("  idle %s kill %d: bootstrap %d of generation %d (%s) killed; generation %d (%s) took the lease after %.2f s (%s), first checkpoint after %.2f s\n",
-			idle, len(kills)+1, k.pid, k.victim.Generation, k.victim.Owner, k.next.Generation, by, k.taken.Sub(k.at).Seconds(), k.next.TakeoverKind, k.checkpoint.Sub(k.at).Seconds())
+		when := "at a random moment"
+		if again {
+			k.again, k.since = true, k.at.Sub(kills[len(kills)-1].taken)
+			when = fmt.Sprintf("%.1f s after the last takeover", k.since.Seconds())
+		}
+		fmt.Printf("  idle %s kill %d (%s): bootstrap %d of generation %d (%s) killed; generation %d (%s) took the lease after %.2f s (%s), first checkpoint after %.2f s\n",
+			idle, len(kills)+1, when, k.pid, k.victim.Generation, k.victim.Owner, k.next.Generation, by, k.taken.Sub(k.at).Seconds(), k.next.TakeoverKind, k.checkpoint.Sub(k.at).Seconds())
 		kills = append(kills, k)
 	}
 
@@ -255,9 +268,13 @@ func deployedFailoverRun(ctx context.Context, r *results, idle string) error {
 	ticks := invocationStarts(firsts, w.Samples())
 
 	msgs := tap.messages()
-	var toTaken, toCheckpoint, replayed, phases []float64
+	var toTaken, toCheckpoint, replayed, phases, since, againToCheckpoint []float64
 	standbys := 0
 	for _, k := range kills {
+		if k.again {
+			since = append(since, k.since.Seconds())
+			againToCheckpoint = append(againToCheckpoint, k.checkpoint.Sub(k.at).Seconds())
+		}
 		toTaken = append(toTaken, k.taken.Sub(k.at).Seconds())
 		toCheckpoint = append(toCheckpoint, k.checkpoint.Sub(k.at).Seconds())
 		replayed = append(replayed, float64(faults.Replayed(msgs, k.victim.Generation, k.next.Generation)))
@@ -279,6 +296,11 @@ func deployedFailoverRun(ctx context.Context, r *results, idle string) error {
 	r.add(p+"kill_to_first_checkpoint_p50_s", median(toCheckpoint), "kill to the new holder's first checkpoint")
 	r.add(p+"kill_to_first_checkpoint_p99_s", percentile(toCheckpoint, 99), "")
 	r.add(p+"kill_to_first_checkpoint_max_s", percentile(toCheckpoint, 100), fmt.Sprintf("goal <= TTL + 1 s = %.0f s", (ttl+time.Second).Seconds()))
+	if len(since) > 0 {
+		r.add(p+"second_crashes", len(since), "of the kills, those made as soon as a standby marked the job item after the failover before: a second crash within the schedule period")
+		r.add(p+"second_crash_after_takeover_p50_max_s", fmt.Sprintf("%.1f %.1f", median(since), slices.Max(since)), "from the failover before to the second crash")
+		r.add(p+"second_crash_to_first_checkpoint_p50_max_s", fmt.Sprintf("%.2f %.2f", median(againToCheckpoint), slices.Max(againToCheckpoint)), fmt.Sprintf("goal <= TTL + 1 s = %.0f s", (ttl+time.Second).Seconds()))
+	}
 	r.add(p+"replayed_per_failover_median", median(replayed), "changes (doc, seq) both the killed and the new generation queued")
 	r.add(p+"replayed_per_failover_max", percentile(replayed, 100), fmt.Sprintf("feed limit %d", j.Feed.Limit))
 	r.add(p+"documents_written", written, fmt.Sprintf("by the background writer, %d a second", deployedFailoverRate))

@@ -13,6 +13,8 @@ const cfnLintVersion = "1.51.0"
 // travel in the template's cfn-lint metadata.
 func TestCfnLint(t *testing.T) {
 	syn := synthesized(t)
+	// cfn-lint runs out of this process, beside the other parallel tests.
+	t.Parallel()
 	cfnLint(t, syn, len(syn.jobTemplates))
 }
 

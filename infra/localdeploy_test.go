@@ -54,6 +54,8 @@ import (
 // concurrency, dashboards, metric-math alarm evaluation) is covered by the
 // template tests only.
 func TestDeployLocalVariant(t *testing.T) {
+	// Beside the other deploys: everything here runs out of this process.
+	t.Parallel()
 	awsCfg := testenv.AWS(t)
 	requireLoopback(t)
 	cdklocal := pinnedCLI(t, "cdklocal")
@@ -155,6 +157,7 @@ func TestDeployLocalVariant(t *testing.T) {
 // anything is deployed. The AWS endpoint is a closed loopback port, so
 // nothing could be deployed anyway.
 func TestBareDeployRefuses(t *testing.T) {
+	t.Parallel()
 	cdk := pinnedCLI(t, "cdk")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()

@@ -14,7 +14,7 @@ FUNCTIONS := poller writer verify
 # packages whose tests wait longest are named first, so that they start
 # first and the others run beside them.
 TEST_PARALLEL ?= 8
-TEST_PACKAGES ?= 4
+TEST_PACKAGES ?= 3
 SLOW_PACKAGES := ./tests ./infra
 # Every event of the last make test (go test -json), the passing tests'
 # output included.

@@ -65,6 +65,8 @@ import (
 // resources, the functions' code), so the nested stacks alone would show a
 // kept job unchanged whatever its templates said.
 func TestDeployAddRemoveJob(t *testing.T) {
+	// Beside the other deploys: everything here runs out of this process.
+	t.Parallel()
 	awsCfg := testenv.AWS(t)
 	requireLoopback(t)
 	pinnedCLI(t, "cdklocal") // deploy.sh runs it

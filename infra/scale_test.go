@@ -63,18 +63,30 @@ const lintSample = 10
 // error (cdk-nag checks every stack), every suppression with its reason, and
 // cfn-lint clean (on the shared stack and up to lintSample job stacks). A
 // job's stack does not grow with the number of jobs. It logs the synth time
-// and the sizes (docs/scale.md quotes them).
+// and the sizes (docs/scale.md quotes them). The syntheses run one after
+// another, through the jsii runtime; the checks, cfn-lint's among them, run
+// beside the other parallel tests.
 func TestScale(t *testing.T) {
 	synthesized(t) // one synthesis at a time through the jsii runtime
-	var perJob []int
+	type scaled struct {
+		n    int
+		syn  *synthesis
+		took time.Duration
+	}
+	var runs []scaled
 	for _, n := range []int{1, 10, 100} {
+		start := time.Now()
+		syn, err := synthesizeDoc(t, scaleConfig(n))
+		if err != nil {
+			t.Fatalf("synthesize %d jobs: %v", n, err)
+		}
+		runs = append(runs, scaled{n, syn, time.Since(start)})
+	}
+	t.Parallel()
+	var perJob []int
+	for _, r := range runs {
+		n, syn, took := r.n, r.syn, r.took
 		t.Run(fmt.Sprintf("%d jobs", n), func(t *testing.T) {
-			start := time.Now()
-			syn, err := synthesizeDoc(t, scaleConfig(n))
-			if err != nil {
-				t.Fatalf("synthesize %d jobs: %v", n, err)
-			}
-			took := time.Since(start)
 			if len(syn.templates) != n+1 {
 				t.Errorf("%d templates, want %d (the shared stack and one per job)", len(syn.templates), n+1)
 			}

@@ -81,7 +81,7 @@ func tooManyRequestsFor(d time.Duration, refused *atomic.Int32) func(http.Handle
 // (visibility, then a resend with a fresh receive count), nothing is
 // dead-lettered, and everything arrives once the output accepts again.
 func TestBackpressureRetryAfterNothingDeadLettered(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	var refused atomic.Int32
 	s := newStack(t, stackOptions{
@@ -122,7 +122,7 @@ func TestBackpressureRetryAfterNothingDeadLettered(t *testing.T) {
 // while it is slow, returns to normal afterwards, and delivers everything
 // with nothing dead-lettered.
 func TestBackpressureLatencyRisesAndRecovers(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	const (
 		fastFirst = 15  // requests that make the baseline (and a few more)

@@ -38,7 +38,7 @@ const dlqRetention = 2 * time.Minute
 // archived, with its reason and age, `changesctl dlq redrive` sends it back
 // to the work queue and the writer delivers it once the output takes it.
 func TestDLQArchive(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := t.Context()
 	bin := changesctl(t)
 	const poison = "poison"

@@ -24,7 +24,7 @@ import (
 // attributes or the quarantine, though each failure is logged, dead-lettered
 // or recorded; under hash the DLQ attribute holds the id's hash.
 func TestDocIDsKeptOut(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const (
 		refused = "pii-alice@example.com"
 		att     = "pii-bob@example.com"

@@ -187,7 +187,7 @@ func TestConflictWinnerDeletedConverges(t *testing.T) {
 // Malformed feed JSON, a source answering 401, and a source that is down each
 // give a clear error and leave the checkpoint where it was.
 func TestSourceFailuresKeepCheckpoint(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"results":[{"seq":6,"id":"x","changes":[{"rev":"1-a"}]`)

@@ -15,6 +15,8 @@ package tests
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -41,6 +43,16 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// -parallel bounds the tests that call parallel; go test's own bound
+	// is lifted so that the deployed tests start at once (see the package
+	// comment).
+	flag.Parse()
+	n := flag.Lookup("test.parallel").Value.(flag.Getter).Get().(int)
+	slots = make(chan struct{}, max(n, 1))
+	if err := flag.Set("test.parallel", "1000"); err != nil {
+		fmt.Fprintln(os.Stderr, "tests:", err)
+		os.Exit(2)
+	}
 	code := m.Run()
 	if ctlRemove != nil {
 		ctlRemove()
@@ -197,7 +209,7 @@ func head(lines []string, n int) string {
 // replays at most the batch in flight, no document is lost and the
 // checkpoint never moves back.
 func TestFaultKillActiveMidBatch(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const ttl = 3 * time.Second
 	const trials = 20
 	sc := newHAScenario(t, faults.StackOptions{Name: "kill", TTL: ttl, Limit: 200, FeedTimeout: 2 * time.Second}, 4000)
@@ -269,7 +281,7 @@ func (sc *haScenario) youngerThan(d time.Duration) func(*faults.Proc, faults.Sam
 // no document ends at the zombie's generation when the new holder sent it
 // too, and PostgreSQL equals the source.
 func TestFaultStoppedActiveIsFenced(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const ttl = 3 * time.Second
 	const pause = ttl + 2*time.Second
 	// One request in flight at a time, so the zombie's late messages are
@@ -374,7 +386,7 @@ func TestFaultStoppedActiveIsFenced(t *testing.T) {
 // (no message of its generations has an SQS send time later than the cut
 // plus the TTL), and a standby that still reaches DynamoDB takes over.
 func TestFaultActiveLosesDynamoDB(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const ttl = 3 * time.Second
 	sc := newHAScenario(t, faults.StackOptions{Name: "ddb", TTL: ttl, Limit: 200, FeedTimeout: 2 * time.Second}, 3000)
 	proxyOf := map[*faults.Proc]*faults.Proxy{}
@@ -457,7 +469,7 @@ func TestFaultActiveLosesDynamoDB(t *testing.T) {
 // a newer generation's first message, beyond the one SendMessageBatch a
 // fenced poller can have in flight; and the checkpoint never moves back.
 func TestFaultClockSkew(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const ttl = 10 * time.Second
 	const skew = 2 * time.Second
 	const sendConcurrency = 1 // as in TestFaultStoppedActiveIsFenced
@@ -574,7 +586,7 @@ func TestFaultClockSkew(t *testing.T) {
 // behind its own lease would leave the job without an active poller for a
 // whole TTL, then count a failover from itself.
 func TestFaultLostAcquireResponse(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const ttl = 3 * time.Second
 	sc := newHAScenario(t, faults.StackOptions{Name: "lostacq", TTL: ttl, Limit: 200, FeedTimeout: 2 * time.Second}, 500)
 	px := sc.proxy("DynamoDB")
@@ -604,7 +616,7 @@ func TestFaultLostAcquireResponse(t *testing.T) {
 // requires, rather than start the chunk over at every renewal and never
 // checkpoint.
 func TestFaultSlowSQSStillProgresses(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const ttl = 3 * time.Second
 	sc := newHAScenario(t, faults.StackOptions{Name: "slowsqs", TTL: ttl, Limit: 100, FeedTimeout: 2 * time.Second}, 400)
 	p := sc.start(faults.ProcOptions{Name: "a", Tick: 20 * time.Second, PollerTimeout: time.Minute})
@@ -646,7 +658,7 @@ func TestFaultSlowSQSStillProgresses(t *testing.T) {
 // lease while it waits for the bodies, so the standby never takes over
 // (generation stays 1 for the whole first invocation) and nothing is lost.
 func TestFaultSlowBulkGetKeepsLease(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const ttl = 3 * time.Second
 	const delay = 5 * time.Second
 	src := newSlowBulkGet(t, testenv.CouchBaseURL(), delay)

@@ -25,7 +25,7 @@ import (
 // so that a change whose receives went on would be dead-lettered by SQS
 // within the test instead of after 1000 of them.
 func TestHaltBackpressureSQSRedrive(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	const maxReceive = 3
 	var refused atomic.Int32

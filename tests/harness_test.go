@@ -2,11 +2,12 @@
 // writer code against the local AWS emulator, the CouchDB-compatible source
 // and PostgreSQL, started by `make up`.
 //
-// go test runs a package's tests in the order of their files' names, then
-// of their place in the file, each up to its t.Parallel, then the parallel
-// ones side by side, -parallel of them at a time, in about that order. The
-// longest, those that deploy the stack to LocalStack, are in the files
-// a1_… to a4_…, longest first, so that they start before the others.
+// Every test runs beside the others. go test would start them -parallel at a
+// time in no set order, and the tests that deploy the stack to LocalStack
+// (a1_… to a4_…, and the walkthrough) wait minutes on deploys, schedules and
+// outages: started late, they would set the package's end. So TestMain lifts
+// go test's bound, those tests call t.Parallel and start at once, and every
+// other test calls parallel, which holds it to one of -parallel slots.
 package tests
 
 import (
@@ -62,11 +63,24 @@ type stackOptions struct {
 	logLevel slog.Level
 }
 
-// parallelStack marks t parallel and returns its context and a new stack
-// built from o.
-func parallelStack(t *testing.T, o stackOptions) (context.Context, *testStack) {
+// slots bound the tests that call parallel: -parallel of them at a time
+// (TestMain).
+var slots chan struct{}
+
+// parallel marks t parallel (t.Parallel) and waits for one of the slots,
+// which t holds until it and its subtests end.
+func parallel(t *testing.T) {
 	t.Helper()
 	t.Parallel()
+	slots <- struct{}{}
+	t.Cleanup(func() { <-slots })
+}
+
+// parallelStack marks t parallel (parallel) and returns its context and a
+// new stack built from o.
+func parallelStack(t *testing.T, o stackOptions) (context.Context, *testStack) {
+	t.Helper()
+	parallel(t)
 	return t.Context(), newStack(t, o)
 }
 

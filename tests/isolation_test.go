@@ -28,7 +28,7 @@ import (
 // their objects under prefixes of their own in the stack bucket; each
 // output verifies clean against its own source.
 func TestJobsKeepTheirOwnS3Keys(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := t.Context()
 	hc := &http.Client{Timeout: time.Minute}
 	other := testenv.CouchBaseURL() + "/" + testenv.UniqueName("isolation-beta")
@@ -134,7 +134,7 @@ func TestJobsKeepTheirOwnS3Keys(t *testing.T) {
 // the second one runs whole, then the first one's writer delivers: each
 // output holds its own source's bodies.
 func TestDeploymentsSharingABucketKeepTheirClaimChecks(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := t.Context()
 	bucket := testbucket.Create(t, s3.NewFromConfig(testenv.AWS(t), awsconf.S3Options))
 	deployment := func(name string) *stack.Stack {

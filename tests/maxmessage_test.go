@@ -53,7 +53,7 @@ func largestMessageBytes(t *testing.T) int {
 // its group and the output's intake paused, the outage record naming it
 // without its body (too large for the record).
 func TestLargestMessageHeldAndDeadLettered(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := t.Context()
 	n := largestMessageBytes(t)
 	t.Logf("largest stack.max_message_bytes accepted: %d", n)

@@ -168,7 +168,7 @@ func newBlindStack(t *testing.T, recv *blindReceiver) *testStack {
 // of every document, and nothing is dead-lettered. Each document's changes
 // reached it in feed order, however long they were held.
 func TestHTTPOutageKeepsOrderAtABlindReceiver(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	recv := newBlindReceiver()
 	runBlindHold(t, newBlindStack(t, recv), recv, unavailable, outageLength(t))
 }
@@ -177,7 +177,7 @@ func TestHTTPOutageKeepsOrderAtABlindReceiver(t *testing.T) {
 // Retry-After of 3 s at every request): order is kept and nothing is
 // dead-lettered.
 func TestHTTPLongBackpressureKeepsOrderAtABlindReceiver(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	recv := newBlindReceiver()
 	runBlindHold(t, newBlindStack(t, recv), recv, tooManyRequests(3), outageLength(t))
 }

@@ -173,7 +173,7 @@ func waitConverged(t *testing.T, s *testStack, state func() map[string]string, w
 // dead-lettered, and the output ends equal to the source, every document at
 // its winning revision.
 func TestPostgresDownNothingDeadLettered(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	u, err := url.Parse(testenv.DSN())
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestPostgresDownNothingDeadLettered(t *testing.T) {
 // The HTTP receiver answers 503 to every request for minutes: nothing is
 // dead-lettered, everything arrives once it accepts again.
 func TestHTTPUnavailableNothingDeadLettered(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	var mu sync.Mutex
 	down := false
 	s := newStack(t, stackOptions{
@@ -239,7 +239,7 @@ func TestHTTPUnavailableNothingDeadLettered(t *testing.T) {
 // to connect) or refusing us (403 AccessDenied), then back: nothing is
 // dead-lettered. The claim-check bucket, SQS and DynamoDB stay reachable.
 func TestS3BucketUnreachableNothingDeadLettered(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	for _, mode := range []string{"unreachable", "access denied"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
@@ -299,7 +299,7 @@ func (c *s3Cutter) Do(req *http.Request) (*http.Response, error) {
 // outage and secret settings delivers everything within a minute of the
 // secret being corrected, with no restart.
 func TestWrongDSNCorrectedWhileWarm(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := t.Context()
 	name, putSecret := testenv.Secret(t, "dsn-corrected", "CHANGE_ME")
 	s := newStack(t, stackOptions{

@@ -53,7 +53,7 @@ func currentChangesctl(t testing.TB) string {
 // changesctl, which `changesctl version` prints, and `make build` gives the
 // functions' bootstraps the same stamp.
 func TestMakeStampsVersion(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	root := repoRoot(t)
 	want := releaseVersion(t, root)
 	out, err := exec.Command(currentChangesctl(t), "version").CombinedOutput()

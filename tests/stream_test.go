@@ -72,7 +72,7 @@ func runOneInvocation(t *testing.T, deps *pipeline.Deps) (stop func()) {
 // stream is open reach PostgreSQL through it: the output ends equal to the
 // source, and the invocation never closed or lost its stream meanwhile.
 func TestStreamPipelineCouchDB(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := t.Context()
 	s := newStreamStack(t, config.ModeContinuous)
 	revs := map[string]string{}
@@ -124,7 +124,7 @@ func waitEqual(t *testing.T, want map[string]string, got func() map[string]strin
 // documents; the rows after each cut still reach PostgreSQL (read again
 // with pages), and the output ends equal to the source.
 func TestStreamPipelineCutByPageBytes(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := t.Context()
 	cfg := stack.PostgresJob("orders", config.Source{Type: config.SourceCouchDB},
 		config.Feed{Limit: 50, Timeout: config.Duration(2 * time.Second), Mode: config.ModeContinuous,
@@ -167,7 +167,7 @@ func TestStreamPipelineCutByPageBytes(t *testing.T) {
 // catches up in pages (the changes queued and checkpointed), then its
 // invocation ends with ErrModeUnsupported naming the mode.
 func TestStreamPipelineEventSourceRefused(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := t.Context()
 	s := newStreamStack(t, config.ModeEventSource)
 	for i := range 5 {
@@ -192,7 +192,7 @@ func TestStreamPipelineEventSourceRefused(t *testing.T) {
 // deleted; each time the poller goes back to pages from its checkpoint and
 // opens a new stream, and the output ends equal to the source.
 func TestStreamPipelineDropped(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := t.Context()
 	s := newStreamStack(t, config.ModeContinuous)
 	cutter := newStreamCutter(t, s.SourceURL, 3, 1500*time.Millisecond)

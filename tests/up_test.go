@@ -113,7 +113,7 @@ func servicePorts(port string) []string {
 // (no go, pip, npm, mvn or apt-get), neither Sync Gateway nor the Lambda
 // emulator, and lists the five services.
 func TestUpStartsOnlyServices(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	srv := httptest.NewServer(http.HandlerFunc(answerAll))
 	t.Cleanup(srv.Close)
 	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
@@ -142,7 +142,7 @@ func TestUpStartsOnlyServices(t *testing.T) {
 // to be installed; as another user than root, when PostgreSQL is to be set
 // up.
 func TestUpRefusesEarly(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	srv := httptest.NewServer(http.HandlerFunc(answerAll))
 	t.Cleanup(srv.Close)
 	_, answering, err := net.SplitHostPort(srv.Listener.Addr().String())
@@ -198,7 +198,7 @@ func TestUpRefusesEarly(t *testing.T) {
 // Lambda functions on LocalStack build the emulator, and the benchmarks,
 // which also read a Sync Gateway, build both.
 func TestMakeTargetsBuildTheirTools(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const (
 		syncGateway = "localstack/syncgateway.sh"
 		emulator    = "localstack/lambda-rie.sh"

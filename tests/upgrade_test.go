@@ -49,7 +49,7 @@ var bigBody = strings.Repeat("claim-checked ", 300<<10/14)
 // is dead-lettered, no change is queued twice, and the FIFO HTTP output's
 // receiver sees each document's changes once each, in order.
 func TestUpgradeFromPreviousRelease(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := t.Context()
 	root := repoRoot(t)
 	release := releaseVersion(t, root)

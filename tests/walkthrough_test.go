@@ -745,7 +745,7 @@ func tail(s string, n int) string {
 // order, with the step they are under and their marks; an unknown mark on
 // an sh block is refused.
 func TestWalkthroughBlocks(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const fence = "```"
 	page := "# Page\n\n" + fence + "sh\nbefore\n" + fence + "\n\n" +
 		walkthroughHeading + ": a walkthrough\n\n### 1. One\n\n" + fence + "sh\necho one \\\n  two\n" + fence + "\n\n" +

@@ -13,7 +13,7 @@ FUNCTIONS := poller writer verify
 # TTLs, outages), so more run side by side than the machine has cores. The
 # packages whose tests wait longest are named first, so that they start
 # first and the others run beside them.
-TEST_PARALLEL ?= 8
+TEST_PARALLEL ?= 6
 TEST_PACKAGES ?= 3
 SLOW_PACKAGES := ./tests ./infra
 # Every event of the last make test (go test -json), the passing tests'

@@ -178,7 +178,7 @@ func deployBlindStack(t *testing.T, outs []*heldOutput) *blindStack {
 			Outputs: outputs,
 		}},
 	}
-	d := deployTestStack(t, deployOptions{name: "blind", cfg: cfg})
+	d := deployTestStack(t, deployOptions{name: "blind", cfg: cfg, ahead: true})
 	for _, o := range outs {
 		var err error
 		if o.queue, err = d.Queues(t.Context(), "orders", o.id); err != nil {

@@ -91,7 +91,7 @@ const (
 // taken over; changesctl operating the stack.
 func TestDeployedStack(t *testing.T) {
 	t.Parallel()
-	d := deployStack(t, true)
+	d := deployStack(t, true, 1)
 	ctx := t.Context()
 
 	t.Run("a wrong DSN secret corrected while the writer is warm", func(t *testing.T) {
@@ -121,7 +121,7 @@ func TestDeployedStack(t *testing.T) {
 // its failure record, alarmed on and redriven as the console does it.
 func TestDeployedStackScheduleAndDLQ(t *testing.T) {
 	t.Parallel()
-	d := deployStack(t, false)
+	d := deployStack(t, false, 4)
 	ctx := t.Context()
 
 	// The first delivery has the writer create the PostgreSQL output's
@@ -161,7 +161,7 @@ func TestDeployedFailover(t *testing.T) {
 			Outputs: []*config.Output{{ID: "pg", Type: config.OutputPostgres, Postgres: &config.PostgresOutput{CreateTables: true}}},
 		}},
 	}
-	d := deployTestStack(t, deployOptions{name: "failover", cfg: cfg, env: []string{testenv.DSNEnv + "=" + testenv.PostgresDSN(t)}, recordCalls: true})
+	d := deployTestStack(t, deployOptions{name: "failover", cfg: cfg, env: []string{testenv.DSNEnv + "=" + testenv.PostgresDSN(t)}, recordCalls: true, rank: 3})
 	s := d.testStack
 	job := s.Config.Jobs[0]
 
@@ -283,8 +283,8 @@ func (d *deployedStack) checkFailoverStandby(ctx context.Context, t *testing.T, 
 // database, PostgreSQL tables, an HTTP receiver) with deployTestStack, the
 // functions' AWS requests recorded. With wrongDSN, the stack's secret holds
 // a wrong password for the PostgreSQL output's DSN (d.dsn is the right
-// one).
-func deployStack(t *testing.T, wrongDSN bool) *deployedStack {
+// one); rank orders its deploy (deployOptions).
+func deployStack(t *testing.T, wrongDSN bool, rank int) *deployedStack {
 	t.Helper()
 	recv, err := receiver.New(t.TempDir())
 	if err != nil {
@@ -322,7 +322,7 @@ func deployStack(t *testing.T, wrongDSN bool) *deployedStack {
 		secret = wrong.String()
 	}
 	d := deployTestStack(t, deployOptions{name: "deployed", cfg: cfg, recv: recv,
-		env: []string{testenv.DSNEnv + "=" + secret}, recordCalls: true})
+		env: []string{testenv.DSNEnv + "=" + secret}, recordCalls: true, rank: rank})
 	d.dsn = dsn
 	return d
 }
@@ -340,7 +340,23 @@ type deployOptions struct {
 	// recordCalls has the functions record every AWS request they make in
 	// deployedStack.calls, for checkIAM.
 	recordCalls bool
+	// ahead deploys at once rather than in one of the deploySlots: for the
+	// test that waits longest after its deploy.
+	ahead bool
+	// rank orders the deploys that wait for a slot: the lower first, for
+	// the tests that wait longer after their deploy.
+	rank int
 }
+
+// deploySlots bound the deploys under way (but the one ahead): each takes
+// about a minute of both cores, and the machine is shared with the other
+// tests, so a few at a time, in the order of their rank, finish sooner than
+// all of them together. A deploy asks for its slot rank×deployStagger after
+// its test starts: the deployed tests start together, and a channel serves
+// its waiting senders in the order they came.
+var deploySlots = make(chan struct{}, 2)
+
+const deployStagger = 100 * time.Millisecond
 
 // deployTestStack deploys the stack of o.cfg for the test with
 // localstack/deploy.sh, its schedule rules left disabled, and deletes the
@@ -364,6 +380,11 @@ func deployTestStack(t *testing.T, o deployOptions) *deployedStack {
 	d.assembly, d.ctl = t.TempDir(), filepath.Join(buildDir, "changesctl")
 	if o.recordCalls {
 		d.calls = filepath.Join(t.TempDir(), "aws-calls.jsonl")
+	}
+	if !o.ahead {
+		time.Sleep(time.Duration(o.rank) * deployStagger)
+		deploySlots <- struct{}{}
+		defer func() { <-deploySlots }()
 	}
 	start := time.Now()
 	if err := testenv.DeployLocal(t.Context(), testenv.LocalDeploy{

@@ -54,7 +54,7 @@ func TestDeployedDLQArchive(t *testing.T) {
 				HTTP: &config.HTTPOutput{URL: base + "/docs/{doc_id}", Timeout: config.Duration(3 * time.Second)}}},
 		}},
 	}
-	d := deployTestStack(t, deployOptions{name: "deployed-archive", cfg: cfg, recv: recv})
+	d := deployTestStack(t, deployOptions{name: "deployed-archive", cfg: cfg, recv: recv, rank: 2})
 	s, prefix := d.Stack, d.prefix
 	q, err := s.Queues(ctx, "orders", "rest")
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 // next remote verify is clean.
 func TestDeployedVerify(t *testing.T) {
 	t.Parallel()
-	d := deployStack(t, false)
+	d := deployStack(t, false, 5)
 	ctx := t.Context()
 	for i := range 30 {
 		if _, err := d.PutDoc(ctx, fmt.Sprintf("order-%02d", i), map[string]any{"total": i}); err != nil {

@@ -8,7 +8,8 @@ CTL       := $(LOCAL)/bin/changesctl
 CONFIG    ?= localstack/jobs.json
 ENV       := source localstack/env.sh &&
 FUNCTIONS := poller writer verify
-# How many tests of one package make test runs at once, and how many
+# How many tests of one package make test runs at once (in ./tests, beside
+# the tests that deploy the stack, which start at once), and how many
 # packages' test binaries. The end-to-end tests mostly wait (deploys, lease
 # TTLs, outages), so more run side by side than the machine has cores. The
 # packages whose tests wait longest are named first, so that they start

@@ -13,11 +13,11 @@ import (
 // poller: EventBridge delivers a tick within its minute and the function may
 // start cold, so the invocation begins up to standbyStartLate after its tick;
 // it reads or stands by until its deadline less the margin poll keeps to
-// release the lease (min(max(timeout/10, 1s), 5s)).
+// release the lease (min(max(timeout/10, 1.5s), 5s)).
 const standbyStartLate = 10 * time.Second
 
 func releaseMargin(timeout time.Duration) time.Duration {
-	return min(max(timeout/10, time.Second), 5*time.Second)
+	return min(max(timeout/10, 1500*time.Millisecond), 5*time.Second)
 }
 
 // TestPollerStandbyEveryMoment synthesizes jobs with the default poller

@@ -354,7 +354,7 @@ type deployOptions struct {
 // all of them together. A deploy asks for its slot rank×deployStagger after
 // its test starts: the deployed tests start together, and a channel serves
 // its waiting senders in the order they came.
-var deploySlots = make(chan struct{}, 2)
+var deploySlots = make(chan struct{}, 3)
 
 const deployStagger = 100 * time.Millisecond
 

@@ -237,9 +237,14 @@ func TestCouchLongPoll(t *testing.T) {
 	})
 
 	t.Run("a change wakes it", func(t *testing.T) {
+		// The feed may answer before the write's own answer arrives: the
+		// test waits for that too, so that the write ends within it.
+		wrote := make(chan struct{})
 		time.AfterFunc(300*time.Millisecond, func() {
+			defer close(wrote)
 			bulkDocs(t, db, true, map[string]any{"_id": "new one", "v": "1"})
 		})
+		defer func() { <-wrote }()
 		start := time.Now()
 		b, err := c.Changes(t.Context(), last, 20*time.Second)
 		if err != nil {

@@ -43,7 +43,7 @@ const (
 
 // TailReserve is what the writes an invocation makes as it ends leave free
 // before its deadline (TailContext): the time to return its result.
-const TailReserve = 200 * time.Millisecond
+const TailReserve = 500 * time.Millisecond
 
 // TailContext is the context of a write made as an invocation ends (its last
 // checkpoint, the release of its lease, a note): the write outlives a

@@ -210,7 +210,8 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 	}
 	var onFailover func(context.Context)
 	if d.Lambda != nil {
-		onFailover = func(ctx context.Context) { d.startStandby(ctx, j.ID) }
+		// Beside the new holder's first read, which it must not delay.
+		onFailover = func(ctx context.Context) { go d.startStandby(ctx, j.ID) }
 	}
 	source, sender := scrubbed(docid.Exposure(d.Config.Stack.DocIDs), source,
 		&fanout.Sender{SQS: d.SQS, S3: d.S3, Bucket: d.Config.Stack.Bucket, Stack: d.Config.Stack.Prefix, MaxBytes: d.Config.Stack.MaxMessageBytes, Concurrency: j.SendConcurrency})
@@ -231,7 +232,7 @@ func (d *Deps) Poller(ctx context.Context, jobID string) (*poll.Poller, error) {
 }
 
 // standbyInvokeTimeout bounds the request that starts a standby after a
-// failover; the new holder reads once it returns.
+// failover.
 const standbyInvokeTimeout = 2 * time.Second
 
 // startStandby invokes this poller function for job once, asynchronously,

@@ -98,8 +98,9 @@ type Poller struct {
 	OnBatch func(caughtUp bool)
 	// OnFailover, when set, is called as the invocation takes the lease
 	// over from a holder that did not release it (lease.Failover), before
-	// it reads: the invocation that stood by is now the holder, so the
-	// Lambda function starts another to stand by beside it (pipeline).
+	// it reads, and must return at once: the invocation that stood by is
+	// now the holder, so the Lambda function starts another to stand by
+	// beside it (pipeline), in the background.
 	OnFailover func(ctx context.Context)
 }
 

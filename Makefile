@@ -8,14 +8,13 @@ CTL       := $(LOCAL)/bin/changesctl
 CONFIG    ?= localstack/jobs.json
 ENV       := source localstack/env.sh &&
 FUNCTIONS := poller writer verify
-# How many tests of one package make test runs at once (in ./tests, beside
-# the tests that deploy the stack, which start at once), and how many
-# packages' test binaries. The end-to-end tests mostly wait (deploys, lease
-# TTLs, outages), so more run side by side than the machine has cores. The
-# packages whose tests wait longest are named first, so that they start
-# first and the others run beside them.
-TEST_PARALLEL ?= 6
-TEST_PACKAGES ?= 3
+# How many tests of one package make test runs at once (in ./tests, the
+# tests that deploy the stack first), and how many packages' test binaries.
+# The end-to-end tests mostly wait (deploys, lease TTLs, outages), so more
+# run side by side than the machine has cores. The packages whose tests wait
+# longest are named first, so that they start first.
+TEST_PARALLEL ?= 10
+TEST_PACKAGES ?= 2
 SLOW_PACKAGES := ./tests ./infra
 # Every event of the last make test (go test -json), the passing tests'
 # output included.

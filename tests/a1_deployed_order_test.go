@@ -34,7 +34,7 @@ import (
 // exactly the newest revision of every document, with nothing
 // dead-lettered and the outage record gone.
 func TestDeployedHeldChangesKeepOrder(t *testing.T) {
-	t.Parallel()
+	deployedParallel(t)
 	outs := []*heldOutput{
 		{name: "503 throughout the outage", id: "unavailable", refuse: unavailable},
 		{name: "429 with Retry-After throughout the outage", id: "throttled", refuse: tooManyRequests(3)},

@@ -90,7 +90,7 @@ const (
 // S3 through the event source mappings; a poller killed mid-invocation and
 // taken over; changesctl operating the stack.
 func TestDeployedStack(t *testing.T) {
-	t.Parallel()
+	deployedParallel(t)
 	d := deployStack(t, true, 1)
 	ctx := t.Context()
 
@@ -120,7 +120,7 @@ func TestDeployedStack(t *testing.T) {
 // rule starting the poller; a poison document retried, dead-lettered with
 // its failure record, alarmed on and redriven as the console does it.
 func TestDeployedStackScheduleAndDLQ(t *testing.T) {
-	t.Parallel()
+	deployedParallel(t)
 	d := deployStack(t, false, 4)
 	ctx := t.Context()
 
@@ -152,7 +152,7 @@ func TestDeployedStackScheduleAndDLQ(t *testing.T) {
 // within the lease TTL of the takeover plus a few seconds. How long a
 // takeover takes is the deployed-failover benchmark's to say.
 func TestDeployedFailover(t *testing.T) {
-	t.Parallel()
+	deployedParallel(t)
 	ctx := t.Context()
 	cfg := &config.File{
 		Stack: config.Stack{LogRetentionDays: 1},

@@ -30,7 +30,7 @@ const deployedDLQRetention = config.MinDLQRetention
 // reports it archived, `dlq redrive` sends it back and the writer delivers
 // it.
 func TestDeployedDLQArchive(t *testing.T) {
-	t.Parallel()
+	deployedParallel(t)
 	ctx := t.Context()
 	bin := changesctl(t)
 	const poison = "poison"

@@ -25,7 +25,7 @@ import (
 // verify, the remote repair re-queues it, the writer delivers it, and the
 // next remote verify is clean.
 func TestDeployedVerify(t *testing.T) {
-	t.Parallel()
+	deployedParallel(t)
 	d := deployStack(t, false, 5)
 	ctx := t.Context()
 	for i := range 30 {

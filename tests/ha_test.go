@@ -43,8 +43,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	// -parallel bounds the tests that call parallel; go test's own bound
-	// is lifted so that the deployed tests start at once (see the package
+	// -parallel bounds the tests through slots; go test's own bound is
+	// lifted so that the deployed tests take theirs first (see the package
 	// comment).
 	flag.Parse()
 	n := flag.Lookup("test.parallel").Value.(flag.Getter).Get().(int)

@@ -2,12 +2,13 @@
 // writer code against the local AWS emulator, the CouchDB-compatible source
 // and PostgreSQL, started by `make up`.
 //
-// Every test runs beside the others. go test would start them -parallel at a
-// time in no set order, and the tests that deploy the stack to LocalStack
-// (a1_… to a4_…, and the walkthrough) wait minutes on deploys, schedules and
-// outages: started late, they would set the package's end. So TestMain lifts
-// go test's bound, those tests call t.Parallel and start at once, and every
-// other test calls parallel, which holds it to one of -parallel slots.
+// Every test runs beside the others, -parallel at a time. go test would
+// start them in no set order, and the tests that deploy the stack to
+// LocalStack (a1_… to a4_…, and the walkthrough) wait minutes on deploys,
+// schedules and outages: started late, they would set the package's end.
+// So TestMain lifts go test's own bound, and the tests share -parallel
+// slots: those tests take theirs first (deployedParallel), the others a
+// moment later (parallel).
 package tests
 
 import (
@@ -63,15 +64,32 @@ type stackOptions struct {
 	logLevel slog.Level
 }
 
-// slots bound the tests that call parallel: -parallel of them at a time
-// (TestMain).
+// slots bound the tests that run at once: -parallel of them (TestMain).
 var slots chan struct{}
+
+// slotsAfter is how long a test that does not deploy waits, once released,
+// before it asks for a slot: the deployed tests, released with it, take
+// theirs first.
+const slotsAfter = time.Second
 
 // parallel marks t parallel (t.Parallel) and waits for one of the slots,
 // which t holds until it and its subtests end.
 func parallel(t *testing.T) {
 	t.Helper()
 	t.Parallel()
+	time.Sleep(slotsAfter)
+	takeSlot(t)
+}
+
+// deployedParallel is parallel for a test that deploys the stack: it asks
+// for its slot at once.
+func deployedParallel(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	takeSlot(t)
+}
+
+func takeSlot(t *testing.T) {
 	slots <- struct{}{}
 	t.Cleanup(func() { <-slots })
 }

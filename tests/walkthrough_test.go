@@ -88,7 +88,7 @@ const (
 // the job's channel, and no other, in PostgreSQL, and its teardown must have
 // deleted the stack. Everything the stack retains is removed at the end.
 func TestDeployWalkthrough(t *testing.T) {
-	t.Parallel()
+	deployedParallel(t)
 	ctx := t.Context()
 	root := repoRoot(t)
 	page, err := os.ReadFile(filepath.Join(root, walkthroughPage))

@@ -236,10 +236,11 @@ func (f failingSink) Apply(_ context.Context, cs []*change.Envelope) []error {
 }
 
 // receiveOne receives one message of the queue at url, with its attributes,
-// waiting up to 10 s for it.
+// waiting up to 30 s for it: a loaded LocalStack takes seconds to move a
+// message to its DLQ.
 func receiveOne(t *testing.T, s *stack.Stack, url string) sqstypes.Message {
 	t.Helper()
-	for range 10 {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		out, err := s.Deps.SQS.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{
 			QueueUrl: &url, MaxNumberOfMessages: 1, WaitTimeSeconds: 1, VisibilityTimeout: 60,
 			MessageAttributeNames: []string{"All"}, MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},

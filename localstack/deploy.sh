@@ -66,9 +66,7 @@ ctx=(-c "config=$config" -c "build_dir=$BUILD_DIR" -c schedules=disabled -o "$CD
 if [[ -n "${CHANGES_AWS_CALLS:-}" ]]; then
 	ctx+=(-c "aws_calls=$CHANGES_AWS_CALLS")
 fi
-if ! "${AWSCLI[@]}" cloudformation describe-stacks --stack-name CDKToolkit >/dev/null 2>&1; then
-	"$CDKLOCAL" bootstrap "${ctx[@]}"
-fi
+CDKLOCAL="$CDKLOCAL" localstack/cdk-bootstrap.sh "${ctx[@]}"
 "$CDKLOCAL" deploy "${ctx[@]}" --require-approval never --outputs-file "$OUT"
 
 # The stack is named after stack.prefix; its one output is the bucket.

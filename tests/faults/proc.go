@@ -71,7 +71,11 @@ func (s *Stack) Start(bin string, o ProcOptions) (*Proc, error) {
 		args = append(args, "--clock-skew", o.ClockSkew.String())
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = testenv.Environ()
+	// The stack's bucket, named: changesctl would otherwise look for a
+	// deployed stack of the prefix in CloudFormation before its first
+	// invocation, and LocalStack's CloudFormation, busy with the deploys of
+	// other tests, has taken longer than a scenario waits for its first event.
+	cmd.Env = append(testenv.Environ(), "CHANGES_BUCKET="+s.Config.Stack.Bucket)
 	if o.DynamoDB != "" {
 		cmd.Env = append(cmd.Env, "AWS_ENDPOINT_URL_DYNAMODB="+o.DynamoDB)
 	}

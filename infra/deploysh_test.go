@@ -23,6 +23,7 @@ case "$1 $2" in
 "secretsmanager put-secret-value") printf 'value %s\n' "$(cat)" >>"$STUB_LOG" ;;
 "lambda list-functions") printf 'shop-orders-poller\tshop-orders-writer\n' ;;
 "lambda get-function") echo Active ;;
+"cloudformation describe-stacks") echo CREATE_COMPLETE ;;
 "events list-rules") echo shop-orders-schedule ;;
 "events list-targets-by-rule") echo '[]' ;;
 esac
@@ -72,6 +73,10 @@ func TestDeployScriptSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bootstrap, err := os.ReadFile(filepath.Join("..", "localstack", "cdk-bootstrap.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	template, err := json.Marshal(map[string]any{"Resources": map[string]any{
 		"EnvSecretPGDSN":    map[string]any{"Type": "AWS::SecretsManager::Secret", "Properties": map[string]any{"Name": "shop/PG_DSN"}},
 		"EnvSecretcrmtoken": map[string]any{"Type": "AWS::SecretsManager::Secret", "Properties": map[string]any{"Name": "shop/crm-token"}},
@@ -82,6 +87,7 @@ func TestDeployScriptSecrets(t *testing.T) {
 	}
 	for path, content := range map[string]string{
 		"localstack/deploy.sh":              string(script),
+		"localstack/cdk-bootstrap.sh":       string(bootstrap),
 		".local/localstack/venv/bin/python": deployStubAWS,
 		"infra/node_modules/.bin/cdklocal":  deployStubCDK,
 		"bin/go":                            deployStubGo,

@@ -134,6 +134,14 @@ func TestBackpressureLatencyRisesAndRecovers(t *testing.T) {
 	// may still be running beside them, and is not what the lowered
 	// parallelism governs.
 	var n, inFlight, lateInFlight, peakSlow, peakFast atomic.Int32
+	// fastTime sums how long the fast requests took here, in nanoseconds:
+	// a slow request takes many times their mean, however slow a loaded
+	// machine makes them (otherwise the writer, its parallelism lowered,
+	// could find the slow output near its baseline and raise it again).
+	var fastTime atomic.Int64
+	slowTime := func() time.Duration {
+		return max(300*time.Millisecond, 8*time.Duration(fastTime.Load()/fastFirst))
+	}
 	peak := func(p *atomic.Int32, v int32) {
 		for {
 			old := p.Load()
@@ -159,12 +167,11 @@ func TestBackpressureLatencyRisesAndRecovers(t *testing.T) {
 						peak(&peakSlow, lateInFlight.Add(1))
 						defer lateInFlight.Add(-1)
 					}
-					// Far past the baseline even when a loaded machine
-					// makes the fast requests several times slower.
-					time.Sleep(300 * time.Millisecond)
+					time.Sleep(slowTime())
 				default:
 					if i <= fastFirst {
 						peak(&peakFast, cur)
+						defer func(start time.Time) { fastTime.Add(int64(time.Since(start))) }(time.Now())
 					}
 					time.Sleep(5 * time.Millisecond)
 				}
@@ -200,5 +207,5 @@ func TestBackpressureLatencyRisesAndRecovers(t *testing.T) {
 	if first := slices.Index(active, 1); first < 0 || !slices.Contains(active[first:], 0) {
 		t.Errorf("BackpressureActive values %v: want a 1 (slow) followed by a 0 (recovered)", active)
 	}
-	t.Logf("requests %d, peak at once before %d, while slow %d; BackpressureActive %v", n.Load(), peakFast.Load(), peakSlow.Load(), active)
+	t.Logf("requests %d, peak at once before %d, while slow %d (%s each); BackpressureActive %v", n.Load(), peakFast.Load(), peakSlow.Load(), slowTime().Round(time.Millisecond), active)
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/changes-worker/changes-worker/shared/statetable/lease"
 	"github.com/changes-worker/changes-worker/shared/statetable/outage"
 	"github.com/changes-worker/changes-worker/shared/statetable/quarantine"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
 // pollerCheckpoint has poller-7 on host-a hold the job's lease and write
@@ -94,16 +97,41 @@ func TestStatus(t *testing.T) {
 		t.Error("--watch --peek was accepted")
 	}
 
-	// --watch redraws until interrupted.
-	wctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
+	// --watch redraws, an interval apart, until interrupted: here once it
+	// has drawn twice (however long a loaded machine takes to read the
+	// status).
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	out, _, err := s.cli(wctx, "", "status", "--watch", "--interval", "500ms")
-	if err != nil {
+	draws := &drawTimes{header: "changesctl status, every 500ms", want: 2, done: cancel}
+	env := &cliEnv{stdin: strings.NewReader(""), stdout: draws, stderr: io.Discard, lookup: testenv.Lookup}
+	if err := realMain(wctx, env, []string{"status", "--watch", "--interval", "500ms", "--config", s.ConfigPath}); err != nil {
 		t.Fatalf("status --watch: %v", err)
 	}
-	if n := strings.Count(out, "changesctl status, every 500ms"); n < 2 {
-		t.Errorf("status --watch drew %d times in 2.5s:\n%s", n, out)
+	if len(draws.at) < 2 {
+		t.Fatalf("status --watch drew %d times in a minute:\n%s", len(draws.at), &draws.out)
 	}
+	if gap := draws.at[1].Sub(draws.at[0]); gap < 500*time.Millisecond {
+		t.Errorf("status --watch --interval 500ms drew again after %s", gap)
+	}
+}
+
+// drawTimes is the standard output of status --watch: it keeps the times
+// at which the draws began, and calls done once it has seen want of them.
+type drawTimes struct {
+	header string
+	want   int
+	done   func()
+	out    bytes.Buffer
+	at     []time.Time
+}
+
+func (d *drawTimes) Write(p []byte) (int, error) {
+	for range strings.Count(string(p), d.header) {
+		if d.at = append(d.at, time.Now()); len(d.at) == d.want {
+			d.done()
+		}
+	}
+	return d.out.Write(p)
 }
 
 // TestStatusShowsQuarantine lists what the poller skipped and where it is

@@ -350,13 +350,9 @@ type deployOptions struct {
 
 // deploySlots bound the deploys under way (but the one ahead): each takes
 // about a minute of both cores, and the machine is shared with the other
-// tests, so a few at a time, in the order of their rank, finish sooner than
-// all of them together. A deploy asks for its slot rank×deployStagger after
-// its test starts: the deployed tests start together, and a channel serves
-// its waiting senders in the order they came.
-var deploySlots = make(chan struct{}, 3)
-
-const deployStagger = 100 * time.Millisecond
+// tests, so a few at a time finish sooner than all of them together. The
+// deploys that wait for a slot go in the order of their rank.
+var deploySlots = newRankedSlots(3)
 
 // deployTestStack deploys the stack of o.cfg for the test with
 // localstack/deploy.sh, its schedule rules left disabled, and deletes the
@@ -382,9 +378,7 @@ func deployTestStack(t *testing.T, o deployOptions) *deployedStack {
 		d.calls = filepath.Join(t.TempDir(), "aws-calls.jsonl")
 	}
 	if !o.ahead {
-		time.Sleep(time.Duration(o.rank) * deployStagger)
-		deploySlots <- struct{}{}
-		defer func() { <-deploySlots }()
+		defer deploySlots.take(o.rank)()
 	}
 	start := time.Now()
 	if err := testenv.DeployLocal(t.Context(), testenv.LocalDeploy{

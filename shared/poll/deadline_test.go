@@ -3,9 +3,12 @@ package poll_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/changes-worker/changes-worker/shared/change"
+	"github.com/changes-worker/changes-worker/shared/fanout"
 	"github.com/changes-worker/changes-worker/shared/poll"
 	"github.com/changes-worker/changes-worker/shared/statetable/lease"
 )
@@ -96,5 +99,56 @@ func TestStandbyDoesNotTakeTheLeasePastItsBudget(t *testing.T) {
 	}
 	if got := matching(r.w.log(), "acquire"); len(got) != 0 {
 		t.Errorf("the standby took the lease past its budget: %v", got)
+	}
+}
+
+// slowSender takes delay of real time over every Send, or returns its
+// context's error when that ends first, as the SQS client does.
+type slowSender struct {
+	*fakeSender
+	delay time.Duration
+}
+
+func (s *slowSender) Send(ctx context.Context, targets []fanout.Target, changes []*change.Envelope, fence fanout.Fence) (fanout.Stats, error) {
+	select {
+	case <-time.After(s.delay):
+		return s.fakeSender.Send(ctx, targets, changes, fence)
+	case <-ctx.Done():
+		return fanout.Stats{}, ctx.Err()
+	}
+}
+
+// A send that outlasts the whole invocation (SQS, or the host, slowed far
+// past anything seen before in the invocation) is cut short before the
+// deadline, leaving the last writes their time: the invocation returns
+// before its function's timeout, without an error (a scheduled event would
+// be delivered again), releases its lease, and its checkpoint does not
+// pass the changes that were not queued.
+func TestRunCutsAWorkStepShortBeforeItsDeadline(t *testing.T) {
+	t.Parallel()
+	r := newRig(nil)
+	r.feed.batch = thenIdle(r, batchOf(1, 300))
+	r.poller.Sender = &slowSender{fakeSender: r.sender, delay: 10 * time.Second}
+	const deadline = 4 * time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), deadline)
+	defer cancel()
+	start := time.Now()
+	res, err := r.poller.Run(ctx, poll.Invocation{Owner: "me", Host: "host", Deadline: r.w.Now().Add(deadline)})
+	took := time.Since(start)
+	if took >= deadline-lease.TailReserve {
+		t.Errorf("Run returned %s after it started, its context's deadline %s: within the reserve of the function's timeout (events %v)",
+			took.Round(time.Millisecond), deadline, r.w.log())
+	}
+	if err != nil {
+		t.Errorf("Run: %v, want no error for a step cut short at the deadline", err)
+	}
+	if res.Role != "active" || res.Checkpoint != nil {
+		t.Errorf("role %q, checkpoint %s; want active and no checkpoint (nothing was queued)", res.Role, res.Checkpoint)
+	}
+	if !strings.Contains(r.logs.String(), "work cut short before the deadline") {
+		t.Errorf("no warning that the work was cut short:\n%s", r.logs)
+	}
+	if st := r.leases.state(); !st.Released || st.Checkpoint != nil {
+		t.Errorf("lease released %v, checkpoint %s; want released with no checkpoint", st.Released, st.Checkpoint)
 	}
 }

@@ -252,17 +252,50 @@ func ended(err error) error {
 // caught up, batches come from one stream instead of pages (see streaming),
 // with nothing read ahead.
 func (v *invocation) loop(parent context.Context) error {
-	ctx, stop := context.WithCancel(parent)
+	work, cut := workContext(parent)
+	defer cut()
+	ctx, stop := context.WithCancel(work)
 	beating := v.heartbeat(ctx, stop)
-	err := v.rounds(ctx, parent, stop)
+	err := v.rounds(ctx, work, stop)
 	<-beating
+	cutShort := errors.Is(context.Cause(work), errCut) && parent.Err() == nil
+	if cutShort {
+		v.log.WarnContext(parent, "work cut short before the deadline; what was not queued is read again from the checkpoint",
+			"checkpoint", string(v.ledger.checkpoint()))
+	}
 	switch {
 	case v.stopped != nil:
 		return v.stopped
-	case errors.Is(err, errEnded):
+	case errors.Is(err, errEnded), cutShort:
 		return nil
 	}
 	return err
+}
+
+// workReserve is what an invocation's work (reads, sends) leaves free
+// before its deadline, however long a step that started within the budget
+// takes: the writes it makes as it ends have half a second before
+// lease.TailReserve.
+const workReserve = lease.TailReserve + 500*time.Millisecond
+
+// errCut is the cause of a work context cut short before its deadline.
+var errCut = errors.New("cut short before the deadline")
+
+// workContext is parent, cancelled with errCut workReserve before its
+// deadline. A step still under way then (a read, a send to SQS that a
+// loaded host or service slowed far past the slowest batch so far) ends
+// there: its changes are read again by the next holder, since the
+// checkpoint names only what was queued. Cancelled rather than given an
+// earlier deadline, so that the writes as the invocation ends
+// (lease.TailContext) keep the function's deadline as their bound.
+func workContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	deadline, ok := parent.Deadline()
+	if !ok {
+		return ctx, func() { cancel(nil) }
+	}
+	t := time.AfterFunc(time.Until(deadline.Add(-workReserve)), func() { cancel(errCut) })
+	return ctx, func() { t.Stop(); cancel(nil) }
 }
 
 // rounds holds the invocation and runs rounds until one stops it, then

@@ -88,7 +88,7 @@ const (
 // TestDeployedStack: deployed with a wrong PostgreSQL DSN in its secret,
 // corrected by the first subtest; exact delivery to PostgreSQL, HTTP and
 // S3 through the event source mappings; a poller killed mid-invocation and
-// taken over; changesctl operating the stack.
+// taken over; changesctl operating the stack; verify --remote.
 func TestDeployedStack(t *testing.T) {
 	deployedParallel(t)
 	d := deployStack(t, true, 1)
@@ -110,6 +110,9 @@ func TestDeployedStack(t *testing.T) {
 	})
 	t.Run("changesctl operates the deployed stack", func(t *testing.T) {
 		d.checkOperator(ctx, t)
+	})
+	t.Run("verify --remote finds and repairs drift", func(t *testing.T) {
+		d.checkRemoteVerify(ctx, t)
 	})
 	t.Run("every AWS request allowed by its caller's policy", func(t *testing.T) {
 		d.checkIAM(t, "changesctl verify")

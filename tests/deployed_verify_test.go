@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,26 +17,16 @@ import (
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
-// TestDeployedVerify deploys the full stack and runs changesctl verify
-// --remote on it: the comparison and the repair run in the job's verify
-// function, where the data is (its VPC on AWS), and changesctl prints the
-// report verify prints when it runs where it can reach the data itself (on
-// LocalStack, this machine), with the same exit status. A row deleted from
-// the PostgreSQL output behind the writer's back is found by the remote
-// verify, the remote repair re-queues it, the writer delivers it, and the
-// next remote verify is clean.
-func TestDeployedVerify(t *testing.T) {
-	deployedParallel(t)
-	d := deployStack(t, false, 5)
-	ctx := t.Context()
-	for i := range 30 {
-		if _, err := d.PutDoc(ctx, fmt.Sprintf("order-%02d", i), map[string]any{"total": i}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d.invokePoller(ctx, t)
+// checkRemoteVerify runs changesctl verify --remote on the deployed stack:
+// the comparison and the repair run in the job's verify function, where the
+// data is (its VPC on AWS), and changesctl prints the report verify prints
+// when it runs where it can reach the data itself (on LocalStack, this
+// machine), with the same exit status. A document's rows deleted from the
+// PostgreSQL output behind the writer's back are found by the remote
+// verify, the remote repair re-queues the document, the writer delivers
+// it, and the next remote verify is clean.
+func (d *deployedStack) checkRemoteVerify(ctx context.Context, t *testing.T) {
 	d.waitExact(ctx, t, 3*time.Minute)
-
 	ctl := changesctl(t)
 	verify := func(stdin string, args ...string) (stdout, stderr string, code int) {
 		t.Helper()
@@ -70,27 +61,40 @@ func TestDeployedVerify(t *testing.T) {
 		}
 		return remote
 	}
+	counts := regexp.MustCompile(`the source has (\d+) live documents, the output holds (\d+)`)
 	for _, o := range []string{"pg", "archive"} {
-		if got := same("in sync", 0, "--output", o); !strings.Contains(got, "in sync") || !strings.Contains(got, "the source has 30 live documents, the output holds 30") {
+		got := same("in sync", 0, "--output", o)
+		m := counts.FindStringSubmatch(got)
+		if !strings.Contains(got, "in sync") || m == nil || m[1] != m[2] || m[1] == "0" {
 			t.Errorf("verify %s --remote in sync:\n%s", o, got)
 		}
 	}
 
 	// Drift: a document's rows deleted from PostgreSQL behind the writer's back.
+	source := d.sourceState(ctx)
+	var victim string
+	for id := range d.pgState(ctx) {
+		if _, live := source[id]; live && (victim == "" || id < victim) {
+			victim = id
+		}
+	}
+	if victim == "" {
+		t.Fatal("PostgreSQL holds no document that is live in the source")
+	}
 	data, versions, err := d.PostgresTables("orders", "pg")
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := testenv.Postgres(t)
 	for _, table := range []pgx.Identifier{data, versions} {
-		if _, err := pool.Exec(ctx, "DELETE FROM "+table.Sanitize()+" WHERE doc_id = $1", "order-07"); err != nil {
+		if _, err := pool.Exec(ctx, "DELETE FROM "+table.Sanitize()+" WHERE doc_id = $1", victim); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rev := d.sourceState(ctx)["order-07"]
+	rev := source[victim]
 	got := same("after a row was deleted", 2, "--output", "pg")
-	if !strings.Contains(squeezeSpace(got), `missing 1 "order-07" source `+rev) {
-		t.Errorf("verify pg --remote does not report order-07 missing:\n%s", got)
+	if !strings.Contains(squeezeSpace(got), fmt.Sprintf(`missing 1 %q source %s`, victim, rev)) {
+		t.Errorf("verify pg --remote does not report %s missing:\n%s", victim, got)
 	}
 	t.Logf("verify --output pg --remote after a row was deleted:\n%s", got)
 	same("after a row was deleted", 2, "--output", "pg", "--json", "--samples", "3")
@@ -100,9 +104,9 @@ func TestDeployedVerify(t *testing.T) {
 		t.Fatalf("verify pg --remote --repair: exit %d, want 2 and one document enqueued\n%s%s", code, got, errOut)
 	}
 	if err := testenv.Poll(ctx, 2*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
-		return d.pgState(ctx)["order-07"] == rev, nil
+		return d.pgState(ctx)[victim] == rev, nil
 	}); err != nil {
-		t.Fatalf("order-07 not delivered again after the remote repair: %v", err)
+		t.Fatalf("%s not delivered again after the remote repair: %v", victim, err)
 	}
 	if got := same("after the repair", 0, "--output", "pg"); !strings.Contains(got, "in sync") {
 		t.Errorf("verify pg --remote after the repair:\n%s", got)

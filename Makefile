@@ -137,8 +137,13 @@ cfn-lint-tool:
 cdk-config:
 	@test -n "$(CDK_CONFIG)" || { echo "name the job configuration: make $(or $(MAKECMDGOALS),synth) CDK_CONFIG=path/to/jobs.json (there is no default)" >&2; exit 1; }
 
+# Bootstraps started together go one at a time: on one LocalStack, the
+# tests deploy side by side, and localstack/cdk-bootstrap.sh takes this lock.
+BOOTSTRAP_LOCK = $(if $(shell command -v flock),flock .local/cdk-bootstrap.lock)
+
 bootstrap: cdk-config build cdk-deps ## prepare the account and region of your credentials for deploys, once (CDK_CONFIG required: the CDK synthesizes the app first)
-	$(CDK) bootstrap $(CDK_ARGS)
+	@mkdir -p .local
+	$(BOOTSTRAP_LOCK) $(CDK) bootstrap $(CDK_ARGS)
 
 synth: cdk-config build cdk-deps ## synthesize the stack into cdk.out (CDK_CONFIG=path/to/jobs.json, required)
 	$(CDK) synth --quiet $(CDK_ARGS)

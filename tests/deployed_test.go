@@ -370,6 +370,26 @@ func deployTestStack(t *testing.T, o deployOptions) *deployedStack {
 	awsCfg := s.Deps.AWS
 	d := &deployedStack{testStack: s, prefix: s.Config.Stack.Prefix, lambda: lambda.NewFromConfig(awsCfg), sqs: sqs.NewFromConfig(awsCfg)}
 	cfn := cloudformation.NewFromConfig(awsCfg)
+	if o.recordCalls {
+		// Not a t.TempDir: the functions may still append to it as the
+		// test ends (a standby's invocation), and RemoveAll then finds the
+		// directory not empty. It is removed after the stack (cleanups run
+		// last first), once the functions are gone.
+		dir, err := os.MkdirTemp("", "aws-calls-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			for range 10 {
+				if err = os.RemoveAll(dir); err == nil {
+					return
+				}
+				time.Sleep(time.Second)
+			}
+			t.Logf("remove %s: %v", dir, err)
+		})
+		d.calls = filepath.Join(dir, "aws-calls.jsonl")
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 3*time.Minute)
 		defer cancel()
@@ -377,9 +397,6 @@ func deployTestStack(t *testing.T, o deployOptions) *deployedStack {
 	})
 	buildDir := t.TempDir()
 	d.assembly, d.ctl = t.TempDir(), filepath.Join(buildDir, "changesctl")
-	if o.recordCalls {
-		d.calls = filepath.Join(t.TempDir(), "aws-calls.jsonl")
-	}
 	if !o.ahead {
 		defer deploySlots.take(o.rank)()
 	}

@@ -96,12 +96,22 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	s.waitQueued(ctx, oldPoller)
 	last := s.leaseState(ctx)
 	oldPoller.stop(t)
-	s.waitHolder(ctx, newPoller, func(st *lease.State) bool { return st.Owner != last.Owner && st.Held(time.Now()) })
+	// A takeover records its kind in a second write, after the one that
+	// takes the lease (as "first"): wait for that one too.
+	s.waitHolder(ctx, newPoller, func(st *lease.State) bool {
+		return st.Owner != last.Owner && st.Held(time.Now()) && st.TakeoverKind != lease.First
+	})
 	now := s.leaseState(ctx)
 	if now.HolderVersion != release || now.TakeoverKind != lease.Handoff || now.Generation != last.Generation+1 {
 		t.Errorf("this poller's lease: version %q takeover %s generation %d; want %s handoff %d", now.HolderVersion, now.TakeoverKind, now.Generation, release, last.Generation+1)
 	}
-	took := fmt.Sprintf("takeover=handoff previous_owner=%s checkpoint=%s", last.Owner, last.Checkpoint)
+	// The checkpoint the previous poller released the lease with, which
+	// may be past the one read before it was stopped.
+	released := regexp.MustCompile(`msg="lease released" job=orders owner=` + regexp.QuoteMeta(last.Owner) + ` generation=\d+ checkpoint=(\S+)`).FindStringSubmatch(oldPoller.output())
+	if released == nil {
+		t.Fatalf("the previous poller did not log its release:\n%s", oldPoller.tail(20))
+	}
+	took := fmt.Sprintf("takeover=handoff previous_owner=%s checkpoint=%s", last.Owner, released[1])
 	if !strings.Contains(newPoller.output(), took) {
 		t.Errorf("this poller did not take the lease with the previous checkpoint (%q):\n%s", took, newPoller.tail(20))
 	}

@@ -257,6 +257,7 @@ func (v *invocation) loop(parent context.Context) error {
 	ctx, stop := context.WithCancel(work)
 	beating := v.heartbeat(ctx, stop)
 	err := v.rounds(ctx, work, stop)
+	cut() // the work is over: the cause stays errCut only if it was cut
 	<-beating
 	cutShort := errors.Is(context.Cause(work), errCut) && parent.Err() == nil
 	if cutShort {

@@ -125,7 +125,7 @@ func New(ctx context.Context, o Options) (*Stack, error) {
 	testenv.SetAWSEnv()
 	s := &Stack{
 		Name:    testenv.UniqueName(o.Name),
-		hc:      &http.Client{Timeout: 2 * time.Minute},
+		hc:      &http.Client{Timeout: 2 * time.Minute, Transport: sourceTransport},
 		logs:    &Capture{},
 		metrics: &Capture{},
 	}
@@ -448,6 +448,16 @@ func (s *Stack) DeleteDoc(ctx context.Context, id, rev string) error {
 	}
 	return nil
 }
+
+// sourceTransport closes a connection to the source once it has been idle
+// for 4 s, before pouchdb-server (Node.js, whose keep-alive timeout is 5 s)
+// closes it: a request sent on a connection the server is closing at that
+// moment meets a reset, and Go does not send a PUT again by itself.
+var sourceTransport = func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.IdleConnTimeout = 4 * time.Second
+	return t
+}()
 
 // source sends a request to the source database the stack created, with
 // body as JSON when not nil, and decodes a 2xx answer into out when not nil.

@@ -96,10 +96,8 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	s.waitQueued(ctx, oldPoller)
 	last := s.leaseState(ctx)
 	oldPoller.stop(t)
-	// A takeover records its kind in a second write, after the one that
-	// takes the lease (as "first"): wait for that one too.
 	s.waitHolder(ctx, newPoller, func(st *lease.State) bool {
-		return st.Owner != last.Owner && st.Held(time.Now()) && st.TakeoverKind != lease.First
+		return st.Owner != last.Owner && st.Held(time.Now())
 	})
 	now := s.leaseState(ctx)
 	if now.HolderVersion != release || now.TakeoverKind != lease.Handoff || now.Generation != last.Generation+1 {

@@ -201,18 +201,96 @@ func (s *Store) ForceTake(ctx context.Context, job, owner, host string, ttl time
 	return l, err
 }
 
+// takeConditions are the conditions of a takeover of each kind but Forced:
+// the write records its kind and counts it, so the item never shows a lease
+// taken without how, and the kind is exactly the case the condition held.
+var takeConditions = map[Takeover]string{
+	First:    "attribute_not_exists(#owner)",
+	Handoff:  "attribute_exists(#owner) AND #released = :true",
+	Failover: "attribute_exists(#owner) AND (attribute_not_exists(#released) OR #released = :false) AND #exp < :now",
+}
+
+// takeoverOf is the kind of takeover st allows by the clock value now, and
+// false when someone holds the lease.
+func takeoverOf(st *State, now time.Time) (Takeover, bool) {
+	switch {
+	case !st.Exists || st.Owner == "":
+		return First, true
+	case st.Released:
+		return Handoff, true
+	case st.ExpiresAt.Before(now):
+		return Failover, true
+	}
+	return "", false
+}
+
+// take takes the lease in one conditional write, whose condition is that of
+// the takeover it expects: a handoff first, the case of a running job. When
+// the condition fails, the item it returns says which takeover it allows, or
+// that it is held, and the write is made once more with that condition. A
+// forced take has no condition.
 func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Duration, releaseAt time.Time, force bool) (*Lease, *State, error) {
 	now := s.Clock.Now()
-	kindExpr := ":first"
-	cond := "attribute_not_exists(#owner) OR #released = :true OR #exp < :now"
+	kind := Handoff
 	if force {
-		cond = ""
+		kind = Forced
 	}
+	for attempt := 0; ; attempt++ {
+		out, err := s.DB.UpdateItem(ctx, s.takeInput(job, owner, host, ttl, releaseAt, now, kind))
+		if err == nil {
+			prev := decode(out.Attributes)
+			prev.JobID = job
+			return taken(job, owner, ttl, now, kind, prev), prev, nil
+		}
+		var ccf *types.ConditionalCheckFailedException
+		if !errors.As(err, &ccf) {
+			return nil, nil, fmt.Errorf("acquire lease %s: %w", job, err)
+		}
+		st := decode(ccf.Item)
+		if ccf.Item == nil {
+			// Some emulators omit the item; read it.
+			if got, gerr := s.Get(ctx, job); gerr == nil {
+				st = got
+			}
+		}
+		st.JobID = job
+		if st.Owner == owner && st.AcquiredAt.Equal(now) {
+			// The lease is ours: the SDK sent this write again because the
+			// answer to an earlier attempt was lost, and that attempt took the
+			// lease (owner ids are unique per invocation, and the acquired-at
+			// time is this call's). The item records the kind that attempt's
+			// condition held; the lost answer held the item as it was
+			// before, and what the takeover did not change (the checkpoint)
+			// is still there.
+			prev := &State{JobID: job, Exists: st.Generation > 1, Generation: st.Generation - 1,
+				Checkpoint: st.Checkpoint, CheckpointAt: st.CheckpointAt, Pending: st.Pending, ReplayEpoch: st.ReplayEpoch}
+			return taken(job, owner, ttl, now, st.TakeoverKind, prev), prev, nil
+		}
+		next, free := takeoverOf(st, now)
+		// After three refused attempts the item is changing under us:
+		// whoever changed it last holds the lease.
+		if !free || next == kind || attempt == 2 {
+			return nil, st, ErrLeaseHeld
+		}
+		kind = next
+	}
+}
+
+// taken is the lease taken at now with the write of the given kind.
+func taken(job, owner string, ttl time.Duration, now time.Time, kind Takeover, prev *State) *Lease {
+	return &Lease{
+		JobID: job, Owner: owner, Generation: prev.Generation + 1, Kind: kind,
+		Checkpoint: prev.Checkpoint, RenewedAt: now, TTL: ttl, Previous: *prev,
+	}
+}
+
+// takeInput is the write of a takeover of the given kind at now.
+func (s *Store) takeInput(job, owner, host string, ttl time.Duration, releaseAt, now time.Time, kind Takeover) *dynamodb.UpdateItemInput {
 	in := &dynamodb.UpdateItemInput{
 		TableName: &s.Table,
 		Key:       statetable.Key(job),
 		UpdateExpression: aws.String("SET #owner = :owner, #host = :host, #exp = :exp, #acq = :nowiso, #hb = :nowiso, #released = :false, " +
-			"#gen = if_not_exists(#gen, :zero) + :one, #kind = " + kindExpr + ", #role = :active, #hv = :hv"),
+			"#gen = if_not_exists(#gen, :zero) + :one, #kind = :kind, #role = :active, #hv = :hv"),
 		ExpressionAttributeNames: map[string]string{
 			"#owner": attrOwner, "#host": attrHost, "#exp": attrExpiresMS, "#acq": attrAcquiredAt,
 			"#hb": attrHeartbeatAt, "#released": attrReleased, "#gen": attrGeneration, "#kind": attrTakeoverKind,
@@ -226,7 +304,7 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 			":false":  &types.AttributeValueMemberBOOL{Value: false},
 			":zero":   statetable.Num(0),
 			":one":    statetable.Num(1),
-			":first":  statetable.Str(string(First)),
+			":kind":   statetable.Str(string(kind)),
 			":active": statetable.Str(RoleActive),
 			":hv": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
 				"owner": statetable.Str(owner), "version": statetable.Str(version.String()),
@@ -242,83 +320,21 @@ func (s *Store) take(ctx context.Context, job, owner, host string, ttl time.Dura
 		*in.UpdateExpression += ", #rel = :rel"
 		in.ExpressionAttributeValues[":rel"] = statetable.Num(releaseAt.UnixMilli())
 	}
-	if !force {
+	// Each handoff and failover is counted by the write that makes it.
+	if counter := map[Takeover]string{Handoff: attrHandoffs, Failover: attrFailovers}[kind]; counter != "" {
+		*in.UpdateExpression += " ADD #count :one"
+		in.ExpressionAttributeNames["#count"] = counter
+	}
+	if cond, ok := takeConditions[kind]; ok {
 		in.ConditionExpression = aws.String(cond)
-		in.ExpressionAttributeValues[":true"] = &types.AttributeValueMemberBOOL{Value: true}
-		in.ExpressionAttributeValues[":now"] = statetable.Num(now.UnixMilli())
-	}
-	out, err := s.DB.UpdateItem(ctx, in)
-	var prev *State
-	retried := false
-	if err != nil {
-		var ccf *types.ConditionalCheckFailedException
-		if !errors.As(err, &ccf) {
-			return nil, nil, fmt.Errorf("acquire lease %s: %w", job, err)
+		switch kind {
+		case Handoff:
+			in.ExpressionAttributeValues[":true"] = &types.AttributeValueMemberBOOL{Value: true}
+		case Failover:
+			in.ExpressionAttributeValues[":now"] = statetable.Num(now.UnixMilli())
 		}
-		st := decode(ccf.Item)
-		if ccf.Item == nil {
-			// Some emulators omit the item; read it.
-			if got, gerr := s.Get(ctx, job); gerr == nil {
-				st = got
-			}
-		}
-		st.JobID = job
-		if st.Owner != owner || !st.AcquiredAt.Equal(now) {
-			return nil, st, ErrLeaseHeld
-		}
-		// The lease is ours: the SDK sent this write again because the answer
-		// to an earlier attempt was lost, and that attempt took the lease
-		// (owner ids are unique per invocation, and the acquired-at time is
-		// this call's). The lost answer held the item as it was before; what
-		// the takeover did not change (the checkpoint) is still there.
-		retried = true
-		prev = &State{JobID: job, Exists: st.Generation > 1, Generation: st.Generation - 1,
-			Checkpoint: st.Checkpoint, CheckpointAt: st.CheckpointAt, Pending: st.Pending, ReplayEpoch: st.ReplayEpoch}
-	} else {
-		prev = decode(out.Attributes)
-		prev.JobID = job
 	}
-	kind := First
-	switch {
-	case force:
-		kind = Forced
-	case retried && prev.Exists:
-		// Whether the previous holder had released the lease or let it
-		// expire was in the lost answer: count a failover, the reading that
-		// never hides one.
-		kind = Failover
-	case prev.Exists && prev.Owner != "" && prev.Released:
-		kind = Handoff
-	case prev.Exists && prev.Owner != "":
-		kind = Failover
-	}
-	l := &Lease{
-		JobID: job, Owner: owner, Generation: prev.Generation + 1, Kind: kind,
-		Checkpoint: prev.Checkpoint, RenewedAt: now, TTL: ttl, Previous: *prev,
-	}
-	if kind != First {
-		// Record how this lease was taken (and count it) for status and metrics;
-		// best effort, the lease is already ours.
-		counter := map[Takeover]string{Handoff: attrHandoffs, Failover: attrFailovers}[kind]
-		expr := "SET #kind = :kind"
-		names := map[string]string{"#kind": attrTakeoverKind, "#owner": attrOwner, "#gen": attrGeneration}
-		vals := map[string]types.AttributeValue{
-			":kind": statetable.Str(string(kind)), ":owner": statetable.Str(owner),
-			":gen": statetable.Num(l.Generation),
-		}
-		if counter != "" {
-			expr += " ADD #c :one"
-			names["#c"] = counter
-			vals[":one"] = statetable.Num(1)
-		}
-		_, _ = s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: &s.Table, Key: statetable.Key(job), UpdateExpression: &expr,
-			ConditionExpression:       aws.String("#owner = :owner AND #gen = :gen"),
-			ExpressionAttributeNames:  names,
-			ExpressionAttributeValues: vals,
-		})
-	}
-	return l, prev, nil
+	return in
 }
 
 // Checkpoint stores seq as the job's checkpoint and renews the lease, in one

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/changes-worker/changes-worker/shared/statetable/lease"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
@@ -240,4 +242,97 @@ func TestAcquireUntilAnnouncesTheRelease(t *testing.T) {
 	if st, _ := s.Get(ctx, "job"); !st.ReleaseAt.Equal(later) {
 		t.Errorf("taken by c: release at %v, want %v", st.ReleaseAt, later)
 	}
+}
+
+// writeWatcher passes calls to a state table and reads the item after every
+// write that succeeds.
+type writeWatcher struct {
+	lease.DynamoDB
+	store *lease.Store // reads for the watcher, not through it
+	mu    sync.Mutex
+	seen  []*lease.State
+}
+
+func (w *writeWatcher) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := w.DynamoDB.UpdateItem(ctx, in, optFns...)
+	if err == nil {
+		st, gerr := w.store.Get(ctx, "job")
+		if gerr != nil {
+			return nil, gerr
+		}
+		w.mu.Lock()
+		w.seen = append(w.seen, st)
+		w.mu.Unlock()
+	}
+	return out, err
+}
+
+// watched returns what the watcher saw since the last call.
+func (w *writeWatcher) watched() []*lease.State {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen := w.seen
+	w.seen = nil
+	return seen
+}
+
+// TestTakeoverIsOneWrite: each takeover (first, handoff, failover, forced)
+// is one write that records its kind and counts it, so that nobody reading
+// the item (status, a standby) sees the lease taken without how, and a
+// count is never missed.
+func TestTakeoverIsOneWrite(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, table := testenv.StateTable(t)
+	w := &writeWatcher{DynamoDB: db, store: lease.New(db, table)}
+	s := lease.New(w, table)
+	clock := time.Now()
+	s.Clock = func() time.Time { return clock }
+	check := func(step string, l *lease.Lease, want lease.Takeover, handoffs, failovers int64) {
+		t.Helper()
+		if l.Kind != want {
+			t.Errorf("%s: lease kind %s, want %s", step, l.Kind, want)
+		}
+		seen := w.watched()
+		if len(seen) != 1 {
+			t.Errorf("%s: %d writes took effect, want 1", step, len(seen))
+		}
+		for i, st := range seen {
+			if st.Owner != l.Owner || st.TakeoverKind != want || st.Handoffs != handoffs || st.Failovers != failovers {
+				t.Errorf("%s: after write %d the item reads owner %s, takeover %s, handoffs %d, failovers %d; want %s, %s, %d, %d",
+					step, i+1, st.Owner, st.TakeoverKind, st.Handoffs, st.Failovers, l.Owner, want, handoffs, failovers)
+			}
+		}
+	}
+	a, _, err := s.Acquire(ctx, "job", "a", "h", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("the first take", a, lease.First, 0, 0)
+	if err := s.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	w.watched()
+	b, _, err := s.Acquire(ctx, "job", "b", "h", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("a handoff", b, lease.Handoff, 1, 0)
+	clock = clock.Add(6 * time.Second)
+	c, _, err := s.Acquire(ctx, "job", "c", "h", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("a failover", c, lease.Failover, 1, 1)
+	if _, _, err := s.Acquire(ctx, "job", "d", "h", 5*time.Second); !errors.Is(err, lease.ErrLeaseHeld) {
+		t.Fatalf("take of a held lease: %v, want ErrLeaseHeld", err)
+	}
+	if seen := w.watched(); len(seen) != 0 {
+		t.Errorf("the take of a held lease changed the item %d times", len(seen))
+	}
+	e, err := s.ForceTake(ctx, "job", "e", "h", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("a forced take", e, lease.Forced, 1, 1)
 }

@@ -1,10 +1,11 @@
 // Package backpressure decides when an output is struggling and how much the
 // writer should slow down for it. A Tracker learns the output's normal
 // request latency from its first requests (the baseline), keeps a rolling
-// average of the latest ones, and is active while that average is above a
-// threshold times the baseline and at least a minimum increase above it, or
-// while the output itself asked for a pause (HTTP 429 or 503 with
-// Retry-After, PostgreSQL too_many_connections).
+// average of the latest ones, and is active from when that average is above
+// a threshold times the baseline and at least a minimum increase above it
+// until it is back under halfway between the two (or within half the
+// minimum increase), and while the output itself asked for a pause (HTTP 429
+// or 503 with Retry-After, PostgreSQL too_many_connections).
 package backpressure
 
 import (
@@ -76,6 +77,7 @@ type Tracker struct {
 	baseline time.Duration
 	window   []time.Duration
 	next     int
+	slow     bool      // the rolling average said slow at the last State
 	until    time.Time // paused by the output's own signal until then
 }
 
@@ -159,9 +161,16 @@ func (t *Tracker) State() State {
 		}
 		avg := sum / time.Duration(len(t.window))
 		st.Ratio = float64(avg) / float64(t.baseline)
-		if st.Ratio > t.set.Threshold && avg-t.baseline >= t.set.MinIncrease {
-			st.Active = true
+		slow := st.Ratio > t.set.Threshold && avg-t.baseline >= t.set.MinIncrease
+		if t.slow && !slow {
+			// Once slow, the output stays so until its average is back under
+			// halfway between the baseline and the threshold, or within half
+			// the minimum increase of the baseline: an average hovering at
+			// the threshold does not switch the parallelism at every request.
+			slow = st.Ratio > 1+(t.set.Threshold-1)/2 && avg-t.baseline >= t.set.MinIncrease/2
 		}
+		t.slow = slow
+		st.Active = st.Active || slow
 	}
 	return st
 }

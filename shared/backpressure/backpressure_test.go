@@ -84,6 +84,35 @@ func TestRecoversWhenLatencyReturns(t *testing.T) {
 	}
 }
 
+// TestHysteresis: an output becomes slow past the threshold and stays slow
+// until its average is back under halfway between the baseline and the
+// threshold, so an average hovering at the threshold does not switch the
+// parallelism back and forth at every request.
+func TestHysteresis(t *testing.T) {
+	t.Parallel()
+	tr := New(Settings{BaselineRequests: 2, Window: 2}, clock.NewManual(time.Unix(0, 0)).Now)
+	feed(tr, 20*time.Millisecond, 2) // baseline 20 ms: slow past 40, back under 30
+	for i, step := range []struct {
+		latency    time.Duration
+		wantActive bool
+	}{
+		{38 * time.Millisecond, false}, // average 38 ms: under the threshold
+		{44 * time.Millisecond, true},  // 41 ms: slow
+		{38 * time.Millisecond, true},  // 41 ms
+		{36 * time.Millisecond, true},  // 37 ms: under the threshold, still slow
+		{44 * time.Millisecond, true},  // 40 ms
+		{32 * time.Millisecond, true},  // 38 ms
+		{30 * time.Millisecond, true},  // 31 ms
+		{28 * time.Millisecond, false}, // 29 ms: back under halfway
+		{38 * time.Millisecond, false}, // 33 ms: under the threshold
+	} {
+		tr.Observe(step.latency, nil)
+		if st := tr.State(); st.Active != step.wantActive {
+			t.Errorf("step %d (%s): active %v (ratio %.2f), want %v", i+1, step.latency, st.Active, st.Ratio, step.wantActive)
+		}
+	}
+}
+
 func TestPauseFromTheOutput(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewManual(time.Unix(0, 0))

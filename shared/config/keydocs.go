@@ -68,7 +68,7 @@ func keyDocs() map[string]keyDoc {
 		"jobs[].outputs[].max_receive_count":              {allowed: fmt.Sprintf("1–1000; at most %d with ordering `per_document` or `total`", MaxFIFOReceiveCount), meaning: "deliveries of a message before a failure of its own sends it to the DLQ (or, with `halt`, halts the output)"},
 		"jobs[].outputs[].batch_size":                     {def: fmt.Sprintf("%d for postgres on a standard queue, %d otherwise", DefaultBatchSize, MaxFIFOBatchSize), allowed: fmt.Sprintf("1–%d on a FIFO queue, 1–%d on a standard one", MaxFIFOBatchSize, MaxBatchSize), meaning: "messages one writer invocation takes; a PostgreSQL batch is one transaction"},
 		"jobs[].outputs[].max_concurrency":                {allowed: "2–1000", meaning: "concurrent writer invocations for this output"},
-		"jobs[].outputs[].backpressure.threshold":         {allowed: "above 1, at most 100", meaning: "ratio of the rolling average request time to the baseline above which the writer slows down"},
+		"jobs[].outputs[].backpressure.threshold":         {allowed: "above 1, at most 100", meaning: "ratio of the rolling average request time to the baseline above which the writer slows down; it speeds up again under halfway between 1 and this"},
 		"jobs[].outputs[].backpressure.baseline_requests": {allowed: "1–100000", meaning: "first successful requests of a writer instance that make the baseline"},
 		"jobs[].outputs[].backpressure.window":            {allowed: "1–10000", meaning: "latest requests the rolling average covers"},
 		"jobs[].outputs[].backpressure.min_increase":      {allowed: "more than 0, at most 1m", meaning: "how far above the baseline the average must also be for the output to count as slow"},

@@ -326,7 +326,8 @@ type Output struct {
 // are always honoured.
 type Backpressure struct {
 	// Threshold is the ratio of the rolling average latency to the baseline
-	// above which the writer slows down. Default 2; must be above 1.
+	// above which the writer slows down; it speeds up again under halfway
+	// between 1 and Threshold. Default 2; must be above 1.
 	Threshold float64 `json:"threshold,omitempty"`
 	// BaselineRequests is how many first successful requests of a writer
 	// instance make the baseline. Default 50.

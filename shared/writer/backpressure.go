@@ -3,15 +3,17 @@ package writer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/changes-worker/changes-worker/shared/backpressure"
 	"github.com/changes-worker/changes-worker/shared/config"
@@ -31,6 +33,8 @@ const (
 	maxDelaySeconds = 900
 	// maxAttributes is how many message attributes SQS accepts on a message.
 	maxAttributes = 10
+	// batchLimit is how many messages SQS takes in one batch request.
+	batchLimit = 10
 )
 
 // tracker returns the backpressure tracker of a route, one per process.
@@ -95,29 +99,22 @@ func isBackpressure(e *deliver.Error, active bool) bool {
 // before its last receive it only extends the message's visibility (the
 // receive already counted); from the receive before the last on, it sends
 // the message back to its queue as a new message (a fresh receive count,
-// its deferrals counted in AttrDeferrals) and reports it handled. It
-// returns whether the message is to be reported failed.
-func (b *batch) deferMessage(ctx context.Context, it *item, attempts int, delay time.Duration) (retry bool, err error) {
+// its deferrals counted in AttrDeferrals) and reports it handled. The
+// requests are made for the whole batch once it is disposed of
+// (flushHolds), ten messages to a request, and a message SQS did not take
+// back is retried instead. It returns whether the message is to be
+// reported failed.
+func (b *batch) deferMessage(it *item, attempts int, delay time.Duration) (retry bool) {
 	if b.route.Output.FIFO() {
 		b.holdInFlight(it, delay)
-		return true, nil
-	}
-	q, err := b.h.queueURL(ctx, b.h.Config.QueueName(b.route.Job, b.route.Output))
-	if err != nil {
-		return true, err
+		return true
 	}
 	secs := int32(delay / time.Second)
 	if attempts < b.route.Output.MaxReceiveCount-1 {
-		if it.rec.ReceiptHandle == "" {
-			return true, nil
+		if it.rec.ReceiptHandle != "" {
+			b.extensions = append(b.extensions, visibility{it: it, delay: delay})
 		}
-		_, err := b.h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-			QueueUrl: &q, ReceiptHandle: &it.rec.ReceiptHandle, VisibilityTimeout: secs,
-		})
-		if err != nil {
-			return true, fmt.Errorf("extend visibility: %w", err)
-		}
-		return true, nil
+		return true
 	}
 	n, _ := strconv.Atoi(aws.ToString(it.rec.MessageAttributes[AttrDeferrals].StringValue))
 	attrs := copyAttributes(it.rec.MessageAttributes)
@@ -126,22 +123,131 @@ func (b *batch) deferMessage(ctx context.Context, it *item, attempts int, delay 
 		// already, SQS's limit: it goes back without the counter.
 		attrs[AttrDeferrals] = sqstypes.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(n + 1))}
 	}
-	in := it.resend(b.route, q, attrs, it.rec.MessageId+"-d"+strconv.Itoa(n+1))
-	in.DelaySeconds = min(secs, maxDelaySeconds)
-	if _, err := b.h.SQS.SendMessage(ctx, in); err != nil {
-		return true, fmt.Errorf("send back to queue: %w", err)
+	b.sendBacks = append(b.sendBacks, sendBack{it: it, entry: sqstypes.SendMessageBatchRequestEntry{
+		MessageBody: aws.String(it.rec.Body), MessageAttributes: attrs, DelaySeconds: min(secs, maxDelaySeconds),
+	}})
+	return false
+}
+
+// sendBack is a held message of a standard queue to send back to it.
+type sendBack struct {
+	it    *item
+	entry sqstypes.SendMessageBatchRequestEntry
+}
+
+// size is what the entry counts toward SQS's bound on a request's
+// messages: its body and its attributes.
+func (s sendBack) size() int {
+	n := len(aws.ToString(s.entry.MessageBody))
+	for k, v := range s.entry.MessageAttributes {
+		n += len(k) + len(aws.ToString(v.DataType)) + len(aws.ToString(v.StringValue)) + len(v.BinaryValue)
 	}
-	return false, nil
+	return n
+}
+
+// holdRequests is how many of a batch's hold requests run at once.
+const holdRequests = 4
+
+// flushHolds makes the requests deferMessage collected for a standard
+// queue: visibility extensions (best effort: a message whose extension
+// fails comes back after the visibility it was received with) and
+// send-backs, ten to a request and within SQS's bound on a request's
+// messages, holdRequests at a time. A message SQS did not take back is
+// reported failed, to be received again.
+func (b *batch) flushHolds(ctx context.Context) {
+	if len(b.extensions) == 0 && len(b.sendBacks) == 0 {
+		return
+	}
+	var mu sync.Mutex
+	retry := func(its ...*item) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, it := range its {
+			b.failed = append(b.failed, it.rec.MessageId)
+		}
+	}
+	q, err := b.h.queueURL(ctx, b.h.Config.QueueName(b.route.Job, b.route.Output))
+	if err != nil {
+		b.log.WarnContext(ctx, "hold back", "error", err)
+		for _, s := range b.sendBacks {
+			retry(s.it)
+		}
+		return
+	}
+	var g errgroup.Group
+	g.SetLimit(holdRequests)
+	for chunk := range slices.Chunk(b.extensions, batchLimit) {
+		g.Go(func() error {
+			entries := make([]sqstypes.ChangeMessageVisibilityBatchRequestEntry, len(chunk))
+			for i, v := range chunk {
+				entries[i] = sqstypes.ChangeMessageVisibilityBatchRequestEntry{
+					Id: aws.String(strconv.Itoa(i)), ReceiptHandle: &v.it.rec.ReceiptHandle, VisibilityTimeout: int32(v.delay / time.Second),
+				}
+			}
+			out, err := b.h.SQS.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &q, Entries: entries})
+			if err != nil {
+				b.log.WarnContext(ctx, "hold back: extend visibility", "messages", len(chunk), "error", err)
+				return nil
+			}
+			for _, f := range out.Failed {
+				if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i < len(chunk) {
+					b.log.WarnContext(ctx, "hold back: extend visibility", "message_id", chunk[i].it.rec.MessageId, "error", aws.ToString(f.Code)+": "+aws.ToString(f.Message))
+				}
+			}
+			return nil
+		})
+	}
+	for _, chunk := range sendBackChunks(b.sendBacks) {
+		g.Go(func() error {
+			entries := make([]sqstypes.SendMessageBatchRequestEntry, len(chunk))
+			for i, s := range chunk {
+				entries[i] = s.entry
+				entries[i].Id = aws.String(strconv.Itoa(i))
+			}
+			out, err := b.h.SQS.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &q, Entries: entries})
+			if err != nil {
+				b.log.WarnContext(ctx, "hold back: send back to queue; the messages are received again", "messages", len(chunk), "error", err)
+				for _, s := range chunk {
+					retry(s.it)
+				}
+				return nil
+			}
+			for _, f := range out.Failed {
+				if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i < len(chunk) {
+					b.log.WarnContext(ctx, "hold back: send back to queue; the message is received again", "message_id", chunk[i].it.rec.MessageId, "error", aws.ToString(f.Code)+": "+aws.ToString(f.Message))
+					retry(chunk[i].it)
+				}
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+}
+
+// sendBackChunks splits send-backs into requests of at most batchLimit
+// messages and config.SQSMessageBytes of them.
+func sendBackChunks(all []sendBack) [][]sendBack {
+	var out [][]sendBack
+	first, size := 0, 0
+	for k, s := range all {
+		n := s.size()
+		if k > first && (k-first == batchLimit || size+n > config.SQSMessageBytes) {
+			out = append(out, all[first:k])
+			first, size = k, 0
+		}
+		size += n
+	}
+	if first < len(all) {
+		out = append(out, all[first:])
+	}
+	return out
 }
 
 // holdBack holds a message back for it.delay without counting it toward
 // the DLQ (deferMessage), counting it in the batch's counters and metrics
 // by why it is held. It returns whether the message is to be reported failed.
 func (b *batch) holdBack(ctx context.Context, lg *slog.Logger, it *item, attempts int) bool {
-	retry, err := b.deferMessage(ctx, it, attempts, it.delay)
-	if err != nil {
-		lg.WarnContext(ctx, "hold back", "error", err)
-	}
+	retry := b.deferMessage(it, attempts, it.delay)
 	switch it.hold {
 	case heldForBackpressure:
 		b.n.Deferred++

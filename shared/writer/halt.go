@@ -244,6 +244,12 @@ func (b *batch) disposeHalted(ctx context.Context, it *item) (retry bool, hs hal
 			return false, haltCleared
 		}
 		return false, haltNone
+	case it.err.Reason == reasonCutShort:
+		// Not tried to the end (cutShort): received again as it is.
+		if it.halted != nil {
+			return true, haltStanding
+		}
+		return true, haltNone
 	case it.skip:
 		return b.skipHalted(ctx, lg, it)
 	case it.hold == heldForIntake:

@@ -42,6 +42,8 @@ type SQS interface {
 	GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
 	SendMessage(ctx context.Context, in *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
 	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+	SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
+	ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
 }
 
 // S3 is the part of the S3 client the handler calls to read claim checks.
@@ -173,6 +175,8 @@ type item struct {
 // that group in the batch are not applied and are returned as failed too.
 func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	var resp events.SQSEventResponse
+	work, cancel := workContext(ctx)
+	defer cancel()
 	byQueue := map[string][]*item{}
 	var order []string
 	for _, rec := range ev.Records {
@@ -183,7 +187,7 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		byQueue[q] = append(byQueue[q], &item{rec: rec, group: rec.Attributes["MessageGroupId"]})
 	}
 	for _, q := range order {
-		failed, err := h.handleQueue(ctx, q, byQueue[q])
+		failed, err := h.handleQueue(ctx, work, q, byQueue[q])
 		if err != nil {
 			return resp, err
 		}
@@ -195,8 +199,10 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 }
 
 // handleQueue handles the messages of one work queue and returns those to
-// retry. A queue that belongs to no configured output fails the whole batch.
-func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) ([]string, error) {
+// retry. Reading claim checks, opening the output and applying end with
+// work (workContext); what they did not finish is retried (cutShort). A
+// queue that belongs to no configured output fails the whole batch.
+func (h *Handler) handleQueue(ctx, work context.Context, queue string, items []*item) ([]string, error) {
 	route, ok := h.Config.RouteByQueueName(queue)
 	if !ok {
 		// Not ours: a configuration mismatch. Fail the whole batch so nothing
@@ -205,13 +211,74 @@ func (h *Handler) handleQueue(ctx context.Context, queue string, items []*item) 
 	}
 	b := h.newBatch(route, items)
 	defer b.flush()
-	b.decode(ctx)
+	b.decode(work)
 	b.readHalts(ctx)
 	b.readIntake(ctx)
-	b.apply(ctx)
+	open := b.undecided()
+	b.apply(work)
+	b.cutShort(ctx, work, open)
 	b.blame(ctx)
 	b.dispose(ctx)
 	return b.failed, nil
+}
+
+// workContext returns the context of a batch's work: it ends a reserve
+// before ctx's deadline (a fifth of the time left, between 500 ms and 5 s),
+// which is kept for reporting the outcome. An invocation that outlasts its
+// timeout reports nothing, and on Lambda its instance is reset, its pools
+// and opened outputs lost: the next one starts cold and may run out of time
+// again. The changes the work did not finish are retried instead.
+func workContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	reserve := min(max(time.Until(deadline)/5, 500*time.Millisecond), 5*time.Second)
+	return context.WithDeadline(ctx, deadline.Add(-reserve))
+}
+
+// Failure reasons: the batch's work ended before the change was applied;
+// its claim-checked body could not be read (for now).
+const (
+	reasonCutShort   = "cut_short"
+	reasonClaimCheck = "claim_check"
+)
+
+var errCutShort = errors.New("the invocation's time for work ran out before the change was applied")
+
+// undecided returns the changes nothing has failed yet: those apply gives
+// the output.
+func (b *batch) undecided() map[*item]bool {
+	open := map[*item]bool{}
+	for _, it := range b.items {
+		if it.err == nil {
+			open[it] = true
+		}
+	}
+	return open
+}
+
+// cutShort, once work ended before ctx, marks the changes it left undone:
+// those of open not applied and not failed for good, and those whose claim
+// check could not be read. Their messages are retried (disposeOne), neither
+// blamed on the output nor counted toward the DLQ: the output did not fail
+// them, time ran out.
+func (b *batch) cutShort(ctx, work context.Context, open map[*item]bool) {
+	if work.Err() == nil || ctx.Err() != nil {
+		return
+	}
+	n := 0
+	for _, it := range b.items {
+		unread := it.err != nil && it.err.Class == deliver.Transient && it.err.Reason == reasonClaimCheck
+		if it.done || !(open[it] || unread) || it.hold != notHeld || (it.err != nil && it.err.Class == deliver.Permanent) {
+			continue
+		}
+		it.err, it.tried, it.held, it.behind = deliver.TransientError(reasonCutShort, errCutShort), false, false, nil
+		n++
+	}
+	if n > 0 {
+		b.log.WarnContext(ctx, "work cut short before the deadline; the changes not applied are received again", "changes", n)
+	}
 }
 
 // batch is the messages of one work queue in an SQS batch, on their way
@@ -232,9 +299,12 @@ type batch struct {
 	n      Stats
 	// tryNow: the output is tried even if this process waits to retry it
 	// (readIntake). visibilities: the visibility changes of held messages
-	// of a FIFO output (holdInFlight).
+	// of a FIFO output (holdInFlight); extensions and sendBacks: the
+	// requests that hold messages of a standard queue (deferMessage).
 	tryNow       bool
 	visibilities []visibility
+	extensions   []visibility
+	sendBacks    []sendBack
 }
 
 func (h *Handler) newBatch(route config.Route, items []*item) *batch {
@@ -417,6 +487,7 @@ func (b *batch) dispose(ctx context.Context) {
 	}
 	b.pauseIfDue(ctx)
 	b.flushVisibility(ctx)
+	b.flushHolds(ctx)
 	b.n.Retried = int64(len(b.failed))
 	b.h.count(b.route, b.n)
 	backpressureMetrics(b.rec, b.tr.State())
@@ -448,6 +519,9 @@ func (b *batch) disposeOne(ctx context.Context, it *item) (retry bool) {
 	lg := b.log.With("doc_id", docID, "message_id", it.rec.MessageId, "attempts", attempts, "class", it.err.Class, "reason", it.err.Reason)
 	if it.hold != notHeld {
 		return b.holdBack(ctx, lg, it, attempts)
+	}
+	if it.err.Reason == reasonCutShort {
+		return true
 	}
 	if it.err.Class == deliver.Permanent || last {
 		b.rec.Add(metrics.FailedPermanent, 1, metrics.Count)
@@ -528,7 +602,7 @@ func claimCheckError(err error) *deliver.Error {
 			return deliver.PermanentError(p.reason, err)
 		}
 	}
-	return deliver.TransientError("claim_check", err)
+	return deliver.TransientError(reasonClaimCheck, err)
 }
 
 func (h *Handler) sink(ctx context.Context, r config.Route) (deliver.Sink, error) {

@@ -52,6 +52,10 @@ type fakeSQS struct {
 	visibility []int32
 	handles    []string // the receipt handle of each visibility change
 	sendErr    error
+	// batches: the entries of each batch request; failEntries: the ids of
+	// the entries SendMessageBatch fails.
+	batches     []int
+	failEntries map[string]bool
 }
 
 func (f *fakeSQS) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, _ ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) {
@@ -74,6 +78,42 @@ func (f *fakeSQS) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMes
 	f.visibility = append(f.visibility, in.VisibilityTimeout)
 	f.handles = append(f.handles, aws.ToString(in.ReceiptHandle))
 	return &sqs.ChangeMessageVisibilityOutput{}, nil
+}
+
+// SendMessageBatch records each entry as the SendMessage it stands for, and
+// the request's size; sendErr fails the request, failEntries the entries
+// with those ids.
+func (f *fakeSQS) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sendErr != nil {
+		return nil, f.sendErr
+	}
+	f.batches = append(f.batches, len(in.Entries))
+	out := &sqs.SendMessageBatchOutput{}
+	for _, e := range in.Entries {
+		if f.failEntries[aws.ToString(e.Id)] {
+			out.Failed = append(out.Failed, sqstypes.BatchResultErrorEntry{Id: e.Id, Code: aws.String("InternalError"), SenderFault: false})
+			continue
+		}
+		f.sent = append(f.sent, &sqs.SendMessageInput{QueueUrl: in.QueueUrl, MessageBody: e.MessageBody, MessageAttributes: e.MessageAttributes,
+			DelaySeconds: e.DelaySeconds, MessageGroupId: e.MessageGroupId, MessageDeduplicationId: e.MessageDeduplicationId})
+		out.Successful = append(out.Successful, sqstypes.SendMessageBatchResultEntry{Id: e.Id})
+	}
+	return out, nil
+}
+
+// ChangeMessageVisibilityBatch records each entry as the
+// ChangeMessageVisibility it stands for.
+func (f *fakeSQS) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.batches = append(f.batches, len(in.Entries))
+	for _, e := range in.Entries {
+		f.visibility = append(f.visibility, e.VisibilityTimeout)
+		f.handles = append(f.handles, aws.ToString(e.ReceiptHandle))
+	}
+	return &sqs.ChangeMessageVisibilityBatchOutput{}, nil
 }
 
 func testConfig(t *testing.T, ordering string) *config.File {
@@ -423,5 +463,75 @@ func TestBackpressureResendKeepsTenAttributes(t *testing.T) {
 	}
 	if got := q.sent[0].MessageAttributes; len(got) != 10 {
 		t.Errorf("sent back with %d attributes, want the 10 it had", len(got))
+	}
+}
+
+// stallingSink applies the changes of its first Apply and holds every later
+// Apply until its context ends, failing its changes with the context's
+// error: an output that stops answering mid-batch.
+type stallingSink struct {
+	mu      sync.Mutex
+	applied []string
+}
+
+func (s *stallingSink) Apply(ctx context.Context, cs []*change.Envelope) []error {
+	s.mu.Lock()
+	first := s.applied == nil
+	if first {
+		s.applied = []string{}
+		for _, c := range cs {
+			s.applied = append(s.applied, c.DocID+"@"+c.Rev)
+		}
+	}
+	s.mu.Unlock()
+	errs := make([]error, len(cs))
+	if first {
+		return errs
+	}
+	<-ctx.Done()
+	for i := range errs {
+		errs[i] = ctx.Err()
+	}
+	return errs
+}
+
+// A batch whose output stops answering ends its work a reserve before the
+// invocation's deadline and reports what it did: the changes applied are
+// handled, the ones left are retried, none dead-lettered though this is
+// their last receive, and the output is not taken for down.
+func TestWorkCutShortBeforeTheDeadline(t *testing.T) {
+	t.Parallel()
+	f := testConfig(t, "per_document")
+	sink := &stallingSink{}
+	q := &fakeSQS{}
+	outages := &fakeOutages{}
+	h := &Handler{Config: f, SQS: q, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Outages: outages,
+		Sinks: func(context.Context, config.Route) (deliver.Sink, error) { return sink, nil }}
+	ev := events.SQSEvent{Records: []events.SQSMessage{
+		record(t, f, "m1", "a", "1-a", 1, 3), record(t, f, "m2", "b", "1-b", 2, 3), record(t, f, "m3", "a", "2-a", 3, 3),
+	}}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	resp, err := h.Handle(ctx, ev)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Handle returned after the invocation's deadline (%s)", took.Round(time.Millisecond))
+	}
+	var failed []string
+	for _, f := range resp.BatchItemFailures {
+		failed = append(failed, f.ItemIdentifier)
+	}
+	if d := cmp.Diff([]string{"m3"}, failed); d != "" {
+		t.Errorf("retried (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"a@1-a", "b@1-b"}, sink.applied); d != "" {
+		t.Errorf("applied (-want +got):\n%s", d)
+	}
+	if len(q.sent) != 0 || len(outages.marks) != 0 {
+		t.Errorf("%d sent (to the DLQ or back), outage marks %+v: want none", len(q.sent), outages.marks)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -300,6 +301,39 @@ func TestOutputDownHoldsTheBatch(t *testing.T) {
 		t.Errorf("cleared %d, metrics %s: want the outage cleared and OutputDown 0", r.outages.cleared, r.emf.String())
 	}
 }
+
+// A batch held on a standard queue is held ten messages to a request: 25
+// messages extend their visibility in three requests, and on their last
+// receive go back to the queue in three; a message SQS did not take back is
+// reported failed, to be received again, and the others handled.
+func TestHeldBatchIsHeldTenToARequest(t *testing.T) {
+	t.Parallel()
+	r := newOutageRun(t, "none")
+	r.set(errRefusedConn, nil)
+	docs := make([]string, 25)
+	for i := range docs {
+		docs[i] = fmt.Sprintf("d%02d", i)
+	}
+	if failed := r.handle(1, docs...); len(failed) != 25 || len(r.sqs.visibility) != 25 {
+		t.Fatalf("first receive: %d failed, %d visibility changes; want all 25 held in flight", len(failed), len(r.sqs.visibility))
+	}
+	if d := cmp.Diff([]int{5, 10, 10}, sorted(r.sqs.batches)); d != "" {
+		t.Errorf("visibility requests (-want +got):\n%s", d)
+	}
+
+	r.sqs.batches, r.sqs.failEntries = nil, map[string]bool{"3": true}
+	r.clock.Advance(5 * time.Second)
+	failed := r.handle(3, docs...)
+	if d := cmp.Diff([]int{5, 10, 10}, sorted(r.sqs.batches)); d != "" {
+		t.Errorf("send-back requests (-want +got):\n%s", d)
+	}
+	if len(failed) != 3 || len(r.sqs.sent) != 22 || r.dead() != 0 {
+		t.Errorf("last receive: %d failed, %d sent back, %d dead-lettered; want the 3 SQS failed to be received again and 22 sent back", len(failed), len(r.sqs.sent), r.dead())
+	}
+}
+
+// sorted returns a sorted copy of s.
+func sorted(s []int) []int { return slices.Sorted(slices.Values(s)) }
 
 // An output that cannot be opened (a secret not set or unparsable) is down:
 // its messages are held, and it is opened again, with the secrets read

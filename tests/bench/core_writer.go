@@ -275,6 +275,14 @@ func (coreNoSQS) ChangeMessageVisibility(context.Context, *sqs.ChangeMessageVisi
 	return nil, errCoreNoSQS
 }
 
+func (coreNoSQS) SendMessageBatch(context.Context, *sqs.SendMessageBatchInput, ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	return nil, errCoreNoSQS
+}
+
+func (coreNoSQS) ChangeMessageVisibilityBatch(context.Context, *sqs.ChangeMessageVisibilityBatchInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	return nil, errCoreNoSQS
+}
+
 // coreParallel runs apply(i) for every i < n from workers goroutines and
 // returns the wall time, or the first error.
 func coreParallel(ctx context.Context, n, workers int, apply func(ctx context.Context, i int) error) (time.Duration, error) {

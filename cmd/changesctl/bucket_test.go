@@ -2,13 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
 
+	"github.com/changes-worker/changes-worker/shared/config"
 	"github.com/changes-worker/changes-worker/shared/testenv"
 )
 
@@ -62,5 +66,35 @@ func TestLoadFindsDeployedBucket(t *testing.T) {
 				t.Errorf("log %q, want %q", logs.String(), tt.wantLog)
 			}
 		})
+	}
+}
+
+// silentCloudFormation answers no DescribeStacks: each waits for its
+// context.
+type silentCloudFormation struct{}
+
+func (silentCloudFormation) DescribeStacks(ctx context.Context, _ *cloudformation.DescribeStacksInput, _ ...func(*cloudformation.Options)) (*cloudformation.DescribeStacksOutput, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestDeployedBucketLookupIsBounded: a CloudFormation that does not answer
+// delays the command by the look-up's bound, then the default bucket stays
+// and the warning says why.
+func TestDeployedBucketLookupIsBounded(t *testing.T) {
+	defer func(d time.Duration) { bucketLookupTimeout = d }(bucketLookupTimeout)
+	bucketLookupTimeout = 200 * time.Millisecond
+	cfg := &config.File{Stack: config.Stack{Prefix: "cws", Bucket: "cws-data"}}
+	var logs bytes.Buffer
+	start := time.Now()
+	useDeployedBucket(t.Context(), cfg, silentCloudFormation{}, slog.New(slog.NewTextHandler(&logs, nil)))
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the look-up took %s, want about %s", took, bucketLookupTimeout)
+	}
+	if cfg.Stack.Bucket != "cws-data" {
+		t.Errorf("bucket %q, want the default cws-data", cfg.Stack.Bucket)
+	}
+	if !strings.Contains(logs.String(), "cannot read the deployed stack's bucket; using the default") || !strings.Contains(logs.String(), "deadline exceeded") {
+		t.Errorf("log does not warn of the look-up's timeout:\n%s", logs.String())
 	}
 }

@@ -65,7 +65,12 @@ func loadConfig(ctx context.Context, env *cliEnv, path string, logOut io.Writer,
 // deployed from it, when there is one: the stack generates its bucket's name,
 // while a configuration that names no bucket assumes <prefix>-data. Without a
 // stack the default stays; a failed look-up is logged and the default stays.
+// The look-up has bucketLookupTimeout: a CloudFormation that does not answer
+// (a local setup without it, a slow emulator) delays the command that long
+// and no longer.
 func useDeployedBucket(ctx context.Context, cfg *config.File, cfn deployed.CloudFormation, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, bucketLookupTimeout)
+	defer cancel()
 	b, err := deployed.Bucket(ctx, cfn, cfg.Stack.Prefix)
 	switch {
 	case err == nil:
@@ -77,6 +82,9 @@ func useDeployedBucket(ctx context.Context, cfg *config.File, cfn deployed.Cloud
 		log.Warn("cannot read the deployed stack's bucket; using the default", "stack", cfg.Stack.Prefix, "bucket", cfg.Stack.Bucket, "error", err)
 	}
 }
+
+// bucketLookupTimeout bounds useDeployedBucket's look-up.
+var bucketLookupTimeout = 10 * time.Second
 
 // bootstrapped is what `bootstrap -o json` prints.
 type bootstrapped struct {
@@ -206,7 +214,7 @@ func cmdRun(ctx context.Context, env *cliEnv, args []string) error {
 	var jobs jobList
 	fs.Var(&jobs, "job", "run this job `id` only; repeat it, or separate ids with commas, for several (default: every job)")
 	renamedFlag(env, fs, "jobs", "job")
-	untilIdle := fs.Bool("until-idle", false, "exit 0 once every job is caught up and every queue is drained")
+	untilIdle := fs.Bool("until-idle", false, "exit 0 once every job is caught up and every queue is drained; 1 once three of a job's poller invocations in a row failed")
 	tick := fs.Duration("tick", 0, "schedule interval (default: each job's schedule)")
 	pollerTimeout := fs.Duration("poller-timeout", 0, "poller invocation deadline (default: each job's, stack.poller_timeout or two schedule periods plus 15s)")
 	noPoller := fs.Bool("no-poller", false, "run only the writers")

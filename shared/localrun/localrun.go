@@ -48,7 +48,9 @@ type Options struct {
 	// separate processes).
 	NoPoller, NoWriter bool
 	// UntilIdle stops the run, successfully, once every job is caught up and
-	// every work queue is drained.
+	// every work queue is drained, or with an error once maxFailedPolls of
+	// a job's poller invocations in a row failed: one that fails is tried
+	// again at the next tick, as on Lambda.
 	UntilIdle bool
 	// Concurrency is the number of receivers (writer loops) per work queue,
 	// each invoking the writer on the batches it receives. Default
@@ -77,6 +79,7 @@ type Runtime struct {
 	intake      pauses
 	mu          sync.Mutex
 	caughtUp    map[string]bool
+	failedPolls map[string]int // by job: its invocations that failed in a row
 }
 
 // Run runs until ctx ends or, with UntilIdle, until the pipelines are idle.
@@ -220,18 +223,45 @@ func (r *Runtime) poll(ctx context.Context, j *config.Job, owner string, errc ch
 	r.polling.Add(int64(time.Since(start)))
 	r.read.Add(int64(res.Read))
 	r.enqueued.Add(int64(res.Enqueued))
-	if err != nil && ctx.Err() == nil {
-		r.Log.Error("poller invocation failed", "job", j.ID, "owner", owner, "error", err)
-		if !r.Opts.UntilIdle {
+	if ctx.Err() != nil {
+		return
+	}
+	if failed := r.pollFailed(j.ID, err, res.Role); err != nil {
+		r.Log.Error("poller invocation failed", "job", j.ID, "owner", owner, "error", err, "failed_in_a_row", failed)
+		if !r.Opts.UntilIdle || failed < maxFailedPolls {
 			return // as on Lambda: the next tick tries again
 		}
 		select {
-		case errc <- err:
+		case errc <- fmt.Errorf("%d poller invocations in a row failed, the last: %w", failed, err):
 		default:
 		}
 		return
 	}
 	r.Log.Debug("poller invocation ended", "job", j.ID, "owner", owner, "role", res.Role, "read", res.Read, "enqueued", res.Enqueued)
+}
+
+// maxFailedPolls is how many of a job's poller invocations in a row fail
+// before a run with UntilIdle gives up: one can fail on a slow moment of a
+// service (its deadline reached), as the next tick would on Lambda.
+const maxFailedPolls = 3
+
+// pollFailed counts a job's poller invocations that failed in a row and
+// returns the count. An invocation that was active and ended without error
+// sets it back to zero; one that stood by leaves it, as standing by says
+// nothing of whether the job can be polled.
+func (r *Runtime) pollFailed(job string, err error, role string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failedPolls == nil {
+		r.failedPolls = map[string]int{}
+	}
+	switch {
+	case err != nil:
+		r.failedPolls[job]++
+	case role == "active":
+		r.failedPolls[job] = 0
+	}
+	return r.failedPolls[job]
 }
 
 type queue struct {

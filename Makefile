@@ -12,13 +12,17 @@ FUNCTIONS := poller writer verify
 # tests that deploy the stack first), and how many packages' test binaries.
 # The end-to-end tests mostly wait (deploys, lease TTLs, outages), so more
 # run side by side than the machine has cores. The packages whose tests wait
-# longest are named first, so that they start first.
+# longest are named first, so that they start first, and the next slowest
+# after them, so that they run in infra's place before tests ends.
 TEST_PARALLEL ?= 10
 TEST_PACKAGES ?= 2
-SLOW_PACKAGES := ./tests ./infra
+SLOW_PACKAGES := ./tests ./infra ./cmd/changesctl ./tests/syncgateway
 # Every event of the last make test (go test -json), the passing tests'
 # output included.
 TEST_LOG      := $(LOCAL)/logs/test.json
+# How each local service answered during the last make test (tests/svcprobe:
+# a request to each every second), one JSON object a line.
+SERVICES_LOG  := $(LOCAL)/logs/services.jsonl
 # The release stamped into changesctl and the functions (changesctl version,
 # their first log line, the lease item), with the commit they are built from.
 VERSION   := $(shell cat VERSION)
@@ -72,10 +76,14 @@ build: ## build the Lambda bootstraps for linux/arm64 (FUNCTION_ARCH) into build
 		echo "$(BUILD_DIR)/$$f/bootstrap"; \
 	done
 
-test: $(STATICCHECK) up sync-gateway lambda-rie cdk-deps cfn-lint-tool ## run every test (unit, integration, end-to-end, infra) against the local services, with make lint's checks beside them; prints the ten slowest tests, and keeps every event in .local/logs/test.json
-	@$(GO) build -o $(LOCAL)/bin/testtimes ./tests/testtimes
-	@lintlog=$$(mktemp); GO=$(GO) bash .ci/lint $(STATICCHECK) >"$$lintlog" 2>&1 & lint=$$!; \
+# make lint's checks run beside the tests at a lower CPU priority (nice): they
+# only have to end, while the tests' waits for leases and deliveries are timed.
+test: $(STATICCHECK) up sync-gateway lambda-rie cdk-deps cfn-lint-tool ## run every test (unit, integration, end-to-end, infra) against the local services, with make lint's checks beside them; prints the ten slowest tests and how the services answered, and keeps every event in .local/logs/test.json
+	@$(GO) build -o $(LOCAL)/bin/testtimes ./tests/testtimes && $(GO) build -o $(LOCAL)/bin/svcprobe ./tests/svcprobe
+	@lintlog=$$(mktemp); GO=$(GO) nice -n 10 bash .ci/lint $(STATICCHECK) >"$$lintlog" 2>&1 & lint=$$!; \
+	$(ENV) { $(LOCAL)/bin/svcprobe -log $(SERVICES_LOG) & probe=$$!; }; \
 	set -o pipefail; $(ENV) $(GO) test -count=1 -timeout 45m -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -json $(SLOW_PACKAGES) ./... | tee $(TEST_LOG) | $(LOCAL)/bin/testtimes; tested=$$?; \
+	kill -TERM $$probe; wait $$probe; \
 	wait $$lint; linted=$$?; \
 	if [ $$linted -ne 0 ]; then echo "make lint failed:"; cat "$$lintlog"; else echo "make lint: ok"; fi; rm -f "$$lintlog"; \
 	[ $$tested -eq 0 ] && [ $$linted -eq 0 ]

@@ -22,7 +22,8 @@ const examplesDir = "../docs/examples"
 // changesctl validate runs) and synthesizes, cdk-nag's AwsSolutions pack
 // included, with no error.
 func TestExamples(t *testing.T) {
-	synthesized(t) // one synthesis at a time through the jsii runtime
+	synthesized(t) // the shared synthesis first, before the parallel tests
+	t.Parallel()   // its own syntheses beside them, one at a time (jsiiMu)
 	paths, err := filepath.Glob(filepath.Join(examplesDir, "*"))
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no sample configuration under %s: %v", examplesDir, err)

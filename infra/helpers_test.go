@@ -109,9 +109,16 @@ func synthesizeDoc(t *testing.T, doc string) (*synthesis, error) {
 	return synthesize(cfgPath, variantFull, dir)
 }
 
+// jsiiMu is held by every synthesis: the jsii runtime serves one caller at
+// a time. Tests that synthesize after t.Parallel (TestScale) rely on it; the
+// others synthesize and assert before the parallel tests start.
+var jsiiMu sync.Mutex
+
 // synthesize synthesizes the stack of the configuration at configPath in
 // variant v, with stand-ins for the functions' code, into directory root.
 func synthesize(configPath string, v variant, root string) (*synthesis, error) {
+	jsiiMu.Lock()
+	defer jsiiMu.Unlock()
 	// Stand-ins for `make build`: the stack only packages the files. The
 	// local variant has no function code and must not need a build.
 	buildDir := filepath.Join(root, "build")

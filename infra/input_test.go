@@ -95,7 +95,8 @@ func TestBucketGiven(t *testing.T) {
 // TestSynthTooManyResources: a job whose stack would exceed CloudFormation's
 // 500 resources fails the synth with an error that says so, not a panic.
 func TestSynthTooManyResources(t *testing.T) {
-	synthesized(t) // one synthesis at a time through the jsii runtime
+	synthesized(t) // the shared synthesis first, before the parallel tests
+	t.Parallel()   // its own syntheses beside them, one at a time (jsiiMu)
 	var outputs []string
 	for i := range 60 {
 		outputs = append(outputs, fmt.Sprintf(`{"id": "pg%02d", "type": "postgres", "postgres": {"dsn": {"env": "PG_DSN"}, "table": "t%02d"}}`, i, i))

@@ -63,7 +63,8 @@ func checkSuppressions(t *testing.T, syn *synthesis) int {
 // into managed policies; cdk-nag's wildcard findings there are accepted as
 // on the role's own policy, and no other finding is.
 func TestNagCoversSplitPolicies(t *testing.T) {
-	synthesized(t) // one synthesis at a time through the jsii runtime
+	synthesized(t) // the shared synthesis first, before the parallel tests
+	t.Parallel()   // its own syntheses beside them, one at a time (jsiiMu)
 	var outputs []string
 	for i := range 40 {
 		outputs = append(outputs, fmt.Sprintf(`{"id": "files%02d", "type": "s3", "s3": {"bucket": "exports-%02d", "prefix": "tenant-%02d/documents/"}}`, i, i, i))

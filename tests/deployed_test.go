@@ -395,6 +395,14 @@ func deployTestStack(t *testing.T, o deployOptions) *deployedStack {
 		defer cancel()
 		deleteCFNStack(ctx, t, cfn, d.prefix)
 	})
+	// Registered after the stack's deletion, so run before it.
+	t.Cleanup(func() {
+		if t.Failed() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
+			defer cancel()
+			d.logFunctions(ctx, t, 40)
+		}
+	})
 	buildDir := t.TempDir()
 	d.assembly, d.ctl = t.TempDir(), filepath.Join(buildDir, "changesctl")
 	if !o.ahead {
@@ -430,6 +438,58 @@ func deployTestStack(t *testing.T, o deployOptions) *deployedStack {
 		}
 	}
 	return d
+}
+
+// logFunctions logs, for a failed test, what only LocalStack holds: the
+// state of each writer's event source mappings, and the last n warnings and
+// errors each function wrote to its log group; and PostgreSQL's other
+// sessions, with what each waits for (a writer that cannot deliver may wait
+// for a lock).
+func (d *deployedStack) logFunctions(ctx context.Context, t *testing.T, n int) {
+	if conn, err := pgx.Connect(ctx, testenv.DSN()); err != nil {
+		t.Logf("PostgreSQL sessions: %v", err)
+	} else {
+		rows, _ := conn.Query(ctx, `SELECT format('pid %s %s, waits for %s %s, transaction open %s: %s', pid, state, coalesce(wait_event_type, '-'), coalesce(wait_event, '-'),
+			coalesce(date_trunc('second', now() - xact_start)::text, '-'), left(regexp_replace(query, '\s+', ' ', 'g'), 120))
+			FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY xact_start NULLS LAST`)
+		sessions, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		conn.Close(ctx)
+		t.Logf("PostgreSQL's other sessions (%d), %v:\n%s", len(sessions), err, strings.Join(sessions, "\n"))
+	}
+	logs := cloudwatchlogs.NewFromConfig(d.Deps.AWS)
+	for _, job := range d.Config.Jobs {
+		writer := d.Config.FunctionName(job, config.FunctionWriter)
+		p := lambda.NewListEventSourceMappingsPaginator(d.lambda, &lambda.ListEventSourceMappingsInput{FunctionName: &writer})
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				t.Logf("event source mappings of %s: %v", writer, err)
+				break
+			}
+			for _, m := range page.EventSourceMappings {
+				t.Logf("event source mapping of %s: %s (last result %q)", aws.ToString(m.EventSourceArn), aws.ToString(m.State), aws.ToString(m.LastProcessingResult))
+			}
+		}
+		for _, fn := range []string{d.Config.FunctionName(job, config.FunctionPoller), writer} {
+			group := "/aws/lambda/" + fn
+			var kept []string
+			p := cloudwatchlogs.NewFilterLogEventsPaginator(logs, &cloudwatchlogs.FilterLogEventsInput{LogGroupName: &group})
+			for p.HasMorePages() {
+				page, err := p.NextPage(ctx)
+				if err != nil {
+					kept = append(kept, fmt.Sprintf("read %s: %v", group, err))
+					break
+				}
+				for _, ev := range page.Events {
+					line := strings.TrimSpace(aws.ToString(ev.Message))
+					if strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`) || strings.Contains(line, `"errorMessage"`) {
+						kept = append(kept, line)
+					}
+				}
+			}
+			t.Logf("%s: its last %d warnings and errors (of %d):\n%s", group, min(n, len(kept)), len(kept), strings.Join(kept[max(0, len(kept)-n):], "\n"))
+		}
+	}
 }
 
 // function is the deployed name of the orders job's function (poller or writer).
@@ -493,16 +553,8 @@ func (d *deployedStack) checkSecretCorrected(ctx context.Context, t *testing.T) 
 		t.Fatal(err)
 	}
 	corrected := time.Now()
-	// The writer creates the output's tables when it first opens it: until
-	// then there is no table to read.
-	if err := testenv.Poll(ctx, 2*time.Minute, 2*time.Second, func(ctx context.Context) (bool, error) {
-		got, err := d.Revs(ctx, "orders", "pg")
-		return err == nil && maps.Equal(got, want), nil
-	}); err != nil {
-		t.Fatalf("pg not exact 2m after the secret was corrected: %v", err)
-	}
+	d.waitExact(ctx, t, 2*time.Minute)
 	t.Logf("pg exact %s after the secret was corrected", time.Since(corrected).Round(time.Second))
-	d.waitExact(ctx, t, time.Minute)
 	if n := d.queueDepth(ctx, t, q.DLQURL); n != 0 {
 		t.Errorf("DLQ %s holds %d messages, want none", q.DLQName, n)
 	}
@@ -529,26 +581,57 @@ func (d *deployedStack) queueDepth(ctx context.Context, t *testing.T, url string
 }
 
 // waitExact waits until PostgreSQL, the HTTP receiver and S3 each hold
-// exactly the source's live documents at their winning revisions.
-func (d *deployedStack) waitExact(ctx context.Context, t *testing.T, limit time.Duration) {
+// exactly the source's live documents at their winning revisions. Each round
+// reads the outputs in that order and stops at the first that differs: S3's
+// state is a HEAD request per object. It gives up once no output came
+// closer to the source for stall (a busy machine makes the functions slow;
+// a stall stops them), or after three times stall in all.
+func (d *deployedStack) waitExact(ctx context.Context, t *testing.T, stall time.Duration) {
 	t.Helper()
 	want := d.sourceState(ctx)
-	var got map[string]map[string]string
 	var pgErr error
-	err := testenv.Poll(ctx, limit, 2*time.Second, func(ctx context.Context) (bool, error) {
-		// The writer creates the PostgreSQL output's tables when it first
-		// opens it: until then there is no table to read.
+	// The writer creates the PostgreSQL output's tables when it first
+	// opens it: until then there is no table to read.
+	pgState := func(ctx context.Context) map[string]string {
 		var pg map[string]string
 		pg, pgErr = d.Revs(ctx, "orders", "pg")
-		got = map[string]map[string]string{"pg": pg, "rest": d.httpState(), "archive": d.s3State(ctx)}
-		for _, g := range got {
-			if !maps.Equal(g, want) {
+		return pg
+	}
+	outputs := []struct {
+		name  string
+		state func(context.Context) map[string]string
+	}{
+		{"pg", pgState},
+		{"rest", func(context.Context) map[string]string { return d.httpState() }},
+		{"archive", d.s3State},
+	}
+	// The wait goes on while the first output that differs comes closer:
+	// fewer documents that differ from the source than it ever had before.
+	closest := map[string]int{}
+	moved := time.Now()
+	err := testenv.Poll(ctx, 3*stall, 2*time.Second, func(ctx context.Context) (bool, error) {
+		for _, o := range outputs {
+			n := differing(want, o.state(ctx))
+			if c, ok := closest[o.name]; !ok || n < c {
+				closest[o.name], moved = n, time.Now()
+			}
+			if n > 0 {
+				if time.Since(moved) > stall {
+					return false, fmt.Errorf("no output came closer to the source for %s (documents that differ: %v)", stall, closest)
+				}
 				return false, nil
 			}
 		}
 		return true, nil
 	})
 	if err != nil {
+		// Every output once more, for the diff.
+		readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		got := map[string]map[string]string{}
+		for _, o := range outputs {
+			got[o.name] = o.state(readCtx)
+		}
 		for out, g := range got {
 			if diff := cmp.Diff(want, g); diff != "" {
 				t.Errorf("output %s (-source +output):\n%s", out, diff)
@@ -557,8 +640,28 @@ func (d *deployedStack) waitExact(ctx context.Context, t *testing.T, limit time.
 		if pgErr != nil {
 			t.Errorf("read the pg output: %v", pgErr)
 		}
-		t.Fatalf("outputs not exact after %s: %v", limit, err)
+		if errors.Is(err, testenv.ErrTimeout) {
+			err = fmt.Errorf("not within %s", 3*stall)
+		}
+		t.Fatalf("outputs not exact: %v", err)
 	}
+}
+
+// differing counts the documents whose revision in got is not the one in
+// want: missing, older or newer, or held though want has none.
+func differing(want, got map[string]string) int {
+	n := 0
+	for id, rev := range want {
+		if r, ok := got[id]; !ok || r != rev {
+			n++
+		}
+	}
+	for id := range got {
+		if _, ok := want[id]; !ok {
+			n++
+		}
+	}
+	return n
 }
 
 // checkSchedule enables the job's rule (faults.StartSchedule), adds a

@@ -77,8 +77,9 @@ const slotsAfter = time.Second
 func parallel(t *testing.T) {
 	t.Helper()
 	t.Parallel()
+	start := time.Now()
 	time.Sleep(slotsAfter)
-	takeSlot(t)
+	takeSlot(t, start)
 }
 
 // deployedParallel is parallel for a test that deploys the stack: it asks
@@ -86,12 +87,16 @@ func parallel(t *testing.T) {
 func deployedParallel(t *testing.T) {
 	t.Helper()
 	t.Parallel()
-	takeSlot(t)
+	takeSlot(t, time.Now())
 }
 
-func takeSlot(t *testing.T) {
+// takeSlot waits for a slot and logs how long t waited since start, in the
+// form tests/testtimes subtracts from the test's time.
+func takeSlot(t *testing.T, start time.Time) {
+	t.Helper()
 	slots <- struct{}{}
 	t.Cleanup(func() { <-slots })
+	t.Logf("waited %s for a test slot", time.Since(start).Round(time.Millisecond))
 }
 
 // parallelStack marks t parallel (parallel) and returns its context and a

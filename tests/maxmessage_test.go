@@ -236,13 +236,15 @@ func (f failingSink) Apply(_ context.Context, cs []*change.Envelope) []error {
 }
 
 // receiveOne receives one message of the queue at url, with its attributes,
-// waiting up to 30 s for it: a loaded LocalStack takes seconds to move a
-// message to its DLQ.
+// waiting up to a minute for it: a loaded LocalStack takes seconds to move a
+// message to its DLQ. The message stays in flight for 15 s, so that one
+// received by a request whose answer was lost (the SDK sends it again, and
+// the second receive finds the message in flight) comes back within the wait.
 func receiveOne(t *testing.T, s *stack.Stack, url string) sqstypes.Message {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
 		out, err := s.Deps.SQS.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{
-			QueueUrl: &url, MaxNumberOfMessages: 1, WaitTimeSeconds: 1, VisibilityTimeout: 60,
+			QueueUrl: &url, MaxNumberOfMessages: 1, WaitTimeSeconds: 1, VisibilityTimeout: 15,
 			MessageAttributeNames: []string{"All"}, MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
 		})
 		if err != nil {

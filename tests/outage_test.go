@@ -115,14 +115,15 @@ func runOutage(t *testing.T, s *testStack, output string, state func() map[strin
 	mend()
 	fig.Length = time.Since(start)
 	back := time.Now()
-	if waitConverged(t, s, state, 90*time.Second) {
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+	if waitConverged(t, s, state, 90*time.Second+stall) {
+		const within = time.Minute + stall
+		for deadline := time.Now().Add(within); ; time.Sleep(250 * time.Millisecond) {
 			d, err := dlq.QueueDepth(ctx, s.Deps.SQS, q.WorkURL)
 			if err == nil && d.Total() == 0 {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Errorf("work queue of %s not empty a minute after the output equals the source: %+v", output, d)
+				t.Errorf("work queue of %s not empty %s after the output equals the source: %+v", output, within, d)
 				break
 			}
 		}

@@ -362,7 +362,10 @@ func TestSlowTransfer(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case strings.HasSuffix(r.URL.Path, "/large.bin"):
-			// 3 MiB in about 2.4 s: 64 KiB every 50 ms.
+			// 3 MiB in about 2.4 s: 64 KiB every 50 ms, longer than the
+			// stall timeout and well inside the transfer's 7 s (the stall
+			// timeout and 3 MiB at min_bytes_per_second), so that a loaded
+			// machine's slower pace and upload stay inside it too.
 			w.Header().Set("Content-Length", strconv.Itoa(len(large)))
 			for rest := large; len(rest) > 0; {
 				n := min(64<<10, len(rest))
@@ -383,7 +386,7 @@ func TestSlowTransfer(t *testing.T) {
 	q := &recorder{}
 	st := &attach.Stage{
 		Config: &config.Attachments{Enabled: true, Bucket: bkt, Prefix: "slow/", KeyTemplate: "{digest}", MaxBytes: 64 << 20, OnMissing: config.OnMissingFail,
-			StallTimeout: config.Duration(time.Second), MinBytesPerSecond: 1 << 20, Attempts: 2},
+			StallTimeout: config.Duration(time.Second), MinBytesPerSecond: 512 << 10, Attempts: 2},
 		Source: sourceClient(t, srv.URL), S3: s3c, Job: "orders", Quarantine: q, PartSize: 5 << 20,
 	}
 

@@ -182,8 +182,9 @@ type Final struct {
 }
 
 // Finish waits until the job caught up with the source (stop writing to it
-// first), stops the pollers gracefully, lets the collector drain the queue,
-// stops it and the watcher, and compares PostgreSQL with the source.
+// first; WaitCaughtUp with timeout as its stall), stops the pollers
+// gracefully, lets the collector drain the queue within timeout, stops it
+// and the watcher, and compares PostgreSQL with the source.
 func Finish(ctx context.Context, s *Stack, cl *Cluster, col *Collector, w *Watcher, timeout time.Duration) (Final, error) {
 	var f Final
 	if err := s.WaitCaughtUp(ctx, timeout); err != nil {

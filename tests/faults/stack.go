@@ -284,14 +284,16 @@ func Drift(source, pg map[string]string) []string {
 	return out
 }
 
-// errNotCaughtUp is returned by WaitCaughtUp when the deadline passes.
+// errNotCaughtUp is returned by WaitCaughtUp when it gives up.
 var errNotCaughtUp = errors.New("job did not catch up with the source")
 
 // WaitCaughtUp waits until the job's checkpoint reaches the source's update
-// sequence (take it once the source stopped changing).
-func (s *Stack) WaitCaughtUp(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+// sequence (take it once the source stopped changing). It gives up once the
+// checkpoint has not moved for stall, or after four times stall in all: a
+// busy machine slows the job down, a stall stops it.
+func (s *Stack) WaitCaughtUp(ctx context.Context, stall time.Duration) error {
+	start := time.Now()
+	moved, at := start, "unknown"
 	for {
 		want, err := s.updateSeq(ctx)
 		if err != nil {
@@ -302,9 +304,18 @@ func (s *Stack) WaitCaughtUp(ctx context.Context, timeout time.Duration) error {
 			if got, err := SeqNumber(st.Checkpoint); err == nil && got >= want {
 				return nil
 			}
+			if cp := checkpointOf(st); cp != at {
+				moved, at = time.Now(), cp
+			}
+		}
+		switch {
+		case time.Since(moved) > stall:
+			return fmt.Errorf("%w: its checkpoint stayed at %s for %s (update_seq %d)", errNotCaughtUp, at, stall, want)
+		case time.Since(start) > 4*stall:
+			return fmt.Errorf("%w within %s (update_seq %d, checkpoint %s)", errNotCaughtUp, 4*stall, want, at)
 		}
 		if err := clock.Sleep(ctx, 200*time.Millisecond); err != nil {
-			return fmt.Errorf("%w within %s (update_seq %d, checkpoint %s)", errNotCaughtUp, timeout, want, checkpointOf(st))
+			return fmt.Errorf("%w: %w (update_seq %d, checkpoint %s)", errNotCaughtUp, err, want, at)
 		}
 	}
 }

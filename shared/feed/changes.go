@@ -263,20 +263,19 @@ var errPageFull = errors.New("page budget reached")
 // the error is the stream's (see stream.fail) or ErrMalformed.
 func (p *pageReader) read(st *stream) (*Batch, error) {
 	p.b = &Batch{Rows: []Row{}, Pending: -1}
-	dec := json.NewDecoder(st.body)
-	err := p.answer(dec)
+	err := p.answer(&valueScanner{r: st.body})
 	switch {
 	case errors.Is(err, errPageFull):
 		return p.cut(fmt.Sprintf("page_bytes: the rows read reached %d bytes", p.budget)), nil
 	case err != nil && p.pos != nil:
 		return p.cut(st.fail(err, "").Error()), nil
+	case errors.Is(err, errOverLimit):
+		return nil, st.fail(err, "its first row")
+	case err != nil && st.body.err != nil && errors.Is(err, st.body.err):
+		return nil, st.fail(err, "")
 	case err != nil:
-		if st.body.over {
-			return nil, st.fail(err, "its first row")
-		}
-		if ferr := st.fail(err, ""); ferr != err {
-			return nil, ferr
-		}
+		// Not JSON, or not an answer, in the bytes read: what the reader
+		// read beyond them, over the limit or not, does not matter.
 		return nil, malformed("changes", "%v", err)
 	case !p.results:
 		return nil, malformed("changes", "no results")
@@ -307,81 +306,137 @@ func (p *pageReader) cut(why string) *Batch {
 }
 
 // answer reads the answer's object: results, last_seq and pending, in any
-// order; other members are skipped.
-func (p *pageReader) answer(dec *json.Decoder) error {
-	if err := delim(dec, '{'); err != nil {
+// order; other members are skipped. Nothing after the object is read.
+func (p *pageReader) answer(s *valueScanner) error {
+	c, err := s.peek()
+	if err != nil {
 		return err
 	}
-	for dec.More() {
-		tok, err := dec.Token()
+	if c != '{' {
+		// An answer that is a string, number or literal is read whole
+		// first, as json.Decoder reads it: one over the answer limit
+		// then says so.
+		if c != '[' {
+			if _, err := s.value(); err != nil {
+				return err
+			}
+		}
+		return s.unexpected(c, "where the answer's { belongs")
+	}
+	s.pos++
+	if c, err := s.peek(); err != nil {
+		return err
+	} else if c == '}' {
+		return nil
+	}
+	for {
+		if c, err := s.peek(); err != nil {
+			return err
+		} else if c != '"' {
+			return s.unexpected(c, "where a member's name belongs")
+		}
+		raw, err := s.value()
 		if err != nil {
 			return err
 		}
-		switch tok {
+		var name string
+		if err := json.Unmarshal(raw, &name); err != nil {
+			return fmt.Errorf("a member's name is %.40s, not a string", raw)
+		}
+		if err := s.expect(':'); err != nil {
+			return err
+		}
+		switch name {
 		case "results":
-			if err := p.rows(dec); err != nil {
+			if err := p.rows(s); err != nil {
 				return err
 			}
 		case "last_seq":
-			p.hasLast = true
-			if err := dec.Decode(&p.lastSeq); err != nil {
+			v, err := s.value()
+			if err != nil {
 				return err
 			}
+			p.hasLast, p.lastSeq = true, bytes.Clone(v)
 		case "pending":
-			var n json.RawMessage
-			if err := dec.Decode(&n); err != nil {
+			v, err := s.value()
+			if err != nil {
 				return err
 			}
-			if v, err := strconv.ParseInt(string(n), 10, 64); err == nil && v >= 0 {
-				p.b.Pending = v
+			if n, err := strconv.ParseInt(string(v), 10, 64); err == nil && n >= 0 {
+				p.b.Pending = n
 			}
 		default:
-			var skip json.RawMessage
-			if err := dec.Decode(&skip); err != nil {
+			if _, err := s.value(); err != nil {
 				return err
 			}
 		}
+		c, err := s.peek()
+		if err != nil {
+			return err
+		}
+		switch c {
+		case ',':
+			s.pos++
+		case '}':
+			s.pos++
+			return nil
+		default:
+			return s.unexpected(c, "after a member of the answer")
+		}
 	}
-	return delim(dec, '}')
 }
 
 // rows reads the results array row by row.
-func (p *pageReader) rows(dec *json.Decoder) error {
-	tok, err := dec.Token()
+func (p *pageReader) rows(s *valueScanner) error {
+	c, err := s.peek()
 	if err != nil {
 		return err
 	}
-	if tok == nil {
-		return nil // "results":null: no results
+	if c == '{' {
+		return errors.New("results is an object, not a list")
 	}
-	if tok != json.Delim('[') {
-		return fmt.Errorf("results is %v, not a list", tok)
+	if c != '[' {
+		v, err := s.value()
+		switch {
+		case err != nil:
+			return err
+		case string(v) == "null":
+			return nil // "results":null: no results
+		}
+		return fmt.Errorf("results is %.40s, not a list", v)
 	}
+	s.pos++
 	p.results = true
-	var raw json.RawMessage
-	for dec.More() {
-		raw = nil // each row's own bytes: its Row keeps parts of them
-		if err := dec.Decode(&raw); err != nil {
+	if c, err := s.peek(); err != nil {
+		return err
+	} else if c == ']' {
+		s.pos++
+		return nil
+	}
+	for {
+		v, err := s.value()
+		if err != nil {
 			return err
 		}
-		p.row(raw)
-		if p.budget > 0 && dec.InputOffset() >= p.budget && p.pos != nil && dec.More() {
+		p.row(bytes.Clone(v)) // each row's own bytes: its Row keeps parts of them
+		end := s.offset()
+		c, err := s.peek()
+		if err != nil {
+			return err
+		}
+		if p.budget > 0 && end >= p.budget && p.pos != nil && c != ']' && c != '}' {
 			return errPageFull
 		}
+		switch c {
+		case ',':
+			s.pos++
+		case ']':
+			s.pos++
+			return nil
+		default:
+			return s.unexpected(c, "after a row")
+		}
 	}
-	return delim(dec, ']')
-}
-
-// delim reads the next token, which must be d.
-func delim(dec *json.Decoder, d json.Delim) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok != d {
-		return fmt.Errorf("found %v where %v belongs", tok, d)
-	}
-	return nil
 }
 
 // rowFields are a row's members, read leniently: a member of an
@@ -407,8 +462,8 @@ type rowFields struct {
 //   - Sync Gateway's principal rows ("_user/..." without a revision) are
 //     dropped, as are deleted and removed rows under ActiveOnly.
 //
-// raw is one whole JSON value, checked by the decoder that read it: a page's
-// row by the page's json.Decoder, a stream's by emit. The row is read in one
+// raw is one whole JSON value, checked by what read it: a page's
+// row by the valueScanner (json.Valid), a stream's by emit. The row is read in one
 // pass (scanRow) and gives what json.Unmarshal into rowFields, then meta of
 // its doc, would give.
 func (p *pageReader) row(raw json.RawMessage) {

@@ -799,3 +799,15 @@ func nested(h textproto.MIMEHeader) (string, bool, error) {
 	}
 	return params["boundary"], true, nil
 }
+
+// delim reads the next token, which must be d.
+func delim(dec *json.Decoder, d json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != d {
+		return fmt.Errorf("found %v where %v belongs", tok, d)
+	}
+	return nil
+}

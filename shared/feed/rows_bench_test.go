@@ -47,20 +47,29 @@ func benchPage(rows, docSize int) []byte {
 }
 
 // BenchmarkPageRows reads a page of 500 rows with their documents included,
-// small and large, as Changes reads an answer.
+// small and large, as Changes reads an answer (reader=scanner), and as
+// json.Decoder read it before (reader=decoder), side by side.
 func BenchmarkPageRows(b *testing.B) {
+	readers := []struct {
+		name string
+		read func(*pageReader, *stream) (*Batch, error)
+	}{
+		{"scanner", (*pageReader).read},
+		{"decoder", decoderRead},
+	}
 	for _, size := range []int{250, 10 << 10} {
 		body := benchPage(500, size)
-		b.Run(fmt.Sprintf("doc=%dB", size), func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				p := &pageReader{limit: 500}
-				batch, err := p.read(bytesStream(body, int64(len(body))+1))
-				if err != nil || len(batch.Rows) != 500 || batch.Rows[499].Doc == nil {
-					b.Fatalf("read: %v", err)
+		for _, r := range readers {
+			b.Run(fmt.Sprintf("doc=%dB/reader=%s", size, r.name), func(b *testing.B) {
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					batch, err := r.read(&pageReader{limit: 500}, bytesStream(body, int64(len(body))+1))
+					if err != nil || len(batch.Rows) != 500 || batch.Rows[499].Doc == nil {
+						b.Fatalf("read: %v", err)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }

@@ -277,7 +277,13 @@ func (p *pageReader) read(st *stream) (*Batch, error) {
 		// Not JSON, or not an answer, in the bytes read: what the reader
 		// read beyond them, over the limit or not, does not matter.
 		return nil, malformed("changes", "%v", err)
-	case !p.results:
+	}
+	return p.whole()
+}
+
+// whole ends the batch of an answer read to its end.
+func (p *pageReader) whole() (*Batch, error) {
+	if !p.results {
 		return nil, malformed("changes", "no results")
 	}
 	switch {

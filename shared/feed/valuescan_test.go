@@ -35,24 +35,8 @@ func decoderRead(p *pageReader, st *stream) (*Batch, error) {
 			return nil, ferr
 		}
 		return nil, malformed("changes", "%v", err)
-	case !p.results:
-		return nil, malformed("changes", "no results")
 	}
-	switch {
-	case !p.hasLast || isNull(p.lastSeq):
-		p.badLast = "no last_seq"
-	case emptySeq(p.lastSeq):
-		p.badLast = `last_seq is empty ("")`
-	}
-	if p.badLast != "" {
-		if p.pos != nil {
-			return p.cut("the answer's " + p.badLast + ": the batch ends after its last row"), nil
-		}
-		return nil, malformed("changes", "%s", p.badLast)
-	}
-	p.b.LastSeq = NotBefore(p.lastSeq, p.pos)
-	p.b.Full = p.seen >= p.limit
-	return p.b, nil
+	return p.whole()
 }
 
 func decoderAnswer(p *pageReader, dec *json.Decoder) error {

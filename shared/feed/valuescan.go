@@ -118,60 +118,38 @@ func (s *valueScanner) value() ([]byte, error) {
 	s.compact()
 	end, err := s.valueEnd()
 	if err != nil {
-		part := s.buf[s.pos:]
-		// A number or literal that JSON's grammar ends in what was read
-		// is whole (00 is 0, then 0), as json.Decoder reads it.
-		if c := part[0]; c != '"' && c != '{' && c != '[' {
-			dec := json.NewDecoder(bytes.NewReader(part))
-			var x json.RawMessage
-			if dec.Decode(&x) == nil && dec.InputOffset() < int64(len(part)) {
-				s.pos += int(dec.InputOffset())
-				return x, nil
-			}
-		}
-		// What was read of the value may already not be JSON: that is
-		// the error, as it is json.Decoder's, which checks as it reads.
-		if se := syntaxError(part, s.offset()); se != nil {
-			return nil, se
-		}
-		return nil, err
+		return s.decode(s.buf[s.pos:], err)
 	}
-	v := s.buf[s.pos:end]
-	if json.Valid(v) {
+	if v := s.buf[s.pos:end]; json.Valid(v) {
 		s.pos = end
 		return v, nil
 	}
-	if len(v) > 0 && v[0] != '"' && v[0] != '{' && v[0] != '[' {
-		// A number or literal ends where JSON's grammar ends it, as
-		// json.Decoder reads a stream of values: 00 is 0, then 0.
-		dec := json.NewDecoder(bytes.NewReader(v))
-		var x json.RawMessage
-		if dec.Decode(&x) == nil {
-			s.pos += int(dec.InputOffset())
-			return x, nil
-		}
+	return s.decode(s.buf[s.pos:end], nil)
+}
+
+// decode reads the value at s.pos as json.Decoder reads a stream of
+// values, from part, the bytes at hand: the whole value valueEnd found
+// (readErr nil) or what came before the answer broke or ended (readErr).
+// A number or literal ends where JSON's grammar ends it (00 is 0, then
+// 0); bytes that are already not JSON are a *json.SyntaxError, whatever
+// the reader met after them.
+func (s *valueScanner) decode(part []byte, readErr error) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(part))
+	var v json.RawMessage
+	err := dec.Decode(&v)
+	// Before the answer broke, a value is whole only if bytes follow it.
+	if n := int(dec.InputOffset()); err == nil && (readErr == nil || n < len(part)) {
+		s.pos += n
+		return v, nil
 	}
-	var x json.RawMessage
-	err = json.Unmarshal(v, &x) // says what is wrong, and where
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
+	if se := (*json.SyntaxError)(nil); errors.As(err, &se) {
 		se.Offset += s.offset()
 		return nil, se
 	}
-	return nil, fmt.Errorf("invalid JSON at byte %d of the answer", s.offset())
-}
-
-// syntaxError returns the *json.SyntaxError of part, the start of a JSON
-// value at offset off of the answer, or nil when part can begin one.
-func syntaxError(part []byte, off int64) error {
-	var x json.RawMessage
-	err := json.NewDecoder(bytes.NewReader(part)).Decode(&x)
-	var se *json.SyntaxError
-	if !errors.As(err, &se) {
-		return nil
+	if readErr != nil {
+		return nil, readErr
 	}
-	se.Offset += off
-	return se
+	return nil, fmt.Errorf("invalid JSON at byte %d of the answer", s.offset())
 }
 
 // valueEnd returns the index of buf after the value that starts at s.pos,

@@ -19,7 +19,7 @@ type valueScanner struct {
 	buf  []byte
 	pos  int   // the next byte of buf to read
 	base int64 // the answer's offset of buf[0]
-	err  error // what r returned last: more data needs none
+	err  error // what r returned (io.EOF at the end): once set, nothing more is read
 }
 
 // minRead is the least free space a read is given.

@@ -376,18 +376,8 @@ func (p *pageReader) answer(s *valueScanner) error {
 				return err
 			}
 		}
-		c, err := s.peek()
-		if err != nil {
+		if more, err := s.separator('}', "after a member of the answer"); err != nil || !more {
 			return err
-		}
-		switch c {
-		case ',':
-			s.pos++
-		case '}':
-			s.pos++
-			return nil
-		default:
-			return s.unexpected(c, "after a member of the answer")
 		}
 	}
 }
@@ -433,14 +423,8 @@ func (p *pageReader) rows(s *valueScanner) error {
 		if p.budget > 0 && end >= p.budget && p.pos != nil && c != ']' && c != '}' {
 			return errPageFull
 		}
-		switch c {
-		case ',':
-			s.pos++
-		case ']':
-			s.pos++
-			return nil
-		default:
-			return s.unexpected(c, "after a row")
+		if more, err := s.separator(']', "after a row"); err != nil || !more {
+			return err
 		}
 	}
 }

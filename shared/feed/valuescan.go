@@ -91,6 +91,20 @@ func (s *valueScanner) expect(c byte) error {
 	return nil
 }
 
+// separator reads what follows a member of an object or an element of a
+// list, after: a comma, then more follow, or close, which ends it.
+func (s *valueScanner) separator(close byte, after string) (more bool, err error) {
+	c, err := s.peek()
+	if err != nil {
+		return false, err
+	}
+	if c != ',' && c != close {
+		return false, s.unexpected(c, after)
+	}
+	s.pos++
+	return c == ',', nil
+}
+
 // unexpected is the error for byte c, just peeked, where it does not
 // belong.
 func (s *valueScanner) unexpected(c byte, where string) error {

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -241,22 +240,8 @@ func TestTwoPollersOneActive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	results := make([]poll.Result, 2)
-	errs := make([]error, 2)
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			time.Sleep(time.Duration(i) * 300 * time.Millisecond)
-			// The second one's budget ends before the first releases.
-			results[i], errs[i] = p.Run(ctx, poll.Invocation{Owner: fmt.Sprintf("p%d", i), Host: "h", Deadline: time.Now().Add(time.Duration(8-3*i) * time.Second)})
-		}()
-	}
-	wg.Wait()
-	if errs[0] != nil || errs[1] != nil {
-		t.Fatalf("runs: %v / %v", errs[0], errs[1])
-	}
+	// The second one's budget ends before the first releases.
+	results := s.runPollerPair(ctx, p, func(i int) time.Duration { return time.Duration(8-3*i) * time.Second }).results
 	if results[0].Role != "active" || results[1].Role != "standby" {
 		t.Fatalf("roles %q and %q, want active and standby", results[0].Role, results[1].Role)
 	}

@@ -13,9 +13,11 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +28,8 @@ import (
 	"github.com/changes-worker/changes-worker/shared/demo/receiver"
 	"github.com/changes-worker/changes-worker/shared/demo/sample"
 	"github.com/changes-worker/changes-worker/shared/localrun"
+	"github.com/changes-worker/changes-worker/shared/poll"
+	"github.com/changes-worker/changes-worker/shared/testenv"
 	"github.com/changes-worker/changes-worker/shared/testenv/stack"
 )
 
@@ -221,4 +225,52 @@ func (s *testStack) httpState() map[string]string {
 		got[id] = d.Rev
 	}
 	return got
+}
+
+// pollerPair is what two poller invocations run side by side returned.
+type pollerPair struct {
+	results [2]poll.Result
+	errs    [2]error
+	took    [2]time.Duration
+}
+
+// runPollerPair runs two invocations of p, owners p0 and p1, the second
+// started once the first holds the job's lease (a fixed delay lets a slow
+// first acquire lose the race); budget(i) is invocation i's budget.
+func (s *testStack) runPollerPair(ctx context.Context, p *poll.Poller, budget func(i int) time.Duration) pollerPair {
+	s.t.Helper()
+	var (
+		out   pollerPair
+		wg    sync.WaitGroup
+		first = make(chan struct{})
+	)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i == 1 {
+				select {
+				case <-first:
+				case <-ctx.Done():
+					return
+				}
+			}
+			start := time.Now()
+			out.results[i], out.errs[i] = p.Run(ctx, poll.Invocation{Owner: fmt.Sprintf("p%d", i), Host: "h", Deadline: start.Add(budget(i))})
+			out.took[i] = time.Since(start)
+		}()
+	}
+	err := testenv.Poll(ctx, 30*time.Second, 20*time.Millisecond, func(ctx context.Context) (bool, error) {
+		st, err := s.Leases.Get(ctx, "orders")
+		return err == nil && st.Owner == "p0" && st.Held(time.Now()), err
+	})
+	close(first)
+	wg.Wait()
+	if err != nil {
+		s.t.Fatalf("the first invocation did not take the lease: %v (it returned %+v, %v)", err, out.results[0], out.errs[0])
+	}
+	if out.errs[0] != nil || out.errs[1] != nil {
+		s.t.Fatalf("runs: %v / %v", out.errs[0], out.errs[1])
+	}
+	return out
 }

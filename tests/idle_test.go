@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,24 +38,8 @@ func TestIdleSleepPipeline(t *testing.T) {
 	}
 	budget := s.Config.Stack.PollerTimeout.D()
 	stay := s.Config.Jobs[0].IdleStay()
-	var wg sync.WaitGroup
-	results := make([]poll.Result, 2)
-	errs := make([]error, 2)
-	took := make([]time.Duration, 2)
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			time.Sleep(time.Duration(i) * 300 * time.Millisecond)
-			start := time.Now()
-			results[i], errs[i] = p.Run(ctx, poll.Invocation{Owner: fmt.Sprintf("p%d", i), Host: "h", Deadline: start.Add(budget)})
-			took[i] = time.Since(start)
-		}()
-	}
-	wg.Wait()
-	if errs[0] != nil || errs[1] != nil {
-		t.Fatalf("runs: %v / %v", errs[0], errs[1])
-	}
+	pair := s.runPollerPair(ctx, p, func(int) time.Duration { return budget })
+	results, took := pair.results, pair.took
 	if results[0].Role != "active" || results[0].Enqueued != 20 {
 		t.Errorf("first invocation %+v, want active with 20 changes queued", results[0])
 	}

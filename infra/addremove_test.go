@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -80,6 +81,7 @@ func TestDeployAddRemoveJob(t *testing.T) {
 		prefix:  "cwa" + randomHex(t, 4),
 		dir:     t.TempDir(),
 		dsn:     testenv.PostgresDSN(t),
+		commit:  headCommit(t),
 		sources: map[string]string{},
 		cfn:     cloudformation.NewFromConfig(awsCfg),
 		ddb:     dynamodb.NewFromConfig(awsCfg),
@@ -198,6 +200,7 @@ type jobFleet struct {
 	prefix string
 	dir    string
 	dsn    string                 // PostgreSQL, the value of the stack's secret PG_DSN
+	commit string                 // stamped into the functions of every deploy
 	cfg    *config.File           // the configuration deployed last
 	jobs   map[string]*config.Job // every job deployed, by id
 	// sources are the jobs' source databases, by job id.
@@ -234,6 +237,17 @@ func (f *jobFleet) writeConfig(t *testing.T, name string, jobs ...string) string
 	return p
 }
 
+// headCommit returns the checkout's HEAD as deploy.sh stamps it; "" (no
+// commit stamped) out of a git checkout.
+func headCommit(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		t.Logf("git rev-parse HEAD: %v: the functions carry no commit", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // table is the PostgreSQL table of job's output.
 func (f *jobFleet) table(job string) string { return f.prefix + "_" + job }
 
@@ -248,7 +262,9 @@ func (f *jobFleet) deploy(ctx context.Context, t *testing.T, cfgPath, outdir str
 	start := time.Now()
 	if err := testenv.DeployLocal(ctx, testenv.LocalDeploy{
 		ConfigPath: cfgPath, BuildDir: filepath.Join(f.dir, "build"), AssemblyDir: outdir,
-		Env:      []string{"PG_DSN=" + f.dsn},
+		// The same commit in both deploys: the kept jobs' functions must
+		// not change though the checkout's HEAD may move between them.
+		Env:      []string{"PG_DSN=" + f.dsn, "CHANGES_COMMIT=" + f.commit},
 		AWSCalls: f.calls(),
 	}); err != nil {
 		t.Fatal(err)

@@ -25,7 +25,9 @@
 # by side each need their own); SCHEDULES [enabled] or disabled: leave the
 # rules disabled (the tests invoke the poller themselves); CHANGES_AWS_CALLS
 # [unset] an absolute path: the functions record every AWS request they make
-# there (-c aws_calls), for the tests' IAM check.
+# there (-c aws_calls), for the tests' IAM check; CHANGES_COMMIT [the
+# checkout's HEAD] the commit stamped into the functions (a test deploying
+# twice pins it, so that a commit made meanwhile changes no function).
 set -euo pipefail
 ctl=$1
 config=$2
@@ -47,7 +49,8 @@ die() { printf 'localstack-deploy: ERROR: %s\n' "$*" >&2; exit 1; }
 goarch="$(go env GOARCH)"
 # The release and commit stamped into the functions, as make build stamps them.
 version_pkg=github.com/changes-worker/changes-worker/shared/version
-ldflags="-s -w -X $version_pkg.version=$(cat VERSION) -X $version_pkg.commit=$(git rev-parse --short=12 HEAD 2>/dev/null || true)"
+commit="${CHANGES_COMMIT-$(git rev-parse --short=12 HEAD 2>/dev/null || true)}"
+ldflags="-s -w -X $version_pkg.version=$(cat VERSION) -X $version_pkg.commit=$commit"
 say "building the functions $(cat VERSION) for linux/$goarch into $BUILD_DIR"
 for f in poller writer verify; do
 	GOOS=linux GOARCH="$goarch" CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags="$ldflags" \

@@ -53,7 +53,11 @@ echo '{"shop": {"BucketName": "shop-databucket-1"}}' >"$outputs"
 const deployStubGo = `#!/usr/bin/env bash
 case "$1" in
 env) echo amd64 ;;
-build) while [[ $# -gt 0 ]]; do [[ "$1" == -o ]] && { mkdir -p "$(dirname "$2")"; : >"$2"; }; shift; done ;;
+build) while [[ $# -gt 0 ]]; do
+	[[ "$1" == -o ]] && { mkdir -p "$(dirname "$2")"; : >"$2"; }
+	[[ "$1" == -ldflags=* ]] && printf 'go build %s\n' "$1" >>"$STUB_LOG"
+	shift
+done ;;
 esac
 `
 
@@ -65,7 +69,8 @@ esac
 // environment variable it names, whatever that name; a secret the stack did
 // not create is left alone, even when a variable of its name is set; and the
 // script goes on to enable the schedule rules. CHANGES_AWS_CALLS becomes
-// the functions' (-c aws_calls), not the bootstrap's.
+// the functions' (-c aws_calls), not the bootstrap's; the functions are
+// built with VERSION and CHANGES_COMMIT stamped in.
 func TestDeployScriptSecrets(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -94,6 +99,7 @@ func TestDeployScriptSecrets(t *testing.T) {
 		"bin/changesctl":                    "#!/bin/sh\nprintf 'changesctl %s (calls recorded in %s)\\n' \"$1\" \"$CHANGES_AWS_CALLS\" >>\"$STUB_LOG\"\n",
 		"template.json":                     string(template),
 		"jobs.json":                         "{}\n",
+		"VERSION":                           "1.2.3\n",
 	} {
 		p := filepath.Join(root, path)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -118,6 +124,7 @@ func TestDeployScriptSecrets(t *testing.T) {
 		"crm-token=the token",
 		"orders-dsn=not for the stack",
 		"CHANGES_AWS_CALLS=/calls/aws.jsonl",
+		"CHANGES_COMMIT=0123456789ab",
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -136,6 +143,8 @@ func TestDeployScriptSecrets(t *testing.T) {
 		// before the deploy does not.
 		"-c aws_calls=/calls/aws.jsonl",
 		"changesctl bootstrap (calls recorded in )\n",
+		// The functions carry the release and the commit it was given.
+		"go build -ldflags=-s -w -X github.com/changes-worker/changes-worker/shared/version.version=1.2.3 -X github.com/changes-worker/changes-worker/shared/version.commit=0123456789ab\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("deploy.sh did not call\n%s\ncalls:\n%s\noutput:\n%s", want, got, out)

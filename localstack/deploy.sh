@@ -49,9 +49,10 @@ die() { printf 'localstack-deploy: ERROR: %s\n' "$*" >&2; exit 1; }
 goarch="$(go env GOARCH)"
 # The release and commit stamped into the functions, as make build stamps them.
 version_pkg=github.com/changes-worker/changes-worker/shared/version
+version="$(cat VERSION)"
 commit="${CHANGES_COMMIT-$(git rev-parse --short=12 HEAD 2>/dev/null || true)}"
-ldflags="-s -w -X $version_pkg.version=$(cat VERSION) -X $version_pkg.commit=$commit"
-say "building the functions $(cat VERSION) for linux/$goarch into $BUILD_DIR"
+ldflags="-s -w -X $version_pkg.version=$version -X $version_pkg.commit=$commit"
+say "building the functions $version for linux/$goarch into $BUILD_DIR"
 for f in poller writer verify; do
 	GOOS=linux GOARCH="$goarch" CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags="$ldflags" \
 		-o "$BUILD_DIR/$f/bootstrap" "./functions/$f"

@@ -20,8 +20,8 @@ type releasingGateway struct {
 	mu       sync.Mutex
 	seq      int64 // the last sequence a document took
 	reserved int64 // the last sequence reserved
-	cached   int   // feed reads left before the last write is listed
-	lag      int
+	lag      int   // feed reads that miss a write before it is listed
+	unlisted int   // feed reads left that miss the last write
 	rev      string
 	reads    int // changes feed requests
 }
@@ -39,7 +39,7 @@ func (g *releasingGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.seq = g.reserved + 1
 		g.reserved += 10
 		g.rev = fmt.Sprintf("%d-marker", g.seq)
-		g.cached = g.lag
+		g.unlisted = g.lag
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"id":%q,"ok":true,"rev":%q}`, cacheMarker, g.rev)
 	case r.Method == http.MethodGet && r.URL.Path == "/db/_changes":
@@ -48,8 +48,8 @@ func (g *releasingGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Sscan(r.URL.Query().Get("since"), &since)
 		var results []string
 		last := since
-		if g.cached > 0 {
-			g.cached--
+		if g.unlisted > 0 {
+			g.unlisted--
 		} else if g.seq > since {
 			results = append(results, fmt.Sprintf(`{"seq":%d,"id":%q,"changes":[{"rev":%q}]}`, g.seq, cacheMarker, g.rev))
 			last = g.seq

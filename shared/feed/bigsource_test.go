@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -83,6 +85,27 @@ func (s *bigSource) requests() []bigRequest {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// smallReceiveBuffer gives a client connections with a receive buffer of
+// 1 MB, for a test that bounds what a source wrote before the client
+// stopped reading. That count includes what the sockets buffered: the
+// source's send buffer (at most tcp_wmem's maximum, 4 MB here) and the
+// client's receive buffer, which Linux otherwise grows up to tcp_rmem's
+// maximum (32 MB here) while the client reads slowly, as on a busy machine.
+func smallReceiveBuffer(o *Options) {
+	d := &net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1<<20)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = d.DialContext
+	o.HTTPClient = &http.Client{Transport: t}
 }
 
 // countingWriter counts what reached the connection.

@@ -26,7 +26,7 @@ const heldMax = 32 << 20
 func TestChangesPageOfLargeDocsIsBounded(t *testing.T) {
 	t.Parallel()
 	src := newBigSource(t, 500, 400<<10)
-	c := mustNew(t, Options{SourceType: config.SourceCouchDB, URL: src.db(), RequestTimeout: 30 * time.Second})
+	c := mustNew(t, Options{SourceType: config.SourceCouchDB, URL: src.db(), RequestTimeout: 30 * time.Second}, smallReceiveBuffer)
 	b, err := c.Changes(t.Context(), nil, time.Second)
 	if err != nil {
 		t.Fatalf("Changes: %v", err)
@@ -105,7 +105,7 @@ func TestChangesPageGrowsBack(t *testing.T) {
 func TestChangesRowOverAnswerLimit(t *testing.T) {
 	t.Parallel()
 	src := newBigSource(t, 3, 40<<20)
-	c := mustNew(t, Options{SourceType: config.SourceCouchDB, URL: src.db(), RequestTimeout: 30 * time.Second})
+	c := mustNew(t, Options{SourceType: config.SourceCouchDB, URL: src.db(), RequestTimeout: 30 * time.Second}, smallReceiveBuffer)
 	b, err := c.Changes(t.Context(), nil, time.Second)
 	if err == nil {
 		t.Fatalf("Changes = %d rows, want an error", len(b.Rows))
@@ -116,7 +116,8 @@ func TestChangesRowOverAnswerLimit(t *testing.T) {
 	if Transient(err) {
 		t.Errorf("Transient(%v) = true: the same request gets the same answer", err)
 	}
-	// What the source wrote includes what the sockets buffered.
+	// What the source wrote includes what the sockets buffered (see
+	// smallReceiveBuffer).
 	if r := src.requests()[0]; r.Whole || r.Written > 64<<20 {
 		t.Errorf("the source wrote %d bytes (whole answer: %t) before the client stopped, want about the limit", r.Written, r.Whole)
 	}

@@ -109,9 +109,13 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	if released == nil {
 		t.Fatalf("the previous poller did not log its release:\n%s", oldPoller.tail(20))
 	}
+	// The poller logs its takeover once the write that took the lease
+	// returns: the line may come a moment after the item shows it.
 	took := fmt.Sprintf("takeover=handoff previous_owner=%s checkpoint=%s", last.Owner, released[1])
-	if !strings.Contains(newPoller.output(), took) {
-		t.Errorf("this poller did not take the lease with the previous checkpoint (%q):\n%s", took, newPoller.tail(20))
+	if err := testenv.Poll(ctx, 10*time.Second, 50*time.Millisecond, func(context.Context) (bool, error) {
+		return strings.Contains(newPoller.output(), took), nil
+	}); err != nil {
+		t.Errorf("this poller did not take the lease with the previous checkpoint (%q): %v\n%s", took, err, newPoller.tail(20))
 	}
 	status, err := exec.CommandContext(ctx, cur, "status", "--config", s.ConfigPath).CombinedOutput()
 	if err != nil || !strings.Contains(string(status), "orders: lease holder version "+release+"\n") {
